@@ -1,0 +1,47 @@
+# The two commands of the README. Each creates or updates .venv itself on a fresh machine.
+#   make demo   run the pipeline flow on the embedded default (configs/demo.yaml)
+#   make test   install everything needed, then run the test suite
+PYTHON ?= python3
+VENV   := .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.installed
+
+.PHONY: demo test test-fast lint typecheck bench sysdeps venv clean
+
+venv: $(STAMP)
+
+# torch first, from the local CPU wheel (any other torch pulls a multi-GB CUDA build).
+$(STAMP): pyproject.toml
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --disable-pip-version-check -U pip
+	$(BIN)/python -m pip install -q --disable-pip-version-check torch==2.13.0
+	$(BIN)/python -m pip install -q --disable-pip-version-check -e '.[dev]'
+	touch $(STAMP)
+
+# System packages the sandbox needs (bubblewrap); installed when missing and we are root.
+sysdeps:
+	@command -v bwrap >/dev/null 2>&1 || { \
+	  if [ "$$(id -u)" = 0 ]; then apt-get update -qq && apt-get install -y -qq bubblewrap >/dev/null; \
+	  else echo "note: bubblewrap (bwrap) is missing; sandbox tests need it: sudo apt-get install bubblewrap"; fi; }
+
+demo: $(STAMP)
+	$(BIN)/coa run --config configs/demo.yaml
+
+test: $(STAMP) sysdeps
+	$(BIN)/python -m pytest -q
+
+test-fast: $(STAMP)
+	$(BIN)/python -m pytest -q -m "not slow"
+
+lint: $(STAMP)
+	$(BIN)/ruff check coa schemas tasks flows tests bench
+	$(BIN)/ruff format --check coa schemas tasks flows tests bench
+
+typecheck: $(STAMP)
+	$(BIN)/mypy
+
+bench: $(STAMP)
+	$(BIN)/python bench/bench_contract.py
+
+clean:
+	rm -rf $(VENV) .coa .pytest_cache

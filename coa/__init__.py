@@ -1,0 +1,1 @@
+"""coa: the domain library of coa-pipeline."""

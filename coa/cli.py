@@ -1,0 +1,254 @@
+"""The ``coa`` command line: run the pipeline, import task sets, inspect and validate artifacts.
+
+Every command has ``--help``. Exit codes: 0 success, 1 a check failed (e.g. a contract violation),
+2 bad input or usage (unreadable file, bad config).
+"""
+
+from __future__ import annotations
+
+import json
+import posixpath
+import sys
+from pathlib import Path
+from typing import Annotated, Any
+
+import pyarrow as pa
+import typer
+from rich.console import Console
+from rich.table import Table
+
+import schemas
+from coa import io
+from coa.config import ConfigError, Family, TaskSourceConfig
+
+app = typer.Typer(help="coa-pipeline: a factory for Chain-of-Agents agent models.", no_args_is_help=True)
+tasks_app = typer.Typer(help="Task sets: import benchmark and training task files into task.v1.", no_args_is_help=True)
+app.add_typer(tasks_app, name="tasks")
+console = Console()
+err = Console(stderr=True)
+
+
+def _fail(message: str, code: int = 2) -> typer.Exit:
+    err.print(f"[bold red]error:[/] {message}", highlight=False)
+    return typer.Exit(code)
+
+
+# -- coa run ---------------------------------------------------------------------------------
+
+
+@app.command(context_settings={"allow_extra_args": False})
+def run(
+    overrides: Annotated[list[str] | None, typer.Argument(help="Dotted key=value overrides, e.g. tasks.name=x")] = None,
+    config: Annotated[Path, typer.Option("--config", "-c", help="YAML profile")] = Path("configs/demo.yaml"),
+) -> None:
+    """Run the pipeline flow (Prefect) on a config profile with optional overrides."""
+    from coa.config import load_config
+
+    try:
+        load_config(config, overrides or [])  # fail fast, before Prefect starts
+    except ConfigError as e:
+        raise _fail(str(e)) from None
+    from flows.pipeline import pipeline
+
+    result = pipeline(config_path=str(config), overrides=list(overrides or []))
+    _print_stage_table(result["stages"])
+    if result.get("report"):
+        console.print(f"report: {result['report']}")
+
+
+def _print_stage_table(stages: list[dict[str, Any]]) -> None:
+    table = Table(title="pipeline stages")
+    for col in ("stage", "status", "rows", "artifact"):
+        table.add_column(col)
+    for s in stages:
+        table.add_row(s["stage"], s["status"], str(s.get("rows", "")), s.get("artifact") or s.get("note", ""))
+    console.print(table)
+
+
+# -- coa tasks import ------------------------------------------------------------------------
+
+
+@tasks_app.command("import")
+def tasks_import(
+    sources: Annotated[list[str], typer.Argument(help="Task files (.json/.jsonl/.parquet) or datasets folders")],
+    out: Annotated[str, typer.Option("--out", "-o", help="Artifact folder to write (local path or s3://)")],
+    family: Annotated[
+        str | None, typer.Option(help="Family for plain question/answer files: web|mhqa|math|code")
+    ] = None,
+    name: Annotated[str | None, typer.Option(help="Source name for task ids (only with one SRC)")] = None,
+    limit: Annotated[int | None, typer.Option(help="Keep the first N usable rows of each source")] = None,
+    force: Annotated[bool, typer.Option(help="Replace an existing artifact built from other inputs")] = False,
+) -> None:
+    """Import task sets into a task.v1 artifact (+ a quarantine of unusable rows)."""
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
+
+    from coa.tasksets import TaskImportError, import_tasks
+
+    if name and len(sources) > 1:
+        raise _fail("--name applies to a single source; give one SRC or set names in a config file")
+    if family is not None and family not in ("web", "mhqa", "math", "code"):
+        raise _fail(f"--family must be one of web, mhqa, math, code (got {family!r})")
+    fam: Family | None = family  # type: ignore[assignment]
+    cfgs = [TaskSourceConfig(path=s, name=name, family=fam, limit=limit) for s in sources]
+    try:
+        fingerprints = [io.path_fingerprint(c.path) for c in cfgs]
+    except FileNotFoundError as e:
+        raise _fail(str(e)) from None
+    config = {"sources": [c.model_dump(mode="json") for c in cfgs], "inputs": fingerprints}
+    key = io.artifact_key("tasks", "import", config, [], "")
+    writer = io.ArtifactWriter(out, "tasks", name or "import", key, config=config)
+    existing = writer.existing()
+    if existing is not None:
+        if existing.key == key:
+            console.print(f"up to date: {existing.uri} ({existing.rows('tasks')} tasks), nothing to do")
+            return
+        if not force:
+            raise _fail(f"{out} already holds a committed artifact built from other inputs; pass --force to replace")
+        fs, path = io.filesystem(out)
+        fs.rm(path, recursive=True)
+    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), console=err) as bar:
+        bars: dict[str, Any] = {}
+
+        def progress(src: str, done: int, total: int) -> None:
+            if src not in bars:
+                bars[src] = bar.add_task(src, total=total)
+            bar.update(bars[src], completed=done, total=total)
+
+        try:
+            result = import_tasks(cfgs, progress=progress)
+        except TaskImportError as e:
+            raise _fail(str(e)) from None
+    writer.extra_lineage["sources"] = [s.__dict__ for s in result.sources]
+    writer.write_table("tasks", result.tasks, schemas.TASK)
+    writer.write_table("quarantine", result.quarantine, schemas.QUARANTINE)
+    ref = writer.commit()
+    table = Table(title=f"imported into {ref.uri}")
+    for col in ("source", "layout", "read", "ok", "quarantined"):
+        table.add_column(col)
+    for s in result.sources:
+        table.add_row(s.name, s.layout, str(s.rows_read), str(s.rows_ok), str(s.rows_quarantined))
+    console.print(table)
+    if result.quarantine.num_rows:
+        console.print(f"{result.quarantine.num_rows} row(s) quarantined; see `coa show {ref.uri} --table quarantine`")
+
+
+# -- coa validate / show ---------------------------------------------------------------------
+
+
+def _load_for_check(uri: str, schema_id: str | None) -> list[tuple[str, schemas.Contract, pa.Table, list[str]]]:
+    """(table name, contract, raw table, integrity problems) for an artifact folder or a Parquet file."""
+    ref = io.lookup(uri)
+    if ref is None:
+        fs, path = io.filesystem(uri)
+        if fs.isdir(path):
+            raise io.ArtifactError(
+                f"{uri} is a folder without a {io.MANIFEST} marker: not a committed artifact (never read)"
+            )
+        raw = io.read_parquet_file(uri)
+        sid = schema_id or (raw.schema.metadata or {}).get(schemas.SCHEMA_ID_KEY, b"").decode()
+        if not sid:
+            raise io.ArtifactError(f"{uri} does not declare a schema id; pass --schema (one of {', '.join(schemas.ALL)})")
+        return [(posixpath.basename(uri), schemas.get(sid), raw, [])]
+    out = []
+    fs, path = io.filesystem(ref.uri)
+    manifest = json.loads(fs.cat_file(posixpath.join(path, io.MANIFEST)))
+    for tname, info in ref.tables.items():
+        problems = []
+        parts = []
+        for rel in info.files:
+            full = posixpath.join(path, rel)
+            digest = io._sha256(fs, full)
+            if digest != manifest["files"].get(rel):
+                problems.append(f"{rel}: content hash differs from the manifest (file changed after commit)")
+            with fs.open(full, "rb") as fh:
+                parts.append(pa.parquet.read_table(fh))
+        contract = schemas.get(schema_id or info.schema_id)
+        raw = pa.concat_tables(parts) if parts else contract.empty_table()
+        out.append((tname, contract, raw, problems))
+    return out
+
+
+@app.command()
+def validate(
+    uri: Annotated[str, typer.Argument(help="Artifact folder or Parquet file (local or s3://)")],
+    schema: Annotated[str | None, typer.Option("--schema", help="Contract id, e.g. task.v1 (default: declared)")] = None,
+) -> None:
+    """Check an artifact against its contract; print a per-column report; exit 1 on violation."""
+    import pyarrow.parquet  # noqa: F401  (pa.parquet attribute)
+
+    try:
+        loaded = _load_for_check(uri, schema)
+    except (io.ArtifactError, KeyError, OSError, pa.ArrowInvalid) as e:
+        raise _fail(str(e)) from None
+    ok = True
+    for tname, contract, raw, problems in loaded:
+        report = contract.check(raw)
+        table = Table(title=f"{tname}: {contract.id}, {report.rows} rows")
+        for col in ("column", "status", "detail"):
+            table.add_column(col)
+        for c in report.columns:
+            style = "green" if c.ok else "bold red"
+            table.add_row(c.column, f"[{style}]{c.status}[/]", c.detail)
+        for p in problems:
+            table.add_row("<integrity>", "[bold red]corrupt[/]", p)
+        console.print(table)
+        ok = ok and report.ok and not problems
+    console.print("[green]valid[/]" if ok else "[bold red]contract violation[/]")
+    if not ok:
+        raise typer.Exit(1)
+
+
+@app.command()
+def show(
+    uri: Annotated[str, typer.Argument(help="Artifact folder or Parquet file (local or s3://)")],
+    table: Annotated[str | None, typer.Option("--table", "-t", help="Table to show (default: all)")] = None,
+    rows: Annotated[int, typer.Option("--rows", "-n", help="Rows to print per table")] = 3,
+) -> None:
+    """Print schema, row count, lineage and a few rows of an artifact."""
+    import pyarrow.parquet  # noqa: F401
+
+    try:
+        loaded = _load_for_check(uri, None)
+        ref = io.lookup(uri)
+        lineage = io.read_lineage(ref) if ref is not None else None
+    except (io.ArtifactError, KeyError, OSError, pa.ArrowInvalid) as e:
+        raise _fail(str(e)) from None
+    if lineage is not None:
+        console.rule("lineage")
+        brief = {k: lineage[k] for k in ("kind", "name", "key", "content_hash", "code_version", "created_at")}
+        brief["upstream"] = [u["uri"] for u in lineage.get("upstream", [])]
+        console.print_json(json.dumps(brief, default=str))
+    for tname, contract, raw, _ in loaded:
+        if table and tname != table:
+            continue
+        console.rule(f"{tname}: {contract.id}, {raw.num_rows} rows")
+        schema_table = Table(show_header=True)
+        for col in ("column", "type", "doc"):
+            schema_table.add_column(col)
+        docs = schemas._contract.column_docs(contract)
+        for field in raw.schema:
+            schema_table.add_row(field.name, str(field.type), docs.get(field.name, "(not in contract)"))
+        console.print(schema_table)
+        for row in raw.slice(0, rows).to_pylist():
+            console.print_json(_clip(row))
+
+
+def _clip(row: dict[str, Any], limit: int = 300) -> str:
+    def clip(v: Any) -> Any:
+        if isinstance(v, str) and len(v) > limit:
+            return v[:limit] + f"… (+{len(v) - limit} chars)"
+        if isinstance(v, list):
+            return [clip(x) for x in v[:10]] + ([f"… (+{len(v) - 10} items)"] if len(v) > 10 else [])
+        if isinstance(v, dict):
+            return {k: clip(x) for k, x in v.items()}
+        return v
+
+    return json.dumps(clip(row), default=str, ensure_ascii=False)
+
+
+def main() -> None:
+    app()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,204 @@
+"""Typed, layered pipeline configuration.
+
+Layers, each overriding the one before: code defaults (the pydantic models below) → a YAML profile
+(``configs/demo.yaml``), which may name a parent with ``inherit: base.yaml`` → dotted ``key=value``
+overrides from the CLI or Prefect deployment parameters. Every model is frozen and forbids unknown
+keys, so a typo fails with the dotted path of the bad key (and a suggestion). Environment variables
+carry infrastructure only (storage root, S3, LLM endpoints and keys, Prefect API): see
+:mod:`coa.settings`.
+"""
+
+from __future__ import annotations
+
+import difflib
+import hashlib
+import json
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+INHERIT_KEY = "inherit"
+
+
+class ConfigError(ValueError):
+    """A configuration problem, with the dotted path of the offending key."""
+
+
+class StrictModel(BaseModel):
+    """Base for every config: immutable, unknown keys rejected."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+Family = Literal["web", "mhqa", "math", "code"]
+
+
+class TaskSourceConfig(StrictModel):
+    """One task set to import into ``task.v1``."""
+
+    path: str = Field(description="File (.json/.jsonl/.parquet) or a local Hugging Face `datasets` folder.")
+    name: str | None = Field(default=None, description="Source name used in task ids; default: the file stem.")
+    family: Family | None = Field(
+        default=None,
+        description="Task family; required for plain question/answer files whose layout does not imply one.",
+    )
+    limit: int | None = Field(default=None, ge=1, description="Keep only the first N usable rows.")
+
+
+class TasksConfig(StrictModel):
+    """The task-import stage."""
+
+    name: str = Field(default="tasks", description="Artifact name of the imported task set.")
+    sources: tuple[TaskSourceConfig, ...] = Field(default=(), description="Task sets to import, in order.")
+
+
+class PipelineConfig(StrictModel):
+    """The whole pipeline run (grows with each stage)."""
+
+    run_name: str = Field(default="coa", description="Human-readable name of this pipeline configuration.")
+    tasks: TasksConfig = Field(default_factory=TasksConfig, description="Task-set import stage.")
+
+    def fingerprint(self) -> str:
+        """Stable hash of the resolved config."""
+        return hashlib.sha256(canonical_json(self.model_dump(mode="json")).encode()).hexdigest()
+
+
+def canonical_json(value: Any) -> str:
+    """Deterministic JSON (sorted keys, no spaces) used for hashing."""
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=str)
+
+
+# -- loading -------------------------------------------------------------------------------
+
+
+def load_yaml_layers(path: str | Path) -> dict[str, Any]:
+    """Read a YAML profile, merging the chain of ``inherit:`` parents first (paths are relative)."""
+    path = Path(path)
+    seen: list[Path] = []
+    layers: list[dict[str, Any]] = []
+    while True:
+        resolved = path.resolve()
+        if resolved in seen:
+            raise ConfigError(f"{path}: 'inherit' cycle through {' -> '.join(map(str, seen))}")
+        seen.append(resolved)
+        if not path.is_file():
+            raise ConfigError(f"config file not found: {path}")
+        try:
+            data = yaml.safe_load(path.read_text()) or {}
+        except yaml.YAMLError as e:
+            raise ConfigError(f"{path}: invalid YAML: {e}") from e
+        if not isinstance(data, dict):
+            raise ConfigError(f"{path}: top level must be a mapping, got {type(data).__name__}")
+        parent = data.pop(INHERIT_KEY, None)
+        layers.append(data)
+        if parent is None:
+            break
+        path = path.parent / str(parent)
+    merged: dict[str, Any] = {}
+    for layer in reversed(layers):
+        merged = deep_merge(merged, layer)
+    return merged
+
+
+def deep_merge(base: Mapping[str, Any], top: Mapping[str, Any]) -> dict[str, Any]:
+    """Recursive dict merge; ``top`` wins; lists are replaced, not concatenated."""
+    out = dict(base)
+    for key, value in top.items():
+        if isinstance(value, Mapping) and isinstance(out.get(key), Mapping):
+            out[key] = deep_merge(out[key], value)
+        else:
+            out[key] = value
+    return out
+
+
+def apply_overrides(data: Mapping[str, Any], overrides: Sequence[str]) -> dict[str, Any]:
+    """Apply dotted ``a.b.0.c=value`` overrides; values are parsed as YAML scalars/lists."""
+    out: dict[str, Any] = json.loads(json.dumps(data))  # deep copy of plain data
+    for item in overrides:
+        if "=" not in item:
+            raise ConfigError(f"override {item!r} must look like key.path=value")
+        key, raw = item.split("=", 1)
+        try:
+            value = yaml.safe_load(raw) if raw != "" else ""
+        except yaml.YAMLError as e:
+            raise ConfigError(f"override {key}: cannot parse value {raw!r}: {e}") from e
+        parts = key.strip().split(".")
+        node: Any = out
+        for depth, part in enumerate(parts):
+            last = depth == len(parts) - 1
+            where = ".".join(parts[: depth + 1])
+            if isinstance(node, list):
+                if not part.isdigit() or int(part) >= len(node):
+                    raise ConfigError(f"override {key}: {where} is not a valid index into a list of {len(node)}")
+                if last:
+                    node[int(part)] = value
+                else:
+                    node = node[int(part)]
+            elif isinstance(node, dict):
+                if last:
+                    node[part] = value
+                else:
+                    node = node.setdefault(part, {})
+            else:
+                raise ConfigError(f"override {key}: {'.'.join(parts[:depth])} is a value, not a section")
+    return out
+
+
+def build_config(data: Mapping[str, Any], model: type[StrictModel] = PipelineConfig, origin: str = "config") -> Any:
+    """Validate plain data into ``model``; errors name the dotted path of each bad key."""
+    try:
+        return model.model_validate(data)
+    except ValidationError as e:
+        raise ConfigError(_explain(e, model, origin)) from None
+
+
+def load_config(
+    path: str | Path | None = None, overrides: Sequence[str] = (), model: type[StrictModel] = PipelineConfig
+) -> Any:
+    """Code defaults → YAML profile (with ``inherit`` chain) → dotted overrides, validated."""
+    data = load_yaml_layers(path) if path is not None else {}
+    data = apply_overrides(data, overrides)
+    return build_config(data, model, origin=str(path) if path else "config")
+
+
+def _explain(error: ValidationError, model: type[BaseModel], origin: str) -> str:
+    lines = [f"{origin}: invalid configuration ({error.error_count()} problem(s)):"]
+    for err in error.errors():
+        loc = ".".join(str(p) for p in err["loc"])
+        if err["type"] == "extra_forbidden":
+            hint = _suggest(model, err["loc"])
+            lines.append(f"  - {loc}: unknown key{hint}")
+        else:
+            lines.append(f"  - {loc}: {err['msg']} (got {err.get('input')!r})")
+    return "\n".join(lines)
+
+
+def _suggest(model: type[BaseModel], loc: Sequence[Any]) -> str:
+    """Walk the model along ``loc`` and suggest the closest valid key for the last element."""
+    current: Any = model
+    for part in loc[:-1]:
+        if isinstance(part, int):
+            continue
+        fields = getattr(current, "model_fields", None)
+        if not fields or part not in fields:
+            return ""
+        current = _model_of(fields[part].annotation)
+        if current is None:
+            return ""
+    fields = getattr(current, "model_fields", {})
+    close = difflib.get_close_matches(str(loc[-1]), list(fields), n=1)
+    valid = ", ".join(fields)
+    return f" (did you mean {close[0]!r}?)" if close else f" (valid keys: {valid})"
+
+
+def _model_of(annotation: Any) -> Any:
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return annotation
+    for arg in getattr(annotation, "__args__", ()) or ():
+        found = _model_of(arg)
+        if found is not None:
+            return found
+    return None

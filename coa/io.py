@@ -1,0 +1,437 @@
+"""Content-addressed artifact storage on any fsspec filesystem (local folder, ``s3://``).
+
+An artifact is a folder at ``{root}/{kind}/{name}-{key}``, where ``key`` hashes the stage config,
+the upstream artifacts' content hashes and the code version. It holds one or more named Parquet
+tables (each under a data contract from :mod:`schemas`), optional extra files (reports, models),
+``_lineage.json``, and ``_COMMITTED``, the manifest written last:
+
+1. the writer stages every file under ``.staging-<uuid>/`` inside the artifact folder;
+2. on commit it moves the staged files into place, writes the lineage, then the manifest;
+3. readers open only committed artifacts and only the files the manifest lists.
+
+So a crash at any point leaves nothing that looks complete, a committed artifact is reused by the
+next run with the same inputs, and an uncommitted one is cleaned up and rebuilt. Stages pass
+:class:`ArtifactRef` (URI, tables, content hash), never tables.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime as dt
+import hashlib
+import json
+import posixpath
+import uuid
+from collections.abc import Iterator, Mapping, Sequence
+from typing import Any
+
+import fsspec
+import pyarrow as pa
+import pyarrow.parquet as pq
+from pydantic import BaseModel, ConfigDict
+
+import schemas
+from coa.config import canonical_json
+from coa.settings import Settings, redact
+from coa.version import code_version
+from schemas import Contract
+
+MANIFEST = "_COMMITTED"
+LINEAGE = "_lineage.json"
+STAGING_PREFIX = ".staging-"
+ROW_GROUP_ROWS = 10_000
+
+
+class ArtifactError(RuntimeError):
+    """An artifact is missing, uncommitted or unreadable; the message says which and how to fix it."""
+
+
+class TableInfo(BaseModel):
+    """One named table inside an artifact."""
+
+    model_config = ConfigDict(frozen=True)
+    schema_id: str
+    rows: int
+    files: tuple[str, ...]
+
+
+class ArtifactRef(BaseModel):
+    """A small, serialisable reference to a committed artifact: what stages pass to each other."""
+
+    model_config = ConfigDict(frozen=True)
+    uri: str
+    kind: str
+    name: str
+    key: str
+    content_hash: str
+    tables: dict[str, TableInfo]
+    primary: str | None = None
+    files: tuple[str, ...] = ()
+
+    def rows(self, table: str | None = None) -> int:
+        return self.tables[table or self.primary_table].rows
+
+    @property
+    def primary_table(self) -> str:
+        """The first table written (e.g. ``tasks`` before ``quarantine``)."""
+        if self.primary is None:
+            raise ArtifactError(f"{self.uri} holds no tables")
+        return self.primary
+
+
+def filesystem(uri: str, settings: Settings | None = None) -> tuple[fsspec.AbstractFileSystem, str]:
+    """The fsspec filesystem for ``uri`` and the path within it."""
+    settings = settings or Settings.from_env()
+    fs, path = fsspec.core.url_to_fs(uri, **settings.storage_options(uri))
+    return fs, path.rstrip("/")
+
+
+def join(uri: str, *parts: str) -> str:
+    return posixpath.join(uri.rstrip("/"), *parts)
+
+
+def artifact_key(kind: str, name: str, config: Any, upstream: Sequence[ArtifactRef], version: str) -> str:
+    """Hash of everything that determines an artifact's content."""
+    payload = {
+        "kind": kind,
+        "name": name,
+        "config": config,
+        "upstream": sorted(u.content_hash for u in upstream),
+        "code_version": version,
+    }
+    return hashlib.sha256(canonical_json(payload).encode()).hexdigest()[:16]
+
+
+class Store:
+    """Artifacts under one storage root (local path or ``s3://bucket/prefix``)."""
+
+    def __init__(self, root: str | None = None, settings: Settings | None = None) -> None:
+        self.settings = settings or Settings.from_env()
+        root = root or self.settings.storage_root
+        if "://" not in root:
+            import os
+
+            root = os.path.abspath(root)
+        self.root = root.rstrip("/")
+
+    def address(
+        self, kind: str, name: str, config: Any, upstream: Sequence[ArtifactRef] = (), version: str | None = None
+    ) -> tuple[str, str]:
+        """The content-addressed URI for an artifact, and its key."""
+        key = artifact_key(kind, name, config, upstream, version or code_version())
+        return join(self.root, kind, f"{name}-{key}"), key
+
+    def writer(
+        self,
+        kind: str,
+        name: str,
+        config: Any,
+        upstream: Sequence[ArtifactRef] = (),
+        extra_lineage: Mapping[str, Any] | None = None,
+    ) -> ArtifactWriter:
+        """A writer at the content address of (kind, name, config, upstream, code version)."""
+        version = code_version()
+        uri, key = self.address(kind, name, config, upstream, version)
+        return ArtifactWriter(uri, kind, name, key, config, upstream, extra_lineage, self.settings)
+
+
+class ArtifactWriter:
+    """Stages files for one artifact and commits them atomically (manifest last).
+
+    Use :meth:`existing` first: a committed artifact at the same address is returned as-is.
+    """
+
+    def __init__(
+        self,
+        uri: str,
+        kind: str,
+        name: str,
+        key: str,
+        config: Any = None,
+        upstream: Sequence[ArtifactRef] = (),
+        extra_lineage: Mapping[str, Any] | None = None,
+        settings: Settings | None = None,
+    ) -> None:
+        self.uri, self.kind, self.name, self.key = uri.rstrip("/"), kind, name, key
+        self.settings = settings or Settings.from_env()
+        self.fs, self.path = filesystem(self.uri, self.settings)
+        self.config, self.upstream = config, tuple(upstream)
+        self.extra_lineage = dict(extra_lineage or {})
+        self.staging = posixpath.join(self.path, f"{STAGING_PREFIX}{uuid.uuid4().hex[:12]}")
+        self._tables: dict[str, dict[str, Any]] = {}
+        self._files: list[str] = []
+        self._started = False
+        self._committed: ArtifactRef | None = None
+
+    # -- reuse ------------------------------------------------------------------------------
+    def existing(self) -> ArtifactRef | None:
+        """The committed artifact at this address, if there is one."""
+        return lookup(self.uri, self.settings)
+
+    # -- staging ----------------------------------------------------------------------------
+    def _start(self) -> None:
+        if self._started:
+            return
+        if self.fs.exists(posixpath.join(self.path, MANIFEST)):
+            raise ArtifactError(f"{self.uri} is already committed; call existing() and reuse it")
+        if self.fs.exists(self.path):  # leftovers of a crashed attempt: never committed, safe to clear
+            self.fs.rm(self.path, recursive=True)
+        self.fs.makedirs(self.staging, exist_ok=True)
+        self._started = True
+
+    def write_table(self, table_name: str, table: pa.Table, contract: Contract) -> int:
+        """Write a whole table (checked against ``contract``)."""
+        with self.table_writer(table_name, contract) as write:
+            write(table)
+        return int(self._tables[table_name]["rows"])
+
+    @contextlib.contextmanager
+    def table_writer(self, table_name: str, contract: Contract) -> Iterator[Any]:
+        """Stream batches into one Parquet file; yields ``write(table_or_batch)``."""
+        self._start()
+        if table_name in self._tables:
+            raise ArtifactError(f"table {table_name!r} written twice to {self.uri}")
+        rel = f"{table_name}.parquet"
+        rows = 0
+        with self.fs.open(posixpath.join(self.staging, rel), "wb") as fh:
+            writer = pq.ParquetWriter(fh, contract.schema, compression="zstd")
+            try:
+
+                def write(data: pa.Table | pa.RecordBatch) -> None:
+                    nonlocal rows
+                    table = pa.Table.from_batches([data]) if isinstance(data, pa.RecordBatch) else data
+                    table = contract.conform(table)
+                    writer.write_table(table, row_group_size=ROW_GROUP_ROWS)
+                    rows += table.num_rows
+
+                yield write
+            finally:
+                writer.close()
+        self._tables[table_name] = {"schema_id": contract.id, "rows": rows, "files": [rel]}
+        self._files.append(rel)
+
+    def write_file(self, relpath: str, data: bytes | str) -> str:
+        """Stage an extra file (report, plot, model weights…) under ``relpath``."""
+        self._start()
+        if relpath.startswith((".", "_")) or ".." in relpath.split("/"):
+            raise ArtifactError(f"invalid artifact file name {relpath!r}")
+        target = posixpath.join(self.staging, relpath)
+        self.fs.makedirs(posixpath.dirname(target), exist_ok=True)
+        with self.fs.open(target, "wb") as fh:
+            fh.write(data.encode() if isinstance(data, str) else data)
+        self._files.append(relpath)
+        return join(self.uri, relpath)
+
+    def staged_path(self, relpath: str) -> str:
+        """Local path to stage a file written by another library (local filesystems only)."""
+        self._start()
+        if self.fs.protocol not in ("file", ("file", "local")) and "file" not in self.fs.protocol:
+            raise ArtifactError("staged_path() needs a local storage root; use write_file() for remote roots")
+        target = posixpath.join(self.staging, relpath)
+        self.fs.makedirs(posixpath.dirname(target), exist_ok=True)
+        self._files.append(relpath)
+        return target
+
+    # -- commit -----------------------------------------------------------------------------
+    def commit(self) -> ArtifactRef:
+        """Move staged files into place, write lineage, then the manifest (the commit point)."""
+        if self._committed is not None:
+            return self._committed
+        self._start()
+        digests: dict[str, str] = {}
+        for rel in sorted(set(self._files)):
+            src, dst = posixpath.join(self.staging, rel), posixpath.join(self.path, rel)
+            digests[rel] = _sha256(self.fs, src)
+            self.fs.makedirs(posixpath.dirname(dst), exist_ok=True)
+            self.fs.mv(src, dst)
+        with contextlib.suppress(FileNotFoundError):
+            self.fs.rm(self.staging, recursive=True)
+        content_hash = hashlib.sha256(canonical_json(digests).encode()).hexdigest()
+        now = dt.datetime.now(dt.UTC).isoformat()
+        lineage = redact(
+            {
+                "artifact": self.uri,
+                "kind": self.kind,
+                "name": self.name,
+                "key": self.key,
+                "content_hash": content_hash,
+                "code_version": code_version(),
+                "created_at": now,
+                "config": self.config,
+                "upstream": [
+                    {"uri": u.uri, "kind": u.kind, "content_hash": u.content_hash, "tables": list(u.tables)}
+                    for u in self.upstream
+                ],
+                "tables": {k: {"schema_id": v["schema_id"], "rows": v["rows"]} for k, v in self._tables.items()},
+                **self.extra_lineage,
+            }
+        )
+        _write_json(self.fs, posixpath.join(self.path, LINEAGE), lineage)
+        manifest = {
+            "uri": self.uri,
+            "kind": self.kind,
+            "name": self.name,
+            "key": self.key,
+            "content_hash": content_hash,
+            "created_at": now,
+            "tables": self._tables,
+            "primary": next(iter(self._tables), None),
+            "files": digests,
+        }
+        _write_json(self.fs, posixpath.join(self.path, MANIFEST), manifest)
+        self._committed = _ref_from_manifest(self.uri, manifest)
+        return self._committed
+
+    def abort(self) -> None:
+        """Remove staged files (the artifact stays uncommitted)."""
+        with contextlib.suppress(FileNotFoundError):
+            self.fs.rm(self.staging, recursive=True)
+
+    def __enter__(self) -> ArtifactWriter:
+        return self
+
+    def __exit__(self, exc_type: Any, *_: Any) -> None:
+        if exc_type is None:
+            self.commit()
+        else:
+            self.abort()
+
+    @property
+    def ref(self) -> ArtifactRef:
+        if self._committed is None:
+            raise ArtifactError(f"{self.uri} is not committed yet")
+        return self._committed
+
+
+# -- reading ----------------------------------------------------------------------------------
+
+
+def lookup(uri: str, settings: Settings | None = None) -> ArtifactRef | None:
+    """The reference of a committed artifact at ``uri``, or None if there is none (or not committed)."""
+    fs, path = filesystem(uri, settings)
+    try:
+        with fs.open(posixpath.join(path, MANIFEST), "rb") as fh:
+            manifest = json.loads(fh.read())
+    except FileNotFoundError:
+        return None
+    return _ref_from_manifest(uri.rstrip("/"), manifest)
+
+
+def open_artifact(uri: str | ArtifactRef, settings: Settings | None = None) -> ArtifactRef:
+    """The reference of the committed artifact at ``uri``; a clear error if it is not committed."""
+    if isinstance(uri, ArtifactRef):
+        return uri
+    ref = lookup(uri, settings)
+    if ref is not None:
+        return ref
+    fs, path = filesystem(uri, settings)
+    if fs.exists(path):
+        raise ArtifactError(
+            f"{uri} exists but has no {MANIFEST} marker: it was never committed (a crashed or running "
+            "write). It is never read; rerun the stage that produces it."
+        )
+    raise ArtifactError(f"no artifact at {uri}")
+
+
+def read_lineage(uri: str | ArtifactRef, settings: Settings | None = None) -> dict[str, Any]:
+    ref = open_artifact(uri, settings)
+    fs, path = filesystem(ref.uri, settings)
+    with fs.open(posixpath.join(path, LINEAGE), "rb") as fh:
+        return dict(json.loads(fh.read()))
+
+
+def read_table(
+    uri: str | ArtifactRef,
+    table: str | None = None,
+    settings: Settings | None = None,
+    columns: Sequence[str] | None = None,
+) -> pa.Table:
+    """Read one table of a committed artifact through its contract (the one check)."""
+    ref = open_artifact(uri, settings)
+    name = table or ref.primary_table
+    info = _table_info(ref, name)
+    contract = schemas.get(info.schema_id)
+    fs, path = filesystem(ref.uri, settings)
+    parts = []
+    for rel in info.files:
+        with fs.open(posixpath.join(path, rel), "rb") as fh:
+            parts.append(pq.read_table(fh))
+    data = pa.concat_tables(parts) if parts else contract.empty_table()
+    data = contract.conform(data)
+    return data.select(list(columns)) if columns else data
+
+
+def iter_batches(
+    uri: str | ArtifactRef, table: str | None = None, batch_rows: int = ROW_GROUP_ROWS, settings: Settings | None = None
+) -> Iterator[pa.Table]:
+    """Stream a table in batches (memory bounded by ``batch_rows``), each checked by its contract."""
+    ref = open_artifact(uri, settings)
+    info = _table_info(ref, table or ref.primary_table)
+    contract = schemas.get(info.schema_id)
+    fs, path = filesystem(ref.uri, settings)
+    for rel in info.files:
+        with fs.open(posixpath.join(path, rel), "rb") as fh:
+            for batch in pq.ParquetFile(fh).iter_batches(batch_size=batch_rows):
+                yield contract.conform(pa.Table.from_batches([batch]))
+
+
+def read_file(uri: str | ArtifactRef, relpath: str, settings: Settings | None = None) -> bytes:
+    ref = open_artifact(uri, settings)
+    if relpath not in ref.files:
+        raise ArtifactError(f"{ref.uri} has no file {relpath!r}; it has: {', '.join(ref.files)}")
+    fs, path = filesystem(ref.uri, settings)
+    with fs.open(posixpath.join(path, relpath), "rb") as fh:
+        return bytes(fh.read())
+
+
+def read_parquet_file(uri: str, settings: Settings | None = None) -> pa.Table:
+    """Read a loose Parquet file (not an artifact folder) without checking it."""
+    fs, path = filesystem(uri, settings)
+    with fs.open(path, "rb") as fh:
+        return pq.read_table(fh)
+
+
+def path_fingerprint(uri: str, settings: Settings | None = None) -> str:
+    """sha256 of an input file, or of every file under an input folder (names and contents)."""
+    fs, path = filesystem(uri, settings)
+    if not fs.exists(path):
+        raise FileNotFoundError(f"input not found: {uri}")
+    if not fs.isdir(path):
+        return _sha256(fs, path)
+    h = hashlib.sha256()
+    for f in sorted(fs.find(path)):
+        h.update(posixpath.relpath(f, path).encode())
+        h.update(_sha256(fs, f).encode())
+    return h.hexdigest()
+
+
+def _table_info(ref: ArtifactRef, name: str) -> TableInfo:
+    if name not in ref.tables:
+        raise ArtifactError(f"{ref.uri} has no table {name!r}; tables: {', '.join(ref.tables) or 'none'}")
+    return ref.tables[name]
+
+
+def _ref_from_manifest(uri: str, manifest: Mapping[str, Any]) -> ArtifactRef:
+    return ArtifactRef(
+        uri=uri,
+        kind=manifest["kind"],
+        name=manifest["name"],
+        key=manifest["key"],
+        content_hash=manifest["content_hash"],
+        tables={k: TableInfo(**v) for k, v in manifest["tables"].items()},
+        primary=manifest.get("primary"),
+        files=tuple(manifest["files"]),
+    )
+
+
+def _sha256(fs: fsspec.AbstractFileSystem, path: str) -> str:
+    h = hashlib.sha256()
+    with fs.open(path, "rb") as fh:
+        for chunk in iter(lambda: fh.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def _write_json(fs: fsspec.AbstractFileSystem, path: str, value: Any) -> None:
+    with fs.open(path, "wb") as fh:
+        fh.write(json.dumps(value, indent=2, sort_keys=True, default=str).encode())

@@ -1,0 +1,67 @@
+"""Infrastructure settings, read from environment variables only.
+
+Pipeline behaviour lives in :mod:`coa.config`; where things run lives here:
+
+- ``COA_STORAGE_ROOT``: where artifacts go: a local folder (default ``.coa/store``) or ``s3://bucket/prefix``.
+- ``COA_S3_ENDPOINT_URL`` (or ``AWS_ENDPOINT_URL``): an S3-compatible endpoint (MinIO, moto, …);
+  credentials come from the usual ``AWS_ACCESS_KEY_ID`` / ``AWS_SECRET_ACCESS_KEY`` / profile chain.
+- LLM base URLs and API keys and ``PREFECT_API_URL`` are read by the components that use them.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import re
+from typing import Any
+
+DEFAULT_STORAGE_ROOT = ".coa/store"
+_SECRET_NAME = re.compile(r"(KEY|SECRET|TOKEN|PASSWORD|CREDENTIAL)", re.IGNORECASE)
+
+
+@dataclasses.dataclass(frozen=True)
+class Settings:
+    """Where artifacts live and how to reach them."""
+
+    storage_root: str = DEFAULT_STORAGE_ROOT
+    s3_endpoint_url: str | None = None
+
+    @classmethod
+    def from_env(cls) -> Settings:
+        return cls(
+            storage_root=os.environ.get("COA_STORAGE_ROOT") or DEFAULT_STORAGE_ROOT,
+            s3_endpoint_url=os.environ.get("COA_S3_ENDPOINT_URL") or os.environ.get("AWS_ENDPOINT_URL") or None,
+        )
+
+    def storage_options(self, uri: str) -> dict[str, Any]:
+        """fsspec options for ``uri`` (only S3 needs any)."""
+        if uri.startswith("s3://") and self.s3_endpoint_url:
+            return {"client_kwargs": {"endpoint_url": self.s3_endpoint_url}}
+        return {}
+
+
+def secret_values() -> list[str]:
+    """Values of environment variables whose names look secret (for scrubbing text)."""
+    return sorted(
+        (v for k, v in os.environ.items() if _SECRET_NAME.search(k) and v and len(v) >= 6),
+        key=len,
+        reverse=True,
+    )
+
+
+def scrub(text: str) -> str:
+    """Replace any secret environment value occurring in ``text`` with ``***``."""
+    for value in secret_values():
+        text = text.replace(value, "***")
+    return text
+
+
+def redact(value: Any) -> Any:
+    """Copy of a JSON-like value with secret-looking keys masked and secret env values scrubbed."""
+    if isinstance(value, dict):
+        return {k: ("***" if _SECRET_NAME.search(str(k)) and v else redact(v)) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [redact(v) for v in value]
+    if isinstance(value, str):
+        return scrub(value)
+    return value

@@ -1,0 +1,40 @@
+"""Data contracts: one module per artifact, each a documented pyarrow schema with an id.
+
+``get(schema_id)`` returns the contract for an id such as ``"task.v1"``; ``ALL`` lists them.
+"""
+
+from schemas._contract import Column, ColumnReport, Contract, ContractError, ContractReport, SCHEMA_ID_KEY
+from schemas.eval import EVAL
+from schemas.quarantine import QUARANTINE
+from schemas.rl_prompt import RL_PROMPT
+from schemas.sft import SFT
+from schemas.task import TASK
+from schemas.trajectory import TRAJECTORY
+
+ALL: dict[str, Contract] = {c.id: c for c in (TASK, TRAJECTORY, QUARANTINE, SFT, RL_PROMPT, EVAL)}
+
+
+def get(schema_id: str) -> Contract:
+    """The contract for ``schema_id`` (e.g. ``"task.v1"``); a clear error lists the known ids."""
+    try:
+        return ALL[schema_id]
+    except KeyError:
+        raise KeyError(f"unknown schema id {schema_id!r}; known: {', '.join(sorted(ALL))}") from None
+
+
+__all__ = [
+    "ALL",
+    "EVAL",
+    "QUARANTINE",
+    "RL_PROMPT",
+    "SCHEMA_ID_KEY",
+    "SFT",
+    "TASK",
+    "TRAJECTORY",
+    "Column",
+    "ColumnReport",
+    "Contract",
+    "ContractError",
+    "ContractReport",
+    "get",
+]
