@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import posixpath
-import sys
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -22,7 +21,9 @@ from coa import io
 from coa.config import ConfigError, Family, TaskSourceConfig
 
 app = typer.Typer(help="coa-pipeline: a factory for Chain-of-Agents agent models.", no_args_is_help=True)
-tasks_app = typer.Typer(help="Task sets: import benchmark and training task files into task.v1.", no_args_is_help=True)
+tasks_app = typer.Typer(
+    help="Task sets: import benchmark and training task files into task.v1.", no_args_is_help=True
+)
 app.add_typer(tasks_app, name="tasks")
 console = Console()
 err = Console(stderr=True)
@@ -38,7 +39,9 @@ def _fail(message: str, code: int = 2) -> typer.Exit:
 
 @app.command(context_settings={"allow_extra_args": False})
 def run(
-    overrides: Annotated[list[str] | None, typer.Argument(help="Dotted key=value overrides, e.g. tasks.name=x")] = None,
+    overrides: Annotated[
+        list[str] | None, typer.Argument(help="Dotted key=value overrides, e.g. tasks.name=x")
+    ] = None,
     config: Annotated[Path, typer.Option("--config", "-c", help="YAML profile")] = Path("configs/demo.yaml"),
 ) -> None:
     """Run the pipeline flow (Prefect) on a config profile with optional overrides."""
@@ -70,7 +73,9 @@ def _print_stage_table(stages: list[dict[str, Any]]) -> None:
 
 @tasks_app.command("import")
 def tasks_import(
-    sources: Annotated[list[str], typer.Argument(help="Task files (.json/.jsonl/.parquet) or datasets folders")],
+    sources: Annotated[
+        list[str], typer.Argument(help="Task files (.json/.jsonl/.parquet) or datasets folders")
+    ],
     out: Annotated[str, typer.Option("--out", "-o", help="Artifact folder to write (local path or s3://)")],
     family: Annotated[
         str | None, typer.Option(help="Family for plain question/answer files: web|mhqa|math|code")
@@ -103,7 +108,9 @@ def tasks_import(
             console.print(f"up to date: {existing.uri} ({existing.rows('tasks')} tasks), nothing to do")
             return
         if not force:
-            raise _fail(f"{out} already holds a committed artifact built from other inputs; pass --force to replace")
+            raise _fail(
+                f"{out} already holds a committed artifact built from other inputs; pass --force to replace"
+            )
         fs, path = io.filesystem(out)
         fs.rm(path, recursive=True)
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), console=err) as bar:
@@ -129,13 +136,17 @@ def tasks_import(
         table.add_row(s.name, s.layout, str(s.rows_read), str(s.rows_ok), str(s.rows_quarantined))
     console.print(table)
     if result.quarantine.num_rows:
-        console.print(f"{result.quarantine.num_rows} row(s) quarantined; see `coa show {ref.uri} --table quarantine`")
+        console.print(
+            f"{result.quarantine.num_rows} row(s) quarantined; see `coa show {ref.uri} --table quarantine`"
+        )
 
 
 # -- coa validate / show ---------------------------------------------------------------------
 
 
-def _load_for_check(uri: str, schema_id: str | None) -> list[tuple[str, schemas.Contract, pa.Table, list[str]]]:
+def _load_for_check(
+    uri: str, schema_id: str | None
+) -> list[tuple[str, schemas.Contract, pa.Table, list[str]]]:
     """(table name, contract, raw table, integrity problems) for an artifact folder or a Parquet file."""
     ref = io.lookup(uri)
     if ref is None:
@@ -147,7 +158,9 @@ def _load_for_check(uri: str, schema_id: str | None) -> list[tuple[str, schemas.
         raw = io.read_parquet_file(uri)
         sid = schema_id or (raw.schema.metadata or {}).get(schemas.SCHEMA_ID_KEY, b"").decode()
         if not sid:
-            raise io.ArtifactError(f"{uri} does not declare a schema id; pass --schema (one of {', '.join(schemas.ALL)})")
+            raise io.ArtifactError(
+                f"{uri} does not declare a schema id; pass --schema (one of {', '.join(schemas.ALL)})"
+            )
         return [(posixpath.basename(uri), schemas.get(sid), raw, [])]
     out = []
     fs, path = io.filesystem(ref.uri)
@@ -171,7 +184,9 @@ def _load_for_check(uri: str, schema_id: str | None) -> list[tuple[str, schemas.
 @app.command()
 def validate(
     uri: Annotated[str, typer.Argument(help="Artifact folder or Parquet file (local or s3://)")],
-    schema: Annotated[str | None, typer.Option("--schema", help="Contract id, e.g. task.v1 (default: declared)")] = None,
+    schema: Annotated[
+        str | None, typer.Option("--schema", help="Contract id, e.g. task.v1 (default: declared)")
+    ] = None,
 ) -> None:
     """Check an artifact against its contract; print a per-column report; exit 1 on violation."""
     import pyarrow.parquet  # noqa: F401  (pa.parquet attribute)
@@ -251,4 +266,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    main()

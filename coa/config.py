@@ -40,7 +40,9 @@ class TaskSourceConfig(StrictModel):
     """One task set to import into ``task.v1``."""
 
     path: str = Field(description="File (.json/.jsonl/.parquet) or a local Hugging Face `datasets` folder.")
-    name: str | None = Field(default=None, description="Source name used in task ids; default: the file stem.")
+    name: str | None = Field(
+        default=None, description="Source name used in task ids; default: the file stem."
+    )
     family: Family | None = Field(
         default=None,
         description="Task family; required for plain question/answer files whose layout does not imply one.",
@@ -132,7 +134,9 @@ def apply_overrides(data: Mapping[str, Any], overrides: Sequence[str]) -> dict[s
             where = ".".join(parts[: depth + 1])
             if isinstance(node, list):
                 if not part.isdigit() or int(part) >= len(node):
-                    raise ConfigError(f"override {key}: {where} is not a valid index into a list of {len(node)}")
+                    raise ConfigError(
+                        f"override {key}: {where} is not a valid index into a list of {len(node)}"
+                    )
                 if last:
                     node[int(part)] = value
                 else:
@@ -147,7 +151,9 @@ def apply_overrides(data: Mapping[str, Any], overrides: Sequence[str]) -> dict[s
     return out
 
 
-def build_config(data: Mapping[str, Any], model: type[StrictModel] = PipelineConfig, origin: str = "config") -> Any:
+def build_config(
+    data: Mapping[str, Any], model: type[StrictModel] = PipelineConfig, origin: str = "config"
+) -> Any:
     """Validate plain data into ``model``; errors name the dotted path of each bad key."""
     try:
         return model.model_validate(data)

@@ -115,7 +115,12 @@ class Store:
         self.root = root.rstrip("/")
 
     def address(
-        self, kind: str, name: str, config: Any, upstream: Sequence[ArtifactRef] = (), version: str | None = None
+        self,
+        kind: str,
+        name: str,
+        config: Any,
+        upstream: Sequence[ArtifactRef] = (),
+        version: str | None = None,
     ) -> tuple[str, str]:
         """The content-addressed URI for an artifact, and its key."""
         key = artifact_key(kind, name, config, upstream, version or code_version())
@@ -262,7 +267,9 @@ class ArtifactWriter:
                     {"uri": u.uri, "kind": u.kind, "content_hash": u.content_hash, "tables": list(u.tables)}
                     for u in self.upstream
                 ],
-                "tables": {k: {"schema_id": v["schema_id"], "rows": v["rows"]} for k, v in self._tables.items()},
+                "tables": {
+                    k: {"schema_id": v["schema_id"], "rows": v["rows"]} for k, v in self._tables.items()
+                },
                 **self.extra_lineage,
             }
         )
@@ -312,7 +319,7 @@ def lookup(uri: str, settings: Settings | None = None) -> ArtifactRef | None:
     try:
         with fs.open(posixpath.join(path, MANIFEST), "rb") as fh:
             manifest = json.loads(fh.read())
-    except FileNotFoundError:
+    except (FileNotFoundError, NotADirectoryError):
         return None
     return _ref_from_manifest(uri.rstrip("/"), manifest)
 
@@ -362,7 +369,10 @@ def read_table(
 
 
 def iter_batches(
-    uri: str | ArtifactRef, table: str | None = None, batch_rows: int = ROW_GROUP_ROWS, settings: Settings | None = None
+    uri: str | ArtifactRef,
+    table: str | None = None,
+    batch_rows: int = ROW_GROUP_ROWS,
+    settings: Settings | None = None,
 ) -> Iterator[pa.Table]:
     """Stream a table in batches (memory bounded by ``batch_rows``), each checked by its contract."""
     ref = open_artifact(uri, settings)

@@ -30,7 +30,9 @@ class Settings:
     def from_env(cls) -> Settings:
         return cls(
             storage_root=os.environ.get("COA_STORAGE_ROOT") or DEFAULT_STORAGE_ROOT,
-            s3_endpoint_url=os.environ.get("COA_S3_ENDPOINT_URL") or os.environ.get("AWS_ENDPOINT_URL") or None,
+            s3_endpoint_url=os.environ.get("COA_S3_ENDPOINT_URL")
+            or os.environ.get("AWS_ENDPOINT_URL")
+            or None,
         )
 
     def storage_options(self, uri: str) -> dict[str, Any]:

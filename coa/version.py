@@ -11,10 +11,8 @@ import hashlib
 from importlib import metadata
 from pathlib import Path
 
-import schemas
-
 import coa
-
+import schemas
 
 _SOURCE_SUFFIXES = {".py", ".yaml", ".yml", ".json", ".md", ".jinja", ".txt"}
 
@@ -30,7 +28,7 @@ def package_version() -> str:
 def source_hash() -> str:
     h = hashlib.sha256()
     for pkg in (coa, schemas):
-        root = Path(pkg.__file__).parent
+        root = Path(str(pkg.__file__)).parent
         for path in sorted(p for p in root.rglob("*") if p.suffix in _SOURCE_SUFFIXES):
             h.update(str(path.relative_to(root.parent)).encode())
             h.update(path.read_bytes())

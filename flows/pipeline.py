@@ -36,14 +36,29 @@ def pipeline(config_path: str = "configs/demo.yaml", overrides: list[str] | None
 
     stages: list[dict[str, Any]] = [
         {"stage": "tasks", "status": "done", "rows": tasks_ref.rows("tasks"), "artifact": tasks_ref.uri},
-        {"stage": "tasks.quarantine", "status": "done", "rows": tasks_ref.rows("quarantine"), "artifact": tasks_ref.uri},
+        {
+            "stage": "tasks.quarantine",
+            "status": "done",
+            "rows": tasks_ref.rows("quarantine"),
+            "artifact": tasks_ref.uri,
+        },
     ]
     for stage, what in NOT_BUILT.items():
         stages.append({"stage": stage, "status": "not built yet", "rows": "", "artifact": "", "note": what})
         logger.warning("stage %s is not built yet: %s", stage, what)
 
     create_table_artifact(key="pipeline-row-counts", table=stages, description="Rows per stage of this run")
-    lines = [f"# Pipeline run `{cfg.run_name}`", "", "| stage | status | rows | artifact |", "|---|---|---|---|"]
-    lines += [f"| {s['stage']} | {s['status']} | {s['rows']} | {s['artifact'] or s.get('note', '')} |" for s in stages]
-    create_markdown_artifact(key="pipeline-summary", markdown="\n".join(lines), description="Pipeline summary")
+    lines = [
+        f"# Pipeline run `{cfg.run_name}`",
+        "",
+        "| stage | status | rows | artifact |",
+        "|---|---|---|---|",
+    ]
+    lines += [
+        f"| {s['stage']} | {s['status']} | {s['rows']} | {s['artifact'] or s.get('note', '')} |"
+        for s in stages
+    ]
+    create_markdown_artifact(
+        key="pipeline-summary", markdown="\n".join(lines), description="Pipeline summary"
+    )
     return {"stages": stages, "tasks": tasks_ref.model_dump(mode="json")}

@@ -3,7 +3,7 @@
 ``get(schema_id)`` returns the contract for an id such as ``"task.v1"``; ``ALL`` lists them.
 """
 
-from schemas._contract import Column, ColumnReport, Contract, ContractError, ContractReport, SCHEMA_ID_KEY
+from schemas._contract import SCHEMA_ID_KEY, Column, ColumnReport, Contract, ContractError, ContractReport
 from schemas.eval import EVAL
 from schemas.quarantine import QUARANTINE
 from schemas.rl_prompt import RL_PROMPT

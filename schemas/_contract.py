@@ -111,7 +111,9 @@ class Contract:
         for i, row in enumerate(rows):
             extra = set(row) - set(names)
             if extra:
-                raise ContractError(self.id, sorted(extra)[0], f"row {i} has a column the contract does not define")
+                raise ContractError(
+                    self.id, sorted(extra)[0], f"row {i} has a column the contract does not define"
+                )
         arrays = []
         for c in self.columns:
             values = [row.get(c.name) for row in rows]
@@ -144,22 +146,32 @@ class Contract:
         declared_id = declared.get(SCHEMA_ID_KEY)
         if declared_id is not None and declared_id.decode() != self.id:
             reports.append(
-                ColumnReport("<schema>", "wrong schema id", f"table declares {declared_id.decode()}, expected {self.id}")
+                ColumnReport(
+                    "<schema>",
+                    "wrong schema id",
+                    f"table declares {declared_id.decode()}, expected {self.id}",
+                )
             )
         for col in self.columns:
             if col.name not in table.column_names:
                 if col.nullable:
                     arrays.append(pa.chunked_array([pa.nulls(table.num_rows, col.type)]))
-                    reports.append(ColumnReport(col.name, "cast", "missing nullable column filled with nulls"))
+                    reports.append(
+                        ColumnReport(col.name, "cast", "missing nullable column filled with nulls")
+                    )
                 else:
-                    reports.append(ColumnReport(col.name, "missing", f"required column of type {col.type} is absent"))
+                    reports.append(
+                        ColumnReport(col.name, "missing", f"required column of type {col.type} is absent")
+                    )
                 continue
             arr = table.column(col.name)
             status, detail = "ok", ""
             if arr.type != col.type:
                 problem = lossless_cast_problem(arr.type, col.type)
                 if problem:
-                    reports.append(ColumnReport(col.name, "type mismatch", f"{arr.type} -> {col.type}: {problem}"))
+                    reports.append(
+                        ColumnReport(col.name, "type mismatch", f"{arr.type} -> {col.type}: {problem}")
+                    )
                     continue
                 try:
                     arr = arr.cast(col.type, safe=True)
@@ -168,17 +180,25 @@ class Contract:
                     continue
                 status, detail = "cast", f"cast losslessly from {table.column(col.name).type}"
             if not col.nullable and arr.null_count:
-                reports.append(ColumnReport(col.name, "nulls", f"{arr.null_count} null value(s) in a non-nullable column"))
+                reports.append(
+                    ColumnReport(
+                        col.name, "nulls", f"{arr.null_count} null value(s) in a non-nullable column"
+                    )
+                )
                 continue
             if col.allowed is not None:
                 bad = _values_outside(arr, col.allowed)
                 if bad:
-                    reports.append(ColumnReport(col.name, "value not allowed", f"{bad!r}; allowed: {list(col.allowed)}"))
+                    reports.append(
+                        ColumnReport(col.name, "value not allowed", f"{bad!r}; allowed: {list(col.allowed)}")
+                    )
                     continue
             if col.name in self.unique:
                 dup = _first_duplicate(arr)
                 if dup is not None:
-                    reports.append(ColumnReport(col.name, "duplicate", f"value {dup!r} occurs more than once"))
+                    reports.append(
+                        ColumnReport(col.name, "duplicate", f"value {dup!r} occurs more than once")
+                    )
                     continue
             reports.append(ColumnReport(col.name, status, detail))
             arrays.append(arr)

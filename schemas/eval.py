@@ -24,7 +24,9 @@ EVAL = Contract(
         Column("correct", pa.bool_(), "Whether the prediction is correct."),
         Column("score", pa.float64(), "Score in [0, 1] (e.g. token F1 or judge)."),
         Column("format_valid", pa.bool_(), "Whether the output is a valid CoA trajectory for its variant."),
-        Column("format_error", pa.string(), "First format violation (rule and position), if any.", nullable=True),
+        Column(
+            "format_error", pa.string(), "First format violation (rule and position), if any.", nullable=True
+        ),
         Column("n_turns", pa.int32(), "Model generations in the run."),
         Column("n_tool_calls", pa.int32(), "Tool calls executed."),
         Column("prompt_tokens", pa.int64(), "Prompt tokens."),

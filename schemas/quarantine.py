@@ -15,8 +15,12 @@ QUARANTINE = Contract(
     columns=(
         Column("stage", pa.string(), "Stage that rejected the row, e.g. 'tasks.import', 'curate'."),
         Column("source", pa.string(), "Input the row came from (file path, artifact URI or task set)."),
-        Column("row_key", pa.string(), "Best identifier of the row: its id if it has one, else its row number."),
-        Column("reason", pa.string(), "Short machine-readable reason code, e.g. 'missing_question', 'dedup'."),
+        Column(
+            "row_key", pa.string(), "Best identifier of the row: its id if it has one, else its row number."
+        ),
+        Column(
+            "reason", pa.string(), "Short machine-readable reason code, e.g. 'missing_question', 'dedup'."
+        ),
         Column("detail", pa.string(), "Human-readable explanation of the reason."),
         Column("payload", pa.string(), "The original row as JSON (truncated to 100k characters)."),
         Column("quarantined_at", pa.timestamp("us", tz="UTC"), "When the row was rejected."),

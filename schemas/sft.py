@@ -10,7 +10,9 @@ import pyarrow as pa
 from schemas._contract import Column, Contract
 from schemas.task import FAMILIES
 
-MESSAGE = pa.struct([pa.field("role", pa.string(), nullable=False), pa.field("content", pa.string(), nullable=False)])
+MESSAGE = pa.struct(
+    [pa.field("role", pa.string(), nullable=False), pa.field("content", pa.string(), nullable=False)]
+)
 SPAN = pa.struct([pa.field("start", pa.int32(), nullable=False), pa.field("end", pa.int32(), nullable=False)])
 
 VARIANTS = ("web", "mhqa", "code_math", "afm")

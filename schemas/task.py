@@ -29,7 +29,11 @@ TASK = Contract(
     doc="A task to solve: question, gold answers, and for code tasks the tests a solution must pass.",
     columns=(
         Column("task_id", pa.string(), "Unique id: '<source>:<native id or row number>'."),
-        Column("source", pa.string(), "Task set the row came from (file stem or dataset name), e.g. 'gaia_dev_103'."),
+        Column(
+            "source",
+            pa.string(),
+            "Task set the row came from (file stem or dataset name), e.g. 'gaia_dev_103'.",
+        ),
         Column("family", pa.string(), "Task family, which fixes scoring and CoA variant.", allowed=FAMILIES),
         Column("question", pa.string(), "The bare question, with any embedded system prompt removed."),
         Column(

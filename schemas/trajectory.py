@@ -59,18 +59,34 @@ TRAJECTORY = Contract(
         Column("question", pa.string(), "The question as given to the teacher."),
         Column("gold_answers", pa.list_(pa.string()), "Gold answers copied from the task (for scoring)."),
         Column("teacher", pa.string(), "Teacher name, e.g. 'oagents-style/gpt-4.1' or 'offline-rule-based'."),
-        Column("teacher_config", pa.string(), "Resolved teacher config as JSON (models, limits; never secrets)."),
-        Column("sample_index", pa.int32(), "Which of several samples of the same task this run is (0-based)."),
+        Column(
+            "teacher_config", pa.string(), "Resolved teacher config as JSON (models, limits; never secrets)."
+        ),
+        Column(
+            "sample_index", pa.int32(), "Which of several samples of the same task this run is (0-based)."
+        ),
         Column("steps", pa.list_(STEP), "Every step of the run, in order."),
-        Column("final_answer", pa.string(), "The run's final answer; null if it ended without one.", nullable=True),
-        Column("correct", pa.bool_(), "Whether the final answer is correct; null if not scored yet.", nullable=True),
+        Column(
+            "final_answer",
+            pa.string(),
+            "The run's final answer; null if it ended without one.",
+            nullable=True,
+        ),
+        Column(
+            "correct",
+            pa.bool_(),
+            "Whether the final answer is correct; null if not scored yet.",
+            nullable=True,
+        ),
         Column("status", pa.string(), "How the run ended.", allowed=RUN_STATUSES),
         Column("error", pa.string(), "Error that ended the run (kind: message), if any.", nullable=True),
         Column("n_steps", pa.int32(), "Number of steps."),
         Column("n_tool_calls", pa.int32(), "Number of tool calls."),
         Column("prompt_tokens", pa.int64(), "Total prompt tokens over all model calls."),
         Column("completion_tokens", pa.int64(), "Total completion tokens over all model calls."),
-        Column("cost_usd", pa.float64(), "Estimated cost of the model calls in USD, if priced.", nullable=True),
+        Column(
+            "cost_usd", pa.float64(), "Estimated cost of the model calls in USD, if priced.", nullable=True
+        ),
         Column("latency_s", pa.float64(), "Wall time of the run in seconds."),
         Column("started_at", TS, "When the run started."),
         Column("finished_at", TS, "When the run ended."),

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
+from coa.tasksets import import_tasks
 from prefect import get_run_logger, task
 from prefect.artifacts import create_table_artifact
 
 import schemas
 from coa import io
 from coa.config import TasksConfig
-from coa.tasksets import import_tasks
 
 
 @task(name="import-tasks")
@@ -16,7 +16,9 @@ def import_tasks_task(cfg: TasksConfig) -> io.ArtifactRef:
     """Read every source through its layout, write tasks + quarantine, return the reference."""
     logger = get_run_logger()
     if not cfg.sources:
-        raise ValueError("tasks.sources is empty: add at least one task file to the config (see configs/demo.yaml)")
+        raise ValueError(
+            "tasks.sources is empty: add at least one task file to the config (see configs/demo.yaml)"
+        )
     inputs = [io.path_fingerprint(s.path) for s in cfg.sources]
     writer = io.Store().writer("tasks", cfg.name, {"stage": cfg.model_dump(mode="json"), "inputs": inputs})
     existing = writer.existing()
@@ -31,10 +33,18 @@ def import_tasks_task(cfg: TasksConfig) -> io.ArtifactRef:
     create_table_artifact(
         key="tasks-import",
         table=[
-            {"source": s.name, "layout": s.layout, "read": s.rows_read, "ok": s.rows_ok, "quarantined": s.rows_quarantined}
+            {
+                "source": s.name,
+                "layout": s.layout,
+                "read": s.rows_read,
+                "ok": s.rows_ok,
+                "quarantined": s.rows_quarantined,
+            }
             for s in result.sources
         ],
         description=f"Task import into {ref.uri}",
     )
-    logger.info("tasks: %d imported, %d quarantined -> %s", ref.rows("tasks"), ref.rows("quarantine"), ref.uri)
+    logger.info(
+        "tasks: %d imported, %d quarantined -> %s", ref.rows("tasks"), ref.rows("quarantine"), ref.uri
+    )
     return ref

@@ -12,8 +12,15 @@ from coa.io import ArtifactError, Store
 def tasks_table(n: int = 3):
     return schemas.TASK.from_rows(
         [
-            {"task_id": f"s:{i}", "source": "s", "family": "math", "question": f"{i}+1?", "gold_answers": [str(i + 1)],
-             "source_index": i, "metadata": "{}"}
+            {
+                "task_id": f"s:{i}",
+                "source": "s",
+                "family": "math",
+                "question": f"{i}+1?",
+                "gold_answers": [str(i + 1)],
+                "source_index": i,
+                "metadata": "{}",
+            }
             for i in range(n)
         ]
     )

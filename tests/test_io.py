@@ -65,7 +65,9 @@ def test_read_rejects_a_corrupted_table_by_contract(tmp_path: Path) -> None:
 def test_lineage_never_holds_secrets(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("OPENAI_API_KEY", "sk-test-very-secret-value")
     store = Store()
-    writer = store.writer("tasks", "t", {"endpoint": "http://x", "api_key": "inline", "note": "sk-test-very-secret-value"})
+    writer = store.writer(
+        "tasks", "t", {"endpoint": "http://x", "api_key": "inline", "note": "sk-test-very-secret-value"}
+    )
     writer.write_table("tasks", cases.tasks_table(), schemas.TASK)
     ref = writer.commit()
     text = json.dumps(io.read_lineage(ref))

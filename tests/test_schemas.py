@@ -28,7 +28,14 @@ def task_row(**overrides: object) -> dict:
 
 
 def test_required_contracts_exist_with_ids_and_docs() -> None:
-    assert set(schemas.ALL) >= {"task.v1", "trajectory.v1", "quarantine.v1", "sft.v1", "rl_prompt.v1", "eval.v1"}
+    assert set(schemas.ALL) >= {
+        "task.v1",
+        "trajectory.v1",
+        "quarantine.v1",
+        "sft.v1",
+        "rl_prompt.v1",
+        "eval.v1",
+    }
     for sid, contract in schemas.ALL.items():
         assert contract.schema.metadata[schemas.SCHEMA_ID_KEY].decode() == sid
         for field in contract.schema:
@@ -48,7 +55,10 @@ def test_lossless_casts_are_applied() -> None:
     assert out.schema.field("source_index").type == pa.int64()
     assert out.schema.field("question").type == pa.string()
     report = TASK.check(t)
-    assert report.ok and {c.column for c in report.columns if c.status == "cast"} == {"source_index", "question"}
+    assert report.ok and {c.column for c in report.columns if c.status == "cast"} == {
+        "source_index",
+        "question",
+    }
 
 
 @pytest.mark.parametrize(
@@ -112,25 +122,78 @@ def test_trajectory_holds_a_multi_agent_run() -> None:
     t0 = dt.datetime(2026, 1, 1, tzinfo=UTC)
     steps = [
         {"index": 0, "agent": "manager", "role": "plan", "text": "1. search X 2. compute", "started_at": t0},
-        {"index": 1, "agent": "search_agent", "role": "think", "text": "I should search X", "prompt_tokens": 50,
-         "completion_tokens": 8, "latency_s": 0.4, "started_at": t0},
-        {"index": 2, "agent": "search_agent", "role": "tool_call", "text": "search", "tool_name": "web_search",
-         "tool_args": json.dumps({"query": "X"}), "observation": "X is 3", "prompt_tokens": 60,
-         "completion_tokens": 5, "latency_s": 1.2, "started_at": t0},
-        {"index": 3, "agent": "reflector", "role": "reflection", "text": "good",
-         "fields": json.dumps({"information_conflict": "good"}), "started_at": t0},
-        {"index": 4, "agent": "code_agent", "role": "tool_call", "tool_name": "code", "tool_args": "{}",
-         "error": "SandboxTimeout: exceeded 5 s", "started_at": t0},
-        {"index": 5, "agent": "verifier", "role": "verification", "text": "3", "fields": json.dumps({"score": 4}),
-         "started_at": t0},
+        {
+            "index": 1,
+            "agent": "search_agent",
+            "role": "think",
+            "text": "I should search X",
+            "prompt_tokens": 50,
+            "completion_tokens": 8,
+            "latency_s": 0.4,
+            "started_at": t0,
+        },
+        {
+            "index": 2,
+            "agent": "search_agent",
+            "role": "tool_call",
+            "text": "search",
+            "tool_name": "web_search",
+            "tool_args": json.dumps({"query": "X"}),
+            "observation": "X is 3",
+            "prompt_tokens": 60,
+            "completion_tokens": 5,
+            "latency_s": 1.2,
+            "started_at": t0,
+        },
+        {
+            "index": 3,
+            "agent": "reflector",
+            "role": "reflection",
+            "text": "good",
+            "fields": json.dumps({"information_conflict": "good"}),
+            "started_at": t0,
+        },
+        {
+            "index": 4,
+            "agent": "code_agent",
+            "role": "tool_call",
+            "tool_name": "code",
+            "tool_args": "{}",
+            "error": "SandboxTimeout: exceeded 5 s",
+            "started_at": t0,
+        },
+        {
+            "index": 5,
+            "agent": "verifier",
+            "role": "verification",
+            "text": "3",
+            "fields": json.dumps({"score": 4}),
+            "started_at": t0,
+        },
         {"index": 6, "agent": "manager", "role": "final_answer", "text": "3", "started_at": t0},
     ]
     row = {
-        "run_id": "r1", "task_id": "s:0", "family": "web", "question": "What is X?", "gold_answers": ["3"],
-        "teacher": "offline", "teacher_config": "{}", "sample_index": 0, "steps": steps, "final_answer": "3",
-        "correct": True, "status": "completed", "error": None, "n_steps": 7, "n_tool_calls": 2,
-        "prompt_tokens": 110, "completion_tokens": 13, "cost_usd": None, "latency_s": 2.0,
-        "started_at": t0, "finished_at": t0,
+        "run_id": "r1",
+        "task_id": "s:0",
+        "family": "web",
+        "question": "What is X?",
+        "gold_answers": ["3"],
+        "teacher": "offline",
+        "teacher_config": "{}",
+        "sample_index": 0,
+        "steps": steps,
+        "final_answer": "3",
+        "correct": True,
+        "status": "completed",
+        "error": None,
+        "n_steps": 7,
+        "n_tool_calls": 2,
+        "prompt_tokens": 110,
+        "completion_tokens": 13,
+        "cost_usd": None,
+        "latency_s": 2.0,
+        "started_at": t0,
+        "finished_at": t0,
     }
     table = TRAJECTORY.from_rows([row])
     back = table.to_pylist()[0]

@@ -93,7 +93,9 @@ def _prefect(env: dict[str, str], *args: str, timeout: int = 120) -> str:
     return out.stdout
 
 
-def test_deploy_run_and_collect_artifacts(prefect_env: dict[str, str], tmp_path: Path, storage_root: Path) -> None:
+def test_deploy_run_and_collect_artifacts(
+    prefect_env: dict[str, str], tmp_path: Path, storage_root: Path
+) -> None:
     env = prefect_env
     _prefect(env, "work-pool", "create", "cpu", "--type", "process")
     _prefect(env, "--no-prompt", "deploy", "--all")
@@ -102,7 +104,9 @@ def test_deploy_run_and_collect_artifacts(prefect_env: dict[str, str], tmp_path:
 
     worker = _start([str(BIN / "prefect"), "worker", "start", "--pool", "cpu"], env, tmp_path / "worker.log")
     try:
-        out = _prefect(env, "deployment", "run", "pipeline/demo", "--watch", "--watch-timeout", "240", timeout=300)
+        out = _prefect(
+            env, "deployment", "run", "pipeline/demo", "--watch", "--watch-timeout", "240", timeout=300
+        )
         assert "Completed" in out, out + (tmp_path / "worker.log").read_text()[-3000:]
     finally:
         _stop(worker)
