@@ -1,0 +1,108 @@
+"""Collection: bounded fan-out, one checkpoint per finished run, resume without loss or duplicates."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pytest
+
+import schemas
+from coa.agents.backend import BudgetStop
+from coa.collect import CheckpointFolder, collect_runs, plan_runs, summarize
+from tests.agents.test_runtime import ScriptedBackend, happy_script, tools
+
+
+def task_table(n: int) -> pa.Table:
+    return schemas.TASK.from_rows(
+        [
+            {
+                "task_id": f"t:{i}",
+                "source": "t",
+                "family": "mhqa",
+                "question": f"Who founded Zorvak {i}?",
+                "gold_answers": ["Mira Tolen"],
+                "source_index": i,
+                "metadata": "{}",
+            }
+            for i in range(n)
+        ]
+    )
+
+
+class CountingTeacher:
+    """Solves with the real runtime on a scripted backend; can crash after N runs."""
+
+    def __init__(self, crash_after: int | None = None, budget_after: int | None = None) -> None:
+        self.solved: list[str] = []
+        self.crash_after, self.budget_after = crash_after, budget_after
+        self.in_flight = 0
+        self.max_in_flight = 0
+
+    async def solve(
+        self, task: dict[str, Any], sample_index: int = 0, run_id: str | None = None
+    ) -> dict[str, Any]:
+        from coa.agents.runtime import MultiAgentTeacher, TeacherConfig
+
+        if self.crash_after is not None and len(self.solved) >= self.crash_after:
+            raise KeyboardInterrupt("simulated kill")
+        if self.budget_after is not None and len(self.solved) >= self.budget_after:
+            raise BudgetStop("budget reached")
+        self.in_flight += 1
+        self.max_in_flight = max(self.max_in_flight, self.in_flight)
+        await asyncio.sleep(0.01)
+        teacher = MultiAgentTeacher(ScriptedBackend(happy_script()), tools(), TeacherConfig(reflect_every=1))
+        row = await teacher.solve(task, sample_index, run_id)
+        self.in_flight -= 1
+        self.solved.append(row["run_id"])
+        return row
+
+
+def test_collect_all_with_bounded_concurrency(tmp_path: Path) -> None:
+    planned = plan_runs(task_table(6), samples_per_task=2)
+    ckpt = CheckpointFolder(str(tmp_path / "ckpt"))
+    teacher = CountingTeacher()
+    outcome = asyncio.run(collect_runs(teacher, planned, ckpt, concurrency=3))
+    assert outcome.planned == 12 and outcome.ran == 12 and outcome.complete
+    assert 1 < teacher.max_in_flight <= 3
+    table = pa.concat_tables(ckpt.read([p.run_id for p in planned]))
+    assert table.column("run_id").to_pylist() == [p.run_id for p in planned]
+    summary = summarize(table)
+    assert (
+        summary["runs"] == 12
+        and summary["completion_rate"] == 1.0
+        and summary["tool_calls"] == {"web_search": 12}
+    )
+
+
+def test_crash_then_resume_loses_and_duplicates_nothing(tmp_path: Path) -> None:
+    planned = plan_runs(task_table(8), samples_per_task=1)
+    ckpt = CheckpointFolder(str(tmp_path / "ckpt"))
+    first = CountingTeacher(crash_after=3)
+    with pytest.raises(KeyboardInterrupt):
+        asyncio.run(collect_runs(first, planned, ckpt, concurrency=1))
+    assert len(ckpt.done()) == 3
+    second = CountingTeacher()
+    outcome = asyncio.run(collect_runs(second, planned, ckpt, concurrency=2))
+    assert outcome.resumed == 3 and outcome.ran == 5
+    assert set(second.solved).isdisjoint(first.solved)  # nothing redone
+    ids = pa.concat_tables(ckpt.read([p.run_id for p in planned])).column("run_id").to_pylist()
+    assert ids == [p.run_id for p in planned] and len(set(ids)) == 8
+
+
+def test_budget_stop_is_clean_and_resumable(tmp_path: Path) -> None:
+    planned = plan_runs(task_table(5), samples_per_task=1)
+    ckpt = CheckpointFolder(str(tmp_path / "ckpt"))
+    outcome = asyncio.run(collect_runs(CountingTeacher(budget_after=2), planned, ckpt, concurrency=1))
+    assert outcome.budget_stopped and outcome.ran == 2 and len(ckpt.done()) == 2
+    rest = asyncio.run(collect_runs(CountingTeacher(), planned, ckpt, concurrency=1))
+    assert rest.resumed == 2 and rest.ran == 3 and rest.complete
+
+
+def test_temporary_checkpoint_files_are_not_counted(tmp_path: Path) -> None:
+    ckpt = CheckpointFolder(str(tmp_path / "ckpt"))
+    (tmp_path / "ckpt").mkdir()
+    (tmp_path / "ckpt" / (CheckpointFolder.file_name("t:0#0") + ".tmp-1234")).write_bytes(b"half")
+    assert ckpt.done() == set()
