@@ -6,10 +6,16 @@ through :mod:`coa.llm`) and :class:`coa.agents.offline.RuleBasedBackend` (no mod
 
 from __future__ import annotations
 
+import contextvars
 import dataclasses
 from typing import Protocol
 
 Message = dict[str, str]
+
+current_run_id: contextvars.ContextVar[str | None] = contextvars.ContextVar(
+    "coa_current_run_id", default=None
+)
+"""The run being solved (set by the runtime): backends use it to keep samples of one task apart."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -22,6 +28,7 @@ class ModelReply:
     latency_s: float = 0.0
     finish_reason: str = "stop"
     cached: bool = False
+    cost_usd: float | None = None
 
 
 class ModelError(RuntimeError):

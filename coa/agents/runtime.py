@@ -20,7 +20,7 @@ from pydantic import Field
 
 from coa.agents import prompts
 from coa.agents.actions import Action, ParseError, parse_action, parse_reflection, parse_verification
-from coa.agents.backend import BudgetStop, Message, ModelBackend, ModelError, ModelReply
+from coa.agents.backend import BudgetStop, Message, ModelBackend, ModelError, ModelReply, current_run_id
 from coa.agents.toolbox import ToolBox
 from coa.config import StrictModel
 
@@ -62,6 +62,7 @@ class Recorder:
     """Collects the steps of one run in ``trajectory.v1`` step layout."""
 
     steps: list[dict[str, Any]] = dataclasses.field(default_factory=list)
+    costs: list[float] = dataclasses.field(default_factory=list)
 
     def add(
         self,
@@ -78,6 +79,8 @@ class Recorder:
         error: str | None = None,
         started_at: dt.datetime | None = None,
     ) -> None:
+        if reply is not None and reply.cost_usd is not None:
+            self.costs.append(reply.cost_usd)
         self.steps.append(
             {
                 "index": len(self.steps),
@@ -140,6 +143,8 @@ class MultiAgentTeacher:
         stops cleanly and a resumed run redoes this task.
         """
         rec = Recorder()
+        run_id = run_id or f"{task['task_id']}#{sample_index}"
+        current_run_id.set(run_id)
         started = dt.datetime.now(dt.UTC)
         t0 = time.perf_counter()
         status, error, answer = "completed", None, None
@@ -154,7 +159,7 @@ class MultiAgentTeacher:
             rec.add("manager", "error", error=str(e))
         steps = rec.steps
         return {
-            "run_id": run_id or f"{task['task_id']}#{sample_index}",
+            "run_id": run_id,
             "task_id": task["task_id"],
             "family": task["family"],
             "question": task["question"],
@@ -171,7 +176,7 @@ class MultiAgentTeacher:
             "n_tool_calls": sum(1 for s in steps if s["role"] == "tool_call"),
             "prompt_tokens": sum(s["prompt_tokens"] for s in steps),
             "completion_tokens": sum(s["completion_tokens"] for s in steps),
-            "cost_usd": None,
+            "cost_usd": sum(rec.costs) if rec.costs else None,
             "latency_s": time.perf_counter() - t0,
             "started_at": started,
             "finished_at": dt.datetime.now(dt.UTC),
