@@ -1,0 +1,66 @@
+"""The LLM layer used by the multi-agent teacher: OpenAI-compatible chat endpoints with limits,
+retries, a run-wide budget, a content-addressed response cache, and secret hygiene.
+
+Typical use::
+
+    from coa.llm import LLMConfig, LLMRouter
+
+    async with LLMRouter(cfg.llm) as llm:
+        result = await llm.chat("teacher", [{"role": "user", "content": "2+2?"}], sample_id=rollout)
+        if result.truncated: ...
+
+Modules: :mod:`~coa.llm.config` (typed config), :mod:`~coa.llm.client` (client, router, result),
+:mod:`~coa.llm.cache` (response cache), :mod:`~coa.llm.limits` (token buckets, budget),
+:mod:`~coa.llm.tokens` (token counting), :mod:`~coa.llm.secrets` (API keys, scrubbing),
+:mod:`~coa.llm.errors`. Nothing here imports Prefect (only ``api_key_block`` does, lazily).
+"""
+
+from coa.llm.cache import ResponseCache, cache_key
+from coa.llm.client import (
+    ChatResult,
+    ClientStats,
+    LLMClient,
+    LLMRouter,
+    is_context_length_error,
+    parse_retry_after,
+)
+from coa.llm.config import ROLES, EndpointConfig, LLMConfig, Role
+from coa.llm.errors import (
+    BudgetExhausted,
+    ContextLengthExceeded,
+    LLMError,
+    LLMRequestError,
+    LLMRetriesExhausted,
+)
+from coa.llm.limits import AsyncTokenBucket, Budget, Reservation
+from coa.llm.secrets import Scrubber, resolve_api_key
+from coa.llm.tokens import TokenCounter, approx_token_count, estimate_prompt_tokens, hf_token_counter
+
+__all__ = [
+    "ROLES",
+    "AsyncTokenBucket",
+    "Budget",
+    "BudgetExhausted",
+    "ChatResult",
+    "ClientStats",
+    "ContextLengthExceeded",
+    "EndpointConfig",
+    "LLMClient",
+    "LLMConfig",
+    "LLMError",
+    "LLMRequestError",
+    "LLMRetriesExhausted",
+    "LLMRouter",
+    "Reservation",
+    "ResponseCache",
+    "Role",
+    "Scrubber",
+    "TokenCounter",
+    "approx_token_count",
+    "cache_key",
+    "estimate_prompt_tokens",
+    "hf_token_counter",
+    "is_context_length_error",
+    "parse_retry_after",
+    "resolve_api_key",
+]

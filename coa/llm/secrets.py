@@ -1,0 +1,85 @@
+"""API keys: where they come from and how they are kept out of logs, caches, results and errors.
+
+A key is read from the environment variable an endpoint names (``api_key_env``) or from a Prefect
+Secret block (``api_key_block``; Prefect is imported only in that branch, so :mod:`coa` stays
+Prefect-free). It is only ever placed in the ``Authorization`` header. Every string the LLM layer
+logs, raises or stores goes through :class:`Scrubber`, which applies :func:`coa.settings.scrub`
+(secret-looking environment values) and also masks the endpoint's own key, whatever its variable is
+called or wherever it came from.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable
+from typing import Any
+
+from coa.config import ConfigError
+from coa.llm.config import EndpointConfig
+from coa.settings import scrub
+
+MASK = "***"
+_MIN_SECRET_LEN = 4
+
+
+class Scrubber:
+    """Masks secret values in text and in JSON-like trees (strings only; keys and numbers are kept)."""
+
+    def __init__(self, secrets: Iterable[str | None] = ()) -> None:
+        self._secrets: list[str] = []
+        self.add(*secrets)
+
+    def add(self, *secrets: str | None) -> None:
+        for s in secrets:
+            if s and len(s) >= _MIN_SECRET_LEN and s not in self._secrets:
+                self._secrets.append(s)
+        self._secrets.sort(key=len, reverse=True)
+
+    def text(self, value: str) -> str:
+        value = scrub(value)
+        for s in self._secrets:
+            value = value.replace(s, MASK)
+        return value
+
+    def tree(self, value: Any) -> Any:
+        if isinstance(value, str):
+            return self.text(value)
+        if isinstance(value, dict):
+            return {str(k): self.tree(v) for k, v in value.items()}
+        if isinstance(value, list | tuple):
+            return [self.tree(v) for v in value]
+        return value
+
+
+async def resolve_api_key(endpoint: EndpointConfig) -> str | None:
+    """The endpoint's API key, or None when it needs none. Errors name the source, never the value."""
+    if endpoint.api_key_env:
+        key = os.environ.get(endpoint.api_key_env, "").strip()
+        if not key:
+            raise ConfigError(
+                f"endpoint {endpoint.name!r}: environment variable {endpoint.api_key_env} "
+                "(api_key_env) is not set"
+            )
+        return key
+    if endpoint.api_key_block:
+        try:
+            from prefect.blocks.system import Secret  # lazy: only deployments that use blocks need Prefect
+        except ImportError as e:  # pragma: no cover - prefect is installed with the pipeline
+            raise ConfigError(
+                f"endpoint {endpoint.name!r}: api_key_block needs Prefect installed ({e})"
+            ) from None
+        try:
+            block = await Secret.aload(endpoint.api_key_block)
+        except Exception as e:  # re-raised with a clean, scrubbed message
+            raise ConfigError(
+                f"endpoint {endpoint.name!r}: cannot load Prefect Secret block "
+                f"{endpoint.api_key_block!r}: {scrub(type(e).__name__ + ': ' + str(e))}"
+            ) from None
+        value: Any = block.get()  # type: ignore[attr-defined]
+        if not isinstance(value, str) or not value.strip():
+            raise ConfigError(
+                f"endpoint {endpoint.name!r}: Prefect Secret block {endpoint.api_key_block!r} "
+                "does not hold a non-empty string"
+            )
+        return value.strip()
+    return None

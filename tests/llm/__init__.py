@@ -1,0 +1,1 @@
+"""Tests of coa.llm against a fake OpenAI-compatible server."""
