@@ -19,6 +19,7 @@ from rich.table import Table
 import schemas
 from coa import io
 from coa.config import ConfigError, Family, TaskSourceConfig
+from coa.version import code_version
 
 app = typer.Typer(help="coa-pipeline: a factory for Chain-of-Agents agent models.", no_args_is_help=True)
 tasks_app = typer.Typer(
@@ -100,7 +101,7 @@ def tasks_import(
     except FileNotFoundError as e:
         raise _fail(str(e)) from None
     config = {"sources": [c.model_dump(mode="json") for c in cfgs], "inputs": fingerprints}
-    key = io.artifact_key("tasks", "import", config, [], "")
+    key = io.artifact_key("tasks", "import", config, [], code_version())
     writer = io.ArtifactWriter(out, "tasks", name or "import", key, config=config)
     existing = writer.existing()
     if existing is not None:

@@ -71,3 +71,50 @@ def test_show_prints_lineage_json(tmp_path: Path) -> None:
     result = runner.invoke(app, ["show", ref.uri])
     assert lineage["code_version"] in result.output
     assert json.loads(json.dumps(lineage))["kind"] == "tasks"
+
+
+def test_tasks_import_every_afm_fixture(afm_fixtures: Path, tmp_path: Path) -> None:
+    files = sorted(str(p) for p in afm_fixtures.iterdir())
+    out = tmp_path / "bench"
+    result = runner.invoke(app, ["tasks", "import", *files, "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    tasks = io.read_table(str(out), "tasks")
+    assert tasks.num_rows == 103 + 680 + 500 + 30 + 500 + 167
+    counts = tasks.group_by("family").aggregate([("task_id", "count")]).to_pylist()
+    assert {c["family"]: c["task_id_count"] for c in counts} == {
+        "web": 783,
+        "mhqa": 500,
+        "math": 530,
+        "code": 167,
+    }
+    assert len(set(tasks.column("task_id").to_pylist())) == tasks.num_rows
+    assert runner.invoke(app, ["validate", str(out)]).exit_code == 0
+    again = runner.invoke(app, ["tasks", "import", *files, "--out", str(out)])
+    assert again.exit_code == 0 and "up to date" in again.output
+
+
+def test_tasks_import_unreadable_input_is_a_clear_error_and_writes_nothing(tmp_path: Path) -> None:
+    bad = tmp_path / "broken.parquet"
+    bad.write_bytes(b"PAR1 this is not parquet")
+    out = tmp_path / "out"
+    result = runner.invoke(app, ["tasks", "import", str(bad), "--out", str(out)])
+    assert result.exit_code == 2
+    assert str(bad) in result.output
+    assert io.lookup(str(out)) is None
+    missing = runner.invoke(app, ["tasks", "import", str(tmp_path / "nope.jsonl"), "--out", str(out)])
+    assert missing.exit_code == 2 and "input not found" in missing.output
+
+
+def test_tasks_import_refuses_to_replace_other_inputs_without_force(tmp_path: Path) -> None:
+    a = tmp_path / "a.jsonl"
+    a.write_text('{"question": "1+1?", "answer": "2"}\n')
+    out = tmp_path / "out"
+    assert (
+        runner.invoke(app, ["tasks", "import", str(a), "--family", "math", "--out", str(out)]).exit_code == 0
+    )
+    a.write_text('{"question": "2+2?", "answer": "4"}\n')
+    refused = runner.invoke(app, ["tasks", "import", str(a), "--family", "math", "--out", str(out)])
+    assert refused.exit_code == 2 and "--force" in refused.output
+    assert io.read_table(str(out)).column("question").to_pylist() == ["1+1?"]  # committed data untouched
+    forced = runner.invoke(app, ["tasks", "import", str(a), "--family", "math", "--out", str(out), "--force"])
+    assert forced.exit_code == 0 and io.read_table(str(out)).column("question").to_pylist() == ["2+2?"]
