@@ -5,6 +5,9 @@ PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
+# Local Prefect: no telemetry (its heartbeat can trip SQLite "database is locked" on first start).
+export PREFECT_SERVER_ANALYTICS_ENABLED ?= false
+export PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS ?= 90
 
 .PHONY: demo test test-fast lint typecheck bench sysdeps venv clean
 
