@@ -1,0 +1,75 @@
+"""coa.format: the single owner of the Chain-of-Agents trajectory format.
+
+Every stage (collection, conversion, SFT, RL, evaluation) reads and writes trajectories through
+this package, so that training and inference see the same bytes. Pure functions, no Prefect.
+
+Modules:
+
+* :mod:`~coa.format.segments`: tags, ``Segment`` / ``Trajectory``, reflection grades and
+  double-check scores, ``FormatError``;
+* :mod:`~coa.format.codec`: ``render`` / ``parse`` (the canonical ``<tag>\\n…\\n</tag>\\n`` text)
+  and observation escaping;
+* :mod:`~coa.format.grammar`: the ``web`` / ``mhqa`` / ``code_math`` / ``afm`` state machines and
+  ``validate``;
+* :mod:`~coa.format.answers`: answer, ``\\boxed{}``, code-block and multi-answer extraction;
+* :mod:`~coa.format.masks`: observation character spans and per-token loss labels;
+* :mod:`~coa.format.prompts`: versioned system prompts per variant;
+* :mod:`~coa.format.export`: AFM SFT (alpaca JSON) and RL (Parquet row) layouts;
+* :mod:`~coa.format.check`: ``check_rows``, the hook of ``coa format check``.
+"""
+
+from coa.format.answers import extract_answer, extract_boxed, extract_code_block, split_multi_answers
+from coa.format.check import check_rows
+from coa.format.codec import escape_observation, parse, render, unescape_observation
+from coa.format.export import render_afm_sft, to_afm_rl_row, to_afm_sft_record
+from coa.format.grammar import GRAMMARS, VARIANTS, Grammar, ValidationResult, validate
+from coa.format.masks import IGNORE_INDEX, chat_text, label_chat, observation_spans, token_labels
+from coa.format.prompts import system_prompt
+from coa.format.segments import (
+    ENV_TAGS,
+    ROLE_TAGS,
+    TAGS,
+    TOOL_TAGS,
+    FormatError,
+    ReflectionGrades,
+    Segment,
+    Trajectory,
+    parse_double_check,
+    parse_reflection,
+)
+
+__all__ = [
+    "ENV_TAGS",
+    "GRAMMARS",
+    "IGNORE_INDEX",
+    "ROLE_TAGS",
+    "TAGS",
+    "TOOL_TAGS",
+    "VARIANTS",
+    "FormatError",
+    "Grammar",
+    "ReflectionGrades",
+    "Segment",
+    "Trajectory",
+    "ValidationResult",
+    "chat_text",
+    "check_rows",
+    "escape_observation",
+    "extract_answer",
+    "extract_boxed",
+    "extract_code_block",
+    "label_chat",
+    "observation_spans",
+    "parse",
+    "parse_double_check",
+    "parse_reflection",
+    "render",
+    "render_afm_sft",
+    "split_multi_answers",
+    "system_prompt",
+    "to_afm_rl_row",
+    "to_afm_sft_record",
+    "token_labels",
+    "unescape_observation",
+    "validate",
+]
