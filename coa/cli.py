@@ -26,6 +26,8 @@ tasks_app = typer.Typer(
     help="Task sets: import benchmark and training task files into task.v1.", no_args_is_help=True
 )
 app.add_typer(tasks_app, name="tasks")
+format_app = typer.Typer(help="The Chain-of-Agents format: check trajectories against a grammar variant.")
+app.add_typer(format_app, name="format")
 console = Console()
 err = Console(stderr=True)
 
@@ -140,6 +142,63 @@ def tasks_import(
         console.print(
             f"{result.quarantine.num_rows} row(s) quarantined; see `coa show {ref.uri} --table quarantine`"
         )
+
+
+# -- coa format check ------------------------------------------------------------------------
+
+
+def _format_rows(path: str) -> list[dict[str, Any]]:
+    """Rows with ``id`` and ``text`` from a JSONL file or an sft.v1 artifact/Parquet file."""
+    if path.endswith(".jsonl"):
+        fs, p = io.filesystem(path)
+        rows = []
+        with fs.open(p, "rt", encoding="utf-8") as fh:
+            for n, line in enumerate(fh):
+                if not line.strip():
+                    continue
+                try:
+                    row = json.loads(line)
+                except json.JSONDecodeError as e:
+                    row = {"id": f"line-{n + 1}", "text": None, "_error": str(e)}
+                rows.append(row if isinstance(row, dict) else {"id": f"line-{n + 1}", "text": None})
+        return rows
+    ref = io.lookup(path)
+    table = io.read_table(ref) if ref is not None else io.read_parquet_file(path)
+    if "text" in table.column_names:
+        ids = table.column("id").to_pylist() if "id" in table.column_names else list(range(table.num_rows))
+        return [{"id": i, "text": t} for i, t in zip(ids, table.column("text").to_pylist(), strict=True)]
+    if "messages" in table.column_names:
+        id_col = "example_id" if "example_id" in table.column_names else None
+        out = []
+        for n, row in enumerate(table.select([c for c in (id_col, "messages") if c]).to_pylist()):
+            assistant = [m["content"] for m in row["messages"] if m["role"] == "assistant"]
+            out.append({"id": row.get(id_col) if id_col else n, "text": assistant[-1] if assistant else None})
+        return out
+    raise io.ArtifactError(f"{path} has neither a 'text' nor a 'messages' column")
+
+
+@format_app.command("check")
+def format_check(
+    path: Annotated[
+        str, typer.Argument(help="JSONL with id/text per line, or an sft.v1 artifact / Parquet file")
+    ],
+    variant: Annotated[str, typer.Option(help="Grammar variant: web | mhqa | code_math | afm")],
+    lenient: Annotated[bool, typer.Option(help="Accept non-canonical whitespace (model output)")] = False,
+) -> None:
+    """Validate every row; print one JSON line per row {"id", "ok", "error"}; exit 0 iff all valid."""
+    from coa.format import check_rows
+
+    try:
+        rows = _format_rows(path)
+        results = check_rows(rows, variant, strict=not lenient)
+        all_ok = True
+        for result in results:
+            all_ok = all_ok and result["ok"]
+            typer.echo(json.dumps(result, ensure_ascii=False, default=str))
+    except (ValueError, OSError, io.ArtifactError) as e:
+        raise _fail(str(e)) from None
+    if not all_ok:
+        raise typer.Exit(1)
 
 
 # -- coa validate / show ---------------------------------------------------------------------

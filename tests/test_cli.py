@@ -118,3 +118,38 @@ def test_tasks_import_refuses_to_replace_other_inputs_without_force(tmp_path: Pa
     assert io.read_table(str(out)).column("question").to_pylist() == ["1+1?"]  # committed data untouched
     forced = runner.invoke(app, ["tasks", "import", str(a), "--family", "math", "--out", str(out), "--force"])
     assert forced.exit_code == 0 and io.read_table(str(out)).column("question").to_pylist() == ["2+2?"]
+
+
+def test_format_check_reports_each_row_and_exit_code(tmp_path: Path) -> None:
+    from coa.format import Trajectory, render
+
+    good = render(
+        Trajectory.of(
+            [
+                ("plan", "1. compute"),
+                ("think", "use code"),
+                ("code", "```python\nprint(2+2)\n```"),
+                ("observation", "4"),
+                ("reflection", "the result is 4"),
+                ("think", "done"),
+                ("answer", "\\boxed{4}"),
+            ]
+        )
+    )
+    path = tmp_path / "rows.jsonl"
+    path.write_text(
+        json.dumps({"id": "good", "text": good})
+        + "\n"
+        + json.dumps({"id": "bad", "text": "<answer>\n4\n</answer>\n"})
+        + "\n"
+    )
+    result = runner.invoke(app, ["format", "check", "--variant", "code_math", str(path)])
+    lines = [json.loads(line) for line in result.output.strip().splitlines()]
+    assert [(r["id"], r["ok"]) for r in lines] == [("good", True), ("bad", False)]
+    assert lines[1]["error"]["rule"]
+    assert result.exit_code == 1
+    only_good = tmp_path / "good.jsonl"
+    only_good.write_text(json.dumps({"id": "good", "text": good}) + "\n")
+    assert runner.invoke(app, ["format", "check", "--variant", "code_math", str(only_good)]).exit_code == 0
+    unknown = runner.invoke(app, ["format", "check", "--variant", "poetry", str(only_good)])
+    assert unknown.exit_code == 2
