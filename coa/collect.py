@@ -190,3 +190,70 @@ def summary_markdown(summary: dict[str, Any], uri: str) -> str:
     lines.append(f"| tool calls | {json.dumps(summary['tool_calls'])} |")
     lines.append(f"| errors by kind | {json.dumps(summary['errors_by_kind'])} |")
     return "\n".join(lines)
+
+
+# -- the stage ----------------------------------------------------------------------------------
+
+
+def checkpoint_uri(store_root: str, artifact_uri: str) -> str:
+    """Where the per-run checkpoints of an artifact-in-progress live."""
+    return posixpath.join(store_root, "checkpoints", *artifact_uri.rstrip("/").split("/")[-2:])
+
+
+def run_collect_stage(
+    config: Any,
+    tasks_ref: Any,
+    table: str,
+    store: Any,
+    progress: Callable[[int, int], None] | None = None,
+) -> tuple[Any, dict[str, Any]]:
+    """Collect trajectories for ``tasks_ref[table]`` into a committed ``trajectory.v1`` artifact.
+
+    Resumes from checkpoints; returns (reference, summary). Raises :class:`CollectionIncomplete`
+    when the budget stopped it (the finished runs stay checkpointed for the next attempt).
+    """
+    from coa import io
+    from coa.teacher import open_teacher
+
+    writer = store.writer(
+        "trajectories",
+        config.name,
+        {"collect": config.model_dump(mode="json"), "table": table},
+        upstream=[tasks_ref],
+    )
+    existing = writer.existing()
+    if existing is not None:
+        return existing, summarize(io.read_table(existing))
+    tasks = io.read_table(tasks_ref, table)
+    if config.limit is not None:
+        tasks = tasks.slice(0, config.limit)
+    planned = plan_runs(tasks, config.samples_per_task)
+    checkpoints = CheckpointFolder(checkpoint_uri(store.root, writer.uri))
+
+    async def run() -> CollectOutcome:
+        async with open_teacher(config, store.root) as teacher:
+            return await collect_runs(teacher, planned, checkpoints, config.concurrency, progress)
+
+    outcome = asyncio.run(run())
+    if outcome.budget_stopped:
+        raise CollectionIncomplete(
+            f"the LLM budget ran out after {outcome.resumed + outcome.ran} of {outcome.planned} runs; "
+            "they are checkpointed: raise collect.llm.budget_tokens / budget_usd and rerun to finish"
+        )
+    with writer.table_writer("trajectories", schemas.TRAJECTORY) as write:
+        pending: list[pa.Table] = []
+        for part in checkpoints.read([p.run_id for p in planned]):
+            pending.append(part)
+            if len(pending) == 256:  # one row group per 256 runs, not one per run
+                write(pa.concat_tables(pending))
+                pending = []
+        if pending:
+            write(pa.concat_tables(pending))
+    writer.extra_lineage["collect"] = dataclasses.asdict(outcome)
+    ref = writer.commit()
+    checkpoints.remove()
+    return ref, summarize(io.read_table(ref))
+
+
+class CollectionIncomplete(RuntimeError):
+    """Collection stopped before every planned run finished (e.g. the budget ran out)."""

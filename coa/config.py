@@ -11,7 +11,6 @@ carry infrastructure only (storage root, S3, LLM endpoints and keys, Prefect API
 from __future__ import annotations
 
 import difflib
-import hashlib
 import json
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -55,17 +54,6 @@ class TasksConfig(StrictModel):
 
     name: str = Field(default="tasks", description="Artifact name of the imported task set.")
     sources: tuple[TaskSourceConfig, ...] = Field(default=(), description="Task sets to import, in order.")
-
-
-class PipelineConfig(StrictModel):
-    """The whole pipeline run (grows with each stage)."""
-
-    run_name: str = Field(default="coa", description="Human-readable name of this pipeline configuration.")
-    tasks: TasksConfig = Field(default_factory=TasksConfig, description="Task-set import stage.")
-
-    def fingerprint(self) -> str:
-        """Stable hash of the resolved config."""
-        return hashlib.sha256(canonical_json(self.model_dump(mode="json")).encode()).hexdigest()
 
 
 def canonical_json(value: Any) -> str:
@@ -152,9 +140,13 @@ def apply_overrides(data: Mapping[str, Any], overrides: Sequence[str]) -> dict[s
 
 
 def build_config(
-    data: Mapping[str, Any], model: type[StrictModel] = PipelineConfig, origin: str = "config"
+    data: Mapping[str, Any], model: type[StrictModel] | None = None, origin: str = "config"
 ) -> Any:
-    """Validate plain data into ``model``; errors name the dotted path of each bad key."""
+    """Validate plain data into ``model`` (default: the pipeline config); errors name bad keys' paths."""
+    if model is None:
+        from coa.pipeline_config import PipelineConfig
+
+        model = PipelineConfig
     try:
         return model.model_validate(data)
     except ValidationError as e:
@@ -162,7 +154,7 @@ def build_config(
 
 
 def load_config(
-    path: str | Path | None = None, overrides: Sequence[str] = (), model: type[StrictModel] = PipelineConfig
+    path: str | Path | None = None, overrides: Sequence[str] = (), model: type[StrictModel] | None = None
 ) -> Any:
     """Code defaults → YAML profile (with ``inherit`` chain) → dotted overrides, validated."""
     data = load_yaml_layers(path) if path is not None else {}

@@ -1,8 +1,8 @@
 """The pipeline flow: task sets → collect → curate → convert → SFT → RL → evaluate.
 
 It reads as the list of stages. Each stage is a Prefect task that returns an artifact reference;
-stages that are not built yet are reported as such (nothing is faked). Publishes a markdown summary
-and a table of row counts per stage as Prefect artifacts.
+stages that are not configured or not built yet are reported as such (nothing is faked). Publishes
+a markdown summary and a table of row counts per stage as Prefect artifacts.
 """
 
 from __future__ import annotations
@@ -12,11 +12,14 @@ from typing import Any
 from prefect import flow, get_run_logger
 from prefect.artifacts import create_markdown_artifact, create_table_artifact
 
-from coa.config import PipelineConfig, load_config
+from coa.config import load_config
+from coa.io import ArtifactRef
+from coa.pipeline_config import PipelineConfig
+from tasks.collect import collect_task
 from tasks.import_tasks import import_tasks_task
+from tasks.synthetic_tasks import synthetic_tasks_task
 
 NOT_BUILT = {
-    "collect": "teacher collection (issue: Teacher)",
     "curate": "filter/dedup/decontaminate (issue: CoA format, curation and conversion)",
     "convert": "CoA conversion to sft.v1 / rl_prompt.v1 (same issue)",
     "sft": "supervised fine-tuning (issue: SFT)",
@@ -25,26 +28,49 @@ NOT_BUILT = {
 }
 
 
+def _row(stage: str, ref: ArtifactRef, table: str) -> dict[str, Any]:
+    return {"stage": stage, "status": "done", "rows": ref.rows(table), "artifact": ref.uri}
+
+
+def _skipped(stage: str, why: str) -> dict[str, Any]:
+    return {"stage": stage, "status": why, "rows": "", "artifact": ""}
+
+
 @flow(name="pipeline", log_prints=True)
 def pipeline(config_path: str = "configs/demo.yaml", overrides: list[str] | None = None) -> dict[str, Any]:
-    """Run every built stage on the config profile ``config_path`` with dotted ``overrides``."""
+    """Run every configured, built stage on the profile ``config_path`` with dotted ``overrides``."""
     logger = get_run_logger()
     cfg: PipelineConfig = load_config(config_path, overrides or [])
     logger.info("pipeline %r, config fingerprint %s", cfg.run_name, cfg.fingerprint()[:12])
+    stages: list[dict[str, Any]] = []
+    refs: dict[str, Any] = {}
+    train: tuple[ArtifactRef, str] | None = None
 
-    tasks_ref = import_tasks_task(cfg.tasks)
+    if cfg.synthetic is not None:
+        synthetic = synthetic_tasks_task(cfg.synthetic)
+        stages += [
+            _row("synthetic.train", synthetic, "train"),
+            _row("synthetic.heldout", synthetic, "heldout"),
+        ]
+        refs["synthetic"] = synthetic.model_dump(mode="json")
+        train = (synthetic, "train")
+    if cfg.tasks.sources:
+        imported = import_tasks_task(cfg.tasks)
+        stages += [_row("tasks", imported, "tasks"), _row("tasks.quarantine", imported, "quarantine")]
+        refs["tasks"] = imported.model_dump(mode="json")
+        train = train or (imported, "tasks")
+    if train is None:
+        raise ValueError("no tasks: configure `synthetic` or `tasks.sources` (see configs/demo.yaml)")
 
-    stages: list[dict[str, Any]] = [
-        {"stage": "tasks", "status": "done", "rows": tasks_ref.rows("tasks"), "artifact": tasks_ref.uri},
-        {
-            "stage": "tasks.quarantine",
-            "status": "done",
-            "rows": tasks_ref.rows("quarantine"),
-            "artifact": tasks_ref.uri,
-        },
-    ]
+    if cfg.collect is not None:
+        trajectories = collect_task(cfg.collect, *train)
+        stages.append(_row("collect", trajectories, "trajectories"))
+        refs["collect"] = trajectories.model_dump(mode="json")
+    else:
+        stages.append(_skipped("collect", "not configured"))
+
     for stage, what in NOT_BUILT.items():
-        stages.append({"stage": stage, "status": "not built yet", "rows": "", "artifact": "", "note": what})
+        stages.append({**_skipped(stage, "not built yet"), "note": what})
         logger.warning("stage %s is not built yet: %s", stage, what)
 
     create_table_artifact(key="pipeline-row-counts", table=stages, description="Rows per stage of this run")
@@ -61,4 +87,4 @@ def pipeline(config_path: str = "configs/demo.yaml", overrides: list[str] | None
     create_markdown_artifact(
         key="pipeline-summary", markdown="\n".join(lines), description="Pipeline summary"
     )
-    return {"stages": stages, "tasks": tasks_ref.model_dump(mode="json")}
+    return {"stages": stages, **refs}

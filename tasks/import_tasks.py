@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-from coa.tasksets import import_tasks
 from prefect import get_run_logger, task
 from prefect.artifacts import create_table_artifact
 
 import schemas
 from coa import io
 from coa.config import TasksConfig
+from coa.tasksets import import_tasks
 
 
 @task(name="import-tasks")

@@ -5,7 +5,8 @@ from pathlib import Path
 import pytest
 from pydantic import ValidationError
 
-from coa.config import ConfigError, PipelineConfig, apply_overrides, build_config, load_config
+from coa.config import ConfigError, apply_overrides, build_config, load_config
+from coa.pipeline_config import PipelineConfig
 
 REPO = Path(__file__).resolve().parents[1]
 PROFILES = sorted(p for p in (REPO / "configs").glob("*.yaml"))

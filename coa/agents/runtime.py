@@ -200,7 +200,16 @@ class MultiAgentTeacher:
                 plan = await self._plan(
                     question, rec, reason=f"verification score {verdict} for {action.input!r}"
                 )
-                messages = self._manager_messages(question, plan)
+                messages = [
+                    *self._manager_messages(question, plan),
+                    *messages[2:],
+                    {"role": "assistant", "content": reply.text},
+                    {
+                        "role": "user",
+                        "content": f"Verification rejected the answer {action.input!r} (score {verdict}). "
+                        "Follow the new plan.",
+                    },
+                ]
                 continue
             started = dt.datetime.now(dt.UTC)
             t0 = time.perf_counter()

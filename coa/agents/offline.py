@@ -1,0 +1,399 @@
+"""The offline teacher: a rule-based backend that answers the agents' calls for the synthetic families.
+
+It is what it says: not a model. It stands where an LLM would, reads the same prompts and
+conversation, and writes replies in the same formats, so the whole collection path (agents, real
+tools — the local search index and the sandboxed code tool — recording, checkpoints) runs with no
+network and no model. It only knows the synthetic task families (:mod:`coa.synthetic`): it parses a
+question with the family's template inverse and acts on the observations the tools really return
+(it reads search results and program output; it never looks up a gold answer). On any other task
+it raises ``ModelError("OfflineBackendUnsupported")``. The real teacher is any OpenAI-compatible
+endpoint (:class:`coa.agents.llm_backend.EndpointBackend`).
+
+To make the data look like a real teacher's, it makes seeded, recoverable slips: a typo in code
+(the sandbox reports the error, it fixes it), a misspelled search (no results, it searches again),
+a distractor picked as the answer (the verifier rejects it, the team re-plans). A small share of
+slips survive verification, so curation has wrong answers to filter.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import random
+import re
+from typing import Any
+
+from pydantic import Field
+
+from coa.agents import prompts
+from coa.agents.backend import Message, ModelError, ModelReply, current_run_id
+from coa.config import StrictModel
+from coa.llm.tokens import approx_token_count, estimate_prompt_tokens
+from coa.synthetic import arithmetic, multihop, programming
+
+
+class OfflineConfig(StrictModel):
+    """How the rule-based teacher behaves."""
+
+    slip_rate: float = Field(
+        default=0.15, ge=0, le=1, description="Chance of a recoverable slip per decision."
+    )
+    verifier_miss_rate: float = Field(
+        default=0.3,
+        ge=0,
+        le=1,
+        description="Chance the verifier accepts a wrong answer (so curation sees some).",
+    )
+    seed: int = Field(default=0, description="Seed of the slips (mixed with the run id).")
+    search_tool: str = Field(
+        default="web_search", description="Tool the search agent uses: web_search/wiki_search."
+    )
+
+
+def _question(messages: list[Message], marker: str) -> str:
+    text = messages[1]["content"]
+    body = text.split(marker, 1)[1] if marker in text else text
+    return body.strip()
+
+
+def _identify(question: str) -> tuple[str, dict[str, Any]]:
+    for name, module in (("arithmetic", arithmetic), ("multihop", multihop), ("programming", programming)):
+        try:
+            return name, module.parse_question(question)
+        except ValueError:
+            continue
+    raise ModelError(
+        "OfflineBackendUnsupported",
+        "the offline rule-based teacher only answers the synthetic task families; "
+        "configure an OpenAI-compatible endpoint (collect.backend=endpoint) for other tasks",
+    )
+
+
+def _act(thought: str, name: str, value: str) -> str:
+    return f"Thought: {thought}\nAction: {name}\nAction Input: {value}"
+
+
+def _observations(messages: list[Message], prefix: str) -> list[str]:
+    return [
+        m["content"].split("\n", 1)[1] if "\n" in m["content"] else ""
+        for m in messages[2:]
+        if m["role"] == "user" and m["content"].startswith(prefix)
+    ]
+
+
+def _since_rejection(messages: list[Message]) -> list[Message]:
+    """Messages after the last verification rejection (the team starts over after one)."""
+    last = 0
+    for i, m in enumerate(messages):
+        if m["role"] == "user" and m["content"].startswith("Verification rejected"):
+            last = i + 1
+    return messages[:2] + messages[max(last, 2) :]
+
+
+_ANSWER = re.compile(r"Answer:\s*(.+?)\s*\(evidence:", re.DOTALL)
+_RESULT = re.compile(r"Result:\s*(-?\d+)")
+_STDOUT = re.compile(r"\[STDOUT:BEGIN\]\n(.*?)\n\[STDOUT:END\]", re.DOTALL)
+_FENCE = re.compile(r"```python\n.*?```", re.DOTALL)
+
+
+class RuleBasedBackend:
+    """Answers every agent role for the synthetic families, as an LLM would, from the conversation."""
+
+    name = "offline-rule-based"
+
+    def __init__(self, config: OfflineConfig | None = None) -> None:
+        self.config = config or OfflineConfig()
+        self._calls: dict[str | None, int] = {}
+
+    async def chat(self, agent: str, messages: list[Message]) -> ModelReply:
+        text = self.reply(agent, messages)
+        run = current_run_id.get()
+        self._calls[run] = self._calls.get(run, 0) + 1
+        return ModelReply(
+            text=text,
+            prompt_tokens=estimate_prompt_tokens(messages, approx_token_count),
+            completion_tokens=approx_token_count(text),
+            latency_s=0.0,
+        )
+
+    # -- decisions ----------------------------------------------------------------------------
+    def _rng(self, agent: str, messages: list[Message], salt: str = "") -> random.Random:
+        run = current_run_id.get()
+        call = self._calls.get(run, 0)  # a run's calls are sequential, so this stays deterministic
+        key = f"{self.config.seed}|{run}|{call}|{agent}|{salt}|{messages[1]['content'][:200]}"
+        return random.Random(int.from_bytes(hashlib.sha256(key.encode()).digest()[:8], "big"))
+
+    def _slip(self, agent: str, messages: list[Message], salt: str = "") -> bool:
+        return self._rng(agent, messages, salt).random() < self.config.slip_rate
+
+    def reply(self, agent: str, messages: list[Message]) -> str:
+        system = messages[0]["content"]
+        if agent == "manager" and system == prompts.render("manager", "plan_system"):
+            return self._plan(messages)
+        handlers = {
+            "manager": self._manager,
+            "search_agent": self._search_agent,
+            "code_agent": self._code_agent,
+            "reflector": self._reflect,
+            "verifier": self._verify,
+        }
+        if agent not in handlers:
+            raise ModelError("OfflineBackendUnsupported", f"no offline behaviour for agent {agent!r}")
+        return handlers[agent](messages)
+
+    # -- manager ------------------------------------------------------------------------------
+    def _plan(self, messages: list[Message]) -> str:
+        text = messages[1]["content"]
+        question = text.split("Task:\n", 1)[1].split("\n\nWhat happened so far:", 1)[0].strip()
+        family, s = _identify(question)
+        if family == "arithmetic":
+            steps = [
+                "Turn the word problem into one arithmetic expression: " + s["expression"] + ".",
+                "Ask code_agent to evaluate it exactly and print the result.",
+                "Check the printed value and give it as the final answer.",
+            ]
+        elif family == "multihop":
+            steps = [
+                f"Ask search_agent: {multihop.hop_query(s['relations'][0], s['start'])}",
+                *(
+                    f"Ask search_agent for {multihop.noun_phrase('the previous answer', [rel])}."
+                    for rel in s["relations"][1:]
+                ),
+                "Give the last entity found as the final answer.",
+            ]
+        else:
+            steps = [
+                "Ask code_agent to write a complete program for the task and test it on the example input.",
+                "Give the tested program as the final answer.",
+            ]
+        prefix = (
+            "Revised plan, starting over from the facts that are verified.\n"
+            if "What happened" in text
+            else ""
+        )
+        return prefix + "\n".join(f"{i}. {step}" for i, step in enumerate(steps, 1))
+
+    def _manager(self, messages: list[Message]) -> str:
+        question = messages[1]["content"].split("Task:\n", 1)[1].split("\n\nPlan:", 1)[0].strip()
+        family, s = _identify(question)
+        live = _since_rejection(messages)
+        if family == "arithmetic":
+            reports = _observations(live, "Observation from code_agent")
+            found = _RESULT.search(reports[-1]) if reports else None
+            if found:
+                return _act(f"code_agent computed {found.group(1)}.", "final_answer", found.group(1))
+            thought = (
+                "The last computation failed; ask again." if reports else "Evaluate the expression with code."
+            )
+            return _act(thought, "code_agent", f"Compute the value of {s['expression']} and print it.")
+        if family == "multihop":
+            reports = _observations(live, "Observation from search_agent")
+            answers: list[str] = []  # the chain so far; two failed searches in a row cast doubt
+            failed = 0  # on the hop before, which is then asked again (backtracking)
+            for report in reports:
+                found = _ANSWER.search(report)
+                if found:
+                    answers.append(found.group(1).strip())
+                    failed = 0
+                    continue
+                failed += 1
+                if failed >= 2 and answers:
+                    answers.pop()
+                    failed = 0
+            hop = len(answers)
+            if hop >= len(s["relations"]):
+                return _act(f"The chain ends at {answers[-1]}.", "final_answer", answers[-1])
+            subject = s["start"] if hop == 0 else answers[-1]
+            query = multihop.hop_query(s["relations"][hop], subject, variant=failed % 2)
+            thought = (
+                f"Hop {hop + 1} of {len(s['relations'])}: start from {subject}."
+                if not failed
+                else f"The last search did not give an answer; ask differently about {subject}."
+            )
+            return _act(thought, "search_agent", query)
+        reports = _observations(live, "Observation from code_agent")
+        program = _FENCE.search(reports[-1]) if reports and "passed" in reports[-1] else None
+        if program:
+            return _act("The program passed the example.", "final_answer", program.group(0))
+        return _act(
+            "A program is needed; let code_agent write and test it.",
+            "code_agent",
+            f"Write a complete Python program for this task and test it on the example input.\n{question}",
+        )
+
+    # -- search agent -------------------------------------------------------------------------
+    def _search_agent(self, messages: list[Message]) -> str:
+        question = _question(messages, "Question from the manager:\n")
+        parsed = multihop.parse_question(question)
+        relation, subject = parsed["relations"][-1], parsed["start"]
+        observations = _observations(messages, "Observation:")
+        tool = self.config.search_tool
+        if not observations:
+            query = question
+            if self._slip("search_agent", messages, "typo") and len(subject) > 4:
+                cut = len(subject) // 2
+                query = question.replace(subject, subject[:cut] + subject[cut + 1 :])
+            return _act(f"Search for {multihop.noun_phrase(subject, [relation])}.", tool, query)
+        last = observations[-1]
+        fact = self._find_fact(relation, subject, last)
+        if fact is not None:
+            obj, sentence = fact
+            if self._slip("search_agent", messages, "distractor"):
+                wrong = self._distractor(last, subject, obj)
+                if wrong is not None:
+                    return _act(
+                        "That looks like the answer.", "final_answer", f"Answer: {wrong} (evidence: {wrong})"
+                    )
+            return _act(
+                f"The result states it: {sentence}", "final_answer", f"Answer: {obj} (evidence: {sentence})"
+            )
+        if len(observations) >= 4:
+            return _act("I could not find it.", "final_answer", "No answer found (evidence: none).")
+        url = self._url_for(subject, last)
+        if (
+            url is not None
+            and not last.startswith(("No results", "Doc "))
+            and "crawl" not in str(observations[:-1])
+        ):
+            return _act(f"The page about {subject} should state it; read it.", "crawl_page", url)
+        return _act(
+            f"No useful result; search again for {subject}.",
+            tool,
+            multihop.hop_query(relation, subject, variant=len(observations) % 2),
+        )
+
+    @staticmethod
+    def _find_fact(relation: str, subject: str, text: str) -> tuple[str, str] | None:
+        name = r"((?:the )?[A-Z][a-z]+(?: [A-Z][a-z]+)*)"
+        for template in multihop.RELATIONS[relation].sentences:
+            pattern = (
+                re.escape(template)
+                .replace(re.escape("{s}"), re.escape(subject))
+                .replace(re.escape("{o}"), name)
+            )
+            m = re.search(pattern, text)
+            if m:
+                obj = m.group(1)
+                obj = obj[4:] if obj.startswith("the ") else obj
+                return obj, m.group(0)
+        return None
+
+    @staticmethod
+    def _distractor(text: str, subject: str, answer: str) -> str | None:
+        snippets = "\n".join(
+            line for line in text.splitlines() if not line.startswith(("Found ", "##", "local://", "Doc "))
+        )
+        names = re.findall(r"(?<=[a-z] )[A-Z][a-z]+(?: [A-Z][a-z]+)*", snippets)
+        pool = [n for n in dict.fromkeys(names) if n not in subject and n not in answer and answer not in n]
+        return pool[0] if pool else None
+
+    @staticmethod
+    def _url_for(subject: str, text: str) -> str | None:
+        m = re.search(r"\[" + re.escape(subject) + r"\]\(([^)]+)\)", text)
+        if m:
+            return m.group(1)
+        first = re.search(r"\]\(([^)]+)\)", text)
+        return first.group(1) if first else None
+
+    # -- code agent ---------------------------------------------------------------------------
+    def _code_agent(self, messages: list[Message]) -> str:
+        task = _question(messages, "Sub-task from the manager:\n")
+        observations = _observations(messages, "Observation:")
+        m = re.match(r"Compute the value of (.+) and print it\.", task)
+        if m:
+            expression = m.group(1)
+            if observations and observations[-1].startswith("[EXECUTED]"):
+                out = _STDOUT.search(observations[-1])
+                value = out.group(1).strip() if out else ""
+                if re.fullmatch(r"-?\d+", value):
+                    return _act(f"The program printed {value}.", "final_answer", f"Result: {value}")
+            code = f"result = {expression}\nprint(result)"
+            if not observations and self._slip("code_agent", messages, "syntax"):
+                code = f"result = {expression}\nprint(result"
+                return _act("Evaluate the expression in Python.", "code", f"```python\n{code}\n```")
+            thought = "Fix the error and run again." if observations else "Evaluate the expression in Python."
+            return _act(thought, "code", f"```python\n{code}\n```")
+        question = task.split("\n", 1)[1] if "\n" in task else task
+        s = programming.parse_question(question)
+        source = programming.reference_solution(s["spec"], s["params"])
+        example_in = question.split("Example input:\n", 1)[1].split("\n\nExample output:", 1)[0]
+        expected = question.split("Example output:\n", 1)[1].strip()
+        if observations:
+            out = _STDOUT.search(observations[-1])
+            got = out.group(1).strip() if out else None
+            if got == expected:
+                return _act(
+                    f"The output {got!r} matches the example.",
+                    "final_answer",
+                    f"The program passed the example.\n```python\n{source.strip()}\n```",
+                )
+        body = source.strip()
+        if not observations and self._slip("code_agent", messages, "syntax"):
+            body = body.replace("print(", "print((", 1)
+        thought = (
+            "Fix the program and test again."
+            if observations
+            else "Write the program and test it on the example."
+        )
+        return _act(thought, "code", f"```python\n{body}\n```\n```sh\n{example_in}\n```")
+
+    # -- reflection and verification ----------------------------------------------------------
+    def _reflect(self, messages: list[Message]) -> str:
+        history = messages[1]["content"].split("Progress so far:\n", 1)[-1]
+        results = [line for line in history.splitlines() if line.startswith("[result]")]
+        last = results[-1] if results else ""
+        failed = any(k in last for k in ("[FAILED]", "No results", "No answer found", "Error", "failed"))
+        delegations = sum(
+            1 for line in history.splitlines() if "-> search_agent]" in line or "-> code_agent]" in line
+        )
+        tool = "poor" if failed else "good"
+        monitoring = "average" if delegations > 4 else "good"
+        note = (
+            "The last tool call did not deliver what was needed; change the approach."
+            if failed
+            else "The results so far are consistent and move toward the answer."
+        )
+        return (
+            f"Information Conflict: good\nTool Effectiveness: {tool}\nTrajectory Monitoring: {monitoring}\n"
+            f"Reflection: {note}"
+        )
+
+    def _verify(self, messages: list[Message]) -> str:
+        text = messages[1]["content"]
+        question = text.split("Task:\n", 1)[1].split("\n\nEvidence:", 1)[0].strip()
+        evidence = text.split("Evidence:\n", 1)[1].split("\n\nProposed answer:", 1)[0]
+        answer = text.split("Proposed answer:\n", 1)[1].strip()
+        family, s = _identify(question)
+        if family == "arithmetic":
+            ok = f"Result: {answer}" in evidence or f"\n{answer}\n" in evidence
+            why = "the printed result of the exact computation" if ok else "no computation printed this value"
+        elif family == "multihop":
+            ok = f"Answer: {answer} (evidence:" in evidence and self._supported(s, answer, evidence)
+            why = (
+                "each hop is stated in a retrieved document"
+                if ok
+                else "the last hop is not supported by a document"
+            )
+        else:
+            ok = "passed the example" in evidence or "```python" in answer
+            why = "the program ran and matched the example" if ok else "the program was not tested"
+        if not ok and self._rng("verifier", messages, "miss").random() < self.config.verifier_miss_rate:
+            ok, why = True, "it looks plausible"
+        score = 4 if ok else 2
+        shown = answer if "\n" not in answer else "the proposed program"
+        return f"Suggested Answer: {shown}\nScore: {score}\nAnalysis: {why}."
+
+    def _supported(self, s: dict[str, Any], answer: str, evidence: str) -> bool:
+        relation = s["relations"][-1]
+        claims = re.findall(r"Answer: (.+?) \(evidence: (.+?)\)", evidence)
+        for claimed, sentence in claims:
+            if claimed != answer:
+                continue
+            for template in multihop.RELATIONS[relation].sentences:
+                pattern = (
+                    re.escape(template)
+                    .replace(re.escape("{s}"), r".+")
+                    .replace(re.escape("{o}"), re.escape(answer))
+                )
+                if re.search(pattern, sentence):
+                    return True
+        return False

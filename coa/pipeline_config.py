@@ -1,0 +1,31 @@
+"""The pipeline's top-level config: one section per stage (it grows as stages are built).
+
+A stage whose section is absent (``null``) is skipped; the flow says so.
+"""
+
+from __future__ import annotations
+
+import hashlib
+
+from pydantic import Field
+
+from coa.config import StrictModel, TasksConfig, canonical_json
+from coa.synthetic import SyntheticConfig
+from coa.teacher import CollectConfig
+
+
+class PipelineConfig(StrictModel):
+    """The whole pipeline run."""
+
+    run_name: str = Field(default="coa", description="Human-readable name of this pipeline configuration.")
+    synthetic: SyntheticConfig | None = Field(
+        default=None, description="Built-in synthetic task families (train + held-out); null = none."
+    )
+    tasks: TasksConfig = Field(default_factory=TasksConfig, description="Task sets to import (task.v1).")
+    collect: CollectConfig | None = Field(
+        default=None, description="Teacher collection on the training tasks; null = skip."
+    )
+
+    def fingerprint(self) -> str:
+        """Stable hash of the resolved config."""
+        return hashlib.sha256(canonical_json(self.model_dump(mode="json")).encode()).hexdigest()

@@ -1,0 +1,150 @@
+"""Building the teacher a collection run uses: backend, tools, recording, all from one config.
+
+``collect.backend: offline`` is the rule-based teacher over the synthetic families (no network);
+``collect.backend: endpoint`` is the multi-agent teacher on an OpenAI-compatible endpoint
+(``collect.llm``). The tools are real either way: BM25 search over a local collection (the synthetic
+encyclopedia by default) or a web/wiki provider, the crawler, and Python in the sandbox. With
+``tools.record`` every tool result goes into the observation store for offline replay.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import AsyncIterator
+from typing import Any, Literal
+
+from pydantic import Field
+
+from coa.agents.offline import OfflineConfig, RuleBasedBackend
+from coa.agents.runtime import MultiAgentTeacher, TeacherConfig
+from coa.agents.toolbox import FunctionToolBox, ObservationStore
+from coa.config import StrictModel
+from coa.llm import LLMConfig
+from coa.tools.code import make_code_tool
+from coa.tools.crawl import CrawlConfig, make_crawl_tool
+from coa.tools.sandbox import SandboxConfig
+from coa.tools.search import (
+    LocalBM25Search,
+    SearchConfig,
+    build_search_provider,
+    make_web_search_tool,
+    make_wiki_search_tool,
+)
+
+
+class CodeToolConfig(StrictModel):
+    """Limits of the sandboxed code tool."""
+
+    cpu_seconds: float = Field(default=10.0, gt=0, description="CPU seconds per program.")
+    wall_seconds: float = Field(default=20.0, gt=0, description="Wall seconds per program.")
+    memory_mb: int = Field(default=2048, ge=64, description="Address-space limit in MiB.")
+    max_chars: int = Field(default=1536, ge=100, description="Observation length (middle-truncated).")
+
+
+class ToolsConfig(StrictModel):
+    """The tools the agents get and where their answers come from."""
+
+    enabled: tuple[Literal["web_search", "wiki_search", "crawl_page", "code"], ...] = Field(
+        default=("web_search", "crawl_page", "code"), description="Tools the agents may call."
+    )
+    search: SearchConfig = Field(default_factory=SearchConfig, description="Provider behind web_search.")
+    wiki: SearchConfig = Field(
+        default_factory=lambda: SearchConfig(top_k=3), description="Provider behind wiki_search."
+    )
+    encyclopedia_seed: int = Field(
+        default=0, description="Synthetic encyclopedia served by local_bm25 search."
+    )
+    encyclopedia_entities: int = Field(
+        default=300, ge=24, description="Entities in the synthetic encyclopedia."
+    )
+    crawl: CrawlConfig = Field(default_factory=CrawlConfig, description="Crawler settings.")
+    code: CodeToolConfig = Field(default_factory=CodeToolConfig, description="Sandbox limits.")
+    record: Literal["off", "record", "replay", "auto"] = Field(
+        default="auto", description="Observation store: reuse recorded results (auto), only replay, or off."
+    )
+
+
+class CollectConfig(StrictModel):
+    """The collection stage."""
+
+    name: str = Field(default="trajectories", description="Artifact name of the raw trajectories.")
+    backend: Literal["offline", "endpoint"] = Field(
+        default="offline", description="offline = rule-based teacher (synthetic tasks only); endpoint = LLM."
+    )
+    samples_per_task: int = Field(default=1, ge=1, description="Teacher runs per task (for pass rates).")
+    concurrency: int = Field(default=4, ge=1, description="Tasks solved at once.")
+    limit: int | None = Field(default=None, ge=1, description="Collect on the first N tasks only.")
+    teacher: TeacherConfig = Field(default_factory=TeacherConfig, description="Agent limits and schedule.")
+    offline: OfflineConfig = Field(default_factory=OfflineConfig, description="Rule-based teacher settings.")
+    llm: LLMConfig = Field(default_factory=LLMConfig, description="Endpoints for backend=endpoint.")
+    tools: ToolsConfig = Field(default_factory=ToolsConfig, description="Tools and their providers.")
+
+
+def build_toolbox(config: ToolsConfig, storage_root: str | None) -> FunctionToolBox:
+    """The agents' tools, with the observation store under ``storage_root`` unless record=off."""
+    functions: dict[str, Any] = {}
+    providers: dict[str, str] = {}
+    local: LocalBM25Search | None = None
+
+    def local_collection() -> LocalBM25Search:
+        nonlocal local
+        if local is None:
+            from coa.synthetic import build_encyclopedia
+
+            local = LocalBM25Search(
+                build_encyclopedia(config.encyclopedia_seed, config.encyclopedia_entities)
+            )
+        return local
+
+    def provider_for(search: SearchConfig) -> Any:
+        if search.provider == "local_bm25" and search.index_dir is None:
+            return local_collection()
+        return build_search_provider(search)
+
+    corpus = f"synthetic-encyclopedia(seed={config.encyclopedia_seed},n={config.encyclopedia_entities})"
+    if "web_search" in config.enabled:
+        functions["web_search"] = make_web_search_tool(provider_for(config.search), config.search.top_k)
+        providers["web_search"] = config.search.provider + (
+            ":" + corpus if config.search.provider == "local_bm25" else ""
+        )
+    if "wiki_search" in config.enabled:
+        functions["wiki_search"] = make_wiki_search_tool(provider_for(config.wiki), config.wiki.top_k)
+        providers["wiki_search"] = config.wiki.provider + (
+            ":" + corpus if config.wiki.provider == "local_bm25" else ""
+        )
+    if "crawl_page" in config.enabled:
+        functions["crawl_page"] = make_crawl_tool(config=config.crawl, local_docs=local_collection())
+        providers["crawl_page"] = f"crawl:{corpus}"
+    if "code" in config.enabled:
+        sandbox = SandboxConfig(
+            cpu_seconds=config.code.cpu_seconds,
+            wall_seconds=config.code.wall_seconds,
+            memory_mb=config.code.memory_mb,
+        )
+        functions["code"] = make_code_tool(sandbox, config.code.max_chars)
+        providers["code"] = "bwrap-sandbox"
+    store = None
+    if config.record != "off" and storage_root is not None:
+        store = ObservationStore(storage_root, mode=config.record)
+    return FunctionToolBox(functions, providers, store)
+
+
+@contextlib.asynccontextmanager
+async def open_teacher(config: CollectConfig, storage_root: str | None) -> AsyncIterator[MultiAgentTeacher]:
+    """The configured teacher; closes its HTTP clients on exit."""
+    tools = build_toolbox(config.tools, storage_root)
+    if config.backend == "offline":
+        offline = config.offline
+        if "wiki_search" in config.tools.enabled and "web_search" not in config.tools.enabled:
+            offline = offline.model_copy(update={"search_tool": "wiki_search"})
+        yield MultiAgentTeacher(RuleBasedBackend(offline), tools, config.teacher)
+        return
+    from coa.agents.llm_backend import EndpointBackend
+    from coa.llm import LLMRouter
+
+    if not config.llm.endpoints:
+        raise ValueError(
+            "collect.backend=endpoint needs collect.llm.endpoints (an OpenAI-compatible endpoint)"
+        )
+    async with LLMRouter(config.llm) as router:
+        yield MultiAgentTeacher(EndpointBackend(router), tools, config.teacher)

@@ -1,0 +1,46 @@
+"""Agent tools that run locally: the bubblewrap sandbox, the ``code`` tool and the code-test runner.
+
+``coa.tools.sandbox`` runs model-written Python confined (no network, no host files, rlimits) and
+refuses (``SandboxUnavailable``) when no sandbox works; ``coa.tools.code`` wraps it as AFM's code
+tool (payload -> observation string) and as ``run_tests`` for code-test scoring.
+"""
+
+from coa.tools.code import (
+    AssertTest,
+    CaseResult,
+    CodeTest,
+    IOTest,
+    RunTestsReport,
+    code_tool,
+    extract_code,
+    format_observation,
+    make_code_tool,
+    run_tests,
+    truncate_content,
+)
+from coa.tools.sandbox import (
+    SandboxConfig,
+    SandboxResult,
+    SandboxUnavailable,
+    run_python,
+    sandbox_available,
+)
+
+__all__ = [
+    "AssertTest",
+    "CaseResult",
+    "CodeTest",
+    "IOTest",
+    "RunTestsReport",
+    "SandboxConfig",
+    "SandboxResult",
+    "SandboxUnavailable",
+    "code_tool",
+    "extract_code",
+    "format_observation",
+    "make_code_tool",
+    "run_python",
+    "run_tests",
+    "sandbox_available",
+    "truncate_content",
+]

@@ -1,0 +1,346 @@
+"""The ``code`` tool and the code-test runner, on top of :mod:`coa.tools.sandbox`.
+
+* :func:`extract_code` parses a ``<code>`` payload the way AFM's executor does: text after an
+  ``<answer>`` tag only, when there is one; the ```` ```py ```` / ```` ```python ```` blocks joined
+  by a blank line; the ```` ```sh ```` / ```` ```bash ```` blocks joined by ``\\n`` as stdin. Unlike
+  AFM (whose fallback path crashes, so a fence is effectively mandatory there) an unfenced payload
+  that compiles as Python is run as is, as are bare ```` ``` ```` blocks when no tagged block exists.
+* :func:`format_observation` renders a :class:`~coa.tools.sandbox.SandboxResult` in AFM's
+  observation shapes (``[EXECUTED] Code exited with status 0.`` + ``[STDOUT:BEGIN]…[STDOUT:END]``,
+  ``… (no output).``, ``[FAILED] Code exited with status N.`` with a STDERR or STDOUT block, or
+  ``with mixed output:`` and both). A limit that ended the run (wall/CPU time, memory, processes,
+  output size) is explained on the stderr side. The whole observation is then middle-truncated to
+  ``max_chars`` (default 1536 = AFM's ``512 * 3``) with AFM's marker.
+* :func:`code_tool` / :func:`make_code_tool`: payload in, observation out (``str -> str``, the
+  shape :class:`coa.agents.toolbox.FunctionToolBox` expects). They raise
+  :class:`~coa.tools.sandbox.SandboxUnavailable` rather than ever running code unconfined.
+* :func:`run_tests`: code-test scoring. stdin/expected-stdout cases (:class:`IOTest`, compared as
+  stripped lines) and functional cases (:class:`AssertTest`: the code with an assert snippet
+  appended, passing when it exits 0). The reward is ``report.all_passed``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from typing import Literal
+
+from coa.tools.sandbox import SandboxConfig, SandboxResult, run_python
+
+__all__ = [
+    "DEFAULT_MAX_CHARS",
+    "TEST_CONFIG",
+    "AssertTest",
+    "CaseResult",
+    "ExtractedCode",
+    "IOTest",
+    "NO_CODE_OBSERVATION",
+    "CodeTest",
+    "RunTestsReport",
+    "code_tool",
+    "extract_code",
+    "format_observation",
+    "io_tests",
+    "make_code_tool",
+    "outputs_match",
+    "run_tests",
+    "truncate_content",
+]
+
+DEFAULT_MAX_CHARS = 1536
+"""AFM's observation budget for the code tool (``512 * 3`` characters)."""
+
+TEST_CONFIG = SandboxConfig(cpu_seconds=6, wall_seconds=10)
+"""Default limits per test case (AFM/skywork give each test a 6 s timeout)."""
+
+_ANSWER_TAG = "<answer>"
+_CODE_TAG = re.compile(r"<code>(.*?)(?:</code>|\Z)", re.DOTALL)
+_PY_BLOCK = re.compile(r"```(?:py|python|python3)[ \t]*\n(.*?)\n[ \t]*```", re.DOTALL)
+_SH_BLOCK = re.compile(r"```(?:sh|bash)[ \t]*\n(.*?)```", re.DOTALL)
+_BARE_BLOCK = re.compile(r"```[ \t]*\n(.*?)\n[ \t]*```", re.DOTALL)
+
+_LIMIT_NOTES = {
+    "wall_time": "Time out: the code ran past the {wall:g} s wall-clock limit and was killed. "
+    "Check for infinite loops, blocked I/O (e.g., input()), or deadlocks.",
+    "cpu_time": "Time out: the code used more than {cpu:g} s of CPU time and was killed. "
+    "Check for infinite loops or an algorithm that is too slow.",
+    "memory": "Memory limit exceeded ({mem} MB address space).",
+    "process_limit": "Process limit exceeded (at most {procs} processes/threads).",
+    "file_size": "File size limit exceeded (files of at most {fsize} MB).",
+    "output_limit": "Output limit exceeded: the code printed more than {out} bytes and was killed.",
+}
+
+
+@dataclasses.dataclass(frozen=True)
+class ExtractedCode:
+    """Python source and the stdin found in a payload."""
+
+    code: str
+    stdin: str = ""
+
+
+def extract_code(payload: str) -> ExtractedCode | None:
+    """The Python code (and stdin) in a ``<code>`` payload; ``None`` when there is none."""
+    text = payload
+    if _ANSWER_TAG in text:
+        text = text.split(_ANSWER_TAG)[-1]
+    m = _CODE_TAG.search(text)
+    if m:
+        text = m.group(1)
+    stdin = "\n".join(_SH_BLOCK.findall(text))
+    blocks = _PY_BLOCK.findall(text) or _BARE_BLOCK.findall(text)
+    if blocks:
+        return ExtractedCode("\n\n".join(blocks), stdin)
+    stripped = text.strip()
+    if stripped and "```" not in stripped and _compiles(stripped):
+        return ExtractedCode(stripped, stdin)
+    return None
+
+
+def _compiles(source: str) -> bool:
+    try:
+        compile(source, "<payload>", "exec")
+    except (SyntaxError, ValueError):
+        return False
+    return True
+
+
+def truncate_content(content: str, max_length: int = DEFAULT_MAX_CHARS) -> str:
+    """AFM's (smolagents') middle truncation: head, marker, tail; unchanged when short enough."""
+    if len(content) <= max_length:
+        return content
+    return (
+        content[: max_length // 2]
+        + f"\n..._This content has been truncated to stay below {max_length} characters_...\n"
+        + content[-max_length // 2 :]
+    )
+
+
+def _limit_note(result: SandboxResult, config: SandboxConfig) -> str | None:
+    template = _LIMIT_NOTES.get(result.killed_reason or "")
+    if template is None:
+        return None
+    return template.format(
+        wall=config.wall_seconds,
+        cpu=config.cpu_seconds,
+        mem=config.memory_mb,
+        procs=config.max_processes,
+        fsize=config.max_file_mb,
+        out=config.max_output_bytes,
+    )
+
+
+def format_observation(
+    result: SandboxResult, config: SandboxConfig | None = None, max_chars: int | None = DEFAULT_MAX_CHARS
+) -> str:
+    """AFM's observation string for a run, middle-truncated to ``max_chars`` (``None``: no cut)."""
+    config = config or SandboxConfig()
+    stdout, stderr = result.stdout, result.stderr
+    if result.stdout_truncated:
+        stdout = stdout.rstrip("\n") + f"\n[output truncated at {config.max_output_bytes} bytes]"
+    if result.stderr_truncated:
+        stderr = stderr.rstrip("\n") + f"\n[output truncated at {config.max_output_bytes} bytes]"
+    note = _limit_note(result, config)
+    if note:
+        stderr = f"{stderr.rstrip()}\n{note}" if stderr.strip() else note
+    out_block = f"[STDOUT:BEGIN]\n{stdout.strip()}\n[STDOUT:END]"
+    err_block = f"[STDERR:BEGIN]\n{stderr.strip()}\n[STDERR:END]"
+    status = result.exit_code
+    if result.ok:
+        obs = (
+            f"[EXECUTED] Code exited with status 0.\n{out_block}"
+            if stdout
+            else "[EXECUTED] Code exited with status 0 (no output)."
+        )
+    elif not stdout and stderr:
+        obs = f"[FAILED] Code exited with status {status}.\n{err_block}"
+    elif not stdout and not stderr:
+        obs = f"[FAILED] Code exited with status {status} (no output)."
+    elif stdout and not stderr:
+        obs = f"[FAILED] Code exited with status {status}.\n{out_block}"
+    else:
+        obs = f"[FAILED] Code exited with status {status} with mixed output:\n{out_block}\n{err_block}"
+    return truncate_content(obs, max_chars) if max_chars is not None else obs
+
+
+NO_CODE_OBSERVATION = (
+    "[FAILED] No Python code found. Put the code in a fenced block: ```python\\n...\\n``` "
+    "(and any stdin in a ```sh\\n...\\n``` block)."
+)
+
+
+def code_tool(
+    payload: str, config: SandboxConfig | None = None, max_chars: int | None = DEFAULT_MAX_CHARS
+) -> str:
+    """Run the code of a ``<code>`` payload in the sandbox and return the observation string.
+
+    Raises :class:`~coa.tools.sandbox.SandboxUnavailable` when no sandbox works here.
+    """
+    extracted = extract_code(payload)
+    if extracted is None:
+        return truncate_content(NO_CODE_OBSERVATION, max_chars) if max_chars else NO_CODE_OBSERVATION
+    config = config or SandboxConfig()
+    result = run_python(extracted.code, stdin=extracted.stdin, config=config)
+    return format_observation(result, config, max_chars)
+
+
+def make_code_tool(
+    config: SandboxConfig | None = None, max_chars: int | None = DEFAULT_MAX_CHARS
+) -> Callable[[str], str]:
+    """A ``str -> str`` code tool with fixed limits, for :class:`coa.agents.toolbox.FunctionToolBox`."""
+
+    def code(payload: str) -> str:
+        return code_tool(payload, config, max_chars)
+
+    return code
+
+
+# --------------------------------------------------------------------------------------------------
+# Code-test scoring
+
+
+@dataclasses.dataclass(frozen=True)
+class IOTest:
+    """Run the program with ``stdin``; it passes when it exits 0 and its stdout matches ``expected``."""
+
+    stdin: str
+    expected: str
+
+
+@dataclasses.dataclass(frozen=True)
+class AssertTest:
+    """Append ``snippet`` (e.g. ``assert f(2) == 4``) to the program; it passes when that exits 0."""
+
+    snippet: str
+
+
+CodeTest = IOTest | AssertTest
+
+
+@dataclasses.dataclass(frozen=True)
+class CaseResult:
+    """One test's verdict. ``reason``: ``passed``, ``wrong_answer``, ``runtime_error``, ``timeout``,
+    ``memory``, ``output_limit``, … (the sandbox's ``killed_reason``), or ``skipped``."""
+
+    index: int
+    kind: Literal["io", "assert"]
+    passed: bool
+    reason: str
+    result: SandboxResult | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class RunTestsReport:
+    """All test verdicts; ``all_passed`` is False when there are no tests (nothing was verified)."""
+
+    cases: tuple[CaseResult, ...]
+
+    @property
+    def all_passed(self) -> bool:
+        return bool(self.cases) and all(c.passed for c in self.cases)
+
+    @property
+    def passed(self) -> int:
+        return sum(c.passed for c in self.cases)
+
+    @property
+    def total(self) -> int:
+        return len(self.cases)
+
+    @property
+    def pass_rate(self) -> float:
+        return self.passed / self.total if self.cases else 0.0
+
+
+def _lines(text: str) -> list[str]:
+    return [line.strip() for line in text.strip().splitlines()]
+
+
+def outputs_match(actual: str, expected: str) -> bool:
+    """Stdout comparison for :class:`IOTest`: equal after stripping each line and the whole text."""
+    return _lines(actual) == _lines(expected)
+
+
+def _as_case(test: CodeTest | Mapping[str, str] | str) -> CodeTest:
+    if isinstance(test, IOTest | AssertTest):
+        return test
+    if isinstance(test, str):
+        return AssertTest(test)
+    if isinstance(test, Mapping):
+        if "assert" in test:
+            return AssertTest(str(test["assert"]))
+        stdin = test.get("input", test.get("stdin"))
+        expected = test.get("output", test.get("expected"))
+        if stdin is not None and expected is not None:
+            return IOTest(str(stdin), str(expected))
+    raise TypeError(
+        f"unsupported test {test!r}: use IOTest/AssertTest, an assert snippet, "
+        "{'input': ..., 'output': ...} or {'assert': ...}"
+    )
+
+
+def _reason(result: SandboxResult) -> str:
+    if result.timed_out:
+        return "timeout"
+    if result.killed_reason is not None:
+        return result.killed_reason
+    return "runtime_error"
+
+
+def _run_case(index: int, case: CodeTest, code: str, config: SandboxConfig) -> CaseResult:
+    if isinstance(case, IOTest):
+        result = run_python(code, stdin=case.stdin, config=config)
+        if not result.ok:
+            return CaseResult(index, "io", False, _reason(result), result)
+        if result.stdout_truncated or not outputs_match(result.stdout, case.expected):
+            return CaseResult(index, "io", False, "wrong_answer", result)
+        return CaseResult(index, "io", True, "passed", result)
+    result = run_python(f"{code.rstrip()}\n\n{case.snippet}\n", config=config)
+    if not result.ok:
+        reason = "wrong_answer" if "AssertionError" in result.stderr[-2000:] else _reason(result)
+        return CaseResult(index, "assert", False, reason, result)
+    return CaseResult(index, "assert", True, "passed", result)
+
+
+def run_tests(
+    code: str,
+    tests: Iterable[CodeTest | Mapping[str, str] | str],
+    config: SandboxConfig | None = None,
+    *,
+    fail_fast: bool = False,
+    max_workers: int = 1,
+) -> RunTestsReport:
+    """Run ``code`` against each test in its own sandbox; per-test verdicts and ``all_passed``.
+
+    ``code`` may be plain source or text with fenced ```` ```python ```` blocks (extracted as in
+    :func:`extract_code`). Tests are :class:`IOTest`/:class:`AssertTest`, ``{"input", "output"}`` /
+    ``{"assert"}`` mappings or bare assert snippets. ``fail_fast`` stops at the first failure (the
+    rest are ``skipped``; sequential only). ``max_workers > 1`` runs cases in parallel sandboxes.
+    Raises :class:`~coa.tools.sandbox.SandboxUnavailable` when no sandbox works here.
+    """
+    cases = [_as_case(t) for t in tests]
+    config = config or TEST_CONFIG
+    if "```" in code:
+        extracted = extract_code(code)
+        code = extracted.code if extracted is not None else code
+    if fail_fast or max_workers <= 1 or len(cases) <= 1:
+        results: list[CaseResult] = []
+        for i, case in enumerate(cases):
+            if fail_fast and results and not results[-1].passed:
+                kind: Literal["io", "assert"] = "io" if isinstance(case, IOTest) else "assert"
+                results.append(CaseResult(i, kind, False, "skipped"))
+                continue
+            results.append(_run_case(i, case, code, config))
+        return RunTestsReport(tuple(results))
+    with ThreadPoolExecutor(max_workers=max_workers) as pool:
+        futures = [pool.submit(_run_case, i, case, code, config) for i, case in enumerate(cases)]
+        return RunTestsReport(tuple(f.result() for f in futures))
+
+
+def io_tests(inputs: Sequence[str], outputs: Sequence[str]) -> list[IOTest]:
+    """Pair up ``inputs``/``outputs`` lists (the ``ground_truth`` layout of stdin/stdout problems)."""
+    if len(inputs) != len(outputs):
+        raise ValueError(f"{len(inputs)} inputs but {len(outputs)} outputs")
+    return [IOTest(i, o) for i, o in zip(inputs, outputs, strict=True)]
