@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import posixpath
+import sys
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -26,6 +27,10 @@ tasks_app = typer.Typer(
     help="Task sets: import benchmark and training task files into task.v1.", no_args_is_help=True
 )
 app.add_typer(tasks_app, name="tasks")
+tool_app = typer.Typer(
+    help="Run one tool and print the observation the model would see.", no_args_is_help=True
+)
+app.add_typer(tool_app, name="tool")
 format_app = typer.Typer(help="The Chain-of-Agents format: check trajectories against a grammar variant.")
 app.add_typer(format_app, name="format")
 console = Console()
@@ -142,6 +147,155 @@ def tasks_import(
         console.print(
             f"{result.quarantine.num_rows} row(s) quarantined; see `coa show {ref.uri} --table quarantine`"
         )
+
+
+@tasks_app.command("synthetic")
+def tasks_synthetic(
+    out: Annotated[str, typer.Option("--out", "-o", help="Artifact folder to write (tables train, heldout)")],
+    overrides: Annotated[
+        list[str] | None, typer.Argument(help="Overrides, e.g. synthetic.train.multihop=50")
+    ] = None,
+    config: Annotated[
+        Path, typer.Option("--config", "-c", help="YAML profile with a synthetic section")
+    ] = Path("configs/demo.yaml"),
+) -> None:
+    """Generate the built-in synthetic task families (train + held-out) into a task.v1 artifact."""
+    from coa.config import load_config
+    from coa.synthetic import generate_all
+
+    try:
+        cfg = load_config(config, overrides or [])
+    except ConfigError as e:
+        raise _fail(str(e)) from None
+    if cfg.synthetic is None:
+        raise _fail(f"{config} has no synthetic section")
+    settings = cfg.synthetic.model_dump(mode="json")
+    writer = io.ArtifactWriter(
+        out,
+        "tasks",
+        "synthetic",
+        io.artifact_key("tasks", "synthetic", settings, [], code_version()),
+        settings,
+    )
+    existing = writer.existing()
+    if existing is not None:
+        if existing.key == writer.key:
+            console.print(f"up to date: {existing.uri}")
+            return
+        raise _fail(f"{out} already holds other tasks; choose another --out")
+    tables = generate_all(cfg.synthetic)
+    for split in ("train", "heldout"):
+        writer.write_table(split, tables[split], schemas.TASK)
+    ref = writer.commit()
+    console.print(f"{ref.rows('train')} train and {ref.rows('heldout')} held-out tasks -> {ref.uri}")
+
+
+# -- coa collect -----------------------------------------------------------------------------
+
+
+@app.command()
+def collect(
+    tasks: Annotated[str, typer.Option("--tasks", help="task.v1 artifact to solve")],
+    overrides: Annotated[
+        list[str] | None, typer.Argument(help="Overrides, e.g. collect.concurrency=8")
+    ] = None,
+    table: Annotated[str | None, typer.Option(help="Table of the task artifact (default: its first)")] = None,
+    config: Annotated[
+        Path, typer.Option("--config", "-c", help="YAML profile with a collect section")
+    ] = Path("configs/demo.yaml"),
+) -> None:
+    """Run the multi-agent teacher on every task; checkpointed, resumable after a crash or a kill."""
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from coa.collect import CollectionIncomplete, run_collect_stage
+    from coa.config import load_config
+
+    try:
+        cfg = load_config(config, overrides or [])
+        ref = io.open_artifact(tasks)
+    except (ConfigError, io.ArtifactError) as e:
+        raise _fail(str(e)) from None
+    if cfg.collect is None:
+        raise _fail(f"{config} has no collect section")
+    store = io.Store()
+    columns = (TextColumn("collect"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
+    with Progress(*columns, console=err) as bar:
+        job = bar.add_task("collect", total=None)
+
+        def progress(done: int, total: int) -> None:
+            bar.update(job, completed=done, total=total)
+
+        try:
+            out, summary = run_collect_stage(cfg.collect, ref, table or ref.primary_table, store, progress)
+        except CollectionIncomplete as e:
+            raise _fail(str(e), code=1) from None
+    typer.echo(f"trajectories: {out.uri}")
+    console.print_json(json.dumps(summary, default=str))
+
+
+# -- coa tool ----------------------------------------------------------------------------------
+
+
+def _toolbox(config: Path, overrides: list[str] | None) -> Any:
+    from coa.config import load_config
+    from coa.teacher import CollectConfig, build_toolbox
+
+    cfg = load_config(config, overrides or [])
+    tools = (cfg.collect or CollectConfig()).tools.model_copy(update={"record": "off"})
+    return build_toolbox(tools, None)
+
+
+def _run_tool(name: str, argument: str, config: Path, overrides: list[str] | None) -> None:
+    import asyncio
+
+    from coa.tools.sandbox import SandboxUnavailable
+
+    try:
+        box = _toolbox(config, overrides)
+        if name not in box.tools:
+            raise _fail(f"tool {name} is not enabled (collect.tools.enabled)")
+        result = asyncio.run(box.call(name, argument))
+    except (ConfigError, SandboxUnavailable) as e:
+        raise _fail(str(e)) from None
+    typer.echo(result.observation)
+    if result.error:
+        raise typer.Exit(1)
+
+
+_CFG_OPT = typer.Option(
+    "--config", "-c", help="YAML profile whose collect.tools section configures the tools"
+)
+
+
+@tool_app.command("code")
+def tool_code(
+    overrides: Annotated[
+        list[str] | None, typer.Argument(help="Overrides, e.g. collect.tools.code.wall_seconds=5")
+    ] = None,
+    config: Annotated[Path, _CFG_OPT] = Path("configs/demo.yaml"),
+) -> None:
+    """Run Python read from stdin in the sandbox (fenced ```python blocks or plain code)."""
+    _run_tool("code", sys.stdin.read(), config, overrides)
+
+
+@tool_app.command("search")
+def tool_search(
+    query: Annotated[str, typer.Argument(help="Search query")],
+    overrides: Annotated[list[str] | None, typer.Argument(help="Overrides")] = None,
+    config: Annotated[Path, _CFG_OPT] = Path("configs/demo.yaml"),
+) -> None:
+    """Search with the configured web_search provider (default: BM25 over the synthetic encyclopedia)."""
+    _run_tool("web_search", query, config, overrides)
+
+
+@tool_app.command("crawl")
+def tool_crawl(
+    url: Annotated[str, typer.Argument(help="URL (http(s), local://doc/<id>); several separated by ' | '")],
+    overrides: Annotated[list[str] | None, typer.Argument(help="Overrides")] = None,
+    config: Annotated[Path, _CFG_OPT] = Path("configs/demo.yaml"),
+) -> None:
+    """Fetch a page and print its readable text as the crawl_page observation."""
+    _run_tool("crawl_page", url, config, overrides)
 
 
 # -- coa format check ------------------------------------------------------------------------
