@@ -1,0 +1,289 @@
+"""Per-run filters of the ``curate`` stage, each with a reason code for the quarantine.
+
+Run-level checks (status, run error, final answer, correctness, token and tool-call bounds) are
+Polars expressions over the whole batch; step-level checks (tool errors, repeated identical calls)
+group the flattened steps of the batch (:func:`coa.curate.frames.step_frame`). Only the CoA check,
+an injected per-run callable, runs row by row, and only on runs that passed everything else.
+
+Scoring and the CoA format belong to other modules, so both are injected:
+
+* ``score(final_answer, gold_answers, family) -> bool | None`` (None: cannot score);
+* ``coa_check(row) -> str | None`` (None: converts to a valid CoA trajectory, else the error).
+
+Checks run in :data:`FILTER_ORDER`; a rejected run is quarantined with the first failing reason and
+its detail, and the other failing reasons are listed after it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import polars as pl
+import pyarrow as pa
+
+from coa.curate.config import FilterConfig
+from coa.curate.frames import step_frame
+
+Score = Callable[[str | None, list[str], str], bool | None]
+"""``score(final_answer, gold_answers, family)``: True/False, or None when it cannot score."""
+
+CoaCheck = Callable[[dict[str, Any]], str | None]
+"""``coa_check(trajectory_row)``: None when the run converts to a valid CoA trajectory, else why not."""
+
+FILTER_ORDER = (
+    "unclean_end",
+    "unscored",
+    "incorrect",
+    "too_short",
+    "too_long",
+    "too_few_tool_calls",
+    "too_many_tool_calls",
+    "tool_errors",
+    "repeated_tool_calls",
+    "invalid_coa",
+)
+"""Reason codes of the filters, in the order they are checked (``unclean_end`` carries a suffix:
+``unclean_end:<status>``, ``unclean_end:error``, ``unclean_end:no_answer``)."""
+
+REPEAT_ROLES = ("tool_call", "delegate")
+
+
+@dataclasses.dataclass(frozen=True)
+class Rejection:
+    """Why one run is quarantined: a machine-readable code and a human-readable detail."""
+
+    reason: str
+    detail: str
+
+
+def fill_correct(table: pa.Table, score: Score) -> tuple[pa.Table, list[str | None]]:
+    """Set ``correct`` from ``score`` for every run; where it returns None the old value stays.
+
+    Returns the table and, per run, the error raised by ``score`` (a raising scorer counts as
+    "cannot score" for that run, and the error is kept for the quarantine detail).
+    """
+    answers = table.column("final_answer").to_pylist()
+    golds = table.column("gold_answers").to_pylist()
+    families = table.column("family").to_pylist()
+    old = table.column("correct").to_pylist()
+    values: list[bool | None] = []
+    errors: list[str | None] = []
+    for answer, gold, family, before in zip(answers, golds, families, old, strict=True):
+        try:
+            verdict = score(answer, list(gold or []), family)
+            errors.append(None)
+        except Exception as e:  # noqa: BLE001 - one bad row must not stop the stage
+            verdict = None
+            errors.append(f"{type(e).__name__}: {e}")
+        values.append(before if verdict is None else bool(verdict))
+    idx = table.schema.get_field_index("correct")
+    return table.set_column(idx, table.schema.field(idx), pa.array(values, pa.bool_())), errors
+
+
+def _check(cond: pl.Expr, reason: str | pl.Expr, detail: pl.Expr) -> tuple[pl.Expr, pl.Expr]:
+    reason_expr = pl.lit(reason) if isinstance(reason, str) else reason
+    return (
+        pl.when(cond).then(reason_expr).otherwise(None),
+        pl.when(cond).then(detail.fill_null("")).otherwise(None),
+    )
+
+
+def _run_checks(cfg: FilterConfig, score_errors: pl.Expr) -> list[tuple[pl.Expr, pl.Expr]]:
+    checks: list[tuple[pl.Expr, pl.Expr]] = []
+    if cfg.require_clean_end:
+        status, error = pl.col("status"), pl.col("error")
+        no_answer = pl.col("final_answer").is_null() | (pl.col("final_answer").str.strip_chars() == "")
+        checks.append(
+            (
+                pl.when(status != "completed")
+                .then(pl.lit("unclean_end:") + status)
+                .when(error.is_not_null())
+                .then(pl.lit("unclean_end:error"))
+                .when(no_answer)
+                .then(pl.lit("unclean_end:no_answer"))
+                .otherwise(None),
+                pl.when(status != "completed")
+                .then(pl.lit("run ended with status ") + status + pl.lit(": ") + error.fill_null("no error"))
+                .when(error.is_not_null())
+                .then(pl.lit("run error: ") + error)
+                .when(no_answer)
+                .then(pl.lit("the run has no final answer"))
+                .otherwise(None),
+            )
+        )
+    if cfg.require_correct:
+        if not cfg.keep_unscored:
+            checks.append(
+                _check(
+                    pl.col("correct").is_null(),
+                    "unscored",
+                    pl.lit("the scorer could not judge the final answer")
+                    + pl.when(score_errors.is_not_null())
+                    .then(pl.lit(" (") + score_errors + pl.lit(")"))
+                    .otherwise(pl.lit("")),
+                )
+            )
+        checks.append(
+            _check(
+                pl.col("correct").eq(False).fill_null(False),
+                "incorrect",
+                pl.lit("final answer ")
+                + pl.col("final_answer").str.slice(0, 200).fill_null("<none>")
+                + pl.lit(" does not match gold ")
+                + pl.col("gold_answers").list.join(" | ").str.slice(0, 200),
+            )
+        )
+    tokens = pl.col("completion_tokens") + (
+        pl.col("prompt_tokens") if cfg.token_measure == "total" else pl.lit(0, dtype=pl.Int64)
+    )
+    what = "tokens" if cfg.token_measure == "total" else "completion tokens"
+    if cfg.min_tokens is not None:
+        checks.append(
+            _check(
+                tokens < cfg.min_tokens,
+                "too_short",
+                tokens.cast(pl.String) + pl.lit(f" {what} < min {cfg.min_tokens}"),
+            )
+        )
+    if cfg.max_tokens is not None:
+        checks.append(
+            _check(
+                tokens > cfg.max_tokens,
+                "too_long",
+                tokens.cast(pl.String) + pl.lit(f" {what} > max {cfg.max_tokens}"),
+            )
+        )
+    calls = pl.col("n_tool_calls")
+    if cfg.min_tool_calls is not None:
+        checks.append(
+            _check(
+                calls < cfg.min_tool_calls,
+                "too_few_tool_calls",
+                calls.cast(pl.String) + pl.lit(f" tool calls < min {cfg.min_tool_calls}"),
+            )
+        )
+    if cfg.max_tool_calls is not None:
+        checks.append(
+            _check(
+                calls > cfg.max_tool_calls,
+                "too_many_tool_calls",
+                calls.cast(pl.String) + pl.lit(f" tool calls > max {cfg.max_tool_calls}"),
+            )
+        )
+    return checks
+
+
+def _step_stats(table: pa.Table, cfg: FilterConfig) -> pl.DataFrame:
+    """Per run: tool errors (count, first message) and the most repeated identical call."""
+    rows = pl.DataFrame({"row": pl.int_range(0, table.num_rows, dtype=pl.Int64, eager=True)})
+    if cfg.max_tool_errors is None and cfg.max_repeated_calls is None:
+        return rows
+    steps = step_frame(table, ("role", "tool_name", "tool_args", "error"))
+    if cfg.max_tool_errors is not None:
+        errors = (
+            steps.filter((pl.col("role") == "tool_call") & pl.col("error").is_not_null())
+            .group_by("row")
+            .agg(n_tool_errors=pl.len(), first_tool_error=pl.col("error").first())
+        )
+        rows = rows.join(errors, on="row", how="left")
+    if cfg.max_repeated_calls is not None:
+        repeats = (
+            steps.filter(pl.col("role").is_in(REPEAT_ROLES))
+            .group_by("row", "tool_name", "tool_args")
+            .agg(n_same=pl.len())
+            .sort("row", "n_same", "tool_name", "tool_args", descending=[False, True, False, False])
+            .group_by("row", maintain_order=True)
+            .first()
+            .rename({"tool_name": "repeat_tool", "tool_args": "repeat_args", "n_same": "max_repeat"})
+        )
+        rows = rows.join(repeats, on="row", how="left")
+    return rows.sort("row")
+
+
+def _step_checks(cfg: FilterConfig) -> list[tuple[pl.Expr, pl.Expr]]:
+    checks: list[tuple[pl.Expr, pl.Expr]] = []
+    if cfg.max_tool_errors is not None:
+        n = pl.col("n_tool_errors").fill_null(0)
+        checks.append(
+            _check(
+                n > cfg.max_tool_errors,
+                "tool_errors",
+                n.cast(pl.String)
+                + pl.lit(f" tool calls failed (max {cfg.max_tool_errors}); first: ")
+                + pl.col("first_tool_error").str.slice(0, 300),
+            )
+        )
+    if cfg.max_repeated_calls is not None:
+        n = pl.col("max_repeat").fill_null(0)
+        checks.append(
+            _check(
+                n > cfg.max_repeated_calls,
+                "repeated_tool_calls",
+                pl.col("repeat_tool").fill_null("<none>")
+                + pl.lit(" ")
+                + pl.col("repeat_args").fill_null("").str.slice(0, 300)
+                + pl.lit(" called ")
+                + n.cast(pl.String)
+                + pl.lit(f" times (max {cfg.max_repeated_calls})"),
+            )
+        )
+    return checks
+
+
+def vector_checks(
+    table: pa.Table, cfg: FilterConfig, score_errors: Sequence[str | None] | None = None
+) -> list[Rejection | None]:
+    """Every filter but the CoA check, vectorised over the batch; one entry per run."""
+    if table.num_rows == 0:
+        return []
+    errs = list(score_errors) if score_errors is not None else [None] * table.num_rows
+    runs = pl.DataFrame(
+        pl.from_arrow(
+            table.select(
+                [
+                    "status",
+                    "error",
+                    "final_answer",
+                    "gold_answers",
+                    "correct",
+                    "prompt_tokens",
+                    "completion_tokens",
+                    "n_tool_calls",
+                ]
+            )
+        )
+    ).with_columns(score_error=pl.Series("score_error", errs, dtype=pl.String))
+    frame = pl.concat([runs, _step_stats(table, cfg).drop("row")], how="horizontal")
+    checks = _run_checks(cfg, pl.col("score_error")) + _step_checks(cfg)
+    if not checks:
+        return [None] * table.num_rows
+    reasons = [c[0].alias(f"r{i}") for i, c in enumerate(checks)]
+    details = [c[1].alias(f"d{i}") for i, c in enumerate(checks)]
+    out = frame.select(
+        reason=pl.coalesce(reasons),
+        detail=pl.coalesce(details),
+        all_reasons=pl.concat_list(reasons).list.drop_nulls(),
+    )
+    result: list[Rejection | None] = []
+    for reason, detail, every in out.iter_rows():
+        if reason is None:
+            result.append(None)
+            continue
+        others = [r for r in every if r != reason]
+        suffix = f" [also: {', '.join(others)}]" if others else ""
+        result.append(Rejection(reason, f"{detail}{suffix}"))
+    return result
+
+
+def check_coa(rows: Sequence[dict[str, Any]], coa_check: CoaCheck) -> list[Rejection | None]:
+    """The injected CoA check per run; a raising check counts as invalid with its error."""
+    out: list[Rejection | None] = []
+    for row in rows:
+        try:
+            problem = coa_check(row)
+        except Exception as e:  # noqa: BLE001 - a converter crash is a reason, not a stage failure
+            problem = f"CoA check raised {type(e).__name__}: {e}"
+        out.append(None if problem is None else Rejection("invalid_coa", str(problem)[:2000]))
+    return out

@@ -1,0 +1,463 @@
+"""The trajectory data-quality report (self-contained HTML) and the Prefect markdown headline.
+
+Both are pure functions of summaries (:mod:`coa.curate.summary`): the current run's and, for the
+drift section, the previous run's. Plots are drawn with matplotlib's Agg backend and embedded as
+base64 PNG, so the HTML file stands alone: turns per trajectory, step roles by agent tag, tool
+error rate per tool, observation lengths, tokens per trajectory, filter reasons, and drift versus
+the previous run (a table of metric deltas and overlaid histograms where both runs have data).
+"""
+
+from __future__ import annotations
+
+import base64
+import html
+import io
+import math
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+from matplotlib.figure import Figure  # noqa: E402
+
+DRIFT_METRICS = (
+    "rows_in",
+    "kept_rate",
+    "correct_rate_input",
+    "correct_rate_kept",
+    "clean_end_rate_input",
+    "mean_steps",
+    "median_steps",
+    "mean_tool_calls",
+    "mean_tokens",
+    "median_tokens",
+    "tool_error_rate_input",
+    "tool_error_rate_kept",
+    "mean_observation_chars",
+    "contaminated_rate",
+    "duplicate_rate",
+)
+HIST_TITLES = {
+    "n_steps": "turns (steps) per trajectory",
+    "tokens": "tokens per trajectory",
+    "n_tool_calls": "tool calls per trajectory",
+    "observation_chars": "observation length (characters)",
+}
+_CURRENT, _INPUT, _PREVIOUS = "#1f77b4", "#c7c7c7", "#d62728"
+
+
+# -- numbers -----------------------------------------------------------------------------------
+def _fmt(value: Any, digits: int = 3) -> str:
+    if value is None:
+        return "–"
+    if isinstance(value, bool):
+        return str(value)
+    if isinstance(value, int):
+        return f"{value:,}"
+    if isinstance(value, float):
+        if math.isnan(value):
+            return "–"
+        if abs(value) >= 1000:
+            return f"{value:,.0f}"
+        return f"{value:.{digits}g}"
+    return str(value)
+
+
+def _compact(n: int) -> str:
+    for unit, size in (("G", 10**9), ("M", 10**6), ("k", 10**3)):
+        if n >= size:
+            v = n / size
+            return f"{v:.0f}{unit}" if v >= 10 or v == int(v) else f"{v:.1f}{unit}"
+    return str(n)
+
+
+def drift_rows(
+    summary: Mapping[str, Any], previous: Mapping[str, Any] | None, warn: float = 0.25
+) -> list[dict[str, Any]]:
+    """Metric, previous, current, delta, relative delta and a ``flag`` past ``warn`` (relative)."""
+    if not previous:
+        return []
+    cur, prev = summary.get("metrics", {}), previous.get("metrics", {})
+    rows = []
+    for m in DRIFT_METRICS:
+        a, b = prev.get(m), cur.get(m)
+        if a is None and b is None:
+            continue
+        delta = b - a if a is not None and b is not None else None
+        rel = delta / abs(a) if delta is not None and a else None
+        flag = rel is not None and abs(rel) > warn
+        rows.append({"metric": m, "previous": a, "current": b, "delta": delta, "relative": rel, "flag": flag})
+    return rows
+
+
+# -- plots ---------------------------------------------------------------------------------------
+def _png(fig: Figure) -> str:
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=90, bbox_inches="tight")
+    plt.close(fig)
+    return base64.b64encode(buf.getvalue()).decode()
+
+
+def _bin_labels(edges: Sequence[int]) -> list[str]:
+    """Bin labels: ``lo`` for a one-value bin, else ``lo–hi`` (left-closed: lo <= x < hi)."""
+    labels = []
+    for lo, hi in zip(edges[:-1], edges[1:], strict=True):
+        labels.append(_compact(lo) if hi - lo == 1 else f"{_compact(lo)}–{_compact(hi)}")
+    return labels
+
+
+def _hist_plot(
+    series: Sequence[tuple[str, Mapping[str, Any] | None, str]], title: str, normalize: bool = False
+) -> str | None:
+    """Bars of fixed-edge histograms, drawn over each other (the first series widest)."""
+    present = [(name, h, color) for name, h, color in series if h and sum(h["counts"])]
+    if not present:
+        return None
+    longest = max(present, key=lambda s: len(s[1]["edges"]))[1]["edges"]
+    n = len(longest) - 1
+    padded = [(name, list(h["counts"]) + [0] * (n - len(h["counts"])), color) for name, h, color in present]
+    first = min(next(i for i, c in enumerate(counts) if c) for _, counts, _ in padded)
+    fig, ax = plt.subplots(figsize=(8, 3.2))
+    for k, (name, counts, color) in enumerate(padded):
+        total = sum(counts)
+        ys = [c / total for c in counts[first:]] if normalize else counts[first:]
+        width = 0.8 if k == 0 else 0.45
+        ax.bar(
+            range(n - first),
+            ys,
+            width=width,
+            color=color,
+            label=f"{name} (n={total:,})",
+            alpha=0.9 if k else 0.7,
+        )
+    ax.set_xticks(range(n - first))
+    ax.set_xticklabels(_bin_labels(longest[first:]), rotation=45, ha="right", fontsize=8)
+    ax.set_ylabel("share" if normalize else "count")
+    ax.set_title(title)
+    ax.legend(fontsize=8)
+    return _png(fig)
+
+
+def _roles_plot(role_by_agent: Mapping[str, Mapping[str, int]]) -> str | None:
+    if not role_by_agent:
+        return None
+    roles = sorted({r for c in role_by_agent.values() for r in c})
+    agents = sorted(role_by_agent)
+    fig, ax = plt.subplots(figsize=(8, 3.2))
+    bottom = [0] * len(roles)
+    cmap = plt.get_cmap("tab10")
+    for i, agent in enumerate(agents):
+        ys = [role_by_agent[agent].get(r, 0) for r in roles]
+        ax.bar(roles, ys, bottom=bottom, label=agent, color=cmap(i % 10))
+        bottom = [b + y for b, y in zip(bottom, ys, strict=True)]
+    ax.set_ylabel("steps")
+    ax.set_title("step roles by agent tag (curated)")
+    ax.tick_params(axis="x", rotation=30)
+    ax.legend(fontsize=8)
+    return _png(fig)
+
+
+def _tools_plot(inp: Mapping[str, Any], kept: Mapping[str, Any]) -> str | None:
+    tools = sorted(set(inp) | set(kept))
+    if not tools:
+        return None
+    fig, ax = plt.subplots(figsize=(8, 3.2))
+    xs = range(len(tools))
+
+    def rates(d: Mapping[str, Any]) -> list[float]:
+        return [(d.get(t) or {}).get("error_rate") or 0.0 for t in tools]
+
+    ax.bar([x - 0.2 for x in xs], rates(inp), width=0.4, color=_INPUT, label="input runs")
+    ax.bar([x + 0.2 for x in xs], rates(kept), width=0.4, color=_CURRENT, label="curated runs")
+    for x, t in zip(xs, tools, strict=True):
+        calls = (inp.get(t) or {}).get("calls", 0)
+        ax.annotate(
+            f"{calls:,} calls", (x, 0), xytext=(0, 2), textcoords="offset points", ha="center", fontsize=7
+        )
+    ax.set_xticks(list(xs))
+    ax.set_xticklabels(tools, rotation=30, ha="right")
+    ax.set_ylabel("error rate")
+    ax.set_title("tool error rate per tool")
+    ax.legend(fontsize=8)
+    return _png(fig)
+
+
+def _reasons_plot(reasons: Mapping[str, int]) -> str | None:
+    if not reasons:
+        return None
+    items = sorted(reasons.items(), key=lambda kv: kv[1])
+    fig, ax = plt.subplots(figsize=(8, max(2.0, 0.35 * len(items) + 1)))
+    ax.barh([k for k, _ in items], [v for _, v in items], color=_PREVIOUS)
+    ax.set_xlabel("quarantined runs")
+    ax.set_title("filter reasons")
+    return _png(fig)
+
+
+# -- HTML ----------------------------------------------------------------------------------------
+_CSS = """
+body{font-family:system-ui,sans-serif;margin:2em;max-width:1100px;color:#222}
+table{border-collapse:collapse;margin:.5em 0 1.5em}
+td,th{border:1px solid #ccc;padding:.25em .6em;text-align:left}
+th{background:#f3f3f3}.ok{color:#1a7f37;font-weight:bold}.fail{color:#cf222e;font-weight:bold}
+.flag{background:#fff3cd}figure{margin:1em 0}figcaption{font-size:.9em;color:#555}
+img{max-width:100%}code{background:#f6f8fa;padding:0 .2em}
+"""
+
+
+def _table(
+    headers: Sequence[str], rows: Sequence[Sequence[Any]], row_class: Sequence[str] | None = None
+) -> str:
+    head = "".join(f"<th>{html.escape(h)}</th>" for h in headers)
+    body = []
+    for i, row in enumerate(rows):
+        cls = f' class="{row_class[i]}"' if row_class and row_class[i] else ""
+        body.append(f"<tr{cls}>" + "".join(f"<td>{html.escape(_fmt(v))}</td>" for v in row) + "</tr>")
+    return f"<table><tr>{head}</tr>{''.join(body)}</table>"
+
+
+def _figure(png: str | None, caption: str, anchor: str) -> str:
+    if png is None:
+        return f'<p id="{anchor}"><em>{html.escape(caption)}: no data.</em></p>'
+    return (
+        f'<figure id="{anchor}"><img alt="{html.escape(caption)}" src="data:image/png;base64,{png}">'
+        f"<figcaption>{html.escape(caption)}</figcaption></figure>"
+    )
+
+
+def render_report(
+    summary: Mapping[str, Any],
+    previous: Mapping[str, Any] | None = None,
+    *,
+    data_docs_href: str | None = None,
+    title: str = "Trajectory data-quality report",
+    drift_warn: float = 0.25,
+) -> str:
+    """The report as one HTML string (see the module docstring)."""
+    m = summary.get("metrics", {})
+    gate = summary.get("gate") or {}
+    parts = [f"<!doctype html><html><head><meta charset='utf-8'><title>{html.escape(title)}</title>"]
+    parts.append(f"<style>{_CSS}</style></head><body><h1>{html.escape(title)}</h1>")
+    parts.append(f"<p>Created {html.escape(str(summary.get('created_at', '')))}.</p>")
+
+    # headline
+    status = "no gate" if not gate else ("PASSED" if gate.get("success") else "FAILED")
+    cls = "" if not gate else ("ok" if gate.get("success") else "fail")
+    parts.append(f'<h2>Headline</h2><p>Gate: <span class="{cls}">{status}</span></p>')
+    parts.append(
+        _table(
+            ["metric", "value"],
+            [
+                ["runs in", summary.get("rows_in")],
+                ["runs kept", summary.get("rows_kept")],
+                ["runs quarantined", summary.get("rows_quarantined")],
+                ["kept rate", m.get("kept_rate")],
+                ["tasks kept", summary.get("kept_tasks")],
+                ["correct rate (scored input runs)", m.get("correct_rate_input")],
+                ["clean-end rate (input)", m.get("clean_end_rate_input")],
+                ["mean steps (curated)", m.get("mean_steps")],
+                ["mean tokens (curated)", m.get("mean_tokens")],
+                ["tool error rate (input)", m.get("tool_error_rate_input")],
+                ["contaminated rate", m.get("contaminated_rate")],
+                ["duplicate rate", m.get("duplicate_rate")],
+            ],
+        )
+    )
+
+    # gate
+    parts.append('<h2 id="gate">Data-quality gate</h2>')
+    if data_docs_href:
+        parts.append(
+            f'<p>Great-expectations Data Docs: <a href="{html.escape(data_docs_href)}">index</a>.</p>'
+        )
+    checks = gate.get("checks") or []
+    if checks:
+        parts.append(
+            _table(
+                ["suite", "check", "expectation", "success", "observed", "unexpected", "of"],
+                [
+                    [
+                        c.get("suite"),
+                        c.get("check"),
+                        c.get("expectation"),
+                        c.get("success"),
+                        c.get("observed_value"),
+                        c.get("unexpected_count"),
+                        c.get("element_count"),
+                    ]
+                    for c in checks
+                ],
+                ["" if c.get("success") else "flag" for c in checks],
+            )
+        )
+    else:
+        parts.append("<p><em>The gate did not run.</em></p>")
+
+    # reasons
+    reasons = summary.get("reasons") or {}
+    n_in = summary.get("rows_in") or 0
+    parts.append('<h2 id="reasons">Filter reasons</h2>')
+    parts.append(
+        _table(
+            ["reason", "runs", "share of input"],
+            [[k, v, v / n_in if n_in else None] for k, v in reasons.items()] or [["(none)", 0, None]],
+        )
+    )
+    parts.append(_figure(_reasons_plot(reasons), "quarantined runs per filter reason", "plot-reasons"))
+
+    hk, hi = summary.get("histograms", {}), summary.get("histograms_input", {})
+    parts.append("<h2>Trajectories</h2>")
+    parts.append(
+        _figure(
+            _hist_plot(
+                [("input", hi.get("n_steps"), _INPUT), ("curated", hk.get("n_steps"), _CURRENT)],
+                HIST_TITLES["n_steps"],
+            ),
+            "turns (steps) per trajectory",
+            "plot-turns",
+        )
+    )
+    parts.append(
+        _figure(
+            _hist_plot(
+                [("input", hi.get("tokens"), _INPUT), ("curated", hk.get("tokens"), _CURRENT)],
+                HIST_TITLES["tokens"],
+            ),
+            "tokens per trajectory",
+            "plot-tokens",
+        )
+    )
+    sk, si = summary.get("steps_kept") or {}, summary.get("steps_input") or {}
+    parts.append("<h2>Steps</h2>")
+    parts.append(_figure(_roles_plot(sk.get("role_by_agent") or {}), "step roles by agent tag", "plot-roles"))
+    roles = sk.get("roles") or {}
+    if roles:
+        parts.append(_table(["role", "curated steps"], list(roles.items())))
+    parts.append(
+        _figure(
+            _tools_plot(si.get("tools") or {}, sk.get("tools") or {}),
+            "tool error rate per tool",
+            "plot-tools",
+        )
+    )
+    tools = si.get("tools") or {}
+    if tools:
+        parts.append(
+            _table(
+                ["tool", "calls (input)", "errors (input)", "error rate (input)", "error rate (curated)"],
+                [
+                    [
+                        t,
+                        v["calls"],
+                        v["errors"],
+                        v["error_rate"],
+                        ((sk.get("tools") or {}).get(t) or {}).get("error_rate"),
+                    ]
+                    for t, v in tools.items()
+                ],
+            )
+        )
+    parts.append(
+        _figure(
+            _hist_plot(
+                [
+                    ("input", hi.get("observation_chars"), _INPUT),
+                    ("curated", hk.get("observation_chars"), _CURRENT),
+                ],
+                HIST_TITLES["observation_chars"],
+            ),
+            "observation lengths",
+            "plot-observations",
+        )
+    )
+    fams = summary.get("families") or {}
+    if fams:
+        parts.append("<h2>Families and statuses</h2>")
+        parts.append(_table(["family", "input", "kept"], [[f, v["in"], v["kept"]] for f, v in fams.items()]))
+        parts.append(_table(["status (input)", "runs"], list((summary.get("statuses") or {}).items())))
+
+    # drift
+    parts.append('<h2 id="drift">Drift versus the previous run</h2>')
+    if not previous:
+        parts.append("<p><em>No previous run to compare with.</em></p>")
+    else:
+        rows = drift_rows(summary, previous, drift_warn)
+        parts.append(
+            f"<p>Previous run created {html.escape(str(previous.get('created_at', '?')))}; "
+            f"rows marked changed by more than {drift_warn:.0%}.</p>"
+        )
+        parts.append(
+            _table(
+                ["metric", "previous", "current", "delta", "relative"],
+                [[r["metric"], r["previous"], r["current"], r["delta"], r["relative"]] for r in rows],
+                ["flag" if r["flag"] else "" for r in rows],
+            )
+        )
+        prev_reasons = previous.get("reasons") or {}
+        if prev_reasons or reasons:
+            keys = sorted(set(prev_reasons) | set(reasons))
+            parts.append(
+                _table(
+                    ["reason", "previous", "current"],
+                    [[k, prev_reasons.get(k, 0), reasons.get(k, 0)] for k in keys],
+                )
+            )
+        ph = previous.get("histograms") or {}
+        for metric in ("n_steps", "tokens", "n_tool_calls", "observation_chars"):
+            if ph.get(metric) and hk.get(metric):
+                png = _hist_plot(
+                    [("current", hk.get(metric), _CURRENT), ("previous", ph.get(metric), _PREVIOUS)],
+                    f"{HIST_TITLES[metric]}: current vs previous (curated, share)",
+                    normalize=True,
+                )
+                parts.append(_figure(png, f"drift of {HIST_TITLES[metric]}", f"plot-drift-{metric}"))
+    parts.append("</body></html>")
+    return "\n".join(parts)
+
+
+def headline_markdown(summary: Mapping[str, Any], report_path: str | None = None) -> str:
+    """The headline numbers as markdown, for the Prefect artifact."""
+    m = summary.get("metrics", {})
+    gate = summary.get("gate") or {}
+    status = "not run" if not gate else ("**passed**" if gate.get("success") else "**FAILED**")
+    lines = [
+        "## Curate",
+        "",
+        "| metric | value |",
+        "| --- | --- |",
+        f"| runs in | {_fmt(summary.get('rows_in'))} |",
+        f"| runs kept | {_fmt(summary.get('rows_kept'))} ({_fmt(m.get('kept_rate'))}) |",
+        f"| runs quarantined | {_fmt(summary.get('rows_quarantined'))} |",
+        f"| tasks kept | {_fmt(summary.get('kept_tasks'))} |",
+        f"| correct rate (scored input) | {_fmt(m.get('correct_rate_input'))} |",
+        f"| mean steps / tokens (curated) | {_fmt(m.get('mean_steps'))} / {_fmt(m.get('mean_tokens'))} |",
+        f"| tool error rate (input) | {_fmt(m.get('tool_error_rate_input'))} |",
+        f"| gate | {status} |",
+        "",
+    ]
+    reasons = summary.get("reasons") or {}
+    if reasons:
+        lines += [
+            "**Quarantine reasons:** " + ", ".join(f"`{k}` {v:,}" for k, v in list(reasons.items())[:10]),
+            "",
+        ]
+    failed = [c for c in gate.get("checks") or [] if not c.get("success")]
+    if failed:
+        lines.append("**Failed expectations:**")
+        for c in failed:
+            lines.append(
+                f"- `{c.get('suite')}.{c.get('check')}` ({c.get('expectation')}): observed "
+                f"{_fmt(c.get('observed_value'))}, unexpected {_fmt(c.get('unexpected_count'))}"
+            )
+        lines.append("")
+    drift = [r for r in summary.get("drift") or [] if r.get("flag")]
+    if drift:
+        lines.append(
+            "**Drift:** "
+            + ", ".join(f"{r['metric']} {_fmt(r['previous'])} → {_fmt(r['current'])}" for r in drift)
+        )
+        lines.append("")
+    if report_path:
+        lines.append(f"Report: `{report_path}`")
+    return "\n".join(lines)

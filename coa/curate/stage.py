@@ -1,0 +1,253 @@
+"""The ``curate`` stage: raw ``trajectory.v1`` -> curated ``trajectory.v1`` + ``quarantine.v1`` + report.
+
+:func:`curate` streams the input one batch at a time. For each batch it
+
+1. conforms the batch to ``trajectory.v1`` and fills ``correct`` from the injected scorer;
+2. runs the filters (:mod:`coa.curate.filters`, vectorised, then the injected CoA check on the
+   survivors), decontamination against the benchmark index (:mod:`coa.curate.decontam`) and
+   duplicate removal (:mod:`coa.curate.dedup`), in that order, on the runs still standing;
+3. writes the kept runs and the quarantined ones (first failing reason, detail, row JSON) through
+   the two callbacks, folds the batch into the statistics (:mod:`coa.curate.summary`) and hands
+   the kept steps to the great-expectations gate (:mod:`coa.curate.expectations`).
+
+Across batches only small state is kept: dedup hashes and LSH tables, the benchmark index (sized
+by the benchmarks), a few numbers per run, and fixed-size step aggregates. At the end the gate runs,
+Data Docs and the HTML report are written into ``out_dir``, and ``rows_in == kept + quarantined``
+is asserted. The stage never raises on a failed gate; :meth:`CurateResult.raise_for_gate` does.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+import json
+import os
+from collections.abc import Callable, Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+import polars as pl
+import pyarrow as pa
+
+from coa.curate.config import CurateConfig
+from coa.curate.decontam import BenchmarkIndex
+from coa.curate.dedup import Deduplicator, content_hash
+from coa.curate.expectations import Gate, steps_for_gate
+from coa.curate.filters import CoaCheck, Rejection, Score, check_coa, fill_correct, vector_checks
+from coa.curate.frames import step_frame
+from coa.curate.report import drift_rows, headline_markdown, render_report
+from coa.curate.summary import SummaryBuilder
+from coa.curate.text import normalize_many
+from schemas.quarantine import QUARANTINE
+from schemas.trajectory import TRAJECTORY
+
+STAGE = "curate"
+PAYLOAD_MAX_CHARS = 100_000
+REPORT_FILE = "report.html"
+SUMMARY_FILE = "summary.json"
+DATA_DOCS_DIR = "data_docs"
+STEP_FIELDS = ("agent", "role", "text", "tool_name", "tool_args", "observation", "error")
+
+
+class CurateGateError(RuntimeError):
+    """The data-quality gate failed; ``result`` holds the report and the failed expectations."""
+
+    def __init__(self, result: CurateResult) -> None:
+        self.result = result
+        names = ", ".join(f"{c['suite']}.{c['check']}" for c in result.failed_expectations)
+        super().__init__(
+            f"curate gate failed ({names}); see the report {result.report_path}"
+            + (f" and Data Docs {result.data_docs_path}" if result.data_docs_path else "")
+        )
+
+
+@dataclasses.dataclass(frozen=True)
+class CurateResult:
+    """What one curate run did, with the paths of its report and Data Docs."""
+
+    rows_in: int
+    rows_kept: int
+    rows_quarantined: int
+    reasons: dict[str, int]
+    gate_success: bool
+    failed_expectations: list[dict[str, Any]]
+    report_path: str
+    data_docs_path: str | None
+    summary_path: str
+    summary: dict[str, Any]
+    headline: str
+    peak_state_bytes: int
+
+    def raise_for_gate(self) -> None:
+        """Raise :class:`CurateGateError` if the gate failed."""
+        if not self.gate_success:
+            raise CurateGateError(self)
+
+
+def _payload(row: Mapping[str, Any]) -> str:
+    text = json.dumps(row, ensure_ascii=False, default=str)
+    return text[:PAYLOAD_MAX_CHARS]
+
+
+def quarantine_table(
+    table: pa.Table, rejected: list[tuple[int, Rejection]], source: str, at: dt.datetime
+) -> pa.Table:
+    """``quarantine.v1`` rows for the rejected runs of ``table`` (payload = the row as JSON)."""
+    if not rejected:
+        return QUARANTINE.empty_table()
+    rows = table.take(pa.array([i for i, _ in rejected], pa.int64())).to_pylist()
+    return QUARANTINE.from_rows(
+        [
+            {
+                "stage": STAGE,
+                "source": source,
+                "row_key": str(row.get("run_id") or f"row {i}"),
+                "reason": rej.reason,
+                "detail": rej.detail,
+                "payload": _payload(row),
+                "quarantined_at": at,
+            }
+            for (i, rej), row in zip(rejected, rows, strict=True)
+        ]
+    )
+
+
+class _Curator:
+    """The per-batch logic and the small state carried across batches."""
+
+    def __init__(
+        self,
+        config: CurateConfig,
+        score: Score,
+        coa_check: CoaCheck | None,
+        benchmarks: Mapping[str, pa.Table],
+    ) -> None:
+        if config.filters.require_valid_coa and coa_check is None:
+            raise ValueError("filters.require_valid_coa is on but no coa_check was given")
+        if config.decontam.benchmarks and not benchmarks:
+            raise ValueError(
+                "decontam.benchmarks lists artifacts but none were loaded: pass "
+                "decontam.load_benchmarks(config.decontam.benchmarks) as benchmarks"
+            )
+        self.config = config
+        self.score = score
+        self.coa_check = coa_check
+        self.index = BenchmarkIndex(config.decontam, benchmarks)
+        self.dedup = Deduplicator(config.dedup)
+
+    def verdicts(self, table: pa.Table) -> tuple[pa.Table, list[Rejection | None]]:
+        """Score the batch and decide every run: None = kept, else why it is quarantined."""
+        cfg = self.config
+        table, score_errors = fill_correct(table, self.score)
+        verdicts = vector_checks(table, cfg.filters, score_errors)
+        alive = [i for i, v in enumerate(verdicts) if v is None]
+        need_rows = cfg.filters.require_valid_coa or cfg.dedup.exact
+        rows: dict[int, dict[str, Any]] = {}
+        if alive and need_rows:
+            pylist = table.take(pa.array(alive, pa.int64())).to_pylist()
+            rows = dict(zip(alive, pylist, strict=True))
+        if alive and cfg.filters.require_valid_coa:
+            assert self.coa_check is not None
+            for i, v in zip(alive, check_coa([rows[i] for i in alive], self.coa_check), strict=True):
+                verdicts[i] = v
+            alive = [i for i in alive if verdicts[i] is None]
+        questions = normalize_many(table.column("question").to_pylist())
+        if alive and len(self.index):
+            sub = table.take(pa.array(alive, pa.int64()))
+            for i, v in zip(alive, self.index.check(sub, [questions[i] for i in alive]), strict=True):
+                verdicts[i] = v
+            alive = [i for i in alive if verdicts[i] is None]
+        task_ids = table.column("task_id").to_pylist()
+        for i in alive:
+            h = content_hash(rows[i]) if i in rows else 0
+            verdicts[i] = self.dedup.check(str(task_ids[i]), questions[i], h)
+        return table, verdicts
+
+
+def curate(
+    batches: Iterable[pa.Table | pa.RecordBatch],
+    config: CurateConfig,
+    score: Score,
+    coa_check: CoaCheck | None,
+    benchmarks: Mapping[str, pa.Table],
+    previous_summary: Mapping[str, Any] | None,
+    write_curated: Callable[[pa.Table], None],
+    write_quarantine: Callable[[pa.Table], None],
+    out_dir: str | os.PathLike[str],
+    *,
+    source: str = "trajectory",
+) -> CurateResult:
+    """Curate raw trajectories batch by batch; see the module docstring.
+
+    ``score`` fills ``correct`` (None = cannot score); ``coa_check`` returns None for a run that
+    converts to a valid CoA trajectory, else the error (may be None when
+    ``filters.require_valid_coa`` is off); ``benchmarks`` maps a benchmark name to a ``task.v1``
+    table; ``previous_summary`` is the ``summary`` of the previous run (drift); ``out_dir`` is a
+    local folder that receives ``report.html``, ``summary.json`` and ``data_docs/``; ``source``
+    is recorded in the quarantine rows.
+    """
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    curator = _Curator(config, score, coa_check, benchmarks)
+    stats = SummaryBuilder()
+    gate = Gate(config, out / DATA_DOCS_DIR) if config.gate.enabled else None
+    rows_in = rows_kept = rows_quarantined = 0
+    peak_state = 0
+    for batch in batches:
+        table = pa.Table.from_batches([batch]) if isinstance(batch, pa.RecordBatch) else batch
+        table = TRAJECTORY.conform(table)
+        if table.num_rows == 0:
+            continue
+        table, verdicts = curator.verdicts(table)
+        kept = [i for i, v in enumerate(verdicts) if v is None]
+        rejected = [(i, v) for i, v in enumerate(verdicts) if v is not None]
+        if kept:
+            write_curated(table.take(pa.array(kept, pa.int64())))
+        if rejected:
+            write_quarantine(quarantine_table(table, rejected, source, dt.datetime.now(dt.UTC)))
+        rows_in += table.num_rows
+        rows_kept += len(kept)
+        rows_quarantined += len(rejected)
+        steps = step_frame(table, STEP_FIELDS)
+        _, kept_steps = stats.add_batch(table, [None if v is None else v.reason for v in verdicts], steps)
+        if gate is not None:
+            gate.add_steps(steps_for_gate(kept_steps))
+        del table, steps, kept_steps
+        peak_state = max(peak_state, curator.dedup.approx_bytes() + stats.approx_bytes())
+    assert rows_in == rows_kept + rows_quarantined, (rows_in, rows_kept, rows_quarantined)
+
+    runs = stats.runs()
+    gate_info: dict[str, Any] | None = None
+    docs: str | None = None
+    if gate is not None:
+        result = gate.finish(runs.filter(pl.col("kept")), runs)
+        docs = result.data_docs_index
+        gate_info = {"success": result.success, "checks": result.checks, "data_docs": docs}
+    summary = stats.summary(curator.dedup.kept_tasks, gate_info)
+    assert summary["rows_in"] == rows_in and summary["rows_kept"] == rows_kept
+    summary["drift"] = drift_rows(summary, previous_summary, config.drift_warn)
+    summary["config"] = config.model_dump(mode="json")
+
+    report_path = out / REPORT_FILE
+    href = os.path.relpath(docs, out) if docs else None
+    report_path.write_text(
+        render_report(summary, previous_summary, data_docs_href=href, drift_warn=config.drift_warn),
+        encoding="utf-8",
+    )
+    summary_path = out / SUMMARY_FILE
+    summary_path.write_text(json.dumps(summary, indent=2, sort_keys=True, default=str), encoding="utf-8")
+    failed = [c for c in (gate_info or {}).get("checks", []) if not c["success"]]
+    return CurateResult(
+        rows_in=rows_in,
+        rows_kept=rows_kept,
+        rows_quarantined=rows_quarantined,
+        reasons=dict(summary["reasons"]),
+        gate_success=gate_info is None or bool(gate_info["success"]),
+        failed_expectations=failed,
+        report_path=str(report_path),
+        data_docs_path=docs,
+        summary_path=str(summary_path),
+        summary=summary,
+        headline=headline_markdown(summary, str(report_path)),
+        peak_state_bytes=peak_state,
+    )

@@ -1,0 +1,273 @@
+"""Streaming statistics of a ``curate`` run and the JSON summary kept for the next run's drift.
+
+Per batch, :class:`SummaryBuilder` keeps the narrow per-run numbers of every input run (status,
+counts, tokens, correctness, kept or the quarantine reason: a few dozen bytes per run) and folds
+the steps into fixed-size aggregates (role, agent and tool counts, tool errors, an observation
+length histogram), separately for all input runs and for the kept ones. :meth:`SummaryBuilder.summary`
+turns them into a JSON-able dict; its histograms use fixed bin edges (:data:`EDGES`), so the
+histograms of two runs always line up for the drift plots.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections import Counter
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import polars as pl
+import pyarrow as pa
+
+from coa.curate.frames import run_frame, step_frame
+
+SUMMARY_SCHEMA = "curate.summary.v1"
+
+EDGES: tuple[int, ...] = (0, 1, 2, 3, 4, 6, 8, 12, 16) + tuple(
+    int(m * 2**k) for k in range(4, 48) for m in (1.5, 2)
+)
+"""Histogram bin edges (left-closed): 0, 1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64, ... (≈2^48)."""
+
+HIST_METRICS = ("n_steps", "n_tool_calls", "tokens")
+
+
+def histogram(values: Sequence[int] | np.ndarray) -> dict[str, list[int]]:
+    """Counts of ``values`` in the fixed :data:`EDGES` bins, trailing empty bins dropped."""
+    counts = _bin_counts(np.asarray(values, dtype=np.int64))
+    return _trim(counts)
+
+
+def _bin_counts(values: np.ndarray) -> np.ndarray:
+    edges = np.asarray(EDGES, dtype=np.int64)
+    idx = np.searchsorted(edges, np.clip(values, 0, None), side="right") - 1
+    return np.bincount(idx, minlength=len(EDGES)).astype(np.int64)
+
+
+def _trim(counts: np.ndarray) -> dict[str, list[int]]:
+    nz = np.nonzero(counts)[0]
+    k = int(nz[-1]) + 1 if len(nz) else 0
+    return {"edges": list(EDGES[: k + 1]), "counts": [int(c) for c in counts[:k]]}
+
+
+class _StepAggregate:
+    """Fixed-size step statistics of one population (all input runs, or the kept runs)."""
+
+    def __init__(self) -> None:
+        self.steps = 0
+        self.roles: Counter[str] = Counter()
+        self.role_by_agent: dict[str, Counter[str]] = {}
+        self.tool_calls: Counter[str] = Counter()
+        self.tool_errors: Counter[str] = Counter()
+        self.observations = 0
+        self.observation_chars = 0
+        self.observation_hist = np.zeros(len(EDGES), dtype=np.int64)
+
+    def add(self, steps: pl.DataFrame) -> None:
+        if steps.is_empty():
+            return
+        self.steps += steps.height
+        for agent, role, n in steps.group_by("agent", "role").len().iter_rows():
+            self.roles[role] += n
+            self.role_by_agent.setdefault(agent, Counter())[role] += n
+        calls = steps.filter(pl.col("role") == "tool_call")
+        for tool, n, errors in (
+            calls.group_by("tool_name")
+            .agg(pl.len(), pl.col("error").is_not_null().sum().alias("errors"))
+            .iter_rows()
+        ):
+            name = tool if tool is not None else "<none>"
+            self.tool_calls[name] += n
+            self.tool_errors[name] += int(errors)
+        lengths = steps.filter(pl.col("observation").is_not_null()).select(
+            pl.col("observation").str.len_chars()
+        )
+        if lengths.height:
+            arr = lengths.to_series().to_numpy()
+            self.observations += len(arr)
+            self.observation_chars += int(arr.sum())
+            self.observation_hist += _bin_counts(arr.astype(np.int64))
+
+    def to_dict(self) -> dict[str, Any]:
+        tools = {
+            t: {
+                "calls": self.tool_calls[t],
+                "errors": self.tool_errors[t],
+                "error_rate": self.tool_errors[t] / self.tool_calls[t] if self.tool_calls[t] else None,
+            }
+            for t in sorted(self.tool_calls)
+        }
+        return {
+            "steps": self.steps,
+            "roles": dict(sorted(self.roles.items())),
+            "role_by_agent": {a: dict(sorted(c.items())) for a, c in sorted(self.role_by_agent.items())},
+            "tools": tools,
+            "observations": self.observations,
+            "observation_chars": self.observation_chars,
+            "observation_hist": _trim(self.observation_hist),
+        }
+
+
+class SummaryBuilder:
+    """Accumulates per-run numbers and step aggregates batch by batch."""
+
+    STEP_FIELDS = ("agent", "role", "tool_name", "error", "observation")
+
+    def __init__(self) -> None:
+        self._runs: list[pl.DataFrame] = []
+        self.input_steps = _StepAggregate()
+        self.kept_steps = _StepAggregate()
+
+    def add_batch(
+        self,
+        table: pa.Table,
+        reasons: Sequence[str | None],
+        steps: pl.DataFrame | None = None,
+    ) -> tuple[pl.DataFrame, pl.DataFrame]:
+        """Fold one scored batch in; ``reasons[i]`` is None for a kept run.
+
+        ``steps`` is the batch's step frame with at least :attr:`STEP_FIELDS` (computed here when
+        not given). Returns the batch's run frame and the step frame of its kept runs.
+        """
+        runs = (
+            run_frame(table)
+            .with_columns(
+                reason=pl.Series("reason", list(reasons), dtype=pl.String),
+            )
+            .with_columns(kept=pl.col("reason").is_null())
+        )
+        if steps is None:
+            steps = step_frame(table, self.STEP_FIELDS)
+        self.input_steps.add(steps)
+        kept_rows = runs.filter(pl.col("kept")).get_column("row")
+        kept_steps = steps.filter(pl.col("row").is_in(kept_rows.implode()))
+        self.kept_steps.add(kept_steps)
+        self._runs.append(
+            runs.select(
+                "run_id",
+                pl.col("family").cast(pl.Categorical),
+                pl.col("status").cast(pl.Categorical),
+                pl.col("n_steps").cast(pl.Int32),
+                pl.col("n_tool_calls").cast(pl.Int32),
+                "tokens",
+                pl.col("answer_chars").cast(pl.Int32),
+                "correct",
+                pl.col("n_tool_errors").cast(pl.Int32),
+                pl.col("max_observation_chars").cast(pl.Int32),
+                pl.col("reason").cast(pl.Categorical),
+                "kept",
+            )
+        )
+        return runs, kept_steps
+
+    def runs(self) -> pl.DataFrame:
+        """Every input run's numbers so far (``kept``, ``reason`` included)."""
+        if not self._runs:
+            return pl.DataFrame(
+                schema={
+                    "run_id": pl.String,
+                    "family": pl.Categorical,
+                    "status": pl.Categorical,
+                    "n_steps": pl.Int32,
+                    "n_tool_calls": pl.Int32,
+                    "tokens": pl.Int64,
+                    "answer_chars": pl.Int32,
+                    "correct": pl.Boolean,
+                    "n_tool_errors": pl.Int32,
+                    "max_observation_chars": pl.Int32,
+                    "reason": pl.Categorical,
+                    "kept": pl.Boolean,
+                }
+            )
+        if len(self._runs) > 1:
+            self._runs = [pl.concat(self._runs)]
+        return self._runs[0]
+
+    def approx_bytes(self) -> int:
+        """Size of the per-run numbers held so far."""
+        return int(sum(df.estimated_size() for df in self._runs))
+
+    def summary(self, kept_tasks: int, gate: dict[str, Any] | None) -> dict[str, Any]:
+        """The JSON-able summary of the run (also the next run's drift baseline)."""
+        runs = self.runs()
+        kept = runs.filter(pl.col("kept"))
+        n_in, n_kept = runs.height, kept.height
+        reasons = Counter(r for r in runs.get_column("reason").cast(pl.String).to_list() if r is not None)
+        reason_counts = dict(sorted(reasons.items(), key=lambda kv: (-kv[1], kv[0])))
+
+        def rate(frame: pl.DataFrame) -> float | None:
+            scored = frame.get_column("correct").drop_nulls()
+            return float(scored.cast(pl.Float64).mean()) if len(scored) else None  # type: ignore[arg-type]
+
+        def mean(frame: pl.DataFrame, col: str) -> float | None:
+            return float(frame.get_column(col).cast(pl.Float64).mean()) if frame.height else None  # type: ignore[arg-type]
+
+        def median(frame: pl.DataFrame, col: str) -> float | None:
+            return float(frame.get_column(col).cast(pl.Float64).median()) if frame.height else None  # type: ignore[arg-type]
+
+        def share(prefixes: tuple[str, ...]) -> float | None:
+            if not n_in:
+                return None
+            return sum(v for k, v in reasons.items() if k.startswith(prefixes)) / n_in
+
+        ks = self.kept_steps.to_dict()
+        ins = self.input_steps.to_dict()
+
+        def error_rate(agg: dict[str, Any]) -> float | None:
+            calls = sum(t["calls"] for t in agg["tools"].values())
+            return sum(t["errors"] for t in agg["tools"].values()) / calls if calls else None
+
+        metrics = {
+            "rows_in": n_in,
+            "rows_kept": n_kept,
+            "kept_rate": n_kept / n_in if n_in else None,
+            "kept_tasks": kept_tasks,
+            "correct_rate_input": rate(runs),
+            "correct_rate_kept": rate(kept),
+            "scored_rate_input": (runs.get_column("correct").is_not_null().sum() / n_in if n_in else None),
+            "clean_end_rate_input": (
+                runs.filter(pl.col("status").cast(pl.String) == "completed").height / n_in if n_in else None
+            ),
+            "mean_steps": mean(kept, "n_steps"),
+            "median_steps": median(kept, "n_steps"),
+            "mean_tool_calls": mean(kept, "n_tool_calls"),
+            "mean_tokens": mean(kept, "tokens"),
+            "median_tokens": median(kept, "tokens"),
+            "tool_error_rate_input": error_rate(ins),
+            "tool_error_rate_kept": error_rate(ks),
+            "mean_observation_chars": (
+                ks["observation_chars"] / ks["observations"] if ks["observations"] else None
+            ),
+            "contaminated_rate": share(("contaminated_",)),
+            "duplicate_rate": share(("exact_duplicate", "near_duplicate", "task_cap")),
+        }
+        families: dict[str, dict[str, int]] = {}
+        for fam, n, k in (
+            runs.group_by(pl.col("family").cast(pl.String))
+            .agg(pl.len(), pl.col("kept").sum())
+            .sort("family")
+            .iter_rows()
+        ):
+            families[str(fam)] = {"in": int(n), "kept": int(k)}
+        statuses = {
+            str(s): int(n)
+            for s, n in runs.group_by(pl.col("status").cast(pl.String)).len().sort("status").iter_rows()
+        }
+        return {
+            "schema": SUMMARY_SCHEMA,
+            "created_at": dt.datetime.now(dt.UTC).isoformat(),
+            "rows_in": n_in,
+            "rows_kept": n_kept,
+            "rows_quarantined": n_in - n_kept,
+            "kept_tasks": kept_tasks,
+            "reasons": reason_counts,
+            "metrics": metrics,
+            "histograms": {m: histogram(kept.get_column(m).to_numpy()) for m in HIST_METRICS}
+            | {"observation_chars": ks["observation_hist"]},
+            "histograms_input": {m: histogram(runs.get_column(m).to_numpy()) for m in HIST_METRICS}
+            | {"observation_chars": ins["observation_hist"]},
+            "steps_kept": ks,
+            "steps_input": ins,
+            "families": families,
+            "statuses": statuses,
+            "gate": gate,
+        }
