@@ -10,6 +10,8 @@ import hashlib
 from pydantic import Field
 
 from coa.config import StrictModel, TasksConfig, canonical_json
+from coa.convert.stage import ConvertConfig
+from coa.curate.config import CurateConfig
 from coa.synthetic import SyntheticConfig
 from coa.teacher import CollectConfig
 
@@ -24,6 +26,12 @@ class PipelineConfig(StrictModel):
     tasks: TasksConfig = Field(default_factory=TasksConfig, description="Task sets to import (task.v1).")
     collect: CollectConfig | None = Field(
         default=None, description="Teacher collection on the training tasks; null = skip."
+    )
+    curate: CurateConfig | None = Field(
+        default=None, description="Filter, dedup, decontaminate and gate the raw trajectories; null = skip."
+    )
+    convert: ConvertConfig | None = Field(
+        default=None, description="Curated trajectories to CoA SFT examples and RL prompts; null = skip."
     )
 
     def fingerprint(self) -> str:

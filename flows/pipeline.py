@@ -16,12 +16,12 @@ from coa.config import load_config
 from coa.io import ArtifactRef
 from coa.pipeline_config import PipelineConfig
 from tasks.collect import collect_task
+from tasks.convert import convert_task
+from tasks.curate import curate_task
 from tasks.import_tasks import import_tasks_task
 from tasks.synthetic_tasks import synthetic_tasks_task
 
 NOT_BUILT = {
-    "curate": "filter/dedup/decontaminate (issue: CoA format, curation and conversion)",
-    "convert": "CoA conversion to sft.v1 / rl_prompt.v1 (same issue)",
     "sft": "supervised fine-tuning (issue: SFT)",
     "rl": "agentic RL",
     "evaluate": "evaluation",
@@ -62,12 +62,26 @@ def pipeline(config_path: str = "configs/demo.yaml", overrides: list[str] | None
     if train is None:
         raise ValueError("no tasks: configure `synthetic` or `tasks.sources` (see configs/demo.yaml)")
 
+    trajectories = curated = None
     if cfg.collect is not None:
         trajectories = collect_task(cfg.collect, *train)
         stages.append(_row("collect", trajectories, "trajectories"))
         refs["collect"] = trajectories.model_dump(mode="json")
     else:
         stages.append(_skipped("collect", "not configured"))
+    if cfg.curate is not None and trajectories is not None:
+        curated = curate_task(cfg.curate, trajectories, *train)
+        stages += [_row("curate", curated, "trajectories"), _row("curate.quarantine", curated, "quarantine")]
+        refs["curate"] = curated.model_dump(mode="json")
+    else:
+        stages.append(_skipped("curate", "not configured"))
+    if cfg.convert is not None and curated is not None:
+        converted = convert_task(cfg.convert, curated, *train)
+        stages += [_row("convert.sft", converted, "sft"), _row("convert.rl_prompts", converted, "rl_prompts")]
+        stages.append(_row("convert.quarantine", converted, "quarantine"))
+        refs["convert"] = converted.model_dump(mode="json")
+    else:
+        stages.append(_skipped("convert", "not configured"))
 
     for stage, what in NOT_BUILT.items():
         stages.append({**_skipped(stage, "not built yet"), "note": what})

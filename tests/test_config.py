@@ -27,12 +27,13 @@ def test_every_profile_loads(path: Path) -> None:
 def test_profile_inherits_base_and_overrides_it() -> None:
     cfg = load_config(REPO / "configs" / "demo.yaml")
     assert cfg.run_name == "demo"  # profile wins over base
-    assert cfg.tasks.sources[0].family == "math"
+    assert cfg.tasks.name == "tasks"  # inherited from base
+    assert cfg.collect is not None and cfg.collect.backend == "offline"
 
 
 def test_overrides_win_and_parse_yaml_scalars() -> None:
-    cfg = load_config(REPO / "configs" / "demo.yaml", ["tasks.sources.0.limit=3", "run_name=x"])
-    assert cfg.tasks.sources[0].limit == 3
+    cfg = load_config(REPO / "configs" / "demo.yaml", ["collect.concurrency=3", "run_name=x"])
+    assert cfg.collect.concurrency == 3
     assert cfg.run_name == "x"
 
 
@@ -51,8 +52,8 @@ def test_typo_in_override_names_the_path() -> None:
 
 
 def test_wrong_type_is_reported_with_path() -> None:
-    with pytest.raises(ConfigError, match=r"tasks\.sources\.0\.limit"):
-        load_config(REPO / "configs" / "demo.yaml", ["tasks.sources.0.limit=many"])
+    with pytest.raises(ConfigError, match=r"collect\.concurrency"):
+        load_config(REPO / "configs" / "demo.yaml", ["collect.concurrency=many"])
 
 
 def test_override_index_out_of_range() -> None:

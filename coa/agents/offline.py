@@ -68,8 +68,9 @@ def _identify(question: str) -> tuple[str, dict[str, Any]]:
     )
 
 
-def _act(thought: str, name: str, value: str) -> str:
-    return f"Thought: {thought}\nAction: {name}\nAction Input: {value}"
+def _act(thought: str, name: str, value: str, review: str | None = None) -> str:
+    head = f"Review: {review}\n" if review else ""
+    return f"{head}Thought: {thought}\nAction: {name}\nAction Input: {value}"
 
 
 def _observations(messages: list[Message], prefix: str) -> list[str]:
@@ -145,13 +146,19 @@ class RuleBasedBackend:
         text = messages[1]["content"]
         question = text.split("Task:\n", 1)[1].split("\n\nWhat happened so far:", 1)[0].strip()
         family, s = _identify(question)
+        replan = "What happened" in text
         if family == "arithmetic":
+            thought = "This is a word problem with large numbers; compute it exactly with code."
             steps = [
                 "Turn the word problem into one arithmetic expression: " + s["expression"] + ".",
                 "Ask code_agent to evaluate it exactly and print the result.",
                 "Check the printed value and give it as the final answer.",
             ]
         elif family == "multihop":
+            thought = (
+                f"The question chains {len(s['relations'])} facts starting from {s['start']}; "
+                "each fact needs its own search."
+            )
             steps = [
                 f"Ask search_agent: {multihop.hop_query(s['relations'][0], s['start'])}",
                 *(
@@ -161,20 +168,22 @@ class RuleBasedBackend:
                 "Give the last entity found as the final answer.",
             ]
         else:
+            thought = "This needs a complete program that reads standard input; it must be tested."
             steps = [
                 "Ask code_agent to write a complete program for the task and test it on the example input.",
                 "Give the tested program as the final answer.",
             ]
-        prefix = (
-            "Revised plan, starting over from the facts that are verified.\n"
-            if "What happened" in text
-            else ""
-        )
-        return prefix + "\n".join(f"{i}. {step}" for i, step in enumerate(steps, 1))
+        if replan:
+            thought = "The last attempt failed; start over and check every step. " + thought
+        plan = "\n".join(f"{i}. {step}" for i, step in enumerate(steps, 1))
+        return f"Thought: {thought}\nPlan:\n{plan}"
 
     def _manager(self, messages: list[Message]) -> str:
         question = messages[1]["content"].split("Task:\n", 1)[1].split("\n\nPlan:", 1)[0].strip()
         family, s = _identify(question)
+        if messages[-1]["role"] == "user" and messages[-1]["content"].startswith("Verification scored"):
+            proposed = messages[-2]["content"].split("Action Input:", 1)[1].strip()
+            return _act("The verification confirms the answer.", "final_answer", proposed)
         live = _since_rejection(messages)
         if family == "arithmetic":
             reports = _observations(live, "Observation from code_agent")
@@ -225,6 +234,7 @@ class RuleBasedBackend:
         question = _question(messages, "Question from the manager:\n")
         parsed = multihop.parse_question(question)
         relation, subject = parsed["relations"][-1], parsed["start"]
+        wanted = multihop.noun_phrase(subject, [relation])
         observations = _observations(messages, "Observation:")
         tool = self.config.search_tool
         if not observations:
@@ -232,7 +242,7 @@ class RuleBasedBackend:
             if self._slip("search_agent", messages, "typo") and len(subject) > 4:
                 cut = len(subject) // 2
                 query = question.replace(subject, subject[:cut] + subject[cut + 1 :])
-            return _act(f"Search for {multihop.noun_phrase(subject, [relation])}.", tool, query)
+            return _act(f"Search for {wanted}.", tool, query)
         last = observations[-1]
         fact = self._find_fact(relation, subject, last)
         if fact is not None:
@@ -241,24 +251,38 @@ class RuleBasedBackend:
                 wrong = self._distractor(last, subject, obj)
                 if wrong is not None:
                     return _act(
-                        "That looks like the answer.", "final_answer", f"Answer: {wrong} (evidence: {wrong})"
+                        f"{wrong} is mentioned next to {subject}; that should be it.",
+                        "final_answer",
+                        f"Answer: {wrong} (evidence: {wrong})",
+                        review=f"The results mention {subject} and {wrong}.",
                     )
             return _act(
-                f"The result states it: {sentence}", "final_answer", f"Answer: {obj} (evidence: {sentence})"
+                f"So {wanted} is {obj}.",
+                "final_answer",
+                f"Answer: {obj} (evidence: {sentence})",
+                review=f"The result states: {sentence}",
             )
+        if last.startswith(("No results", "No search results")):
+            review = "The search returned no results; the query may be misspelled."
+        elif last.startswith("Page "):
+            review = f"The page does not state {wanted}."
+        else:
+            review = f"The results mention {subject} but the snippets do not state {wanted}."
         if len(observations) >= 4:
-            return _act("I could not find it.", "final_answer", "No answer found (evidence: none).")
+            return _act(
+                "I could not find it.", "final_answer", "No answer found (evidence: none).", review=review
+            )
         url = self._url_for(subject, last)
-        if (
-            url is not None
-            and not last.startswith(("No results", "Doc "))
-            and "crawl" not in str(observations[:-1])
-        ):
-            return _act(f"The page about {subject} should state it; read it.", "crawl_page", url)
+        crawled = any(o.startswith("Page ") for o in observations)
+        if url is not None and not last.startswith(("No results", "Doc ", "Page ")) and not crawled:
+            return _act(
+                f"The page about {subject} should state it; read it.", "crawl_page", url, review=review
+            )
         return _act(
-            f"No useful result; search again for {subject}.",
+            f"Search again for {wanted}, phrased differently.",
             tool,
             multihop.hop_query(relation, subject, variant=len(observations) % 2),
+            review=review,
         )
 
     @staticmethod
@@ -295,38 +319,52 @@ class RuleBasedBackend:
         return first.group(1) if first else None
 
     # -- code agent ---------------------------------------------------------------------------
+    @staticmethod
+    def _review_run(observation: str) -> tuple[str | None, str]:
+        """(stdout if the program ran, a one-line review of the observation)."""
+        out = _STDOUT.search(observation)
+        if observation.startswith("[EXECUTED]"):
+            stdout = out.group(1).strip() if out else ""
+            return (
+                stdout,
+                f"The program ran and printed {stdout!r}." if stdout else "The program printed nothing.",
+            )
+        err = re.search(r"\[STDERR:BEGIN\]\n(.*?)\n\[STDERR:END\]", observation, re.DOTALL)
+        last_line = (
+            err.group(1).strip().splitlines()[-1] if err and err.group(1).strip() else "no error message"
+        )
+        return None, f"The program failed: {last_line}."
+
     def _code_agent(self, messages: list[Message]) -> str:
         task = _question(messages, "Sub-task from the manager:\n")
         observations = _observations(messages, "Observation:")
+        stdout, review = self._review_run(observations[-1]) if observations else (None, None)
         m = re.match(r"Compute the value of (.+) and print it\.", task)
         if m:
             expression = m.group(1)
-            if observations and observations[-1].startswith("[EXECUTED]"):
-                out = _STDOUT.search(observations[-1])
-                value = out.group(1).strip() if out else ""
-                if re.fullmatch(r"-?\d+", value):
-                    return _act(f"The program printed {value}.", "final_answer", f"Result: {value}")
+            if stdout is not None and re.fullmatch(r"-?\d+", stdout):
+                return _act(f"The value is {stdout}.", "final_answer", f"Result: {stdout}", review=review)
             code = f"result = {expression}\nprint(result)"
             if not observations and self._slip("code_agent", messages, "syntax"):
                 code = f"result = {expression}\nprint(result"
-                return _act("Evaluate the expression in Python.", "code", f"```python\n{code}\n```")
             thought = "Fix the error and run again." if observations else "Evaluate the expression in Python."
-            return _act(thought, "code", f"```python\n{code}\n```")
+            return _act(thought, "code", f"```python\n{code}\n```", review=review)
         question = task.split("\n", 1)[1] if "\n" in task else task
         s = programming.parse_question(question)
-        source = programming.reference_solution(s["spec"], s["params"])
+        source = programming.reference_solution(s["spec"], s["params"]).strip()
         example_in = question.split("Example input:\n", 1)[1].split("\n\nExample output:", 1)[0]
         expected = question.split("Example output:\n", 1)[1].strip()
-        if observations:
-            out = _STDOUT.search(observations[-1])
-            got = out.group(1).strip() if out else None
-            if got == expected:
+        if stdout is not None:
+            verdict = "matches" if stdout == expected else "does not match"
+            review = f"The program printed {stdout!r}, which {verdict} the example output {expected!r}."
+            if stdout == expected:
                 return _act(
-                    f"The output {got!r} matches the example.",
+                    "The program is correct on the example; hand it over.",
                     "final_answer",
-                    f"The program passed the example.\n```python\n{source.strip()}\n```",
+                    f"The program passed the example.\n```python\n{source}\n```",
+                    review=review,
                 )
-        body = source.strip()
+        body = source
         if not observations and self._slip("code_agent", messages, "syntax"):
             body = body.replace("print(", "print((", 1)
         thought = (
@@ -334,7 +372,7 @@ class RuleBasedBackend:
             if observations
             else "Write the program and test it on the example."
         )
-        return _act(thought, "code", f"```python\n{body}\n```\n```sh\n{example_in}\n```")
+        return _act(thought, "code", f"```python\n{body}\n```\n```sh\n{example_in}\n```", review=review)
 
     # -- reflection and verification ----------------------------------------------------------
     def _reflect(self, messages: list[Message]) -> str:
@@ -352,7 +390,9 @@ class RuleBasedBackend:
             if failed
             else "The results so far are consistent and move toward the answer."
         )
+        thought = f"{len(results)} tool result(s) so far; the last one {'failed' if failed else 'worked'}."
         return (
+            f"Thought: {thought}\n"
             f"Information Conflict: good\nTool Effectiveness: {tool}\nTrajectory Monitoring: {monitoring}\n"
             f"Reflection: {note}"
         )
@@ -363,6 +403,11 @@ class RuleBasedBackend:
         evidence = text.split("Evidence:\n", 1)[1].split("\n\nProposed answer:", 1)[0]
         answer = text.split("Proposed answer:\n", 1)[1].strip()
         family, s = _identify(question)
+        checks = {
+            "arithmetic": "Check that an exact computation printed this value.",
+            "multihop": "Check that every hop of the chain is stated in a retrieved document.",
+            "programming": "Check that the program was run on the example and matched it.",
+        }
         if family == "arithmetic":
             ok = f"Result: {answer}" in evidence or f"\n{answer}\n" in evidence
             why = "the printed result of the exact computation" if ok else "no computation printed this value"
@@ -380,7 +425,7 @@ class RuleBasedBackend:
             ok, why = True, "it looks plausible"
         score = 4 if ok else 2
         shown = answer if "\n" not in answer else "the proposed program"
-        return f"Suggested Answer: {shown}\nScore: {score}\nAnalysis: {why}."
+        return f"Thought: {checks[family]}\nSuggested Answer: {shown}\nScore: {score}\nAnalysis: {why}."
 
     def _supported(self, s: dict[str, Any], answer: str, evidence: str) -> bool:
         relation = s["relations"][-1]

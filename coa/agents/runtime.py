@@ -19,7 +19,14 @@ from typing import Any
 from pydantic import Field
 
 from coa.agents import prompts
-from coa.agents.actions import Action, ParseError, parse_action, parse_reflection, parse_verification
+from coa.agents.actions import (
+    Action,
+    ParseError,
+    parse_action,
+    parse_plan,
+    parse_reflection,
+    parse_verification,
+)
 from coa.agents.backend import BudgetStop, Message, ModelBackend, ModelError, ModelReply, current_run_id
 from coa.agents.toolbox import ToolBox
 from coa.config import StrictModel
@@ -195,8 +202,7 @@ class MultiAgentTeacher:
             if action.name == "final_answer":
                 verdict = await self._verify(question, action.input, rec)
                 if verdict >= cfg.min_verification_score:
-                    rec.add("manager", "final_answer", text=action.input)
-                    return action.input
+                    return await self._finish(messages, reply, action.input, verdict, rec)
                 plan = await self._plan(
                     question, rec, reason=f"verification score {verdict} for {action.input!r}"
                 )
@@ -240,6 +246,27 @@ class MultiAgentTeacher:
                 messages = [*self._manager_messages(question, plan), *messages[2:]]
         raise StepLimit(f"no verified answer after {cfg.max_steps} manager steps")
 
+    async def _finish(
+        self, messages: list[Message], reply: ModelReply, proposed: str, verdict: int, rec: Recorder
+    ) -> str:
+        """After a passing verification the manager states the final answer (its last thought)."""
+        messages = [
+            *messages,
+            {"role": "assistant", "content": reply.text},
+            {
+                "role": "user",
+                "content": f"Verification scored your answer {verdict} of 4. Give the final answer now.",
+            },
+        ]
+        try:
+            final, final_reply = await self._ask("manager", messages, ("final_answer",), rec)
+        except ModelError:  # it could not restate it: the verified proposal stands
+            rec.add("manager", "final_answer", text=proposed)
+            return proposed
+        rec.add("manager", "think", text=final.thought, reply=final_reply, fields={"action": "final_answer"})
+        rec.add("manager", "final_answer", text=final.input)
+        return final.input
+
     def _manager_messages(self, question: str, plan: str) -> list[Message]:
         return [
             {"role": "system", "content": prompts.render("manager", "step_system")},
@@ -257,13 +284,15 @@ class MultiAgentTeacher:
             {"role": "user", "content": user},
         ]
         reply = await self._chat("manager", messages)
-        plan = reply.text.strip()
-        if not plan:
-            raise ModelError("AgentParsingError", "the manager returned an empty plan")
-        rec.add(
-            "manager", "plan", text=plan, reply=reply, fields={"replan_reason": reason} if reason else None
-        )
-        return plan
+        try:
+            parsed = parse_plan(reply.text)
+        except ParseError as e:
+            raise ModelError("AgentParsingError", f"manager plan: {e}") from None
+        fields: dict[str, Any] = {"replan_reason": reason} if reason else {}
+        if parsed.thought:
+            fields["thought"] = parsed.thought
+        rec.add("manager", "plan", text=parsed.plan, reply=reply, fields=fields or None)
+        return parsed.plan
 
     async def _delegate(self, agent: str, task: str, rec: Recorder) -> str:
         role = "search_agent" if agent == "search_agent" else "code_agent"
@@ -284,6 +313,8 @@ class MultiAgentTeacher:
                 action, reply = await self._ask(agent, messages, allowed, rec)
             except ModelError as e:  # a sub-agent that cannot answer in format aborts its delegation only
                 return f"{agent} failed: {e}"
+            if action.review:  # the agent's review of the last observation (a reflection step)
+                rec.add(agent, "reflection", text=action.review, fields={"kind": "observation_review"})
             rec.add(agent, "think", text=action.thought, reply=reply, fields={"action": action.name})
             if action.name == "final_answer":
                 return action.input
@@ -323,7 +354,10 @@ class MultiAgentTeacher:
         except ParseError as e:
             rec.add("reflector", "error", text=reply.text, reply=reply, error=f"AgentParsingError: {e}")
             return False
-        rec.add("reflector", "reflection", text=reflection.text, reply=reply, fields=reflection.grades)
+        grades: dict[str, Any] = dict(reflection.grades)
+        if reflection.thought:
+            grades["thought"] = reflection.thought
+        rec.add("reflector", "reflection", text=reflection.text, reply=reply, fields=grades)
         return reflection.poor
 
     async def _verify(self, question: str, answer: str, rec: Recorder) -> int:
@@ -343,7 +377,9 @@ class MultiAgentTeacher:
         except ParseError as e:
             rec.add("verifier", "error", text=reply.text, reply=reply, error=f"AgentParsingError: {e}")
             return 1
-        fields = {"suggested_answer": verdict.suggested_answer, "score": verdict.score}
+        fields: dict[str, Any] = {"suggested_answer": verdict.suggested_answer, "score": verdict.score}
+        if verdict.thought:
+            fields["thought"] = verdict.thought
         rec.add("verifier", "verification", text=verdict.analysis, reply=reply, fields=fields)
         return verdict.score
 

@@ -45,6 +45,7 @@ def happy_replies() -> list[Reply]:
         ok(GOOD_REFLECTION),
         ok(act("Known now.", "final_answer", "Mira Tolen")),
         ok("Suggested Answer: Mira Tolen\nScore: 4\nAnalysis: from the search result"),
+        ok(act("Verified.", "final_answer", "Mira Tolen")),
     ]
 
 
@@ -129,4 +130,4 @@ def test_faults_are_retried_or_recorded(server: FakeLLMServer, tmp_path: Path, m
     assert by_task["z:2"]["status"] == "completed"
     # usage from the API is what the steps carry (the fake reports 11 prompt / 7 completion tokens)
     assert all(s["prompt_tokens"] in (0, 11) for s in by_task["z:2"]["steps"])
-    assert by_task["z:2"]["prompt_tokens"] == 11 * 7
+    assert by_task["z:2"]["prompt_tokens"] == 11 * 8

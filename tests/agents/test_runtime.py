@@ -63,6 +63,7 @@ def happy_script() -> Script:
             "1. Ask search_agent who founded Zorvak. 2. Answer.",
             act("I need the founder.", "search_agent", "Who founded Zorvak?"),
             act("The search says Mira Tolen.", "final_answer", "Mira Tolen"),
+            act("Verified.", "final_answer", "Mira Tolen"),
         ],
         "search_agent": [
             act("Search for the founder.", "web_search", "Zorvak founder"),
@@ -93,6 +94,7 @@ def test_happy_path_records_every_step_in_order() -> None:
         ("reflector", "reflection"),
         ("manager", "think"),
         ("verifier", "verification"),
+        ("manager", "think"),
         ("manager", "final_answer"),
     ]
     tool = row["steps"][3]
@@ -100,7 +102,7 @@ def test_happy_path_records_every_step_in_order() -> None:
     assert "Mira Tolen in 1841" in tool["observation"]
     assert json.loads(row["steps"][6]["fields"])["information_conflict"] == "good"
     assert json.loads(row["steps"][8]["fields"]) == {"suggested_answer": "Mira Tolen", "score": 4}
-    assert row["n_tool_calls"] == 1 and row["prompt_tokens"] == 10 * 7
+    assert row["n_tool_calls"] == 1 and row["prompt_tokens"] == 10 * 8
     schemas.TRAJECTORY.from_rows([row])  # the row satisfies the contract
 
 
@@ -112,6 +114,7 @@ def test_low_verification_score_triggers_replan_then_answer() -> None:
         "1. Ask search_agent who founded Zorvak.",
         act("I need the founder.", "search_agent", "Who founded Zorvak?"),
         act("Found.", "final_answer", "Mira Tolen"),
+        act("Verified.", "final_answer", "Mira Tolen"),
     ]
     script["verifier"] = ["Suggested Answer: Someone\nScore: 1\nAnalysis: no evidence", *script["verifier"]]
     row = solve(ScriptedBackend(script), tools())

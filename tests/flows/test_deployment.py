@@ -104,8 +104,24 @@ def test_deploy_run_and_collect_artifacts(
 
     worker = _start([str(BIN / "prefect"), "worker", "start", "--pool", "cpu"], env, tmp_path / "worker.log")
     try:
+        small = json.dumps(
+            [
+                "synthetic.train={arithmetic: 4, multihop: 4, programming: 2}",
+                "synthetic.heldout={arithmetic: 1, multihop: 1, programming: 1}",
+                "curate.gate.correctness_floor=0.3",
+            ]
+        )
         out = _prefect(
-            env, "deployment", "run", "pipeline/demo", "--watch", "--watch-timeout", "240", timeout=300
+            env,
+            "deployment",
+            "run",
+            "pipeline/demo",
+            "--param",
+            f"overrides={small}",
+            "--watch",
+            "--watch-timeout",
+            "240",
+            timeout=300,
         )
         assert "Completed" in out, out + (tmp_path / "worker.log").read_text()[-3000:]
     finally:
@@ -117,11 +133,11 @@ def test_deploy_run_and_collect_artifacts(
     assert len(demo) == 1, [(r["name"], r["state_type"]) for r in runs]
     arts = httpx.post(f"{api}/artifacts/filter", json={}, timeout=10).json()
     by_key = {a["key"]: a for a in arts if a.get("key")}
-    assert {"pipeline-row-counts", "pipeline-summary", "tasks-import"} <= set(by_key)
+    assert {"pipeline-row-counts", "pipeline-summary", "collect-summary", "curate-summary"} <= set(by_key)
     rows = by_key["pipeline-row-counts"]["data"]
     rows = json.loads(rows) if isinstance(rows, str) else rows
-    tasks_row = next(r for r in rows if r["stage"] == "tasks")
-    assert tasks_row["rows"] == 12
+    collect_row = next(r for r in rows if r["stage"] == "collect")
+    assert collect_row["rows"] == 10
     # the storage artifact the run produced is committed and readable through its contract
-    assert io.read_table(tasks_row["artifact"]).num_rows == 12
-    assert tasks_row["artifact"].startswith(str(storage_root))
+    assert io.read_table(collect_row["artifact"]).num_rows == 10
+    assert collect_row["artifact"].startswith(str(storage_root))

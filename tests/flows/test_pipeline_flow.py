@@ -11,6 +11,11 @@ from prefect.testing.utilities import prefect_test_harness
 from coa import io
 
 REPO = Path(__file__).resolve().parents[2]
+SMALL = [
+    "synthetic.train={arithmetic: 6, multihop: 6, programming: 3}",
+    "synthetic.heldout={arithmetic: 2, multihop: 2, programming: 1}",
+    "curate.gate.correctness_floor=0.3",
+]
 
 
 @pytest.fixture(scope="module")
@@ -25,19 +30,35 @@ def test_pipeline_runs_built_stages_and_reports_the_rest(
     from flows.pipeline import NOT_BUILT, pipeline
 
     monkeypatch.chdir(REPO)
-    result = pipeline(config_path="configs/demo.yaml", overrides=["tasks.sources.0.limit=5"])
+    result = pipeline(config_path="configs/demo.yaml", overrides=SMALL)
     stages = {s["stage"]: s for s in result["stages"]}
-    assert stages["tasks"]["rows"] == 5 and stages["tasks"]["status"] == "done"
+    assert stages["synthetic.train"]["rows"] == 15 and stages["collect"]["rows"] == 15
+    assert stages["curate"]["rows"] + stages["curate.quarantine"]["rows"] == 15
+    assert stages["convert.sft"]["rows"] + stages["convert.quarantine"]["rows"] >= stages["curate"]["rows"]
     assert all(stages[name]["status"] == "not built yet" for name in NOT_BUILT)
-    uri = stages["tasks"]["artifact"]
-    assert uri.startswith(str(storage_root))
-    assert io.read_table(uri).num_rows == 5
-    lineage = io.read_lineage(uri)
-    assert lineage["config"]["stage"]["sources"][0]["limit"] == 5
+    curated = io.open_artifact(result["curate"]["uri"])
+    assert {"report.html", "summary.json", "task_stats.json"} <= set(curated.files)
+    assert any(f.startswith("data_docs/") for f in curated.files)
+    lineage = io.read_lineage(result["convert"]["uri"])
+    assert [u["kind"] for u in lineage["upstream"]] == ["curated", "tasks"]
 
-    again = pipeline(config_path="configs/demo.yaml", overrides=["tasks.sources.0.limit=5"])
-    assert again["tasks"]["uri"] == uri  # same inputs: the committed artifact is reused
-    assert io.read_lineage(uri)["created_at"] == lineage["created_at"]
+    again = pipeline(config_path="configs/demo.yaml", overrides=SMALL)
+    assert again["convert"]["uri"] == result["convert"]["uri"]  # same inputs: every stage reused
+    assert (
+        io.read_lineage(result["collect"]["uri"])["created_at"]
+        == io.read_lineage(again["collect"]["uri"])["created_at"]
+    )
 
-    more = pipeline(config_path="configs/demo.yaml", overrides=["tasks.sources.0.limit=7"])
-    assert more["tasks"]["uri"] != uri and more["stages"][0]["rows"] == 7
+
+def test_import_only_profile(
+    prefect_harness: None, storage_root: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from flows.pipeline import pipeline
+
+    monkeypatch.chdir(REPO)
+    result = pipeline(
+        config_path="configs/base.yaml",
+        overrides=["tasks.sources=[{path: configs/data/sample_tasks.jsonl, family: math, limit: 5}]"],
+    )
+    stages = {s["stage"]: s for s in result["stages"]}
+    assert stages["tasks"]["rows"] == 5 and stages["collect"]["status"] == "not configured"

@@ -1,0 +1,167 @@
+"""Multi-agent trajectory (``trajectory.v1`` row) → one Chain-of-Agents trajectory.
+
+The mapping (``oagents-spec.md`` §7), step by step:
+
+===========================================  ====================================================
+teacher step                                  CoA segments
+===========================================  ====================================================
+manager ``plan`` (+ its thought)              ``think`` (the thought) → ``plan``
+any agent's ``think``                         ``think`` (consecutive thoughts merge)
+``tool_call``                                 ``<tool>`` (query / url / code) → ``observation``
+sub-agent observation review                  ``reflection`` where the variant reviews every tool
+                                              call (``code_math``), else part of the next ``think``
+reflector ``reflection`` (graded)             ``think`` (its thought) → ``reflection`` with grades
+verifier ``verification``                     ``suggested_answer`` → ``think`` → ``double_check``
+manager ``final_answer``                      ``answer`` (``\\boxed{}`` for math, one fenced block
+                                              for code)
+``delegate``, ``error``                       dropped (the sub-agent steps carry the content)
+===========================================  ====================================================
+
+Variants without a step (``code_math`` has no suggested_answer/double_check; reflections there are
+free text) drop it. Nothing is invented: when the result breaks the variant's grammar (e.g. the
+teacher never planned), the conversion fails for that row with the grammar rule as the reason.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from collections.abc import Mapping
+from typing import Any
+
+from coa.format import Segment, Trajectory, extract_boxed, extract_code_block, validate
+
+FAMILY_VARIANT = {"math": "code_math", "code": "code_math", "mhqa": "web", "web": "web"}
+TOOL_ARG = {"web_search": "query", "wiki_search": "query", "crawl_page": "url", "code": "code"}
+
+
+@dataclasses.dataclass(frozen=True)
+class Conversion:
+    variant: str
+    trajectory: Trajectory | None
+    error: str | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.trajectory is not None
+
+
+def variant_for(row: Mapping[str, Any], overrides: Mapping[str, str] | None = None) -> str:
+    """The grammar variant of a run: by family, refined by the tools it used."""
+    family = row["family"]
+    if overrides and family in overrides and overrides[family] != "auto":
+        return overrides[family]
+    tools = {s["tool_name"] for s in row["steps"] if s["role"] == "tool_call" and s["tool_name"]}
+    if tools and tools <= {"wiki_search"}:
+        return "mhqa"
+    if "code" in tools and tools & {"web_search", "crawl_page", "visual_inspector"}:
+        return "afm"
+    return FAMILY_VARIANT[family]
+
+
+def _fields(step: Mapping[str, Any]) -> dict[str, Any]:
+    return json.loads(step["fields"]) if step.get("fields") else {}
+
+
+def _answer(family: str, text: str) -> str:
+    text = text.strip()
+    if family == "math":
+        return text if extract_boxed(text) is not None else f"\\boxed{{{text}}}"
+    if family == "code":
+        code = extract_code_block(text)
+        return f"```python\n{code.strip()}\n```" if code else text
+    return text
+
+
+def _grades(fields: Mapping[str, Any], text: str) -> str:
+    names = (
+        ("information_conflict", "Information Conflict"),
+        ("tool_effectiveness", "Tool Effectiveness"),
+        ("trajectory_monitoring", "Trajectory Monitoring"),
+    )
+    lines = [f"{label}: {fields[key]}" for key, label in names if key in fields]
+    return "\n".join([*lines, text.strip()]) if text.strip() else "\n".join(lines)
+
+
+class _Builder:
+    def __init__(self, variant: str) -> None:
+        self.variant = variant
+        self.segments: list[Segment] = []
+        self.pending_review: list[str] = []
+
+    def think(self, text: str | None) -> None:
+        text = (text or "").strip()
+        if self.pending_review:
+            text = " ".join([*self.pending_review, text]).strip()
+            self.pending_review = []
+        if not text:
+            return
+        if self.segments and self.segments[-1].tag == "think":
+            self.segments[-1] = Segment("think", f"{self.segments[-1].content}\n{text}")
+        else:
+            self.segments.append(Segment("think", text))
+
+    def add(self, tag: str, content: str) -> None:
+        if self.pending_review and tag != "observation":  # an unplaced review joins the next thought
+            self.think(None)
+        self.segments.append(Segment(tag, content.strip()))
+
+    def review(self, text: str) -> None:
+        if self.variant == "code_math" and self.segments and self.segments[-1].tag == "observation":
+            self.segments.append(Segment("reflection", text.strip()))
+        elif self.variant == "code_math" and self.segments and self.segments[-1].tag == "reflection":
+            self.segments[-1] = Segment("reflection", f"{self.segments[-1].content}\n{text.strip()}")
+        else:
+            self.pending_review.append(text.strip())
+
+
+def to_coa(row: Mapping[str, Any], variant: str | None = None) -> Conversion:
+    """Convert one teacher run; ``Conversion.error`` says which rule failed when it cannot."""
+    variant = variant or variant_for(row)
+    if row.get("final_answer") is None:
+        return Conversion(variant, None, "no_final_answer: the run ended without a final answer")
+    b = _Builder(variant)
+    graded = variant in ("web", "afm")
+    for step in row["steps"]:
+        role, fields = step["role"], _fields(step)
+        if role == "plan":
+            thought = fields.get("thought")
+            if variant == "code_math":  # no think before a plan there: the thought opens the plan
+                b.add("plan", f"{thought}\n{step['text'] or ''}" if thought else step["text"] or "")
+            else:
+                b.think(thought)
+                b.add("plan", step["text"] or "")
+        elif role == "think":
+            b.think(step["text"])
+        elif role == "tool_call":
+            tool = step["tool_name"]
+            if tool not in TOOL_ARG:
+                return Conversion(variant, None, f"unknown_tool: {tool!r} has no CoA tag")
+            args = json.loads(step["tool_args"] or "{}")
+            b.add(tool, str(args.get(TOOL_ARG[tool], step["text"] or "")))
+            b.add("observation", step["observation"] or "(no output)")
+        elif role == "reflection" and fields.get("kind") == "observation_review":
+            b.review(step["text"] or "")
+        elif role == "reflection":
+            if graded:
+                b.think(fields.get("thought"))
+                b.add("reflection", _grades(fields, step["text"] or ""))
+            else:
+                b.review(step["text"] or "")
+        elif role == "verification" and graded:
+            b.add("suggested_answer", str(fields.get("suggested_answer", "")))
+            b.think(fields.get("thought"))
+            b.add("double_check", f"Score: {fields.get('score')}\n{step['text'] or ''}".strip())
+        elif role == "final_answer":
+            b.add("answer", _answer(row["family"], step["text"] or ""))
+    trajectory = Trajectory(tuple(b.segments))
+    result = validate(trajectory, variant)
+    if not result.ok:
+        assert result.error is not None
+        return Conversion(variant, None, f"invalid_coa:{result.error.rule}: {result.error.message}")
+    return Conversion(variant, trajectory)
+
+
+def coa_check(row: Mapping[str, Any]) -> str | None:
+    """For curation: None when the run converts to a valid CoA trajectory, else the reason."""
+    return to_coa(row).error
