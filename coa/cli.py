@@ -233,6 +233,87 @@ def collect(
     console.print_json(json.dumps(summary, default=str))
 
 
+@app.command()
+def curate(
+    raw: Annotated[str, typer.Option("--raw", help="trajectory.v1 artifact from `coa collect`")],
+    tasks: Annotated[str, typer.Option("--tasks", help="task.v1 artifact the runs solved (code tests)")],
+    overrides: Annotated[
+        list[str] | None, typer.Argument(help="Overrides, e.g. curate.filters.max_tool_calls=20")
+    ] = None,
+    table: Annotated[str | None, typer.Option(help="Table of the task artifact (default: its first)")] = None,
+    config: Annotated[Path, typer.Option("--config", "-c", help="YAML profile with a curate section")] = Path(
+        "configs/demo.yaml"
+    ),
+) -> None:
+    """Filter, deduplicate, decontaminate and gate raw trajectories; writes the HTML report."""
+    from coa.config import load_config
+    from coa.curate.runner import report_uri, run_curate_stage
+    from coa.curate.stage import CurateGateError
+
+    try:
+        cfg = load_config(config, overrides or [])
+        raw_ref, tasks_ref = io.open_artifact(raw), io.open_artifact(tasks)
+    except (ConfigError, io.ArtifactError) as e:
+        raise _fail(str(e)) from None
+    if cfg.curate is None:
+        raise _fail(f"{config} has no curate section")
+    try:
+        ref, result = run_curate_stage(
+            cfg.curate, raw_ref, tasks_ref, table or tasks_ref.primary_table, io.Store()
+        )
+    except CurateGateError as e:
+        raise _fail(str(e), code=1) from None
+    typer.echo(f"curated: {ref.uri}")
+    typer.echo(f"report: {report_uri(ref)}")
+    if result is not None:
+        typer.echo(result.headline)
+
+
+@app.command()
+def convert(
+    curated: Annotated[str, typer.Option("--curated", help="Artifact from `coa curate`")],
+    tasks: Annotated[str, typer.Option("--tasks", help="task.v1 artifact (RL prompts come from it)")],
+    overrides: Annotated[
+        list[str] | None, typer.Argument(help="Overrides, e.g. convert.max_pass_rate=0.3")
+    ] = None,
+    table: Annotated[str | None, typer.Option(help="Table of the task artifact (default: its first)")] = None,
+    config: Annotated[
+        Path, typer.Option("--config", "-c", help="YAML profile with a convert section")
+    ] = Path("configs/demo.yaml"),
+) -> None:
+    """Convert curated runs into CoA SFT examples (sft.v1) and RL prompts (rl_prompt.v1)."""
+    from coa.config import load_config
+    from coa.convert.stage import run_convert_stage
+
+    try:
+        cfg = load_config(config, overrides or [])
+        curated_ref, tasks_ref = io.open_artifact(curated), io.open_artifact(tasks)
+    except (ConfigError, io.ArtifactError) as e:
+        raise _fail(str(e)) from None
+    if cfg.convert is None:
+        raise _fail(f"{config} has no convert section")
+    ref, counts = run_convert_stage(
+        cfg.convert, curated_ref, tasks_ref, table or tasks_ref.primary_table, io.Store()
+    )
+    typer.echo(f"converted: {ref.uri}")
+    typer.echo(json.dumps(counts))
+
+
+@app.command("export")
+def export_cmd(
+    uri: Annotated[str, typer.Argument(help="Artifact from `coa convert`")],
+    out: Annotated[str, typer.Argument(help="Output file (afm-sft: .json, afm-rl: .parquet) or folder (hf)")],
+    fmt: Annotated[str, typer.Option("--format", "-f", help="afm-sft | afm-rl | hf")] = "hf",
+) -> None:
+    """Export converted data: AFM alpaca SFT JSON, AFM RL Parquet, or a `datasets`-loadable folder."""
+    from coa.convert.export import export
+
+    try:
+        typer.echo(export(uri, fmt, out))
+    except (ValueError, io.ArtifactError) as e:
+        raise _fail(str(e)) from None
+
+
 # -- coa tool ----------------------------------------------------------------------------------
 
 

@@ -6,8 +6,9 @@
   observations closed by ``</observation>`` + blank line (AFM's masker), from ``sft.v1``;
 * ``afm-rl``: AFM's RL Parquet (``data_source``, ``prompt``, ``ability``, ``reward_model``,
   ``extra_info`` with a unique ``index`` per prompt), from ``rl_prompt.v1``;
-* ``hf``: a folder of Parquet files (``data/<table>-00000.parquet``) that ``datasets.load_dataset``
-  reads, one split per table (``train`` = SFT examples, ``rl`` = RL prompts).
+* ``hf``: a folder of Parquet files with a dataset card declaring two configs, so that
+  ``datasets.load_dataset(folder)`` reads the SFT examples (config ``sft``, the default) and
+  ``load_dataset(folder, "rl")`` the RL prompts.
 """
 
 from __future__ import annotations
@@ -79,18 +80,34 @@ def export(uri: str, fmt: str, out: str) -> str:
             pq.write_table(table, fh)
         return f"{table.num_rows} RL prompts -> {out}"
     if fmt == "hf":
-        written = []
+        written: list[str] = []
+        configs: list[str] = []
         fs.makedirs(posixpath.join(path, "data"), exist_ok=True)
-        for table_name, split in (
-            (_table(ref, "sft.v1", None), "train"),
-            (_table(ref, "rl_prompt.v1", None), "rl"),
-        ):
+        for schema_id, config_name in (("sft.v1", "sft"), ("rl_prompt.v1", "rl")):
+            table_name = _table(ref, schema_id, None)
             if table_name is None:
                 continue
             data = io.read_table(ref, table_name)
-            with fs.open(posixpath.join(path, "data", f"{split}-00000.parquet"), "wb") as fh:
+            with fs.open(posixpath.join(path, "data", f"{config_name}-00000.parquet"), "wb") as fh:
                 pq.write_table(data.replace_schema_metadata(None), fh)
-            written.append(f"{split}: {data.num_rows}")
+            default = "    default: true\n" if not configs else ""
+            configs.append(
+                f"  - config_name: {config_name}\n{default}    data_files:\n"
+                f"      - split: train\n        path: data/{config_name}-*.parquet\n"
+            )
+            written.append(f"{config_name}: {data.num_rows}")
+        card = (
+            "---\nconfigs:\n"
+            + "".join(configs)
+            + "---\n\n"
+            + (
+                f"CoA data exported by coa-pipeline from `{ref.uri}`"
+                f" (content hash {ref.content_hash[:16]}).\n"
+                "Configs: `sft` (sft.v1 examples) and `rl` (rl_prompt.v1 prompts).\n"
+            )
+        )
+        with fs.open(posixpath.join(path, "README.md"), "w", encoding="utf-8") as fh:
+            fh.write(card)
         return f"datasets folder ({', '.join(written)}) -> {out}"
     raise ValueError(f"unknown export format {fmt!r}; use afm-sft, afm-rl or hf")
 

@@ -1,0 +1,131 @@
+"""Curate + convert on storage over real and broken runs; the AFM and HF exports load back."""
+
+from __future__ import annotations
+
+import copy
+import json
+from pathlib import Path
+from typing import Any
+
+import datasets
+import pyarrow.parquet as pq
+import pytest
+from typer.testing import CliRunner
+
+import schemas
+from coa import io
+from coa.cli import app
+from coa.convert.stage import ConvertConfig, run_convert_stage
+from coa.curate.config import CurateConfig
+from coa.curate.runner import run_curate_stage
+
+FIXTURES = Path(__file__).resolve().parents[3] / "shared" / "fixtures" / "afm"
+runner = CliRunner()
+
+
+def _artifact(
+    store: io.Store, kind: str, table_name: str, table: Any, contract: schemas.Contract
+) -> io.ArtifactRef:
+    writer = store.writer(kind, "t", {"rows": table.num_rows, "kind": kind})
+    writer.write_table(table_name, table, contract)
+    return writer.commit()
+
+
+@pytest.fixture
+def converted(teacher_runs: list[dict[str, Any]], synthetic_tasks: dict[str, Any]) -> dict[str, Any]:
+    store = io.Store()
+    runs = copy.deepcopy(teacher_runs)
+    broken_plan = copy.deepcopy(next(r for r in runs if r["family"] == "math" and r["final_answer"]))
+    broken_plan["run_id"] += "-noplan"
+    broken_plan["steps"] = [s for s in broken_plan["steps"] if s["role"] != "plan"]
+    broken_plan["n_steps"] = len(broken_plan["steps"])
+    crashed = copy.deepcopy(runs[0])
+    crashed.update(
+        run_id=crashed["run_id"] + "-crash", status="error", error="ToolError: boom", final_answer=None
+    )
+    wrong = copy.deepcopy(next(r for r in runs if r["family"] == "math" and r["final_answer"]))
+    wrong.update(run_id=wrong["run_id"] + "-wrong", final_answer="-1")
+    all_runs = [*runs, broken_plan, crashed, wrong]
+    raw = _artifact(
+        store, "trajectories", "trajectories", schemas.TRAJECTORY.from_rows(all_runs), schemas.TRAJECTORY
+    )
+    tasks = _artifact(store, "tasks", "train", synthetic_tasks["train"], schemas.TASK)
+    curate_cfg = CurateConfig(
+        dedup={"near": False}, filters={"max_repeated_calls": 10}, gate={"correctness_floor": 0.3}
+    )  # type: ignore[arg-type]
+    curated, result = run_curate_stage(curate_cfg, raw, tasks, "train", store)
+    out, counts = run_convert_stage(ConvertConfig(), curated, tasks, "train", store)
+    return {
+        "raw": raw,
+        "curated": curated,
+        "result": result,
+        "out": out,
+        "counts": counts,
+        "n": len(all_runs),
+    }
+
+
+def test_curate_and_convert_lose_nothing(converted: dict[str, Any]) -> None:
+    curated = converted["curated"]
+    assert curated.rows("trajectories") + curated.rows("quarantine") == converted["n"]
+    quarantine = io.read_table(curated, "quarantine").to_pylist()
+    reasons = {q["row_key"]: q["reason"] for q in quarantine}
+    assert any(k.endswith("-noplan") and v == "invalid_coa" for k, v in reasons.items())
+    assert any(k.endswith("-crash") and v.startswith("unclean_end") for k, v in reasons.items())
+    assert any(k.endswith("-wrong") and v == "incorrect" for k, v in reasons.items())
+    code_runs = [r for r in io.read_table(curated, "trajectories").to_pylist() if r["family"] == "code"]
+    assert code_runs and all(r["correct"] for r in code_runs)  # tests really ran in the sandbox
+    stats = json.loads(io.read_file(curated, "task_stats.json"))
+    assert sum(n for n, _ in stats.values()) == converted["n"]
+    out = converted["out"]
+    sft = io.read_table(out, "sft").to_pylist()
+    assert len(sft) + sum(
+        1 for q in io.read_table(out, "quarantine").to_pylist() if q["stage"] == "convert"
+    ) == (curated.rows("trajectories"))
+    for example in sft:
+        content = example["messages"][-1]["content"]
+        assert [m["role"] for m in example["messages"]] == ["system", "user", "assistant"]
+        for span in example["observation_spans"]:
+            piece = content[span["start"] : span["end"]]
+            assert piece.startswith("<observation>") and piece.rstrip("\n").endswith("</observation>")
+        assert example["n_tokens"] > 100
+    rl = io.read_table(out, "rl_prompts").to_pylist()
+    assert len({r["group_index"] for r in rl}) == len(rl) == 20
+    assert all(0 <= r["teacher_pass_rate"] <= 1 for r in rl)
+
+
+def test_pass_rate_band_selects_rl_prompts(converted: dict[str, Any]) -> None:
+    store = io.Store()
+    tasks = io.open_artifact(io.read_lineage(converted["out"])["upstream"][1]["uri"])
+    hard, counts = run_convert_stage(
+        ConvertConfig(max_pass_rate=0.5), converted["curated"], tasks, "train", store
+    )
+    rates = [r["teacher_pass_rate"] for r in io.read_table(hard, "rl_prompts").to_pylist()]
+    assert all(r <= 0.5 for r in rates)
+    rejected = [q for q in io.read_table(hard, "quarantine").to_pylist() if q["reason"] == "pass_rate_band"]
+    assert len(rates) + len(rejected) == 20
+
+
+def test_exports_load_back(converted: dict[str, Any], tmp_path: Path) -> None:
+    uri = converted["out"].uri
+    sft_json = tmp_path / "sft.json"
+    assert runner.invoke(app, ["export", uri, str(sft_json), "--format", "afm-sft"]).exit_code == 0
+    records = json.loads(sft_json.read_text())
+    assert records and set(records[0]) == {"instruction", "input", "output", "system"}
+    with_obs = [r for r in records if "<observation>" in r["output"]]
+    assert with_obs and all("</observation>\n\n" in r["output"] for r in with_obs)
+
+    rl_path = tmp_path / "rl.parquet"
+    assert runner.invoke(app, ["export", uri, str(rl_path), "--format", "afm-rl"]).exit_code == 0
+    rl = pq.read_table(rl_path)
+    assert rl.column_names == pq.read_schema(FIXTURES / "aime24.parquet").names
+    indices = [row["index"] for row in rl.column("extra_info").to_pylist()]
+    assert len(set(indices)) == len(indices) == rl.num_rows
+
+    hf = tmp_path / "hf"
+    assert runner.invoke(app, ["export", uri, str(hf), "--format", "hf"]).exit_code == 0
+    ds = datasets.load_dataset(str(hf))
+    assert ds["train"].num_rows == converted["out"].rows("sft")
+    assert ds["train"][0]["messages"][-1]["role"] == "assistant"
+    rl_ds = datasets.load_dataset(str(hf), "rl")
+    assert rl_ds["train"].num_rows == converted["out"].rows("rl_prompts")
