@@ -12,6 +12,7 @@ from typing import Literal
 from pydantic import Field, model_validator
 
 from coa.config import StrictModel
+from coa.llm.config import LLMConfig
 
 DEFAULT_AGENTS = ("manager", "search_agent", "code_agent", "reflector", "verifier")
 
@@ -204,6 +205,11 @@ class CurateConfig(StrictModel):
         default=0.25,
         ge=0,
         description="Relative change of a headline metric versus the previous run that the report marks.",
+    )
+    judge: LLMConfig | None = Field(
+        default=None,
+        description="LLM judge endpoint for open-ended (web) answers that do not match exactly; "
+        "null = token-F1 fallback.",
     )
 
     @model_validator(mode="after")

@@ -33,15 +33,18 @@ from coa.tools.sandbox import SandboxConfig
 TASK_STATS = "task_stats.json"
 
 
-def _score(prediction: str | None, golds: list[str], family: str) -> bool | None:
-    if family == "code":
-        return None  # scored beforehand from the tests (see _score_code)
-    if not golds:
-        return None
-    try:
-        return score_answer(prediction, golds, family).correct
-    except (ScoringError, ImportError):
-        return None
+def make_scorer(judge: Any = None) -> Any:
+    """The curate scorer: QA/math by rule, web through the judge when given; code is scored before."""
+
+    def score(prediction: str | None, golds: list[str], family: str) -> bool | None:
+        if family == "code" or not golds:
+            return None  # code runs are scored from their tests (see _score_code)
+        try:
+            return score_answer(prediction, golds, family, judge=judge if family == "web" else None).correct
+        except (ScoringError, ImportError):
+            return None
+
+    return score
 
 
 def _tests_of(case: dict[str, Any]) -> list[Any]:
@@ -126,6 +129,12 @@ def run_curate_stage(
             record(filled)
             yield filled
 
+    judge = None
+    if config.judge is not None:
+        from coa.scoring.judge import LLMJudge
+
+        judge = LLMJudge(config.judge)
+    _score = make_scorer(judge)
     benchmarks = load_benchmarks(config.decontam.benchmarks)
     previous = previous_summary(store, config.name, writer.uri)
     with tempfile.TemporaryDirectory(prefix="coa-curate-") as out_dir:
@@ -149,6 +158,8 @@ def run_curate_stage(
             if path.is_file():
                 writer.write_file(path.relative_to(out_dir).as_posix(), path.read_bytes())
         writer.write_file(TASK_STATS, json.dumps(stats, sort_keys=True))
+    if judge is not None:
+        judge.close()
     writer.extra_lineage["gate"] = {
         "success": result.gate_success,
         "failed": [f"{c['suite']}.{c['check']}" for c in result.failed_expectations],

@@ -1,0 +1,81 @@
+"""The LLM judge against a fake OpenAI-compatible server: verdicts, fences, retries, cache, audit."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from coa.llm import EndpointConfig, LLMConfig
+from coa.scoring import score_answer
+from coa.scoring.judge import LLMJudge, judge_prompt, parse_verdict
+from tests.llm.fake_server import FakeLLMServer, Reply, completion
+
+
+@pytest.fixture(scope="module")
+def server() -> Iterator[FakeLLMServer]:
+    fake = FakeLLMServer()
+    fake.start()
+    try:
+        yield fake
+    finally:
+        fake.stop()
+
+
+@pytest.fixture
+def judge(server: FakeLLMServer, tmp_path: Path) -> Iterator[LLMJudge]:
+    server.reset()
+    endpoint = EndpointConfig(
+        name="judge",
+        base_url=server.url,
+        model="judge-model",
+        max_retries=1,
+        backoff_base_s=0.01,
+        backoff_max_s=0.02,
+        timeout_s=5,
+    )
+    j = LLMJudge(LLMConfig(endpoints=(endpoint,), cache_root=str(tmp_path / "cache")))
+    yield j
+    j.close()
+
+
+def verdict(judgement: str, fence: bool = False) -> Reply:
+    body = json.dumps({"rationale": "same city, different spelling", "judgement": judgement})
+    return Reply(body=completion(f"```json\n{body}\n```" if fence else body))
+
+
+def test_parse_verdict() -> None:
+    assert parse_verdict('{"rationale": "r", "judgement": "correct"}') == (True, "r")
+    assert parse_verdict('```json\n{"rationale": "r", "judgement": "Incorrect"}\n```') == (False, "r")
+    assert parse_verdict("correct") is None and parse_verdict('{"judgement": "maybe"}') is None
+
+
+def test_verdicts_are_audited_and_cached(judge: LLMJudge, server: FakeLLMServer) -> None:
+    server.push(verdict("correct", fence=True))
+    score = judge("N.Y.C.", ["New York City"], question="Where is the Met?")
+    assert score.correct and score.method == "web:judge"
+    assert "judge-model/" + judge_prompt()["version"] in score.detail and "same city" in score.detail
+    request = server.requests[-1].body
+    assert "New York City" in request["messages"][1]["content"] and request["temperature"] == 0.0
+    again = judge("N.Y.C.", ["New York City"], question="Where is the Met?")
+    assert again.correct and "(cached)" in again.detail and server.hits == 1
+
+
+def test_unreadable_replies_are_retried_then_scored_incorrect(judge: LLMJudge, server: FakeLLMServer) -> None:
+    server.push(Reply(body=completion("I think it is right")), verdict("incorrect"))
+    score = judge("Boston", ["New York City"], question="Where is the Met?")
+    assert not score.correct and score.method == "web:judge" and server.hits == 2
+    server.reset()
+    server.default = Reply(body=completion("no json here"))
+    failed = judge("Paris", ["Rome"], question="Capital of Italy?")
+    assert failed.method == "web:judge_unreadable" and not failed.correct and server.hits == 3
+
+
+def test_score_answer_uses_the_judge_only_when_not_exact(judge: LLMJudge, server: FakeLLMServer) -> None:
+    exact = score_answer("New York City", ["New York City"], "web", judge=judge, question="q")
+    assert exact.correct and exact.method == "web:em" and server.hits == 0
+    server.push(verdict("correct"))
+    judged = score_answer("NYC", ["New York City"], "web", judge=judge, question="q")
+    assert judged.correct and judged.method == "web:judge" and server.hits == 1
