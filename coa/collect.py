@@ -15,7 +15,6 @@ import dataclasses
 import hashlib
 import json
 import posixpath
-import uuid
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any, Protocol
 
@@ -24,7 +23,7 @@ import pyarrow.parquet as pq
 
 import schemas
 from coa.agents.backend import BudgetStop
-from coa.io import filesystem
+from coa.io import filesystem, write_atomic
 
 
 class Teacher(Protocol):
@@ -62,16 +61,15 @@ class CheckpointFolder:
         """File names of committed checkpoints (temporary files are ignored)."""
         if not self.fs.exists(self.path):
             return set()
-        return {posixpath.basename(p) for p in self.fs.ls(self.path, detail=False) if p.endswith(".parquet")}
+        names = (posixpath.basename(p) for p in self.fs.ls(self.path, detail=False))
+        return {n for n in names if n.endswith(".parquet") and not n.startswith(".")}  # .tmp-*: unfinished
 
     def write(self, row: dict[str, Any]) -> None:
-        table = schemas.TRAJECTORY.from_rows([row])
-        self.fs.makedirs(self.path, exist_ok=True)
-        final = posixpath.join(self.path, self.file_name(row["run_id"]))
-        tmp = f"{final}.tmp-{uuid.uuid4().hex[:8]}"
-        with self.fs.open(tmp, "wb") as fh:
-            pq.write_table(table, fh)
-        self.fs.mv(tmp, final)
+        buffer = pa.BufferOutputStream()
+        pq.write_table(schemas.TRAJECTORY.from_rows([row]), buffer)
+        write_atomic(
+            self.fs, posixpath.join(self.path, self.file_name(row["run_id"])), buffer.getvalue().to_pybytes()
+        )
 
     def read(self, run_ids: Sequence[str]) -> Iterator[pa.Table]:
         for run_id in run_ids:

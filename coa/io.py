@@ -401,6 +401,26 @@ def read_parquet_file(uri: str, settings: Settings | None = None) -> pa.Table:
         return pq.read_table(fh)
 
 
+def write_atomic(fs: fsspec.AbstractFileSystem, path: str, data: bytes) -> None:
+    """Write ``data`` to ``path`` under a temporary name, then move it into place.
+
+    Readers see either the old file, nothing, or the whole new file; a failed write leaves no
+    temporary file behind (best effort).
+    """
+    folder = posixpath.dirname(path)
+    tmp = posixpath.join(folder, f".tmp-{uuid.uuid4().hex}-{posixpath.basename(path)}")
+    fs.makedirs(folder, exist_ok=True)
+    try:
+        with fs.open(tmp, "wb") as fh:
+            fh.write(data)
+        fs.mv(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            if fs.exists(tmp):
+                fs.rm(tmp)
+        raise
+
+
 def path_fingerprint(uri: str, settings: Settings | None = None) -> str:
     """sha256 of an input file, or of every file under an input folder (names and contents)."""
     fs, path = filesystem(uri, settings)

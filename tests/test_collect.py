@@ -105,4 +105,5 @@ def test_temporary_checkpoint_files_are_not_counted(tmp_path: Path) -> None:
     ckpt = CheckpointFolder(str(tmp_path / "ckpt"))
     (tmp_path / "ckpt").mkdir()
     (tmp_path / "ckpt" / (CheckpointFolder.file_name("t:0#0") + ".tmp-1234")).write_bytes(b"half")
+    (tmp_path / "ckpt" / (".tmp-abcd-" + CheckpointFolder.file_name("t:1#0"))).write_bytes(b"half")
     assert ckpt.done() == set()

@@ -15,12 +15,11 @@ import hashlib
 import json
 import posixpath
 import time
-import uuid
 from collections.abc import Callable, Mapping
 from typing import Literal, Protocol
 
 from coa.config import canonical_json
-from coa.io import filesystem
+from coa.io import filesystem, write_atomic
 from coa.settings import scrub
 
 ToolFn = Callable[[str], str]
@@ -74,9 +73,6 @@ class ObservationStore:
 
     def put(self, tool: str, provider: str, argument: str, observation: str) -> None:
         key = self.key(tool, provider, argument)
-        target = self._file(key)
-        tmp = f"{target}.tmp-{uuid.uuid4().hex[:8]}"
-        self.fs.makedirs(posixpath.dirname(target), exist_ok=True)
         record = {
             "tool": tool,
             "provider": provider,
@@ -84,9 +80,7 @@ class ObservationStore:
             "observation": scrub(observation),
             "recorded_at": dt.datetime.now(dt.UTC).isoformat(),
         }
-        with self.fs.open(tmp, "wb") as fh:
-            fh.write(json.dumps(record, ensure_ascii=False).encode())
-        self.fs.mv(tmp, target)
+        write_atomic(self.fs, self._file(key), json.dumps(record, ensure_ascii=False).encode())
 
 
 class FunctionToolBox:

@@ -21,12 +21,11 @@ import json
 import logging
 import os
 import posixpath
-import uuid
 from collections.abc import Mapping
 from typing import Any
 
 from coa.config import canonical_json
-from coa.io import filesystem
+from coa.io import filesystem, write_atomic
 from coa.llm.secrets import Scrubber
 from coa.settings import Settings
 
@@ -98,21 +97,7 @@ class ResponseCache:
             "result": scrubber.tree(dict(result)),
         }
         data = json.dumps(entry, ensure_ascii=False, indent=1, sort_keys=True).encode("utf-8")
-        final = self._file(key)
-        folder = posixpath.dirname(final)
-        tmp = posixpath.join(folder, f".tmp-{uuid.uuid4().hex}.json")
-        self._fs.makedirs(folder, exist_ok=True)
-        try:
-            with self._fs.open(tmp, "wb") as fh:
-                fh.write(data)
-            self._fs.mv(tmp, final)
-        except BaseException:
-            try:
-                if self._fs.exists(tmp):
-                    self._fs.rm(tmp)
-            except OSError:  # pragma: no cover - best effort cleanup
-                pass
-            raise
+        write_atomic(self._fs, self._file(key), data)
         return self.uri(key)
 
     async def aget(self, key: str) -> dict[str, Any] | None:
