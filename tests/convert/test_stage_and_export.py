@@ -129,3 +129,26 @@ def test_exports_load_back(converted: dict[str, Any], tmp_path: Path) -> None:
     assert ds["train"][0]["messages"][-1]["role"] == "assistant"
     rl_ds = datasets.load_dataset(str(hf), "rl")
     assert rl_ds["train"].num_rows == converted["out"].rows("rl_prompts")
+
+
+def test_failed_gate_fails_with_the_report_and_stays_failed(
+    teacher_runs: list[dict[str, Any]], synthetic_tasks: dict[str, Any]
+) -> None:
+    from coa.curate.stage import CurateGateError
+
+    store = io.Store()
+    wrong = [{**r, "final_answer": "0"} for r in copy.deepcopy(teacher_runs) if r["family"] == "math"]
+    raw = _artifact(
+        store, "trajectories", "trajectories", schemas.TRAJECTORY.from_rows(wrong), schemas.TRAJECTORY
+    )
+    tasks = _artifact(store, "tasks", "train", synthetic_tasks["train"], schemas.TASK)
+    config = CurateConfig(gate={"correctness_floor": 0.5}, filters={"require_correct": False})  # type: ignore[arg-type]
+    with pytest.raises(CurateGateError, match="correctness_floor") as failed:
+        run_curate_stage(config, raw, tasks, "train", store)
+    assert Path(failed.value.result.report_path).name == "report.html"
+    committed = io.lookup(
+        store.address("curated", config.name, config.model_dump(mode="json"), [raw, tasks])[0]
+    )
+    assert committed is not None and "report.html" in committed.files  # the report can be read
+    with pytest.raises(RuntimeError, match="curate gate failed"):  # a rerun does not reuse it silently
+        run_curate_stage(config, raw, tasks, "train", store)
