@@ -10,6 +10,7 @@ import subprocess
 import sys
 import textwrap
 import threading
+import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -24,8 +25,21 @@ from tests.tools.support import FAST, requires_sandbox
 REPO = Path(__file__).resolve().parents[2]
 
 
-def _leftover_sandbox_processes(config: SandboxConfig) -> list[int]:
-    """Host pids running as a uid from the sandbox uid range (root-setpriv mode)."""
+def _leftover_sandbox_processes(config: SandboxConfig, wait_s: float = 3.0) -> list[int]:
+    """Host pids running as a uid from the sandbox uid range (root-setpriv mode).
+
+    Polls up to ``wait_s`` for processes the kernel is still tearing down (a killed pid namespace
+    takes a moment on a loaded machine); zombies do not count.
+    """
+    deadline = time.monotonic() + wait_s
+    while True:
+        pids = _sandbox_pids(config)
+        if not pids or time.monotonic() > deadline:
+            return pids
+        time.sleep(0.05)
+
+
+def _sandbox_pids(config: SandboxConfig) -> list[int]:
     lo, hi = config.uid_range
     pids = []
     for entry in os.listdir("/proc"):
@@ -36,6 +50,9 @@ def _leftover_sandbox_processes(config: SandboxConfig) -> list[int]:
         except OSError:
             continue
         uid_line = next((line for line in status.splitlines() if line.startswith("Uid:")), "")
+        state = next((line for line in status.splitlines() if line.startswith("State:")), "")
+        if "Z" in state.split()[1:2]:
+            continue
         if any(lo <= int(u) < hi for u in uid_line.split()[1:]):
             pids.append(int(entry))
     return pids
