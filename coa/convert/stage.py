@@ -27,6 +27,8 @@ from coa.convert.coa import FAMILY_VARIANT, to_coa
 from coa.format import observation_spans, render, system_prompt
 
 TokenCounter = Callable[[str], int]
+TASK_STATS = "task_stats.json"
+"""File of a curate artifact: task id -> [runs, correct runs] (written by coa.curate.runner)."""
 
 
 class ConvertConfig(StrictModel):
@@ -158,7 +160,6 @@ def run_convert_stage(
     """Convert a committed curate artifact; the output holds ``sft``, ``rl_prompts``, ``quarantine``."""
     import schemas
     from coa import io
-    from coa.curate.runner import TASK_STATS
 
     writer = store.writer("converted", config.name, config.model_dump(mode="json"), upstream=[curated, tasks])
     existing = writer.existing()

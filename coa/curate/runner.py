@@ -23,14 +23,13 @@ import pyarrow as pa
 import schemas
 from coa import io
 from coa.convert.coa import coa_check
+from coa.convert.stage import TASK_STATS
 from coa.curate.config import CurateConfig
 from coa.curate.decontam import load_benchmarks
 from coa.curate.stage import CurateGateError, CurateResult, curate
 from coa.scoring import ScoringError, score_answer
 from coa.tools.code import io_tests, run_tests
 from coa.tools.sandbox import SandboxConfig
-
-TASK_STATS = "task_stats.json"
 
 
 def make_scorer(judge: Any = None) -> Any:
@@ -145,7 +144,7 @@ def run_curate_stage(
             result = curate(
                 scored_batches(),
                 config,
-                _score,
+                lambda *_: None,  # already scored in scored_batches(); None keeps those values
                 coa_check,
                 benchmarks,
                 previous,
