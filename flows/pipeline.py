@@ -73,6 +73,7 @@ def pipeline(config_path: str = "configs/demo.yaml", overrides: list[str] | None
         curated = curate_task(cfg.curate, trajectories, *train)
         stages += [_row("curate", curated, "trajectories"), _row("curate.quarantine", curated, "quarantine")]
         refs["curate"] = curated.model_dump(mode="json")
+        refs["report"] = f"{curated.uri}/report.html"
     else:
         stages.append(_skipped("curate", "not configured"))
     if cfg.convert is not None and curated is not None:

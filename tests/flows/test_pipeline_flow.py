@@ -37,6 +37,7 @@ def test_pipeline_runs_built_stages_and_reports_the_rest(
     assert stages["convert.sft"]["rows"] + stages["convert.quarantine"]["rows"] >= stages["curate"]["rows"]
     assert all(stages[name]["status"] == "not built yet" for name in NOT_BUILT)
     curated = io.open_artifact(result["curate"]["uri"])
+    assert result["report"] == f"{curated.uri}/report.html"
     assert {"report.html", "summary.json", "task_stats.json"} <= set(curated.files)
     assert any(f.startswith("data_docs/") for f in curated.files)
     lineage = io.read_lineage(result["convert"]["uri"])
