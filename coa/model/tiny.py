@@ -1,0 +1,228 @@
+"""A tiny student model built on the spot: a BPE tokenizer trained on the data and a random-init Qwen2.
+
+:func:`init_model` (behind ``coa model init``) writes a folder that every later stage loads like
+any Hugging Face checkpoint (``AutoTokenizer`` / ``AutoModelForCausalLM.from_pretrained``):
+
+* **Tokenizer.** Byte-level BPE trained with ``tokenizers`` on the given texts, with the Qwen2
+  pipeline: NFC normalisation, the Qwen pre-tokenisation regex (every digit is its own token),
+  then ByteLevel without its own regex. ``AutoTokenizer`` rebuilds exactly that pipeline for a
+  ``qwen2`` config (it ignores ``tokenizer_class``), so training with anything else would give
+  different ids after a reload. Special tokens: ``<|endoftext|>`` (pad), ``<|im_start|>``,
+  ``<|im_end|>`` (end of turn, eos). Every CoA tag (``<think>``, ``</think>``, …, from
+  :data:`coa.format.TAGS`) is an added, non-special token: one id each (usable as a stop id), kept
+  by ``decode(skip_special_tokens=True)``. Tags and special tokens are cut out of the training
+  texts first, so no merges are spent on their pieces. The chat template is plain ChatML.
+* **Model.** ``Qwen2ForCausalLM`` with random weights (seeded), tied embeddings, SDPA attention,
+  ``vocab_size == len(tokenizer)``; eos = ``<|im_end|>``, pad = ``<|endoftext|>``.
+
+:func:`sft_corpus` gives the texts to train the tokenizer on from an ``sft.v1`` table, and
+:func:`init_model_artifact` writes the folder as a content-addressed artifact (``model/<name>``).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import tempfile
+from collections.abc import Iterable, Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+from pydantic import Field, model_validator
+
+from coa.config import StrictModel
+from coa.format import TAGS
+
+ENDOFTEXT, IM_START, IM_END = "<|endoftext|>", "<|im_start|>", "<|im_end|>"
+SPECIAL_TOKENS: tuple[str, ...] = (ENDOFTEXT, IM_START, IM_END)
+TAG_TOKENS: tuple[str, ...] = tuple(f"<{t}>" for t in TAGS) + tuple(f"</{t}>" for t in TAGS)
+"""Every CoA tag, open and close forms: one token each."""
+
+CHATML_TEMPLATE = (
+    "{% for message in messages %}"
+    "{{ '<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>' + '\\n' }}"
+    "{% endfor %}"
+    "{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}"
+)
+"""Plain ChatML: ``<|im_start|>{role}\\n{content}<|im_end|>\\n`` per message."""
+
+MODEL_CARD = "coa_model.json"
+"""Written beside the weights: the :class:`TinyModelConfig`, parameter count and vocabulary size."""
+
+_RESERVED_RE = re.compile("|".join(re.escape(t) for t in sorted(SPECIAL_TOKENS + TAG_TOKENS, key=len)[::-1]))
+
+
+class TinyModelConfig(StrictModel):
+    """The tiny student: tokenizer and Qwen2 architecture (defaults: ~1.1 M parameters)."""
+
+    vocab_size: int = Field(
+        default=2048,
+        ge=len(SPECIAL_TOKENS) + len(TAG_TOKENS) + 256,
+        description="Target vocabulary size including special and tag tokens (BPE may learn fewer on a "
+        "small corpus; the model's embedding matches the tokenizer actually built).",
+    )
+    min_frequency: int = Field(default=2, ge=1, description="Least count for a BPE merge to be learned.")
+    hidden_size: int = Field(default=128, ge=8, description="Width of the residual stream.")
+    num_layers: int = Field(default=4, ge=1, description="Number of decoder layers.")
+    num_heads: int = Field(default=4, ge=1, description="Attention heads (hidden_size must divide by it).")
+    num_kv_heads: int = Field(
+        default=4, ge=1, description="Key/value heads (grouped-query attention; must divide num_heads)."
+    )
+    intermediate_size: int = Field(default=384, ge=1, description="Width of the SwiGLU MLP.")
+    max_position_embeddings: int = Field(
+        default=2048, ge=16, description="Longest sequence the model (and tokenizer) is declared for."
+    )
+    rope_theta: float = Field(default=10_000.0, gt=0, description="RoPE base frequency.")
+    tie_word_embeddings: bool = Field(default=True, description="Share input embedding and LM head.")
+    initializer_range: float = Field(default=0.02, gt=0, description="Std of the normal weight init.")
+    seed: int = Field(default=0, description="Seed of the weight initialisation.")
+
+    @model_validator(mode="after")
+    def _heads_divide(self) -> TinyModelConfig:
+        if self.hidden_size % self.num_heads:
+            raise ValueError(f"hidden_size {self.hidden_size} is not divisible by num_heads {self.num_heads}")
+        if self.num_heads % self.num_kv_heads:
+            raise ValueError(
+                f"num_heads {self.num_heads} is not divisible by num_kv_heads {self.num_kv_heads}"
+            )
+        return self
+
+
+def qwen2_pretokenize_regex() -> str:
+    """The regex ``Qwen2Tokenizer`` splits with (digits one by one), read from transformers itself."""
+    from transformers.models.qwen2 import tokenization_qwen2
+
+    return str(tokenization_qwen2.PRETOKENIZE_REGEX)
+
+
+def train_tokenizer(texts: Iterable[str], config: TinyModelConfig) -> Any:
+    """A ``PreTrainedTokenizerFast`` (Qwen2 pipeline, ChatML specials, tag tokens, ChatML template)."""
+    from tokenizers import (
+        AddedToken,
+        Regex,
+        Tokenizer,
+        decoders,
+        models,
+        normalizers,
+        pre_tokenizers,
+        trainers,
+    )
+    from transformers import PreTrainedTokenizerFast
+
+    tok = Tokenizer(models.BPE())
+    tok.normalizer = normalizers.NFC()
+    tok.pre_tokenizer = pre_tokenizers.Sequence(
+        [
+            pre_tokenizers.Split(Regex(qwen2_pretokenize_regex()), behavior="isolated", invert=False),
+            pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
+        ]
+    )
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=config.vocab_size - len(TAG_TOKENS),
+        min_frequency=config.min_frequency,
+        special_tokens=list(SPECIAL_TOKENS),
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
+    tok.train_from_iterator(_without_reserved(texts), trainer)
+    tok.add_tokens([AddedToken(t, normalized=False, special=False) for t in TAG_TOKENS])
+    fast = PreTrainedTokenizerFast(
+        tokenizer_object=tok,
+        eos_token=IM_END,
+        pad_token=ENDOFTEXT,
+        unk_token=None,
+        model_max_length=config.max_position_embeddings,
+    )
+    fast.chat_template = CHATML_TEMPLATE
+    return fast
+
+
+def build_model(config: TinyModelConfig, tokenizer: Any) -> Any:
+    """A random-init ``Qwen2ForCausalLM`` sized to ``tokenizer`` (seeded by ``config.seed``)."""
+    import torch
+    from transformers import GenerationConfig, Qwen2Config, Qwen2ForCausalLM
+
+    ids = {t: tokenizer.convert_tokens_to_ids(t) for t in SPECIAL_TOKENS}
+    model_config = Qwen2Config(
+        vocab_size=len(tokenizer),
+        hidden_size=config.hidden_size,
+        intermediate_size=config.intermediate_size,
+        num_hidden_layers=config.num_layers,
+        num_attention_heads=config.num_heads,
+        num_key_value_heads=config.num_kv_heads,
+        max_position_embeddings=config.max_position_embeddings,
+        rope_parameters={"rope_type": "default", "rope_theta": config.rope_theta},
+        tie_word_embeddings=config.tie_word_embeddings,
+        initializer_range=config.initializer_range,
+        bos_token_id=None,
+        eos_token_id=ids[IM_END],
+        pad_token_id=ids[ENDOFTEXT],
+    )
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(config.seed)
+        model = Qwen2ForCausalLM(model_config)
+    model.generation_config = GenerationConfig(
+        eos_token_id=[ids[IM_END], ids[ENDOFTEXT]], pad_token_id=ids[ENDOFTEXT], bos_token_id=None
+    )
+    return model
+
+
+def init_model(texts: Iterable[str], config: TinyModelConfig, out_dir: str | Path) -> Path:
+    """Train the tokenizer on ``texts``, build the random model, save both to ``out_dir``; return it."""
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    tokenizer = train_tokenizer(texts, config)
+    model = build_model(config, tokenizer)
+    model.save_pretrained(out)
+    tokenizer.save_pretrained(out)
+    card = {
+        "kind": "coa.tiny_qwen2",
+        "config": config.model_dump(mode="json"),
+        "n_params": sum(p.numel() for p in model.parameters()),
+        "vocab_size": len(tokenizer),
+        "special_tokens": list(SPECIAL_TOKENS),
+        "tag_tokens": list(TAG_TOKENS),
+    }
+    (out / MODEL_CARD).write_text(json.dumps(card, indent=2, sort_keys=True))
+    return out
+
+
+def sft_corpus(examples: pa.Table) -> Iterator[str]:
+    """Texts to train the tokenizer on: every message of an ``sft.v1`` table, and the role names."""
+    yield from ("system\n", "user\n", "assistant\n")
+    for messages in examples.column("messages").to_pylist():
+        for message in messages:
+            yield message["content"]
+
+
+def init_model_artifact(
+    config: TinyModelConfig,
+    texts: Iterable[str],
+    store: Any,
+    name: str = "tiny",
+    upstream: Sequence[Any] = (),
+) -> Any:
+    """:func:`init_model` into a committed artifact ``model/{name}-{key}`` (reused when it exists).
+
+    The folder holds the model files under ``model/``; the key hashes ``config`` and the upstream
+    artifacts (the data the tokenizer was trained on), so the same inputs give the same artifact.
+    """
+    writer = store.writer("model", name, config.model_dump(mode="json"), upstream=upstream)
+    existing = writer.existing()
+    if existing is not None:
+        return existing
+    with tempfile.TemporaryDirectory(prefix="coa-model-init-") as tmp:
+        init_model(texts, config, tmp)
+        for path in sorted(Path(tmp).iterdir()):
+            writer.write_file(f"model/{path.name}", path.read_bytes())
+    return writer.commit()
+
+
+def _without_reserved(texts: Iterable[str]) -> Iterator[str]:
+    """The texts cut at every tag and special token (those never reach the BPE model at encode time)."""
+    for text in texts:
+        for piece in _RESERVED_RE.split(text):
+            if piece:
+                yield piece

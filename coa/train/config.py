@@ -1,0 +1,159 @@
+"""Configuration and result of an SFT run: :class:`SFTRunConfig`, :class:`SFTResult`, the errors.
+
+Kept apart from :mod:`coa.train.sft` so that the pipeline config can import it without importing
+torch, transformers or TRL.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from coa.config import StrictModel
+
+DEFAULT_LORA_TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
+RESUME_FREE_FIELDS = frozenset(
+    {"data", "table", "output_dir", "logging_steps", "save_steps", "save_total_limit", "time_budget_s",
+     "calibration_steps"}
+)  # fmt: skip
+"""Fields that may differ between a run and its resumption (they do not change the training itself)."""
+
+
+class SFTError(RuntimeError):
+    """A run that cannot start or cannot be reported (bad output folder, config changed on resume…)."""
+
+
+class StepCountError(SFTError):
+    """The run did not take the planned number of optimizer steps; its result is not reported."""
+
+
+class LoraSettings(StrictModel):
+    """Train LoRA adapters instead of all weights (needs ``peft``)."""
+
+    r: int = Field(default=16, ge=1, description="Rank of the adapters.")
+    alpha: int = Field(default=32, ge=1, description="LoRA alpha (scale = alpha / r).")
+    dropout: float = Field(default=0.05, ge=0, lt=1, description="Dropout on the adapter input.")
+    target_modules: tuple[str, ...] = Field(
+        default=DEFAULT_LORA_TARGETS, min_length=1, description="Names of the linear layers to adapt."
+    )
+
+
+class SFTRunConfig(StrictModel):
+    """One SFT run. Exactly one of ``max_steps`` / ``time_budget_s`` sets the plan."""
+
+    base_model: str = Field(
+        description="Model to fine-tune: a local folder (e.g. `coa model init`) or a hub id."
+    )
+    data: str | None = Field(
+        default=None,
+        description="For `python -m coa.train.sft`: an sft.v1 artifact URI (local or s3://) or a "
+        "Parquet file.",
+    )
+    table: str = Field(default="sft", description="Table of the `data` artifact holding the sft.v1 rows.")
+    output_dir: str | None = Field(
+        default=None,
+        description="Folder for checkpoints, the final model and the report (run_sft may override).",
+    )
+    max_steps: int | None = Field(default=None, ge=1, description="Optimizer steps to run (the plan).")
+    time_budget_s: float | None = Field(
+        default=None,
+        gt=0,
+        description="Instead of max_steps: plan as many optimizer steps as fit in this many seconds of "
+        "training at the measured speed (setup and calibration not counted). Single-process runs only.",
+    )
+    calibration_steps: int = Field(
+        default=5,
+        ge=1,
+        description="Optimizer steps a throwaway copy of the model times (after one) to plan a time budget.",
+    )
+    learning_rate: float = Field(
+        default=2e-5,
+        gt=0,
+        description="Peak learning rate (AdamW). The tiny CPU student learns well at 2e-3.",
+    )
+    lr_scheduler: Literal["cosine", "linear", "constant", "constant_with_warmup"] = Field(
+        default="cosine", description="Schedule after warm-up, over the planned steps."
+    )
+    min_lr_ratio: float = Field(
+        default=0.0, ge=0, lt=1, description="With cosine: floor of the decay as a fraction of the peak."
+    )
+    warmup_steps: int = Field(default=0, ge=0, description="Linear warm-up steps.")
+    weight_decay: float = Field(default=0.0, ge=0, description="AdamW weight decay.")
+    adam_beta1: float = Field(default=0.9, gt=0, lt=1, description="AdamW beta1.")
+    adam_beta2: float = Field(default=0.999, gt=0, lt=1, description="AdamW beta2 (0.98 suits tiny models).")
+    max_grad_norm: float = Field(default=1.0, gt=0, description="Gradient clipping norm.")
+    batch_size: int = Field(
+        default=8,
+        ge=1,
+        description="Per-device batch: examples, or packed rows of max_length tokens with packing.",
+    )
+    grad_accumulation: int = Field(default=1, ge=1, description="Micro-batches per optimizer step.")
+    max_length: int = Field(
+        default=2048, ge=8, description="Longest sequence in tokens; longer examples keep their start."
+    )
+    packing: bool = Field(
+        default=False,
+        description="Pack whole examples into rows of max_length (TRL best-fit decreasing; padding-free, "
+        "masks kept). Pays off on GPUs with flash_attention_2; slower on CPU.",
+    )
+    lora: LoraSettings | None = Field(default=None, description="LoRA adapters instead of full fine-tuning.")
+    bf16: bool | Literal["auto"] = Field(
+        default="auto", description="bf16 mixed precision; auto = on when a CUDA GPU supports it, off on CPU."
+    )
+    attn_implementation: Literal["sdpa", "eager", "flash_attention_2"] = Field(
+        default="sdpa", description="Attention kernel the model is loaded with."
+    )
+    gradient_checkpointing: bool = Field(
+        default=False,
+        description="Recompute activations in backward (memory for time; off for small models).",
+    )
+    deepspeed: str | None = Field(
+        default=None,
+        description="DeepSpeed JSON config (e.g. infra/accelerate/zero3.json); not needed when `accelerate "
+        "launch` is given a DeepSpeed config.",
+    )
+    seed: int = Field(default=0, description="Seed of data order and any random init.")
+    save_steps: int = Field(default=500, ge=1, description="Checkpoint every this many optimizer steps.")
+    save_total_limit: int | None = Field(default=2, ge=1, description="Checkpoints kept (oldest removed).")
+    logging_steps: int = Field(default=10, ge=1, description="Log the loss every this many optimizer steps.")
+
+    @model_validator(mode="after")
+    def _one_plan(self) -> SFTRunConfig:
+        if (self.max_steps is None) == (self.time_budget_s is None):
+            raise ValueError("give exactly one of max_steps and time_budget_s")
+        return self
+
+
+class SFTResult(BaseModel):
+    """What a successful run did; written to ``sft_result.json``."""
+
+    model_config = ConfigDict(frozen=True)
+
+    model_dir: str = Field(description="The final model and tokenizer (merged, for LoRA).")
+    output_dir: str
+    adapter_dir: str | None = Field(default=None, description="The LoRA adapter, if any.")
+    steps_planned: int = Field(description="Optimizer steps of the whole plan (the schedule's length).")
+    steps_run: int = Field(description="Optimizer steps taken in this call (the plan minus resumed steps).")
+    start_step: int = Field(description="Global step resumed from (0 for a fresh run).")
+    global_step: int
+    final_loss: float | None = Field(description="Last logged training loss (mean over its logging window).")
+    loss_curve: list[tuple[int, float]] = Field(
+        description="(global step, loss) of every log, resumed ones too."
+    )
+    tokens_seen: int = Field(description="Non-padding input tokens over the whole run (resumed ones too).")
+    session_tokens: int = Field(description="Non-padding input tokens in this call.")
+    trained_tokens: int = Field(description="Tokens with a label (loss) in this call.")
+    train_runtime_s: float = Field(description="Wall time of the training loop in this call.")
+    tokens_per_s: float = Field(description="session_tokens / train_runtime_s.")
+    n_examples: int = Field(description="sft.v1 rows given.")
+    n_truncated: int = Field(description="Examples cut to max_length.")
+    n_dropped: int = Field(description="Examples with no trained token left (not trained on).")
+    n_rows: int = Field(description="Rows of the training dataset (packed rows when packing).")
+    packing: bool
+    bf16: bool
+    device: str
+    lora: bool
+    time_budget_s: float | None = None
+    calibrated_step_s: float | None = Field(default=None, description="Seconds per optimizer step measured.")
+    loss_curve_png: str

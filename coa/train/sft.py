@@ -1,0 +1,577 @@
+"""Supervised fine-tuning on ``sft.v1`` examples with TRL's ``SFTTrainer``.
+
+``run_sft(examples, config, output_dir, resume)`` trains the model named by ``config.base_model``
+(a local folder such as ``coa model init`` writes, or a hub id) and returns :class:`SFTResult`.
+``python -m coa.train.sft --config resolved.yaml`` runs the same thing from a file, so a GPU worker
+runs ``accelerate launch --config_file infra/accelerate/single_gpu.yaml -m coa.train.sft --config
+resolved.yaml`` (or ``multi_gpu_zero3.yaml`` for DeepSpeed ZeRO-3); on a CPU it runs in process.
+
+**Labels.** Built by :mod:`coa.train.data` through the format module: ``-100`` on the prompt and on
+every observation segment (the tool output the environment injects), the trajectory and the
+assistant's end-of-turn token trained. The trainer gets a pre-tokenized dataset of ``input_ids`` +
+``labels``, which TRL 1.16 uses as is (no chat template or mask of its own is applied).
+
+**Packing** (``packing: true``) uses TRL's best-fit-decreasing packing (``bfd``) of whole examples
+(already cut to ``max_length``), which is padding-free: each packed row keeps the ``labels`` of its
+examples, the collator concatenates the rows of a batch into one sequence with per-example
+``position_ids`` (restarting at 0) and no attention mask, and the model derives a block-diagonal
+causal mask from those position ids, so no example attends to another and no loss crosses a
+boundary (the first label of each example is ``-100``). TRL's ``wrapped`` strategy cuts examples
+mid-sequence and is not offered.
+Without flash-attention the block-diagonal mask is dense, quadratic in ``batch_size * max_length``:
+on CPU packing is ~3x slower per token than plain padded batches, so pack on GPUs only.
+
+**Plan and its guard.** The plan is a number of optimizer steps: ``max_steps``, or, with
+``time_budget_s``, as many steps as fit in the budget at the speed a throwaway trainer measures on
+a copy of the model (``calibration_steps`` real steps) before training; the learning-rate schedule
+spans the plan. The plan is stored in ``sft_plan.json``. A run that ends with a different number of
+optimizer steps than planned (a callback or signal stopped it, a trainer quirk added one) raises
+:class:`StepCountError` instead of reporting success, and no final model is written.
+
+**Checkpoints and resume.** The trainer saves ``checkpoints/checkpoint-N`` every ``save_steps``
+(model, optimizer, scheduler, RNG, trainer state) and at the end. ``resume=True`` continues from
+the last complete checkpoint (global step, schedule, data order, RNG and loss history continue: a
+killed and resumed run ends with the same weights as an uninterrupted one); with no checkpoint it
+starts afresh; when the last checkpoint is already the final step, it loads it and trains no more
+(``Trainer.train`` would take one extra step there). A fresh run refuses an output folder that
+already holds checkpoints, and a resumed run refuses a config that changes the training itself.
+
+**Outputs** in ``output_dir``: ``model/`` (the final model and tokenizer; for LoRA the merged model,
+the adapter in ``adapter/``), ``loss_curve.png``, ``sft_result.json``, ``sft_plan.json``,
+``checkpoints/``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import itertools
+import json
+import logging
+import math
+import os
+import statistics
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+from transformers import TrainerCallback
+from transformers.trainer_callback import PrinterCallback
+from trl import SFTTrainer
+
+from coa.train.config import (
+    RESUME_FREE_FIELDS,
+    LoraSettings,
+    SFTError,
+    SFTResult,
+    SFTRunConfig,
+    StepCountError,
+)
+from coa.train.data import EncodedExamples, encode_examples
+
+log = logging.getLogger("coa.train.sft")
+
+CHECKPOINTS_DIR = "checkpoints"
+MODEL_DIR = "model"
+ADAPTER_DIR = "adapter"
+PLAN_FILE = "sft_plan.json"
+RESULT_FILE = "sft_result.json"
+LOSS_PNG = "loss_curve.png"
+TRAINER_STATE = "trainer_state.json"
+
+
+# -- the run ----------------------------------------------------------------------------------------
+
+
+def run_sft(
+    examples: pa.Table,
+    config: SFTRunConfig,
+    output_dir: str | Path | None = None,
+    resume: bool = False,
+    callbacks: Sequence[Any] = (),
+) -> SFTResult:
+    """Fine-tune on an ``sft.v1`` table; raise :class:`StepCountError` if the plan was not followed.
+
+    ``callbacks`` are extra ``transformers.TrainerCallback`` objects (progress reporting, tests).
+    """
+    out = _output_dir(config, output_dir)
+    ckpt_dir = out / CHECKPOINTS_DIR
+    last = last_checkpoint(ckpt_dir)
+    if last is not None and not resume:
+        raise SFTError(
+            f"{ckpt_dir} already holds checkpoints (last: {last.name}); pass resume=True to continue that "
+            "run or use an empty output folder"
+        )
+    plan = _read_plan(out) if resume and last is not None else None
+    if plan is not None:
+        _check_resumable(plan["config"], config)
+    elif last is not None:
+        raise SFTError(f"{out / PLAN_FILE} is missing: cannot tell what plan {last} belongs to")
+
+    built = build_trainer(examples, config, out, max_steps=plan["max_steps"] if plan else None,
+                          callbacks=callbacks)  # fmt: skip
+    trainer, counter = built.trainer, built.counter
+    calibrated_step_s = plan.get("calibrated_step_s") if plan else None
+    if plan is not None:
+        max_steps = int(plan["max_steps"])
+    elif config.max_steps is not None:
+        max_steps = config.max_steps
+    else:
+        assert config.time_budget_s is not None
+        calibrated_step_s = calibrate_step_time(trainer, config)
+        max_steps = max(1, int(config.time_budget_s // calibrated_step_s))
+        log.info("time budget %.0f s at %.3f s/step: planning %d steps", config.time_budget_s,
+                 calibrated_step_s, max_steps)  # fmt: skip
+    trainer.args.max_steps = max_steps
+    if plan is None and trainer.is_world_process_zero():
+        out.mkdir(parents=True, exist_ok=True)
+        _write_json(out / PLAN_FILE, {"max_steps": max_steps, "calibrated_step_s": calibrated_step_s,
+                                      "config": config.model_dump(mode="json")})  # fmt: skip
+
+    start_step = _checkpoint_step(last) if last is not None else 0
+    t0 = time.perf_counter()
+    if last is not None and start_step >= max_steps:
+        # Finished before (e.g. killed while saving the final model). Trainer.train would take one
+        # more step here, so load the final checkpoint instead of training.
+        _load_finished(trainer, last)
+        counter.start_step, counter.start_tokens = start_step, int(trainer.state.num_input_tokens_seen)
+    else:
+        trainer.train(resume_from_checkpoint=str(last) if last is not None else None)
+    runtime = time.perf_counter() - t0
+
+    state = trainer.state
+    expected = max_steps - start_step
+    if counter.steps != expected or state.global_step != max_steps:
+        raise StepCountError(
+            f"SFT took {counter.steps} optimizer steps in this run but the plan was {expected} (global step "
+            f"{state.global_step} of {max_steps}, resumed from {start_step}); not reporting success. The "
+            f"checkpoints in {ckpt_dir} are kept; no final model was written."
+        )
+    return _finish(built, config, out, max_steps, start_step, runtime, calibrated_step_s)
+
+
+@dataclasses.dataclass
+class BuiltTrainer:
+    """A ready ``SFTTrainer`` and what went into it (see :func:`build_trainer`)."""
+
+    trainer: Any
+    encoded: EncodedExamples
+    counter: Any
+    bf16: bool
+    device: str
+
+
+def build_trainer(
+    examples: pa.Table,
+    config: SFTRunConfig,
+    output_dir: str | Path,
+    max_steps: int | None = None,
+    callbacks: Sequence[Any] = (),
+) -> BuiltTrainer:
+    """The ``SFTTrainer`` of a run (dataset encoded and, with packing, packed), not yet trained."""
+    import torch
+    from datasets import Dataset
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from trl import SFTConfig
+
+    cuda = torch.cuda.is_available()
+    bf16 = bool(cuda and torch.cuda.is_bf16_supported()) if config.bf16 == "auto" else bool(config.bf16)
+    scheduler: str = config.lr_scheduler
+    scheduler_kwargs: dict[str, Any] = {}
+    if scheduler == "cosine" and config.min_lr_ratio > 0:
+        scheduler, scheduler_kwargs = "cosine_with_min_lr", {"min_lr_rate": config.min_lr_ratio}
+    # The arguments come first: under DeepSpeed ZeRO-3 they make from_pretrained load the weights sharded.
+    args = SFTConfig(
+        output_dir=str(Path(output_dir) / CHECKPOINTS_DIR),
+        max_steps=max_steps or config.max_steps or 1,
+        per_device_train_batch_size=config.batch_size,
+        gradient_accumulation_steps=config.grad_accumulation,
+        learning_rate=config.learning_rate,
+        lr_scheduler_type=scheduler,
+        lr_scheduler_kwargs=scheduler_kwargs,
+        warmup_steps=config.warmup_steps,
+        weight_decay=config.weight_decay,
+        adam_beta1=config.adam_beta1,
+        adam_beta2=config.adam_beta2,
+        max_grad_norm=config.max_grad_norm,
+        max_length=config.max_length,
+        packing=config.packing,
+        packing_strategy="bfd",  # whole examples; never "wrapped", which cuts them mid-sequence
+        activation_checkpointing=config.gradient_checkpointing,
+        bf16=bf16,
+        fp16=False,
+        use_cpu=not cuda,
+        deepspeed=config.deepspeed,
+        seed=config.seed,
+        data_seed=config.seed,
+        save_strategy="steps",
+        save_steps=config.save_steps,
+        save_total_limit=config.save_total_limit,
+        logging_strategy="steps",
+        logging_steps=config.logging_steps,
+        logging_first_step=True,
+        include_num_input_tokens_seen="non_padding",
+        report_to="none",
+        disable_tqdm=True,
+        dataloader_num_workers=0,
+    )
+    if config.packing and config.attn_implementation != "flash_attention_2":
+        log.warning(
+            "packing with %s attention: each batch is one sequence with a dense block-diagonal mask, "
+            "quadratic in batch_size * max_length (measured 3x slower per token than unpacked on CPU); "
+            "pack with flash_attention_2 on a GPU",
+            config.attn_implementation,
+        )
+    tokenizer = AutoTokenizer.from_pretrained(config.base_model)
+    if tokenizer.pad_token is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    encoded = encode_examples(examples, tokenizer, config.max_length)
+    model = AutoModelForCausalLM.from_pretrained(
+        config.base_model, dtype=torch.float32, attn_implementation=config.attn_implementation
+    )
+    peft_config = _peft_config(config.lora) if config.lora is not None else None
+    counter = _StepCounter()
+    trainer = _CoaSFTTrainer(
+        model=model,
+        args=args,
+        train_dataset=Dataset.from_dict(encoded.as_columns()),
+        processing_class=tokenizer,
+        peft_config=peft_config,
+        callbacks=[counter, _LogLastStep(), _LogToLogger(), *callbacks],
+    )
+    trainer.remove_callback(PrinterCallback)  # logs go to the `coa.train.sft` logger instead
+    return BuiltTrainer(trainer, encoded, counter, bf16, str(args.device))
+
+
+def calibrate_step_time(trainer: Any, config: SFTRunConfig) -> float:
+    """Seconds per optimizer step, measured by a throwaway trainer on a copy of the model.
+
+    The copy runs ``calibration_steps + 1`` real optimizer steps (same data, collator, batch,
+    accumulation, optimizer, logging cadence; no checkpoints); the median time between step ends
+    after the first is the answer. The model being trained is untouched, and the seed is reset
+    afterwards. The copy doubles the model's memory for a moment: the time budget is meant for
+    small single-process runs (the CPU demo); give ``max_steps`` otherwise.
+    """
+    import copy
+    import tempfile
+
+    from transformers import set_seed
+
+    if int(os.environ.get("WORLD_SIZE", "1")) > 1:
+        raise SFTError("time_budget_s needs a single-process run; give max_steps for distributed training")
+    timer = _StepTimer()
+    with tempfile.TemporaryDirectory(prefix="coa-sft-calibration-") as tmp:
+        args = dataclasses.replace(
+            trainer.args,
+            output_dir=tmp,
+            max_steps=config.calibration_steps + 1,
+            save_strategy="no",
+            dataset_kwargs={"skip_prepare_dataset": True},  # already encoded (and packed)
+        )
+        probe = SFTTrainer(
+            model=copy.deepcopy(trainer.model),
+            args=args,
+            train_dataset=trainer.train_dataset,
+            processing_class=trainer.processing_class,
+            callbacks=[timer],
+        )
+        probe.remove_callback(PrinterCallback)
+        probe.train()
+        del probe
+    set_seed(config.seed)
+    gaps = [b - a for a, b in itertools.pairwise(timer.ends)]
+    return statistics.median(gaps)
+
+
+def last_checkpoint(ckpt_dir: str | Path) -> Path | None:
+    """The highest-step complete checkpoint (its trainer state, written last, exists), or None."""
+    folder = Path(ckpt_dir)
+    if not folder.is_dir():
+        return None
+    done = [p for p in folder.glob("checkpoint-*") if p.is_dir() and (p / TRAINER_STATE).is_file()]
+    return max(done, key=_checkpoint_step, default=None)
+
+
+def loss_curve(log_history: Sequence[dict[str, Any]]) -> list[tuple[int, float]]:
+    """``(step, loss)`` of every training log entry, in step order, one per step."""
+    points = {int(e["step"]): float(e["loss"]) for e in log_history if "loss" in e and "step" in e}
+    return sorted(points.items())
+
+
+def plot_loss_curve(points: Sequence[tuple[int, float]], path: str | Path, title: str = "SFT loss") -> Path:
+    """Write the loss curve as a PNG (matplotlib's Agg canvas; no global backend is touched)."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+    from matplotlib.ticker import MaxNLocator
+
+    fig = Figure(figsize=(6.4, 4.0), dpi=100)
+    FigureCanvasAgg(fig)
+    ax = fig.add_subplot()
+    if points:
+        steps, losses = zip(*points, strict=True)
+        ax.plot(steps, losses, marker="." if len(points) < 50 else None, linewidth=1.2)
+        if min(losses) > 0 and max(losses) / min(losses) > 20:
+            ax.set_yscale("log")
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+    ax.set_xlabel("optimizer step")
+    ax.set_ylabel("training loss (per trained token)")
+    ax.set_title(title)
+    ax.grid(True, alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(str(path))
+    return Path(path)
+
+
+# -- internals --------------------------------------------------------------------------------------
+
+
+def _finish(
+    built: BuiltTrainer,
+    config: SFTRunConfig,
+    out: Path,
+    max_steps: int,
+    start_step: int,
+    runtime: float,
+    calibrated_step_s: float | None,
+) -> SFTResult:
+    import torch
+
+    trainer = built.trainer
+    model_dir, adapter_dir = out / MODEL_DIR, None
+    if config.lora is not None:
+        adapter_dir = out / ADAPTER_DIR
+        trainer.save_model(str(adapter_dir))
+        if trainer.is_world_process_zero():
+            merged = trainer.accelerator.unwrap_model(trainer.model).merge_and_unload()
+            merged.save_pretrained(str(model_dir))
+            trainer.processing_class.save_pretrained(str(model_dir))
+    else:
+        trainer.save_model(str(model_dir))
+    state = trainer.state
+    session_tokens = int(state.num_input_tokens_seen) - built.counter.start_tokens
+    trained = torch.as_tensor(trainer.coa_trained_tokens, device=trainer.args.device).reshape(1)
+    trained_tokens = int(trainer.accelerator.gather(trained).sum().item())
+    points = loss_curve(state.log_history)
+    png = out / LOSS_PNG
+    result = SFTResult(
+        model_dir=str(model_dir),
+        output_dir=str(out),
+        adapter_dir=str(adapter_dir) if adapter_dir else None,
+        steps_planned=max_steps,
+        steps_run=built.counter.steps,
+        start_step=start_step,
+        global_step=state.global_step,
+        final_loss=points[-1][1] if points else None,
+        loss_curve=points,
+        tokens_seen=int(state.num_input_tokens_seen),
+        session_tokens=session_tokens,
+        trained_tokens=trained_tokens,
+        train_runtime_s=round(runtime, 3),
+        tokens_per_s=round(session_tokens / runtime, 1) if runtime > 0 else 0.0,
+        n_examples=built.encoded.n_rows,
+        n_truncated=built.encoded.n_truncated,
+        n_dropped=built.encoded.n_dropped,
+        n_rows=len(trainer.train_dataset),
+        packing=config.packing,
+        bf16=built.bf16,
+        device=built.device,
+        lora=config.lora is not None,
+        time_budget_s=config.time_budget_s,
+        calibrated_step_s=calibrated_step_s,
+        loss_curve_png=str(png),
+    )
+    if trainer.is_world_process_zero():
+        title = f"SFT loss: {state.global_step} steps, {result.tokens_seen:,} tokens"
+        plot_loss_curve(points, png, title=title)
+        _write_json(out / RESULT_FILE, result.model_dump(mode="json"))
+    return result
+
+
+def _load_finished(trainer: Any, checkpoint: Path) -> None:
+    from transformers import TrainerState
+
+    if trainer.is_deepspeed_enabled:
+        raise SFTError(
+            f"{checkpoint} is the final step of the plan; under DeepSpeed export its weights with "
+            "zero_to_fp32.py instead of resuming"
+        )
+    trainer._load_from_checkpoint(str(checkpoint))
+    trainer.state = TrainerState.load_from_json(str(checkpoint / TRAINER_STATE))
+
+
+def _peft_config(lora: LoraSettings) -> Any:
+    try:
+        from peft import LoraConfig
+    except ImportError as e:  # pragma: no cover - depends on the environment
+        raise SFTError("lora needs the `peft` package (pip install peft)") from e
+    return LoraConfig(
+        r=lora.r,
+        lora_alpha=lora.alpha,
+        lora_dropout=lora.dropout,
+        target_modules=list(lora.target_modules),
+        task_type="CAUSAL_LM",
+    )
+
+
+class _CoaSFTTrainer(SFTTrainer):
+    """``SFTTrainer`` that also counts the tokens it trains on (labels other than -100)."""
+
+    coa_trained_tokens: Any = 0  # a device tensor once counting starts (no host sync per step)
+
+    def compute_loss(self, model: Any, inputs: dict[str, Any], *args: Any, **kwargs: Any) -> Any:
+        if model.training and "labels" in inputs:
+            self.coa_trained_tokens = self.coa_trained_tokens + (inputs["labels"][..., 1:] != -100).sum()
+        return super().compute_loss(model, inputs, *args, **kwargs)
+
+
+class _StepCounter(TrainerCallback):
+    """Counts optimizer steps actually taken in this process (``on_step_end`` fires once per step).
+
+    Also notes the global step and token count the loop started from (after a resumed state loads).
+    """
+
+    def __init__(self) -> None:
+        self.steps = 0
+        self.start_step = 0
+        self.start_tokens = 0
+
+    def on_train_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        self.start_step = int(state.global_step)
+        self.start_tokens = int(state.num_input_tokens_seen)
+
+    def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        self.steps += 1
+
+
+class _StepTimer(TrainerCallback):
+    """Wall-clock time of every optimizer step's end."""
+
+    def __init__(self) -> None:
+        self.ends: list[float] = []
+
+    def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        self.ends.append(time.perf_counter())
+
+
+class _LogLastStep(TrainerCallback):
+    """Log the final step too, so the loss curve ends where training ended."""
+
+    def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        if state.global_step >= state.max_steps:
+            control.should_log = True
+
+
+class _LogToLogger(TrainerCallback):
+    """Training logs as one line each on the ``coa.train.sft`` logger (the progress bars are off)."""
+
+    def on_log(
+        self, args: Any, state: Any, control: Any, logs: dict[str, Any] | None = None, **kw: Any
+    ) -> None:
+        if logs and state.is_world_process_zero:
+            shown = {k: round(v, 5) if isinstance(v, float) else v for k, v in logs.items()}
+            log.info("step %d/%d %s", state.global_step, state.max_steps, json.dumps(shown, sort_keys=True))
+
+
+def _checkpoint_step(path: Path) -> int:
+    try:
+        return int(path.name.rsplit("-", 1)[1])
+    except (IndexError, ValueError):
+        return -1
+
+
+def _output_dir(config: SFTRunConfig, output_dir: str | Path | None) -> Path:
+    chosen = output_dir if output_dir is not None else config.output_dir
+    if chosen is None:
+        raise SFTError("no output folder: pass output_dir or set output_dir in the config")
+    return Path(chosen)
+
+
+def _read_plan(out: Path) -> dict[str, Any] | None:
+    path = out / PLAN_FILE
+    return dict(json.loads(path.read_text())) if path.is_file() else None
+
+
+def _check_resumable(saved: dict[str, Any], config: SFTRunConfig) -> None:
+    now = config.model_dump(mode="json")
+    changed = sorted(
+        k for k in set(saved) | set(now) if k not in RESUME_FREE_FIELDS and saved.get(k) != now.get(k)
+    )
+    if changed:
+        diffs = ", ".join(f"{k}: {saved.get(k)!r} -> {now.get(k)!r}" for k in changed)
+        raise SFTError(f"cannot resume with a changed training config ({diffs}); use a new output folder")
+
+
+def _write_json(path: Path, value: Any) -> None:
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(json.dumps(value, indent=2, sort_keys=True, default=str))
+    tmp.replace(path)
+
+
+# -- entry point ------------------------------------------------------------------------------------
+
+
+def load_examples(data: str, table: str = "sft") -> pa.Table:
+    """The ``sft.v1`` rows of an artifact URI, or of a loose Parquet file."""
+    from coa import io
+
+    if data.endswith(".parquet"):
+        return io.read_parquet_file(data)
+    return io.read_table(data, table)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``python -m coa.train.sft --config X.yaml [--data URI] [--output-dir DIR] [--resume] [k=v ...]``."""
+    from coa.config import ConfigError, load_config
+
+    parser = argparse.ArgumentParser(prog="python -m coa.train.sft", description=__doc__.split("\n")[0])
+    parser.add_argument("--config", required=True, help="YAML with the SFTRunConfig fields")
+    parser.add_argument("--data", help="sft.v1 artifact URI or Parquet file (overrides `data`)")
+    parser.add_argument("--output-dir", help="output folder (overrides `output_dir`)")
+    parser.add_argument("--resume", action="store_true", help="continue from the last checkpoint if any")
+    parser.add_argument("overrides", nargs="*", help="dotted key=value overrides, e.g. max_steps=200")
+    ns = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    try:
+        config = load_config(ns.config, ns.overrides, model=SFTRunConfig)
+    except ConfigError as e:
+        print(e, file=sys.stderr)
+        return 2
+    data = ns.data or config.data
+    if data is None:
+        print("no data: give --data or set `data` in the config", file=sys.stderr)
+        return 2
+    try:
+        result = run_sft(load_examples(data, config.table), config, ns.output_dir, resume=ns.resume)
+    except StepCountError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 3
+    except SFTError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    finally:
+        _end_process_group()
+    if int(os.environ.get("RANK", "0")) == 0:
+        summary = result.model_dump(mode="json", exclude={"loss_curve"})
+        summary["loss_curve_points"] = len(result.loss_curve)
+        print(json.dumps(summary, indent=2, sort_keys=True))
+    if not math.isfinite(result.final_loss or 0.0):
+        print(f"error: the final loss is {result.final_loss}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def _end_process_group() -> None:
+    """Under torchrun / accelerate: wait for every rank, then tear the group down before exit
+    (a live gloo/NCCL group at interpreter shutdown can abort a rank with SIGABRT)."""
+    import torch.distributed as dist
+
+    if dist.is_available() and dist.is_initialized():
+        dist.barrier()
+        dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,82 @@
+"""sft.v1 rows → input_ids + labels: exactly the observation tokens (and the prompt) are masked."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pytest
+
+import schemas
+from coa.format import IGNORE_INDEX, observation_spans
+from coa.train import SFTRunConfig
+from coa.train.data import ExampleError, encode_examples
+from coa.train.sft import build_trainer
+
+from .rows import arith_rows
+
+
+def _decode(tokenizer: Any, ids: list[int]) -> str:
+    return str(tokenizer.decode(ids, skip_special_tokens=False, clean_up_tokenization_spaces=False))
+
+
+def test_real_batch_masks_exactly_the_observations(
+    tiny_model: Path, tokenizer: Any, sft_rows: pa.Table, tmp_path: Path
+) -> None:
+    """A batch from the trainer's own dataloader: prompt and observation tokens are -100, the rest trained."""
+    config = SFTRunConfig(base_model=str(tiny_model), max_steps=1, batch_size=4, max_length=512)
+    built = build_trainer(sft_rows, config, tmp_path)
+    batch = next(iter(built.trainer.get_train_dataloader()))
+    contents = {m[2]["content"] for m in sft_rows.column("messages").to_pylist()}
+    im_start = tokenizer.convert_tokens_to_ids("<|im_start|>")
+    checked = 0
+    for ids_t, labels_t, mask_t in zip(
+        batch["input_ids"], batch["labels"], batch["attention_mask"], strict=True
+    ):
+        n = int(mask_t.sum())
+        ids, labels = ids_t[:n].tolist(), labels_t[:n].tolist()
+        assert all(lab == IGNORE_INDEX for lab in labels_t[n:].tolist())  # padding never trained
+        # The assistant turn starts after the last <|im_start|> and its "assistant\n" header.
+        turn = max(i for i, t in enumerate(ids) if t == im_start)
+        header = next(
+            i for i in range(turn, n) if _decode(tokenizer, ids[turn : i + 1]).endswith("assistant\n")
+        )
+        assert all(lab == IGNORE_INDEX for lab in labels[: header + 1])  # the whole prompt
+        body = range(header + 1, n)
+        content = _decode(tokenizer, ids[header + 1 :]).removesuffix("<|im_end|>\n")
+        assert content in contents
+        spans = observation_spans(content)
+        masked = _decode(tokenizer, [ids[i] for i in body if labels[i] == IGNORE_INDEX])
+        assert masked == "".join(content[a:b] for a, b in spans)
+        assert masked.startswith("<observation>\n") and masked.endswith("\n</observation>\n")
+        trained = [i for i in body if labels[i] != IGNORE_INDEX]
+        assert all(labels[i] == ids[i] for i in trained)
+        rest = content[: spans[0][0]] + content[spans[0][1] :]
+        assert _decode(tokenizer, [ids[i] for i in trained]) == rest + "<|im_end|>\n"
+        checked += 1
+    assert checked == 4
+
+
+def test_truncation_and_dropping_are_counted(tokenizer: Any) -> None:
+    rows = arith_rows(3)
+    full = encode_examples(rows, tokenizer, None)
+    prompt_len = min(next(i for i, t in enumerate(lab) if t != IGNORE_INDEX) for lab in full.labels)
+    cut = encode_examples(rows, tokenizer, prompt_len + 5)
+    assert cut.n_truncated == 3 and cut.n_dropped == 0
+    assert all(len(ids) == prompt_len + 5 for ids in cut.input_ids)
+    assert [lab[: prompt_len + 5] for lab in full.labels] == cut.labels
+    with pytest.raises(ExampleError, match="no trainable example"):
+        encode_examples(rows, tokenizer, prompt_len - 2)
+
+
+def test_corrupt_spans_and_bad_roles_are_rejected(tokenizer: Any) -> None:
+    row = arith_rows(1).to_pylist()[0]
+    shifted = dict(
+        row, observation_spans=[{"start": s["start"] + 1, "end": s["end"]} for s in row["observation_spans"]]
+    )
+    with pytest.raises(ExampleError, match="ex0@code_math: stored observation_spans"):
+        encode_examples(schemas.SFT.from_rows([shifted]), tokenizer, None)
+    swapped = dict(row, messages=[row["messages"][1], row["messages"][0], row["messages"][2]])
+    with pytest.raises(ExampleError, match=r"messages must be \[system, user, assistant\]"):
+        encode_examples(schemas.SFT.from_rows([swapped]), tokenizer, None)

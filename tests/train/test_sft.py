@@ -1,0 +1,230 @@
+"""CPU SFT runs of the tiny model: learning, checkpoints and resume, the step guard, the entry point."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+import torch
+import yaml
+from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback
+
+from coa.config import ConfigError, load_config
+from coa.train import SFTError, SFTRunConfig, StepCountError
+from coa.train.data import encode_examples
+from coa.train.sft import LOSS_PNG, PLAN_FILE, RESULT_FILE, last_checkpoint, main, run_sft
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def _config(model: Path, **kw: Any) -> SFTRunConfig:
+    base: dict[str, Any] = dict(
+        base_model=str(model), max_steps=6, learning_rate=3e-3, warmup_steps=2, batch_size=8, max_length=256,
+        logging_steps=1, save_steps=3, adam_beta2=0.98, weight_decay=0.01,
+    )  # fmt: skip
+    return SFTRunConfig(**{**base, **kw})
+
+
+def _weights(path: str | Path) -> dict[str, torch.Tensor]:
+    return {k: v.detach().clone() for k, v in AutoModelForCausalLM.from_pretrained(path).state_dict().items()}
+
+
+class StopAt(TrainerCallback):
+    """Asks the trainer to stop early, the way a signal handler or a misbehaving callback would."""
+
+    def __init__(self, step: int) -> None:
+        self.step = step
+
+    def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        if state.global_step >= self.step:
+            control.should_training_stop = True
+
+
+class CrashAt(TrainerCallback):
+    def __init__(self, step: int) -> None:
+        self.step = step
+
+    def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        if state.global_step == self.step:
+            raise KeyboardInterrupt(f"killed at step {self.step}")
+
+
+def test_short_run_changes_weights_and_lowers_loss(
+    tiny_model: Path, sft_rows: pa.Table, tmp_path: Path
+) -> None:
+    result = run_sft(sft_rows, _config(tiny_model, max_steps=20, save_steps=100), tmp_path)
+    assert (result.steps_planned, result.steps_run, result.global_step, result.start_step) == (20, 20, 20, 0)
+    assert [s for s, _ in result.loss_curve] == list(range(1, 21))
+    first, last = result.loss_curve[0][1], result.loss_curve[-1][1]
+    assert last < first - 0.5 and result.final_loss == last
+    before, after = _weights(tiny_model), _weights(result.model_dir)
+    assert before.keys() == after.keys()
+    assert all(not torch.equal(before[k], after[k]) for k in before if "layers.0." in k)
+    # The saved model and tokenizer load back as any HF checkpoint.
+    assert (
+        AutoTokenizer.from_pretrained(result.model_dir)("12")["input_ids"]
+        == AutoTokenizer.from_pretrained(tiny_model)("12")["input_ids"]
+    )
+    assert result.tokens_seen == result.session_tokens > result.trained_tokens > 0
+    assert result.tokens_per_s > 0 and result.device == "cpu" and result.bf16 is False
+    assert (tmp_path / LOSS_PNG).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert json.loads((tmp_path / RESULT_FILE).read_text())["steps_run"] == 20
+    assert last_checkpoint(tmp_path / "checkpoints") == tmp_path / "checkpoints" / "checkpoint-20"
+
+
+def test_resumed_run_continues_from_its_checkpoint(
+    tiny_model: Path, sft_rows: pa.Table, tmp_path: Path
+) -> None:
+    config = _config(tiny_model)
+    with pytest.raises(KeyboardInterrupt):
+        run_sft(sft_rows, config, tmp_path / "run", callbacks=[CrashAt(4)])
+    assert (
+        last_checkpoint(tmp_path / "run" / "checkpoints") == tmp_path / "run" / "checkpoints" / "checkpoint-3"
+    )
+    assert not (tmp_path / "run" / "model").exists()
+    with pytest.raises(SFTError, match="already holds checkpoints"):
+        run_sft(sft_rows, config, tmp_path / "run")  # a fresh start would mix two runs
+    with pytest.raises(SFTError, match=r"changed training config \(learning_rate"):
+        run_sft(sft_rows, config.model_copy(update={"learning_rate": 1e-3}), tmp_path / "run", resume=True)
+
+    resumed = run_sft(sft_rows, config, tmp_path / "run", resume=True)
+    assert (resumed.start_step, resumed.steps_run, resumed.global_step) == (3, 3, 6)
+    assert [s for s, _ in resumed.loss_curve] == [1, 2, 3, 4, 5, 6]  # history kept, steps continue
+    # Same as never having stopped: same data order, schedule, optimizer state, weights.
+    straight = run_sft(sft_rows, config, tmp_path / "straight")
+    assert [v for _, v in resumed.loss_curve] == pytest.approx([v for _, v in straight.loss_curve])
+    a, b = _weights(resumed.model_dir), _weights(straight.model_dir)
+    assert all(torch.allclose(a[k], b[k]) for k in a)
+    # Resuming a finished run takes no step and reports the same model.
+    again = run_sft(sft_rows, config, tmp_path / "run", resume=True)
+    assert (again.start_step, again.steps_run, again.global_step) == (6, 0, 6)
+    assert again.loss_curve == resumed.loss_curve
+    c = _weights(again.model_dir)
+    assert all(torch.equal(a[k], c[k]) for k in a)
+
+
+def test_step_guard_refuses_a_short_run(tiny_model: Path, sft_rows: pa.Table, tmp_path: Path) -> None:
+    with pytest.raises(StepCountError, match=r"took 3 optimizer steps in this run but the plan was 6"):
+        run_sft(sft_rows, _config(tiny_model), tmp_path, callbacks=[StopAt(3)])
+    assert not (tmp_path / "model").exists() and not (tmp_path / RESULT_FILE).exists()
+
+
+def test_time_budget_plans_the_steps(tiny_model: Path, sft_rows: pa.Table, tmp_path: Path) -> None:
+    config = _config(tiny_model, max_steps=None, time_budget_s=1.5, calibration_steps=2, save_steps=1000)
+    result = run_sft(sft_rows, config, tmp_path)
+    plan = json.loads((tmp_path / PLAN_FILE).read_text())
+    assert result.calibrated_step_s and result.calibrated_step_s > 0
+    assert (
+        result.steps_planned == plan["max_steps"] == result.steps_run == int(1.5 // result.calibrated_step_s)
+    )
+    assert result.train_runtime_s < 10 * 1.5  # the estimate is in the right range
+
+
+def test_config_needs_exactly_one_plan(tiny_model: Path) -> None:
+    with pytest.raises(ValueError, match="exactly one of max_steps and time_budget_s"):
+        SFTRunConfig(base_model=str(tiny_model))
+    with pytest.raises(ValueError, match="exactly one"):
+        SFTRunConfig(base_model=str(tiny_model), max_steps=3, time_budget_s=10)
+    with pytest.raises(ValueError, match="packing_strategy"):
+        SFTRunConfig(base_model=str(tiny_model), max_steps=3, packing_strategy="wrapped")  # type: ignore[call-arg]
+
+
+def test_lora_trains_adapters_and_saves_a_merged_model(
+    tiny_model: Path, sft_rows: pa.Table, tmp_path: Path
+) -> None:
+    pytest.importorskip("peft")
+    lora = {"r": 4, "alpha": 8, "dropout": 0.0}
+    result = run_sft(sft_rows, _config(tiny_model, max_steps=4, save_steps=100, lora=lora), tmp_path)
+    assert result.lora and result.adapter_dir and (Path(result.adapter_dir) / "adapter_config.json").is_file()
+    before, merged = _weights(tiny_model), _weights(result.model_dir)
+    assert before.keys() == merged.keys()  # a plain model, adapters folded in
+    assert not torch.equal(before["model.layers.0.self_attn.q_proj.weight"],
+                           merged["model.layers.0.self_attn.q_proj.weight"])  # fmt: skip
+    assert torch.equal(
+        before["model.embed_tokens.weight"], merged["model.embed_tokens.weight"]
+    )  # not adapted
+
+
+def _write_inputs(tiny_model: Path, rows: pa.Table, tmp_path: Path, **kw: Any) -> tuple[Path, Path]:
+    data = tmp_path / "sft.parquet"
+    pq.write_table(rows, data)
+    resolved = tmp_path / "resolved.yaml"
+    config = _config(tiny_model, max_steps=3, output_dir=str(tmp_path / "out"), data=str(data), **kw)
+    resolved.write_text(yaml.safe_dump(config.model_dump(mode="json")))
+    assert load_config(resolved, model=SFTRunConfig) == config
+    return resolved, data
+
+
+def test_entry_point_in_process(
+    tiny_model: Path, sft_rows: pa.Table, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    resolved, _ = _write_inputs(tiny_model, sft_rows, tmp_path)
+    assert main(["--config", str(resolved), "save_steps=2"]) == 0
+    summary = json.loads(capsys.readouterr().out)
+    assert summary["steps_run"] == 3 and summary["model_dir"] == str(tmp_path / "out" / "model")
+    assert main(["--config", str(resolved), "--resume", "max_steps=5"]) == 2  # the plan cannot change
+    assert "max_steps: 3 -> 5" in capsys.readouterr().err
+    with pytest.raises(ConfigError, match="did you mean 'max_steps'"):
+        load_config(resolved, ["max_step=5"], model=SFTRunConfig)
+
+
+def test_entry_point_under_accelerate_launch(tiny_model: Path, sft_rows: pa.Table, tmp_path: Path) -> None:
+    """The GPU worker's command line, on CPU: `accelerate launch -m coa.train.sft --config ...`."""
+    resolved, _ = _write_inputs(tiny_model, sft_rows, tmp_path)
+    cmd = [sys.executable, "-m", "accelerate.commands.launch", "--cpu", "--num_processes", "1",
+           "--num_machines", "1", "--mixed_precision", "no", "--dynamo_backend", "no",
+           "-m", "coa.train.sft", "--config", str(resolved)]  # fmt: skip
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=180, cwd=tmp_path, env=env)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert json.loads((tmp_path / "out" / RESULT_FILE).read_text())["global_step"] == 3
+
+
+def test_two_processes_under_torchrun(tiny_model: Path, sft_rows: pa.Table, tmp_path: Path) -> None:
+    """Data-parallel on CPU (gloo): both ranks step together, counts are gathered, rank 0 writes."""
+    resolved, _ = _write_inputs(tiny_model, sft_rows, tmp_path, batch_size=4)
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
+           "-m", "coa.train.sft", "--config", str(resolved)]  # fmt: skip
+    env = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1"}
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=180, cwd=tmp_path, env=env)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    result = json.loads((tmp_path / "out" / RESULT_FILE).read_text())
+    assert result["steps_run"] == result["global_step"] == 3
+    single = encode_examples(sft_rows, AutoTokenizer.from_pretrained(tiny_model), 256)
+    assert result["session_tokens"] > 3 * 4 * min(map(len, single.input_ids))  # two ranks' tokens, not one
+    assert proc.stdout.count('"steps_run"') == 1  # one summary, from rank 0
+
+
+@pytest.mark.cuda
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_cuda_bf16_run_and_accelerate_single_gpu(
+    tiny_model: Path, sft_rows: pa.Table, tmp_path: Path
+) -> None:
+    """On a GPU: bf16 is chosen automatically, and the single-GPU accelerate config launches the run."""
+    result = run_sft(sft_rows, _config(tiny_model, max_steps=10, save_steps=5), tmp_path / "direct")
+    assert result.bf16 is (torch.cuda.is_bf16_supported()) and result.device.startswith("cuda")
+    assert (
+        result.steps_run == 10
+        and result.final_loss is not None
+        and result.final_loss < result.loss_curve[0][1]
+    )
+    packed = run_sft(
+        sft_rows, _config(tiny_model, max_steps=5, packing=True, max_length=512), tmp_path / "packed"
+    )
+    assert packed.steps_run == 5
+    resolved, _ = _write_inputs(tiny_model, sft_rows, tmp_path)
+    single_gpu = str(REPO / "infra" / "accelerate" / "single_gpu.yaml")
+    cmd = [sys.executable, "-m", "accelerate.commands.launch", "--config_file", single_gpu,
+           "-m", "coa.train.sft", "--config", str(resolved)]  # fmt: skip
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600, cwd=REPO, env=env)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    launched = json.loads((tmp_path / "out" / RESULT_FILE).read_text())
+    assert launched["bf16"] is True and launched["device"].startswith("cuda") and launched["steps_run"] == 3
