@@ -25,6 +25,7 @@ from pydantic import Field
 from coa.config import StrictModel
 from coa.convert.coa import FAMILY_VARIANT, to_coa
 from coa.format import observation_spans, render, system_prompt
+from coa.format.prompts import PromptStyle
 
 TokenCounter = Callable[[str], int]
 TASK_STATS = "task_stats.json"
@@ -41,6 +42,11 @@ class ConvertConfig(StrictModel):
     tokenizer: Literal["qwen2.5", "approx"] = Field(
         default="qwen2.5",
         description="Token counts: the real Qwen2.5 vocabulary (offline) or ~4 bytes/token.",
+    )
+    prompt_style: PromptStyle = Field(
+        default="full",
+        description="System prompt of the examples and RL prompts: the full rules, or one line (brief) for "
+        "small students whose context is better spent on the trajectory; evaluation uses the same.",
     )
     min_pass_rate: float = Field(default=0.0, ge=0, le=1, description="Lowest teacher pass rate kept for RL.")
     max_pass_rate: float = Field(
@@ -90,7 +96,7 @@ def sft_examples(
             )
             continue
         assert conversion.trajectory is not None
-        system, version = system_prompt(conversion.variant)
+        system, version = system_prompt(conversion.variant, config.prompt_style)
         content = render(conversion.trajectory)
         spans = [{"start": a, "end": b} for a, b in observation_spans(content)]
         examples.append(
@@ -133,7 +139,7 @@ def rl_prompts(
             )
             continue
         variant = config.variants.get(task["family"], FAMILY_VARIANT[task["family"]])
-        system, _ = system_prompt(variant)
+        system, _ = system_prompt(variant, config.prompt_style)
         prompts.append(
             {
                 "prompt_id": f"{task['task_id']}@{variant}",

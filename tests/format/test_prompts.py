@@ -6,7 +6,7 @@ import re
 
 import pytest
 
-from coa.format import GRAMMARS, system_prompt
+from coa.format import GRAMMARS, VARIANTS, system_prompt
 from coa.format.grammar import START
 from coa.format.prompts import system_prompt as cached
 
@@ -55,3 +55,13 @@ def test_scoring_conventions(variant: str) -> None:
 def test_answer_conventions() -> None:
     assert "\\boxed{...}" in system_prompt("code_math")[0] and "```py" in system_prompt("code_math")[0]
     assert 'separate them with "|"' in system_prompt("mhqa")[0]
+
+
+@pytest.mark.parametrize("variant", VARIANTS)
+def test_brief_prompt_is_one_line_with_its_own_version(variant: str) -> None:
+    text, version = system_prompt(variant, "brief")
+    full, full_version = system_prompt(variant)
+    assert "\n" not in text and len(text) < len(full) / 4
+    assert version == f"{full_version}-brief"
+    with pytest.raises(ValueError, match="prompt style"):
+        system_prompt(variant, "long")  # type: ignore[arg-type]
