@@ -20,7 +20,10 @@ import contextlib
 import datetime as dt
 import hashlib
 import json
+import os
+import pathlib
 import posixpath
+import shutil
 import uuid
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
@@ -227,6 +230,27 @@ class ArtifactWriter:
         self._files.append(relpath)
         return join(self.uri, relpath)
 
+    def put_file(self, relpath: str, local_path: str | os.PathLike[str]) -> str:
+        """Stage a local file under ``relpath`` without reading it into memory (model weights)."""
+        self._start()
+        if relpath.startswith((".", "_")) or ".." in relpath.split("/"):
+            raise ArtifactError(f"invalid artifact file name {relpath!r}")
+        target = posixpath.join(self.staging, relpath)
+        self.fs.makedirs(posixpath.dirname(target), exist_ok=True)
+        self.fs.put_file(os.fspath(local_path), target)
+        self._files.append(relpath)
+        return join(self.uri, relpath)
+
+    def put_folder(self, prefix: str, local_dir: str | os.PathLike[str]) -> list[str]:
+        """Stage every file under ``local_dir`` as ``prefix/<relative path>``; return the relpaths."""
+        root = pathlib.Path(local_dir)
+        staged = []
+        for path in sorted(q for q in root.rglob("*") if q.is_file()):
+            rel = posixpath.join(prefix, path.relative_to(root).as_posix())
+            self.put_file(rel, path)
+            staged.append(rel)
+        return staged
+
     def staged_path(self, relpath: str) -> str:
         """Local path to stage a file written by another library (local filesystems only)."""
         self._start()
@@ -392,6 +416,30 @@ def read_file(uri: str | ArtifactRef, relpath: str, settings: Settings | None = 
     fs, path = filesystem(ref.uri, settings)
     with fs.open(posixpath.join(path, relpath), "rb") as fh:
         return bytes(fh.read())
+
+
+def local_folder(uri: str | ArtifactRef, relpath: str, settings: Settings | None = None) -> pathlib.Path:
+    """A local folder holding ``relpath`` of a committed artifact (a model, say).
+
+    Local roots give the folder in place; remote ones are downloaded once into
+    ``~/.cache/coa/artifacts/<name-key>/`` (artifacts are immutable, so the copy never goes stale).
+    """
+    ref = open_artifact(uri, settings)
+    fs, path = filesystem(ref.uri, settings)
+    if "file" in fs.protocol or fs.protocol in ("file", ("file", "local")):
+        return pathlib.Path(path, relpath)
+    cache = pathlib.Path(os.environ.get("COA_CACHE_DIR", pathlib.Path.home() / ".cache" / "coa"))
+    dest = cache / "artifacts" / posixpath.basename(path.rstrip("/")) / relpath
+    done = dest.parent / f".{dest.name}.complete"
+    if not done.exists():
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        tmp = dest.parent / f".{dest.name}.partial-{uuid.uuid4().hex[:8]}"
+        fs.get(posixpath.join(path, relpath), str(tmp), recursive=True)
+        if dest.exists():
+            shutil.rmtree(dest)
+        tmp.rename(dest)
+        done.touch()
+    return dest
 
 
 def read_parquet_file(uri: str, settings: Settings | None = None) -> pa.Table:

@@ -14,6 +14,7 @@ from coa.convert.stage import ConvertConfig
 from coa.curate.config import CurateConfig
 from coa.synthetic import SyntheticConfig
 from coa.teacher import CollectConfig
+from coa.train.stage import SFTStageConfig, StudentConfig
 
 
 class PipelineConfig(StrictModel):
@@ -32,6 +33,16 @@ class PipelineConfig(StrictModel):
     )
     convert: ConvertConfig | None = Field(
         default=None, description="Curated trajectories to CoA SFT examples and RL prompts; null = skip."
+    )
+
+    student: StudentConfig | None = Field(
+        default=None,
+        description="The model to fine-tune (a folder or hub id, or the tiny student built on the spot); "
+        "null = no training.",
+    )
+    sft: SFTStageConfig | None = Field(
+        default=None,
+        description="Supervised fine-tuning of the student on the converted examples; null = skip.",
     )
 
     def fingerprint(self) -> str:

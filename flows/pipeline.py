@@ -19,17 +19,18 @@ from tasks.collect import collect_task
 from tasks.convert import convert_task
 from tasks.curate import curate_task
 from tasks.import_tasks import import_tasks_task
+from tasks.sft import sft_task, student_task
 from tasks.synthetic_tasks import synthetic_tasks_task
 
-NOT_BUILT = {
-    "sft": "supervised fine-tuning (issue: SFT)",
-    "rl": "agentic RL",
-    "evaluate": "evaluation",
-}
+NOT_BUILT = {"rl": "agentic RL"}
 
 
 def _row(stage: str, ref: ArtifactRef, table: str) -> dict[str, Any]:
     return {"stage": stage, "status": "done", "rows": ref.rows(table), "artifact": ref.uri}
+
+
+def _model_row(stage: str, ref: ArtifactRef | None, path: str = "") -> dict[str, Any]:
+    return {"stage": stage, "status": "done", "rows": "", "artifact": ref.uri if ref is not None else path}
 
 
 def _skipped(stage: str, why: str) -> dict[str, Any]:
@@ -62,7 +63,7 @@ def pipeline(config_path: str = "configs/demo.yaml", overrides: list[str] | None
     if train is None:
         raise ValueError("no tasks: configure `synthetic` or `tasks.sources` (see configs/demo.yaml)")
 
-    trajectories = curated = None
+    trajectories = curated = converted = None
     if cfg.collect is not None:
         trajectories = collect_task(cfg.collect, *train)
         stages.append(_row("collect", trajectories, "trajectories"))
@@ -83,6 +84,18 @@ def pipeline(config_path: str = "configs/demo.yaml", overrides: list[str] | None
         refs["convert"] = converted.model_dump(mode="json")
     else:
         stages.append(_skipped("convert", "not configured"))
+    if cfg.student is not None and converted is not None:
+        base = student_task(cfg.student, converted)
+        refs["student"] = base.ref.uri if base.ref is not None else base.path
+        stages.append(_model_row("student", base.ref, base.path))
+        if cfg.sft is not None:
+            tuned = sft_task(cfg.sft, base, converted)
+            refs["sft"] = tuned.model_dump(mode="json")
+            stages.append(_model_row("sft", tuned))
+        else:
+            stages.append(_skipped("sft", "not configured"))
+    else:
+        stages.append(_skipped("sft", "not configured"))
 
     for stage, what in NOT_BUILT.items():
         stages.append({**_skipped(stage, "not built yet"), "note": what})

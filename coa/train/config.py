@@ -39,22 +39,12 @@ class LoraSettings(StrictModel):
     )
 
 
-class SFTRunConfig(StrictModel):
-    """One SFT run. Exactly one of ``max_steps`` / ``time_budget_s`` sets the plan."""
+class SFTParams(StrictModel):
+    """How to train (shared by a single run and the pipeline's SFT stage).
 
-    base_model: str = Field(
-        description="Model to fine-tune: a local folder (e.g. `coa model init`) or a hub id."
-    )
-    data: str | None = Field(
-        default=None,
-        description="For `python -m coa.train.sft`: an sft.v1 artifact URI (local or s3://) or a "
-        "Parquet file.",
-    )
-    table: str = Field(default="sft", description="Table of the `data` artifact holding the sft.v1 rows.")
-    output_dir: str | None = Field(
-        default=None,
-        description="Folder for checkpoints, the final model and the report (run_sft may override).",
-    )
+    Exactly one of ``max_steps`` / ``time_budget_s`` sets the plan.
+    """
+
     max_steps: int | None = Field(default=None, ge=1, description="Optimizer steps to run (the plan).")
     time_budget_s: float | None = Field(
         default=None,
@@ -119,10 +109,28 @@ class SFTRunConfig(StrictModel):
     logging_steps: int = Field(default=10, ge=1, description="Log the loss every this many optimizer steps.")
 
     @model_validator(mode="after")
-    def _one_plan(self) -> SFTRunConfig:
+    def _one_plan(self) -> SFTParams:
         if (self.max_steps is None) == (self.time_budget_s is None):
             raise ValueError("give exactly one of max_steps and time_budget_s")
         return self
+
+
+class SFTRunConfig(SFTParams):
+    """One SFT run: what to train, on what, and where (``python -m coa.train.sft --config``)."""
+
+    base_model: str = Field(
+        description="Model to fine-tune: a local folder (e.g. `coa model init`) or a hub id."
+    )
+    data: str | None = Field(
+        default=None,
+        description="For `python -m coa.train.sft`: an sft.v1 artifact URI (local or s3://) or a "
+        "Parquet file.",
+    )
+    table: str = Field(default="sft", description="Table of the `data` artifact holding the sft.v1 rows.")
+    output_dir: str | None = Field(
+        default=None,
+        description="Folder for checkpoints, the final model and the report (run_sft may override).",
+    )
 
 
 class SFTResult(BaseModel):
