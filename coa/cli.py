@@ -31,6 +31,8 @@ tool_app = typer.Typer(
     help="Run one tool and print the observation the model would see.", no_args_is_help=True
 )
 app.add_typer(tool_app, name="tool")
+model_app = typer.Typer(help="Student models: build the tiny local student.", no_args_is_help=True)
+app.add_typer(model_app, name="model")
 format_app = typer.Typer(help="The Chain-of-Agents format: check trajectories against a grammar variant.")
 app.add_typer(format_app, name="format")
 console = Console()
@@ -297,6 +299,81 @@ def convert(
     )
     typer.echo(f"converted: {ref.uri}")
     typer.echo(json.dumps(counts))
+
+
+@model_app.command("init")
+def model_init(
+    data: Annotated[str, typer.Option("--data", help="Artifact from `coa convert` (its sft table)")],
+    overrides: Annotated[
+        list[str] | None, typer.Argument(help="Overrides, e.g. student.tiny.hidden_size=256")
+    ] = None,
+    config: Annotated[
+        Path, typer.Option("--config", "-c", help="YAML profile with a student section")
+    ] = Path("configs/demo.yaml"),
+) -> None:
+    """Build the tiny student: a tokenizer trained on the SFT texts (CoA tags as tokens, ChatML) and a
+    random-init Qwen2 decoder, as a model artifact any later stage loads like a Hugging Face folder."""
+    from coa.config import load_config
+    from coa.train.stage import StudentConfig, run_student_stage
+
+    try:
+        cfg = load_config(config, overrides or [])
+        data_ref = io.open_artifact(data)
+    except (ConfigError, io.ArtifactError) as e:
+        raise _fail(str(e)) from None
+    student = cfg.student or StudentConfig()
+    if student.base is not None:
+        raise _fail(f"student.base is {student.base!r}: nothing to build (unset it to build the tiny model)")
+    built = run_student_stage(student, data_ref, io.Store())
+    card = json.loads(Path(built.path, "coa_model.json").read_text())
+    typer.echo(f"model: {built.ref.uri}")
+    typer.echo(f"{card['n_params']:,} parameters, vocabulary {card['vocab_size']:,}; load from {built.path}")
+
+
+@app.command()
+def sft(
+    data: Annotated[str, typer.Option("--data", help="Artifact from `coa convert` (its sft table)")],
+    model: Annotated[
+        str | None,
+        typer.Option("--model", help="Base model: folder, hub id or model artifact (default: the config's)"),
+    ] = None,
+    overrides: Annotated[list[str] | None, typer.Argument(help="Overrides, e.g. sft.max_steps=200")] = None,
+    config: Annotated[
+        Path, typer.Option("--config", "-c", help="YAML profile with student and sft sections")
+    ] = Path("configs/demo.yaml"),
+) -> None:
+    """Fine-tune the student on CoA examples (observations masked); resumes after a crash or a kill."""
+    import logging
+
+    from coa.config import load_config
+    from coa.train import SFTError
+    from coa.train.stage import StudentConfig, StudentModel, run_sft_stage, run_student_stage
+
+    try:
+        cfg = load_config(config, overrides or [])
+        data_ref = io.open_artifact(data)
+    except (ConfigError, io.ArtifactError) as e:
+        raise _fail(str(e)) from None
+    if cfg.sft is None:
+        raise _fail(f"{config} has no sft section")
+    store = io.Store()
+    if model is None:
+        base = run_student_stage(cfg.student or StudentConfig(), data_ref, store)
+    elif io.lookup(model) is not None:
+        base = StudentModel(str(io.local_folder(model, "model")), io.open_artifact(model))
+    else:
+        base = StudentModel(model)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+    logging.getLogger("coa.train.sft").setLevel(logging.INFO)
+    try:
+        ref, result = run_sft_stage(cfg.sft, base, data_ref, store)
+    except SFTError as e:
+        raise _fail(str(e), code=1) from None
+    typer.echo(f"model: {ref.uri}")
+    typer.echo(
+        f"{result.global_step} steps ({result.steps_planned} planned), final loss {result.final_loss}, "
+        f"{result.tokens_per_s:,.0f} tokens/s; loss curve {io.join(ref.uri, 'loss_curve.png')}"
+    )
 
 
 @app.command("export")

@@ -44,7 +44,7 @@ class _LogProgress(TrainerCallback):
             )  # fmt: skip
 
 
-@task(name="sft")
+@task(name="sft", log_prints=False)  # datasets prints bytecode while hashing
 def sft_task(cfg: SFTStageConfig, base: StudentModel, converted: io.ArtifactRef) -> io.ArtifactRef:
     """Fine-tune ``base`` on the converted examples; publish the loss curve and the run's numbers."""
     logger = get_run_logger()

@@ -15,6 +15,7 @@ import json
 import posixpath
 import tempfile
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -46,6 +47,10 @@ def make_scorer(judge: Any = None) -> Any:
     return score
 
 
+SCORING_WORKERS = 4
+"""Code runs scored at once (each in its own sandbox)."""
+
+
 def _tests_of(case: dict[str, Any]) -> list[Any]:
     if case["kind"] == "functional":
         return [case["functional"]]
@@ -58,14 +63,21 @@ def _score_code(batch: pa.Table, tests: dict[str, dict[str, Any]], sandbox: Sand
     families = batch.column("family").to_pylist()
     answers = batch.column("final_answer").to_pylist()
     task_ids = batch.column("task_id").to_pylist()
+    todo: dict[int, tuple[str, list[Any]]] = {}
     for i, (family, answer, task_id) in enumerate(zip(families, answers, task_ids, strict=True)):
         if family != "code" or task_id not in tests:
             continue
         if not answer:
             correct[i] = False
             continue
-        report = run_tests(answer, _tests_of(tests[task_id]), config=sandbox, fail_fast=True)
-        correct[i] = report.all_passed
+        todo[i] = (answer, _tests_of(tests[task_id]))
+    # Sandboxed runs wait on process start-up far more than on CPU: several at once.
+    with ThreadPoolExecutor(max_workers=SCORING_WORKERS) as pool:
+        reports = pool.map(
+            lambda job: run_tests(job[0], job[1], config=sandbox, fail_fast=True), todo.values()
+        )
+        for i, report in zip(todo, reports, strict=True):
+            correct[i] = report.all_passed
     index = batch.schema.get_field_index("correct")
     return batch.set_column(index, "correct", pa.array(correct, pa.bool_()))
 

@@ -53,7 +53,7 @@ class SFTParams(StrictModel):
         "training at the measured speed (setup and calibration not counted). Single-process runs only.",
     )
     calibration_steps: int = Field(
-        default=5,
+        default=10,
         ge=1,
         description="Optimizer steps a throwaway copy of the model times (after one) to plan a time budget.",
     )
@@ -81,6 +81,11 @@ class SFTParams(StrictModel):
     grad_accumulation: int = Field(default=1, ge=1, description="Micro-batches per optimizer step.")
     max_length: int = Field(
         default=2048, ge=8, description="Longest sequence in tokens; longer examples keep their start."
+    )
+    sampling: Literal["group_by_length", "random"] = Field(
+        default="group_by_length",
+        description="Order of examples: group_by_length batches examples of similar length (shuffled "
+        "mega-batches; far less padding when lengths vary), random shuffles them one by one.",
     )
     packing: bool = Field(
         default=False,

@@ -199,6 +199,7 @@ def build_trainer(
         max_grad_norm=config.max_grad_norm,
         max_length=config.max_length,
         packing=config.packing,
+        train_sampling_strategy=config.sampling,
         packing_strategy="bfd",  # whole examples; never "wrapped", which cuts them mid-sequence
         activation_checkpointing=config.gradient_checkpointing,
         bf16=bf16,
@@ -247,13 +248,16 @@ def build_trainer(
 
 
 def calibrate_step_time(trainer: Any, config: SFTRunConfig) -> float:
-    """Seconds per optimizer step, measured by a throwaway trainer on a copy of the model.
+    """Seconds per optimizer step of the planned run, from a throwaway trainer on a copy of the model.
 
-    The copy runs ``calibration_steps + 1`` real optimizer steps (same data, collator, batch,
-    accumulation, optimizer, logging cadence; no checkpoints); the median time between step ends
-    after the first is the answer. The model being trained is untouched, and the seed is reset
-    afterwards. The copy doubles the model's memory for a moment: the time budget is meant for
-    small single-process runs (the CPU demo); give ``max_steps`` otherwise.
+    Step time follows the tokens a step computes (padded to the longest example of each batch, or
+    the packed rows' tokens), and batches differ: ``group_by_length`` even puts the longest batch
+    first. So the copy runs ``calibration_steps + 1`` real optimizer steps in random order (same
+    data, collator, batch, accumulation, optimizer; no checkpoints) and measures seconds per
+    computed token after the first step (ratio of sums); the answer is that times the mean tokens
+    per step of the run's own batch order over one epoch. The model being trained is untouched and
+    the seed is reset afterwards. The copy doubles the model's memory for a moment: the time budget
+    is meant for small single-process runs (the CPU demo); give ``max_steps`` otherwise.
     """
     import copy
     import tempfile
@@ -269,9 +273,10 @@ def calibrate_step_time(trainer: Any, config: SFTRunConfig) -> float:
             output_dir=tmp,
             max_steps=config.calibration_steps + 1,
             save_strategy="no",
+            train_sampling_strategy="random",
             dataset_kwargs={"skip_prepare_dataset": True},  # already encoded (and packed)
         )
-        probe = SFTTrainer(
+        probe = _CoaSFTTrainer(
             model=copy.deepcopy(trainer.model),
             args=args,
             train_dataset=trainer.train_dataset,
@@ -279,11 +284,31 @@ def calibrate_step_time(trainer: Any, config: SFTRunConfig) -> float:
             callbacks=[timer],
         )
         probe.remove_callback(PrinterCallback)
+        probe.coa_step_tokens = timer.tokens
         probe.train()
         del probe
     set_seed(config.seed)
     gaps = [b - a for a, b in itertools.pairwise(timer.ends)]
-    return statistics.median(gaps)
+    seconds_per_token = sum(gaps) / max(1, sum(timer.step_tokens[1:]))
+    step_s = seconds_per_token * mean_step_tokens(trainer, config)
+    set_seed(config.seed)
+    return step_s
+
+
+def mean_step_tokens(trainer: Any, config: SFTRunConfig) -> float:
+    """Mean tokens computed per optimizer step over one epoch of the trainer's own batch order."""
+    lengths = [len(ids) for ids in trainer.train_dataset["input_ids"]]
+    order = list(iter(trainer._get_train_sampler(trainer.train_dataset)))
+    size = config.batch_size
+    batches = [order[i : i + size] for i in range(0, len(order), size)]
+    if config.packing:
+        tokens = [sum(lengths[j] for j in b) for b in batches]
+    else:
+        tokens = [len(b) * max(lengths[j] for j in b) for b in batches]
+    per_step = [
+        sum(tokens[i : i + config.grad_accumulation]) for i in range(0, len(tokens), config.grad_accumulation)
+    ]
+    return statistics.fmean(per_step)
 
 
 def last_checkpoint(ckpt_dir: str | Path) -> Path | None:
@@ -420,10 +445,13 @@ class _CoaSFTTrainer(SFTTrainer):
     """``SFTTrainer`` that also counts the tokens it trains on (labels other than -100)."""
 
     coa_trained_tokens: Any = 0  # a device tensor once counting starts (no host sync per step)
+    coa_step_tokens: list[int] | None = None  # calibration: computed tokens added to the last entry
 
     def compute_loss(self, model: Any, inputs: dict[str, Any], *args: Any, **kwargs: Any) -> Any:
         if model.training and "labels" in inputs:
             self.coa_trained_tokens = self.coa_trained_tokens + (inputs["labels"][..., 1:] != -100).sum()
+            if self.coa_step_tokens is not None:
+                self.coa_step_tokens[-1] += int(inputs["labels"].numel())
         return super().compute_loss(model, inputs, *args, **kwargs)
 
 
@@ -447,13 +475,17 @@ class _StepCounter(TrainerCallback):
 
 
 class _StepTimer(TrainerCallback):
-    """Wall-clock time of every optimizer step's end."""
+    """Wall-clock time of every optimizer step's end, and the tokens each step computed."""
 
     def __init__(self) -> None:
         self.ends: list[float] = []
+        self.tokens: list[int] = [0]  # the running step's count (the trainer adds to the last entry)
+        self.step_tokens: list[int] = []
 
     def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         self.ends.append(time.perf_counter())
+        self.step_tokens.append(self.tokens[-1])
+        self.tokens.append(0)
 
 
 class _LogLastStep(TrainerCallback):
