@@ -51,7 +51,7 @@ SCORING_WORKERS = 4
 """Code runs scored at once (each in its own sandbox)."""
 
 
-def _tests_of(case: dict[str, Any]) -> list[Any]:
+def tests_of(case: dict[str, Any]) -> list[Any]:
     if case["kind"] == "functional":
         return [case["functional"]]
     return list(io_tests(case["stdin"], case["expected_output"]))
@@ -70,7 +70,7 @@ def _score_code(batch: pa.Table, tests: dict[str, dict[str, Any]], sandbox: Sand
         if not answer:
             correct[i] = False
             continue
-        todo[i] = (answer, _tests_of(tests[task_id]))
+        todo[i] = (answer, tests_of(tests[task_id]))
     # Sandboxed runs wait on process start-up far more than on CPU: several at once.
     with ThreadPoolExecutor(max_workers=SCORING_WORKERS) as pool:
         reports = pool.map(
@@ -80,6 +80,19 @@ def _score_code(batch: pa.Table, tests: dict[str, dict[str, Any]], sandbox: Sand
             correct[i] = report.all_passed
     index = batch.schema.get_field_index("correct")
     return batch.set_column(index, "correct", pa.array(correct, pa.bool_()))
+
+
+def score_runs(runs: pa.Table, tasks: io.ArtifactRef, tasks_table: str, judge: Any = None) -> pa.Table:
+    """``runs`` (trajectory.v1) with ``correct`` filled exactly as curation scores them.
+
+    Code runs by the task's tests in the sandbox, math/QA by rule, web through ``judge`` if given.
+    """
+    from coa.curate.filters import fill_correct
+
+    task_rows = io.read_table(tasks, tasks_table, columns=["task_id", "family", "test_cases"]).to_pylist()
+    tests = {t["task_id"]: t["test_cases"] for t in task_rows if t["family"] == "code" and t["test_cases"]}
+    scored = _score_code(runs, tests, SandboxConfig(cpu_seconds=5, wall_seconds=10))
+    return fill_correct(scored, make_scorer(judge))[0]
 
 
 def previous_summary(store: io.Store, name: str, exclude: str) -> dict[str, Any] | None:

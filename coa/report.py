@@ -1,0 +1,214 @@
+"""The training report: what SFT did to the student, beside what the teacher costs.
+
+:func:`teacher_metrics` scores the multi-agent teacher's own runs on the evaluation tasks (from
+``trajectory.v1``); :func:`comparison_rows` lines them up with the student's metrics before and
+after SFT, per family; :func:`render_report` writes one self-contained HTML page (plots embedded)
+with the loss curve, a before/after chart and the table; :func:`format_comparison` prints the same
+table on a terminal.
+
+**Token cost.** The teacher's cost is every token its agents send and receive over all their LLM
+calls (a multi-agent system re-sends context at every call); the student's is one pass over its
+single trajectory: prompt, generated tokens and the observations it reads. Both are counted with
+the same approximate counter (:func:`coa.llm.tokens.approx_token_count`, ~4 bytes per token), since
+the offline teacher has no tokenizer of its own and the student's vocabulary is not comparable.
+"""
+
+from __future__ import annotations
+
+import base64
+import html
+import io as _io
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import pyarrow as pa
+
+from coa.llm.tokens import approx_token_count
+
+ALL = "all"
+METRIC_LABELS = {
+    "format_valid": "format-valid",
+    "accuracy": "accuracy",
+    "tokens_per_task": "tokens/task",
+    "tool_calls_per_task": "tool calls/task",
+}
+
+
+def teacher_metrics(runs: pa.Table) -> dict[str, dict[str, float]]:
+    """Per family (and ``all``): tasks, accuracy, tokens per task, tool calls per task of teacher runs."""
+    rows = runs.select(
+        ["family", "correct", "prompt_tokens", "completion_tokens", "n_tool_calls"]
+    ).to_pylist()
+    groups: dict[str, list[dict[str, Any]]] = {ALL: rows}
+    for row in rows:
+        groups.setdefault(row["family"], []).append(row)
+    out = {}
+    for family, group in groups.items():
+        n = len(group)
+        out[family] = {
+            "n": n,
+            "accuracy": sum(bool(r["correct"]) for r in group) / n if n else 0.0,
+            "tokens_per_task": sum(r["prompt_tokens"] + r["completion_tokens"] for r in group) / n
+            if n
+            else 0.0,
+            "tool_calls_per_task": sum(r["n_tool_calls"] for r in group) / n if n else 0.0,
+        }
+    return out
+
+
+def student_token_cost(eval_rows: pa.Table, prompts: Mapping[str, str]) -> dict[str, float]:
+    """Per family (and ``all``): mean approximate tokens of prompt + trajectory per task."""
+    groups: dict[str, list[int]] = {ALL: []}
+    for row in eval_rows.select(["task_id", "family", "text"]).to_pylist():
+        cost = approx_token_count(prompts.get(row["task_id"], "")) + approx_token_count(row["text"] or "")
+        groups[ALL].append(cost)
+        groups.setdefault(row["family"], []).append(cost)
+    return {family: sum(v) / len(v) for family, v in groups.items() if v}
+
+
+def comparison_rows(
+    before: Mapping[str, Mapping[str, float]],
+    after: Mapping[str, Mapping[str, float]],
+    teacher: Mapping[str, Mapping[str, float]] | None = None,
+) -> list[dict[str, Any]]:
+    """One row per family: n, format-valid and accuracy before → after, tokens/task, teacher's figures.
+
+    ``before`` / ``after`` map family → {n, format_valid, accuracy, tokens_per_task,
+    tool_calls_per_task}; ``teacher`` the same from :func:`teacher_metrics`.
+    """
+    families = [f for f in after if f != ALL] + [ALL]
+    rows = []
+    for family in families:
+        b, a = before.get(family, {}), after.get(family, {})
+        t = (teacher or {}).get(family, {})
+        rows.append(
+            {
+                "family": family,
+                "n": int(a.get("n", 0)),
+                "format_valid_before": b.get("format_valid"),
+                "format_valid_after": a.get("format_valid"),
+                "accuracy_before": b.get("accuracy"),
+                "accuracy_after": a.get("accuracy"),
+                "tokens_per_task_before": b.get("tokens_per_task"),
+                "tokens_per_task_after": a.get("tokens_per_task"),
+                "teacher_accuracy": t.get("accuracy"),
+                "teacher_tokens_per_task": t.get("tokens_per_task"),
+            }
+        )
+    return rows
+
+
+COLUMNS = (
+    ("family", "family", "{}"),
+    ("n", "tasks", "{}"),
+    ("format_valid_before", "valid before", "{:.0%}"),
+    ("format_valid_after", "valid after", "{:.0%}"),
+    ("accuracy_before", "acc. before", "{:.0%}"),
+    ("accuracy_after", "acc. after", "{:.0%}"),
+    ("tokens_per_task_after", "student tok/task", "{:,.0f}"),
+    ("teacher_accuracy", "teacher acc.", "{:.0%}"),
+    ("teacher_tokens_per_task", "teacher tok/task", "{:,.0f}"),
+)
+
+
+def _cell(value: Any, fmt: str) -> str:
+    return "n/a" if value is None else fmt.format(value)
+
+
+def format_comparison(rows: Sequence[Mapping[str, Any]]) -> str:
+    """The comparison as an aligned plain-text table."""
+    table = [[label for _, label, _ in COLUMNS]]
+    table += [[_cell(row.get(key), fmt) for key, _, fmt in COLUMNS] for row in rows]
+    widths = [max(len(r[i]) for r in table) for i in range(len(COLUMNS))]
+    lines = [
+        "  ".join(
+            c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(r, widths, strict=True))
+        )
+        for r in table
+    ]
+    lines.insert(1, "  ".join("-" * w for w in widths))
+    return "\n".join(lines)
+
+
+def _png(fig: Any) -> str:
+    buf = _io.BytesIO()
+    fig.savefig(buf, format="png")
+    return base64.b64encode(buf.getvalue()).decode()
+
+
+def comparison_plot(rows: Sequence[Mapping[str, Any]]) -> str:
+    """Grouped bars of format-valid rate and accuracy before/after SFT (and the teacher), as base64 PNG."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(9.0, 3.6), dpi=100)
+    FigureCanvasAgg(fig)
+    families = [r["family"] for r in rows]
+    series = (
+        ("before SFT", "accuracy_before", "format_valid_before", "#bbbbbb"),
+        ("after SFT", "accuracy_after", "format_valid_after", "#3b75af"),
+        ("teacher", "teacher_accuracy", None, "#e08a3c"),
+    )
+    for k, (metric, title) in enumerate(
+        (("format", "CoA format-valid rate"), ("accuracy", "Accuracy (pass@1)"))
+    ):
+        ax = fig.add_subplot(1, 2, k + 1)
+        width = 0.26
+        for j, (label, acc_key, valid_key, color) in enumerate(series):
+            key = valid_key if metric == "format" else acc_key
+            if key is None:
+                continue
+            values = [float(r.get(key) or 0.0) for r in rows]
+            xs = [i + (j - 1) * width for i in range(len(rows))]
+            ax.bar(xs, values, width, label=label, color=color)
+        ax.set_xticks(range(len(rows)), families)
+        ax.set_ylim(0, 1.05)
+        ax.set_title(title)
+        ax.grid(True, axis="y", alpha=0.3)
+        if k == 1:
+            ax.legend(fontsize=8, loc="upper right")
+    fig.tight_layout()
+    return _png(fig)
+
+
+def render_report(
+    *,
+    title: str,
+    rows: Sequence[Mapping[str, Any]],
+    loss_png: bytes | None,
+    facts: Mapping[str, Any],
+    notes: Sequence[str] = (),
+) -> str:
+    """A self-contained HTML page: headline facts, the table, the before/after chart, the loss curve."""
+    esc = html.escape
+    head = "".join(f"<th>{esc(label)}</th>" for _, label, _ in COLUMNS)
+    body = "".join(
+        "<tr>" + "".join(f"<td>{esc(_cell(r.get(key), fmt))}</td>" for key, _, fmt in COLUMNS) + "</tr>"
+        for r in rows
+    )
+    facts_html = "".join(f"<tr><th>{esc(str(k))}</th><td>{esc(str(v))}</td></tr>" for k, v in facts.items())
+    loss = (
+        f'<img alt="SFT loss curve" src="data:image/png;base64,{base64.b64encode(loss_png).decode()}">'
+        if loss_png
+        else "<p>No loss curve (no SFT run).</p>"
+    )
+    notes_html = "".join(f"<li>{esc(n)}</li>" for n in notes)
+    return f"""<!doctype html>
+<html><head><meta charset="utf-8"><title>{esc(title)}</title>
+<style>
+body {{ font-family: system-ui, sans-serif; margin: 2em auto; max-width: 1000px; color: #222; }}
+table {{ border-collapse: collapse; margin: 1em 0; }}
+th, td {{ border: 1px solid #ccc; padding: 4px 10px; text-align: right; }}
+th {{ background: #f3f3f3; }} td:first-child, th:first-child {{ text-align: left; }}
+img {{ max-width: 100%; }}
+</style></head><body>
+<h1>{esc(title)}</h1>
+<h2>Student before and after SFT, on held-out tasks</h2>
+<table><tr>{head}</tr>{body}</table>
+<img alt="before/after chart" src="data:image/png;base64,{comparison_plot(rows)}">
+<h2>SFT</h2>
+{loss}
+<table>{facts_html}</table>
+<h2>Notes</h2><ul>{notes_html}</ul>
+</body></html>
+"""
