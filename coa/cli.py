@@ -65,8 +65,15 @@ def run(
 
     result = pipeline(config_path=str(config), overrides=list(overrides or []))
     _print_stage_table(result["stages"])
+    if result.get("comparison"):
+        from coa.report import format_comparison
+
+        console.print("\nstudent on held-out tasks, before and after SFT, beside the teacher:")
+        console.print(format_comparison(result["comparison"]), markup=False, highlight=False)
     if result.get("report"):
-        console.print(f"report: {result['report']}")
+        console.print(f"curation report: {result['report']}")
+    if result.get("training_report"):
+        console.print(f"training report: {result['training_report']}")
 
 
 def _print_stage_table(stages: list[dict[str, Any]]) -> None:

@@ -7,11 +7,12 @@ from __future__ import annotations
 
 import hashlib
 
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from coa.config import StrictModel, TasksConfig, canonical_json
 from coa.convert.stage import ConvertConfig
 from coa.curate.config import CurateConfig
+from coa.evaluate.config import EvalConfig
 from coa.synthetic import SyntheticConfig
 from coa.teacher import CollectConfig
 from coa.train.stage import SFTStageConfig, StudentConfig
@@ -44,6 +45,21 @@ class PipelineConfig(StrictModel):
         default=None,
         description="Supervised fine-tuning of the student on the converted examples; null = skip.",
     )
+
+    evaluate: EvalConfig | None = Field(
+        default=None,
+        description="Evaluate the student on the held-out synthetic tasks before and after SFT, beside the "
+        "teacher's cost on them; null = skip.",
+    )
+
+    @model_validator(mode="after")
+    def _prompts_match(self) -> PipelineConfig:
+        if self.evaluate and self.convert and self.evaluate.prompt_style != self.convert.prompt_style:
+            raise ValueError(
+                f"evaluate.prompt_style ({self.evaluate.prompt_style}) must equal convert.prompt_style "
+                f"({self.convert.prompt_style}): the model is evaluated with the prompts it was trained on"
+            )
+        return self
 
     def fingerprint(self) -> str:
         """Stable hash of the resolved config."""

@@ -212,3 +212,86 @@ img {{ max-width: 100%; }}
 <h2>Notes</h2><ul>{notes_html}</ul>
 </body></html>
 """
+
+
+def build_training_report(
+    *,
+    run_name: str,
+    store: Any,
+    tasks: Any,
+    table: str,
+    before: tuple[Any, Mapping[str, Any]],
+    after: tuple[Any, Mapping[str, Any]] | None,
+    sft: Any | None,
+    teacher_runs: Any | None,
+) -> tuple[Any, list[dict[str, Any]]]:
+    """Write the ``report/<run_name>`` artifact (report.html, comparison.json); return it and the rows.
+
+    ``before`` / ``after`` are ``(eval artifact, metrics)``; ``sft`` the fine-tuned model artifact;
+    ``teacher_runs`` the teacher's ``trajectory.v1`` runs on the same tasks (scored here as curation
+    scores them).
+    """
+    import json
+
+    from coa import io
+    from coa.curate.runner import score_runs
+    from coa.evaluate.stage import EVAL_TABLE, variant_of
+    from coa.format import system_prompt
+
+    upstream = [ref for ref in (tasks, before[0], after[0] if after else None, sft, teacher_runs) if ref]
+    writer = store.writer("report", run_name, {"table": table}, upstream=upstream)
+    existing = writer.existing()
+    if existing is not None:
+        return existing, json.loads(io.read_file(existing, "comparison.json"))
+    teacher = None
+    if teacher_runs is not None:
+        teacher = teacher_metrics(score_runs(io.read_table(teacher_runs, "trajectories"), tasks, table))
+    final = after or before
+    eval_config = io.read_lineage(final[0])["config"]["eval"]
+    questions = {r["task_id"]: r for r in io.read_table(tasks, table).to_pylist()}
+
+    def cost(ref: Any) -> dict[str, float]:
+        rows = io.read_table(ref, EVAL_TABLE)
+        prompts = {}
+        for task_id in rows.column("task_id").to_pylist():
+            task = questions[task_id]
+            variant = variant_of(task["family"], eval_config.get("variants") or {})
+            prompts[task_id] = (
+                system_prompt(variant, eval_config["prompt_style"])[0] + "\n" + task["question"]
+            )
+        return student_token_cost(rows, prompts)
+
+    def with_cost(metrics: Mapping[str, Any], ref: Any) -> dict[str, dict[str, Any]]:
+        tokens = cost(ref)
+        return {f: {**m, "tokens_per_task": tokens.get(f)} for f, m in metrics.items()}
+
+    rows = comparison_rows(
+        with_cost(before[1], before[0]), with_cost(final[1], final[0]) if after else {}, teacher
+    )
+    facts: dict[str, Any] = {"held-out tasks": f"{tasks.uri} [{table}]", "evaluation (after)": final[0].uri}
+    loss_png = None
+    if sft is not None:
+        result = json.loads(io.read_file(sft, "sft_result.json"))
+        loss_png = io.read_file(sft, "loss_curve.png")
+        facts |= {
+            "fine-tuned model": sft.uri,
+            "optimizer steps (planned / run)": f"{result['steps_planned']} / {result['global_step']}",
+            "training tokens seen": f"{result['tokens_seen']:,}",
+            "final training loss": f"{result['final_loss']:.4f}",
+            "training throughput": f"{result['tokens_per_s']:,.0f} tokens/s on {result['device']}",
+            "examples / truncated / dropped": f"{result['n_examples']} / {result['n_truncated']} / "
+            f"{result['n_dropped']}",
+        }
+    notes = [
+        "Held-out tasks never appear in training (the synthetic generator keeps the splits apart).",
+        "Token cost: teacher = every token its agents send and receive over all LLM calls; student = one "
+        "pass over prompt, trajectory and observations; both by the ~4 bytes/token approximation.",
+        "Accuracy is pass@1 with greedy decoding; math answers are checked with math-verify, programs "
+        "by the task's tests in the sandbox, multi-hop answers by exact match.",
+    ]
+    page = render_report(
+        title=f"CoA training report: {run_name}", rows=rows, loss_png=loss_png, facts=facts, notes=notes
+    )
+    writer.write_file("report.html", page)
+    writer.write_file("comparison.json", json.dumps(rows, indent=2))
+    return writer.commit(), rows

@@ -1,4 +1,4 @@
-"""The pipeline flow: task sets → collect → curate → convert → SFT → RL → evaluate.
+"""The pipeline flow: task sets → collect → curate → convert → student → SFT → evaluate (→ RL).
 
 It reads as the list of stages. Each stage is a Prefect task that returns an artifact reference;
 stages that are not configured or not built yet are reported as such (nothing is faked). Publishes
@@ -12,12 +12,16 @@ from typing import Any
 from prefect import flow, get_run_logger
 from prefect.artifacts import create_markdown_artifact, create_table_artifact
 
+from coa import io
 from coa.config import load_config
 from coa.io import ArtifactRef
 from coa.pipeline_config import PipelineConfig
+from coa.teacher import ToolsConfig
+from coa.train.stage import StudentModel
 from tasks.collect import collect_task
 from tasks.convert import convert_task
 from tasks.curate import curate_task
+from tasks.evaluate import evaluate_task, report_task
 from tasks.import_tasks import import_tasks_task
 from tasks.sft import sft_task, student_task
 from tasks.synthetic_tasks import synthetic_tasks_task
@@ -84,6 +88,7 @@ def pipeline(config_path: str = "configs/demo.yaml", overrides: list[str] | None
         refs["convert"] = converted.model_dump(mode="json")
     else:
         stages.append(_skipped("convert", "not configured"))
+    base = tuned = None
     if cfg.student is not None and converted is not None:
         base = student_task(cfg.student, converted)
         refs["student"] = base.ref.uri if base.ref is not None else base.path
@@ -96,6 +101,26 @@ def pipeline(config_path: str = "configs/demo.yaml", overrides: list[str] | None
             stages.append(_skipped("sft", "not configured"))
     else:
         stages.append(_skipped("sft", "not configured"))
+
+    if cfg.evaluate is not None and base is not None and cfg.synthetic is not None:
+        heldout = (synthetic, "heldout")
+        tools = cfg.evaluate.tools or (cfg.collect.tools if cfg.collect else ToolsConfig())
+        before = evaluate_task(cfg.evaluate, *heldout, base, tools, "before SFT")
+        stages.append({**_row("evaluate.before", before[0], "eval")})
+        after = None
+        if tuned is not None:
+            model = StudentModel(str(io.local_folder(tuned, "model")), tuned)
+            after = evaluate_task(cfg.evaluate, *heldout, model, tools, "after SFT")
+            stages.append(_row("evaluate.after", after[0], "eval"))
+        teacher = collect_task(cfg.collect, *heldout) if cfg.collect is not None else None
+        if teacher is not None:
+            stages.append(_row("collect.heldout", teacher, "trajectories"))
+        report, comparison = report_task(cfg.run_name, *heldout, before, after, tuned, teacher)
+        refs["training_report"] = f"{report.uri}/report.html"
+        refs["comparison"] = comparison
+    else:
+        why = "not configured" if cfg.evaluate is None else "needs a student and held-out synthetic tasks"
+        stages.append(_skipped("evaluate", why))
 
     for stage, what in NOT_BUILT.items():
         stages.append({**_skipped(stage, "not built yet"), "note": what})

@@ -12,7 +12,7 @@ from __future__ import annotations
 import hashlib
 import json
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -47,8 +47,9 @@ def select_tasks(tasks: pa.Table, config: EvalConfig) -> list[dict[str, Any]]:
     return rows
 
 
-def variant_of(family: str, config: EvalConfig) -> str:
-    chosen = config.variants.get(family, "auto")
+def variant_of(family: str, variants: Mapping[str, str]) -> str:
+    """The CoA variant of a family (``variants`` overrides, as in the convert stage)."""
+    chosen = variants.get(family, "auto")
     return FAMILY_VARIANT[family] if chosen == "auto" else chosen
 
 
@@ -69,7 +70,7 @@ def evaluate_tasks(
     rows = select_tasks(tasks, config)
     runs = []
     for row in rows:
-        variant = variant_of(row["family"], config)
+        variant = variant_of(row["family"], config.variants)
         system, _ = system_prompt(variant, config.prompt_style)
         runs.append(CoaRun(row["task_id"], variant, generator.chat_prompt(system, row["question"])))
     limits = LoopLimits(config.max_turns, config.max_new_tokens, config.max_total_tokens, config.batch_size)

@@ -23,6 +23,8 @@ import pytest
 
 from coa import io
 
+from .test_pipeline_flow import TINY_TRAINING
+
 REPO = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
 pytestmark = pytest.mark.slow
@@ -109,6 +111,7 @@ def test_deploy_run_and_collect_artifacts(
                 "synthetic.train={arithmetic: 4, multihop: 4, programming: 2}",
                 "synthetic.heldout={arithmetic: 1, multihop: 1, programming: 1}",
                 "curate.gate.correctness_floor=0.3",
+                *TINY_TRAINING,
             ]
         )
         out = _prefect(

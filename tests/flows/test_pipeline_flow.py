@@ -11,10 +11,22 @@ from prefect.testing.utilities import prefect_test_harness
 from coa import io
 
 REPO = Path(__file__).resolve().parents[2]
+TINY_TRAINING = [
+    "student.tiny={vocab_size: 400, hidden_size: 32, num_layers: 1, num_heads: 2, num_kv_heads: 2, "
+    "intermediate_size: 64}",
+    "sft.time_budget_s=null",
+    "sft.max_steps=4",
+    "sft.save_steps=2",
+    "sft.logging_steps=1",
+    "evaluate.max_turns=2",
+    "evaluate.max_new_tokens=8",
+    "evaluate.max_total_tokens=16",
+]
 SMALL = [
     "synthetic.train={arithmetic: 6, multihop: 6, programming: 3}",
     "synthetic.heldout={arithmetic: 2, multihop: 2, programming: 1}",
     "curate.gate.correctness_floor=0.3",
+    *TINY_TRAINING,
 ]
 
 
@@ -42,6 +54,16 @@ def test_pipeline_runs_built_stages_and_reports_the_rest(
     assert any(f.startswith("data_docs/") for f in curated.files)
     lineage = io.read_lineage(result["convert"]["uri"])
     assert [u["kind"] for u in lineage["upstream"]] == ["curated", "tasks"]
+    sft = io.open_artifact(result["sft"]["uri"])
+    assert io.read_lineage(sft)["steps_run"] == 4 and "model/config.json" in sft.files
+    assert stages["evaluate.before"]["rows"] == stages["evaluate.after"]["rows"] == 5
+    assert stages["collect.heldout"]["rows"] == 5
+    assert Path(result["training_report"]).is_file()
+    families = [row["family"] for row in result["comparison"]]
+    assert families[-1] == "all" and set(families) == {"math", "mhqa", "code", "all"}
+    assert all(
+        0 <= row["accuracy_after"] <= 1 and row["teacher_tokens_per_task"] > 0 for row in result["comparison"]
+    )
 
     again = pipeline(config_path="configs/demo.yaml", overrides=SMALL)
     assert again["convert"]["uri"] == result["convert"]["uri"]  # same inputs: every stage reused
