@@ -383,6 +383,51 @@ def sft(
     )
 
 
+@app.command()
+def evaluate(
+    model: Annotated[str, typer.Option("--model", help="Model folder, hub id or model artifact to evaluate")],
+    tasks: Annotated[str, typer.Option("--tasks", help="task.v1 artifact (e.g. from `coa tasks synthetic`)")],
+    table: Annotated[str, typer.Option(help="Table of the task artifact")] = "heldout",
+    overrides: Annotated[
+        list[str] | None, typer.Argument(help="Overrides, e.g. evaluate.limit_per_family=20")
+    ] = None,
+    config: Annotated[
+        Path, typer.Option("--config", "-c", help="YAML profile with an evaluate section")
+    ] = Path("configs/demo.yaml"),
+) -> None:
+    """Run a CoA model on tasks with the real tools; write eval.v1 and print format-valid rate,
+    accuracy, tokens and tool calls per family."""
+    from coa.config import load_config
+    from coa.evaluate import EvalConfig, format_metrics_table, run_evaluate_stage
+    from coa.teacher import ToolsConfig
+
+    try:
+        cfg = load_config(config, overrides or [])
+        tasks_ref = io.open_artifact(tasks)
+    except (ConfigError, io.ArtifactError) as e:
+        raise _fail(str(e)) from None
+    eval_cfg = cfg.evaluate or EvalConfig()
+    tools = eval_cfg.tools or (cfg.collect.tools if cfg.collect else ToolsConfig())
+    model_ref = io.lookup(model)
+    path = str(io.local_folder(model_ref, "model")) if model_ref is not None else model
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    with Progress(TextColumn("evaluate"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn()) as bar:
+        job = bar.add_task("evaluate", total=None)
+
+        def progress(done: int, total: int) -> None:
+            bar.update(job, completed=done, total=total)
+
+        try:
+            ref, metrics = run_evaluate_stage(
+                eval_cfg, tasks_ref, table, path, model_ref, tools, io.Store(), progress
+            )
+        except (RuntimeError, OSError) as e:
+            raise _fail(str(e), code=1) from None
+    typer.echo(f"eval: {ref.uri}")
+    typer.echo(format_metrics_table(metrics))
+
+
 @app.command("export")
 def export_cmd(
     uri: Annotated[str, typer.Argument(help="Artifact from `coa convert`")],
