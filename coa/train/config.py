@@ -170,3 +170,6 @@ class SFTResult(BaseModel):
     time_budget_s: float | None = None
     calibrated_step_s: float | None = Field(default=None, description="Seconds per optimizer step measured.")
     loss_curve_png: str
+    peak_gpu_memory_gib: float | None = Field(
+        default=None, description="Most GPU memory allocated by this process's tensors (CUDA runs)."
+    )

@@ -407,6 +407,9 @@ def _finish(
         time_budget_s=config.time_budget_s,
         calibrated_step_s=calibrated_step_s,
         loss_curve_png=str(png),
+        peak_gpu_memory_gib=(
+            round(torch.cuda.max_memory_allocated() / 2**30, 3) if torch.cuda.is_available() else None
+        ),
     )
     if trainer.is_world_process_zero():
         title = f"SFT loss: {state.global_step} steps, {result.tokens_seen:,} tokens"

@@ -181,7 +181,7 @@ def test_entry_point_under_accelerate_launch(tiny_model: Path, sft_rows: pa.Tabl
     cmd = [sys.executable, "-m", "accelerate.commands.launch", "--cpu", "--num_processes", "1",
            "--num_machines", "1", "--mixed_precision", "no", "--dynamo_backend", "no",
            "-m", "coa.train.sft", "--config", str(resolved)]  # fmt: skip
-    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])}
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=180, cwd=tmp_path, env=env)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert json.loads((tmp_path / "out" / RESULT_FILE).read_text())["global_step"] == 3
@@ -192,7 +192,11 @@ def test_two_processes_under_torchrun(tiny_model: Path, sft_rows: pa.Table, tmp_
     resolved, _ = _write_inputs(tiny_model, sft_rows, tmp_path, batch_size=4)
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
            "-m", "coa.train.sft", "--config", str(resolved)]  # fmt: skip
-    env = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1"}
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]),
+        "OMP_NUM_THREADS": "1",
+    }
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=180, cwd=tmp_path, env=env)
     assert proc.returncode == 0, proc.stderr[-3000:]
     result = json.loads((tmp_path / "out" / RESULT_FILE).read_text())
@@ -223,8 +227,27 @@ def test_cuda_bf16_run_and_accelerate_single_gpu(
     single_gpu = str(REPO / "infra" / "accelerate" / "single_gpu.yaml")
     cmd = [sys.executable, "-m", "accelerate.commands.launch", "--config_file", single_gpu,
            "-m", "coa.train.sft", "--config", str(resolved)]  # fmt: skip
-    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])}
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600, cwd=REPO, env=env)
     assert proc.returncode == 0, proc.stderr[-3000:]
     launched = json.loads((tmp_path / "out" / RESULT_FILE).read_text())
     assert launched["bf16"] is True and launched["device"].startswith("cuda") and launched["steps_run"] == 3
+
+
+@pytest.mark.cuda
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_cuda_deepspeed_zero3_config(tiny_model: Path, sft_rows: pa.Table, tmp_path: Path) -> None:
+    """The multi-GPU ZeRO-3 accelerate config, on the GPUs this machine has (parameters sharded)."""
+    pytest.importorskip("deepspeed")
+    resolved, _ = _write_inputs(tiny_model, sft_rows, tmp_path)
+    zero3 = str(REPO / "infra" / "accelerate" / "multi_gpu_zero3.yaml")
+    cmd = [sys.executable, "-m", "accelerate.commands.launch", "--config_file", zero3,
+           "--num_processes", str(torch.cuda.device_count()), "--mixed_precision", "bf16",
+           "-m", "coa.train.sft", "--config", str(resolved)]  # fmt: skip
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])}
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600, cwd=REPO, env=env)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    launched = json.loads((tmp_path / "out" / RESULT_FILE).read_text())
+    assert launched["steps_run"] == 3 and launched["device"].startswith("cuda")
+    tuned = AutoModelForCausalLM.from_pretrained(tmp_path / "out" / "model")  # gathered 16-bit weights
+    assert tuned.config.vocab_size == AutoModelForCausalLM.from_pretrained(tiny_model).config.vocab_size

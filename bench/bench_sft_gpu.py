@@ -1,0 +1,135 @@
+"""SFT throughput and memory of a real-architecture model on one GPU, through the worker's code path.
+
+Builds a random-init model with the Qwen2.5-0.5B architecture (hidden 896, 24 layers, 14 heads,
+2 KV heads, MLP 4864, vocabulary 151,936, tied embeddings; nothing is downloaded: the tokenizer is
+trained on the examples and the embedding padded to the real vocabulary, so the LM head costs what
+it costs in Qwen2.5), then runs ``accelerate launch --config_file infra/accelerate/single_gpu.yaml
+-m coa.train.sft --config resolved.yaml`` twice on the same ``sft.v1`` examples: padded batches
+(the baseline) and padding-free packing. It reports tokens/s, seconds per step and peak GPU
+memory of each, and packing's speed as a ratio of the baseline measured in the same command.
+
+    python bench/bench_sft_gpu.py --data sft.parquet --out /tmp/bench [--steps 60]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import yaml
+
+REPO = Path(__file__).resolve().parents[1]
+QWEN25_05B = {
+    "hidden_size": 896,
+    "intermediate_size": 4864,
+    "num_hidden_layers": 24,
+    "num_attention_heads": 14,
+    "num_key_value_heads": 2,
+    "vocab_size": 151_936,
+    "max_position_embeddings": 32_768,
+    "rope_theta": 1_000_000.0,
+    "tie_word_embeddings": True,
+}
+
+
+def build_model(data: Path, out: Path) -> Path:
+    """Tokenizer trained on the examples (CoA tags as tokens) + random Qwen2.5-0.5B-shaped model."""
+    import torch
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    from coa.model.tiny import IM_END, TinyModelConfig, sft_corpus, train_tokenizer
+
+    tokenizer = train_tokenizer(sft_corpus(pq.read_table(data)), TinyModelConfig(vocab_size=4096))
+    arch = dict(QWEN25_05B)
+    rope_theta = arch.pop("rope_theta")
+    config = Qwen2Config(
+        **arch,
+        rope_parameters={"rope_type": "default", "rope_theta": rope_theta},
+        eos_token_id=tokenizer.convert_tokens_to_ids(IM_END),
+        pad_token_id=tokenizer.pad_token_id,
+        bos_token_id=None,
+    )
+    torch.manual_seed(0)
+    model = Qwen2ForCausalLM(config)
+    folder = out / "qwen2.5-0.5b-arch"
+    model.save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    print(
+        f"model: {sum(p.numel() for p in model.parameters()) / 1e6:.1f} M parameters -> {folder}", flush=True
+    )
+    return folder
+
+
+def launch(model: Path, data: Path, out: Path, steps: int, **overrides: object) -> dict[str, object]:
+    config = {
+        "base_model": str(model), "data": str(data), "output_dir": str(out), "max_steps": steps,
+        "learning_rate": 1e-5, "warmup_steps": 5, "batch_size": 8, "max_length": 2048, "logging_steps": 10,
+        "save_steps": 10_000, "gradient_checkpointing": False, **overrides,
+    }  # fmt: skip
+    out.mkdir(parents=True, exist_ok=True)
+    resolved = out / "resolved.yaml"
+    resolved.write_text(yaml.safe_dump(config))
+    accelerate_config = str(REPO / "infra" / "accelerate" / "single_gpu.yaml")
+    cmd = [sys.executable, "-m", "accelerate.commands.launch", "--config_file", accelerate_config,
+           "-m", "coa.train.sft", "--config", str(resolved)]  # fmt: skip
+    start = time.perf_counter()
+    proc = subprocess.run(
+        cmd,
+        cwd=REPO,
+        env={**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])},
+        capture_output=True,
+        text=True,
+    )
+    wall = time.perf_counter() - start
+    if proc.returncode != 0:
+        raise SystemExit(f"{' '.join(cmd)} failed:\n{proc.stderr[-4000:]}")
+    result = json.loads((out / "sft_result.json").read_text())
+    return {
+        "config": {k: v for k, v in config.items() if k not in ("base_model", "data", "output_dir")},
+        "steps": result["global_step"],
+        "tokens_per_s": result["tokens_per_s"],
+        "trained_tokens_per_s": round(result["trained_tokens"] / result["train_runtime_s"], 1),
+        "s_per_step": round(result["train_runtime_s"] / result["global_step"], 4),
+        "peak_gpu_memory_gib": result["peak_gpu_memory_gib"],
+        "bf16": result["bf16"],
+        "device": result["device"],
+        "final_loss": result["final_loss"],
+        "launch_wall_s": round(wall, 1),
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--data", type=Path, required=True, help="sft.v1 Parquet file")
+    parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--steps", type=int, default=60)
+    ns = parser.parse_args()
+    import torch
+
+    model = build_model(ns.data, ns.out)
+    padded = launch(model, ns.data, ns.out / "padded", ns.steps)
+    print(json.dumps({"padded": padded}), flush=True)
+    packed = launch(model, ns.data, ns.out / "packed", ns.steps, packing=True, batch_size=4)
+    print(json.dumps({"packed": packed}), flush=True)
+    report = {
+        "gpu": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None,
+        "torch": torch.__version__,
+        "examples": pq.read_metadata(ns.data).num_rows,
+        "padded": padded,
+        "packed": packed,
+        "packed_vs_padded_tokens_per_s": round(
+            float(packed["tokens_per_s"]) / float(padded["tokens_per_s"]), 3
+        ),  # type: ignore[arg-type]
+    }
+    (ns.out / "bench_sft_gpu.json").write_text(json.dumps(report, indent=2))
+    print(json.dumps(report, indent=2))
+
+
+if __name__ == "__main__":
+    main()
