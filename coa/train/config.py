@@ -53,9 +53,10 @@ class SFTParams(StrictModel):
         "training at the measured speed (setup and calibration not counted). Single-process runs only.",
     )
     calibration_steps: int = Field(
-        default=10,
+        default=20,
         ge=1,
-        description="Optimizer steps a throwaway copy of the model times (after one) to plan a time budget.",
+        description="Optimizer steps a throwaway copy of the model times (after 5 warm-up steps) to plan a "
+        "time budget.",
     )
     learning_rate: float = Field(
         default=2e-5,

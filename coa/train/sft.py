@@ -45,7 +45,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import itertools
 import json
 import logging
 import math
@@ -81,6 +80,8 @@ PLAN_FILE = "sft_plan.json"
 RESULT_FILE = "sft_result.json"
 LOSS_PNG = "loss_curve.png"
 TRAINER_STATE = "trainer_state.json"
+CALIBRATION_WARMUP = 5
+"""Optimizer steps the calibration runs before it starts timing."""
 
 
 # -- the run ----------------------------------------------------------------------------------------
@@ -251,13 +252,14 @@ def calibrate_step_time(trainer: Any, config: SFTRunConfig) -> float:
     """Seconds per optimizer step of the planned run, from a throwaway trainer on a copy of the model.
 
     Step time follows the tokens a step computes (padded to the longest example of each batch, or
-    the packed rows' tokens), and batches differ: ``group_by_length`` even puts the longest batch
-    first. So the copy runs ``calibration_steps + 1`` real optimizer steps in random order (same
-    data, collator, batch, accumulation, optimizer; no checkpoints) and measures seconds per
-    computed token after the first step (ratio of sums); the answer is that times the mean tokens
-    per step of the run's own batch order over one epoch. The model being trained is untouched and
-    the seed is reset afterwards. The copy doubles the model's memory for a moment: the time budget
-    is meant for small single-process runs (the CPU demo); give ``max_steps`` otherwise.
+    the packed rows' tokens), and batches differ (``group_by_length`` puts the longest first). So
+    the copy runs ``calibration_steps`` real optimizer steps in the run's own batch order (same
+    data, collator, batch, accumulation, optimizer; no checkpoints), measures seconds per computed
+    token over the steps after the first ``CALIBRATION_WARMUP`` (kernel set-up for new shapes makes
+    the first ones slow), and multiplies by the mean tokens per step of one epoch of that order.
+    The model being trained is untouched and the seed is reset afterwards. The copy doubles the
+    model's memory for a moment: the time budget is meant for small single-process runs (the CPU
+    demo); give ``max_steps`` otherwise.
     """
     import copy
     import tempfile
@@ -271,9 +273,8 @@ def calibrate_step_time(trainer: Any, config: SFTRunConfig) -> float:
         args = dataclasses.replace(
             trainer.args,
             output_dir=tmp,
-            max_steps=config.calibration_steps + 1,
+            max_steps=config.calibration_steps + CALIBRATION_WARMUP,
             save_strategy="no",
-            train_sampling_strategy="random",
             dataset_kwargs={"skip_prepare_dataset": True},  # already encoded (and packed)
         )
         probe = _CoaSFTTrainer(
@@ -288,8 +289,8 @@ def calibrate_step_time(trainer: Any, config: SFTRunConfig) -> float:
         probe.train()
         del probe
     set_seed(config.seed)
-    gaps = [b - a for a, b in itertools.pairwise(timer.ends)]
-    seconds_per_token = sum(gaps) / max(1, sum(timer.step_tokens[1:]))
+    ends, tokens = timer.ends[CALIBRATION_WARMUP - 1 :], timer.step_tokens[CALIBRATION_WARMUP:]
+    seconds_per_token = (ends[-1] - ends[0]) / max(1, sum(tokens))
     step_s = seconds_per_token * mean_step_tokens(trainer, config)
     set_seed(config.seed)
     return step_s
