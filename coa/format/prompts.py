@@ -1,10 +1,10 @@
 """System prompts per grammar variant, stored as versioned YAML files in ``prompts/``.
 
 Each file holds ``version``, ``variant``, ``text`` (the full rules) and ``brief`` (one line, for
-small students whose context is better spent on the trajectory; ``convert.prompt_style: brief``). The texts are our own wording of the AFM
-rules (tags, transition rules, scoring conventions); the "Order of functions" lines state the
-variant's state machine and are checked against :data:`coa.format.grammar.GRAMMARS` by the tests.
-Bump ``version`` whenever ``text`` changes.
+small students whose context is better spent on the trajectory; ``convert.prompt_style: brief``).
+The texts are our own wording of the AFM rules (tags, transition rules, scoring conventions); the
+"Order of functions" lines state the variant's state machine and are checked against
+:data:`coa.format.grammar.GRAMMARS` by the tests. Bump ``version`` whenever ``text`` changes.
 """
 
 from __future__ import annotations
@@ -16,7 +16,6 @@ from typing import Literal
 import yaml
 
 from coa.format.grammar import VARIANTS
-
 
 PromptStyle = Literal["full", "brief"]
 PROMPT_STYLES: tuple[PromptStyle, ...] = ("full", "brief")
