@@ -23,6 +23,7 @@ from typing import Any
 
 import pyarrow as pa
 
+from coa.evaluate.metrics import aligned_table, cell
 from coa.llm.tokens import approx_token_count
 
 ALL = "all"
@@ -111,23 +112,10 @@ COLUMNS = (
 )
 
 
-def _cell(value: Any, fmt: str) -> str:
-    return "n/a" if value is None else fmt.format(value)
-
-
 def format_comparison(rows: Sequence[Mapping[str, Any]]) -> str:
     """The comparison as an aligned plain-text table."""
-    table = [[label for _, label, _ in COLUMNS]]
-    table += [[_cell(row.get(key), fmt) for key, _, fmt in COLUMNS] for row in rows]
-    widths = [max(len(r[i]) for r in table) for i in range(len(COLUMNS))]
-    lines = [
-        "  ".join(
-            c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(r, widths, strict=True))
-        )
-        for r in table
-    ]
-    lines.insert(1, "  ".join("-" * w for w in widths))
-    return "\n".join(lines)
+    header = [label for _, label, _ in COLUMNS]
+    return aligned_table([header, *([cell(row.get(key), fmt) for key, _, fmt in COLUMNS] for row in rows)])
 
 
 def _png(fig: Any) -> str:
@@ -183,7 +171,7 @@ def render_report(
     esc = html.escape
     head = "".join(f"<th>{esc(label)}</th>" for _, label, _ in COLUMNS)
     body = "".join(
-        "<tr>" + "".join(f"<td>{esc(_cell(r.get(key), fmt))}</td>" for key, _, fmt in COLUMNS) + "</tr>"
+        "<tr>" + "".join(f"<td>{esc(cell(r.get(key), fmt))}</td>" for key, _, fmt in COLUMNS) + "</tr>"
         for r in rows
     )
     facts_html = "".join(f"<tr><th>{esc(str(k))}</th><td>{esc(str(v))}</td></tr>" for k, v in facts.items())

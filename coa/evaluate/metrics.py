@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import pyarrow as pa
@@ -62,15 +62,19 @@ def format_metrics_table(metrics: Mapping[str, Mapping[str, Any]]) -> str:
             [
                 family,
                 str(m["n"]),
-                _fmt(m["format_valid"], "{:.1%}"),
-                _fmt(m["accuracy"], "{:.1%}"),
-                _fmt(m["tokens_per_task"], "{:,.1f}"),
-                _fmt(m["tool_calls_per_task"], "{:.2f}"),
-                _fmt(m["tokens_per_solved"], "{:,.1f}"),
+                cell(m["format_valid"], "{:.1%}"),
+                cell(m["accuracy"], "{:.1%}"),
+                cell(m["tokens_per_task"], "{:,.1f}"),
+                cell(m["tool_calls_per_task"], "{:.2f}"),
+                cell(m["tokens_per_solved"], "{:,.1f}"),
             ]
         )
-    rows = [header, *body]
-    widths = [max(len(r[i]) for r in rows) for i in range(len(header))]
+    return aligned_table([header, *body])
+
+
+def aligned_table(rows: Sequence[Sequence[str]]) -> str:
+    """Rows of cells as text: first column left-aligned, the others right-aligned, a rule under the header."""
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
     lines = [
         "  ".join(
             c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(r, widths, strict=True))
@@ -81,5 +85,6 @@ def format_metrics_table(metrics: Mapping[str, Mapping[str, Any]]) -> str:
     return "\n".join(lines)
 
 
-def _fmt(value: Any, fmt: str) -> str:
+def cell(value: Any, fmt: str) -> str:
+    """``value`` formatted, or ``n/a`` when it is missing."""
     return "n/a" if value is None else fmt.format(value)
