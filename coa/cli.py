@@ -68,8 +68,8 @@ def run(
     if result.get("comparison"):
         from coa.report import format_comparison
 
-        console.print("\nstudent on held-out tasks, before and after SFT, beside the teacher:")
-        console.print(format_comparison(result["comparison"]), markup=False, highlight=False)
+        typer.echo("\nstudent on held-out tasks, before and after SFT, beside the teacher:")
+        typer.echo(format_comparison(result["comparison"]))  # plain: a rich console would wrap it
     if result.get("report"):
         console.print(f"curation report: {result['report']}")
     if result.get("training_report"):
