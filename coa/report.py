@@ -125,37 +125,39 @@ def _png(fig: Any) -> str:
 
 
 def comparison_plot(rows: Sequence[Mapping[str, Any]]) -> str:
-    """Grouped bars of format-valid rate and accuracy before/after SFT (and the teacher), as base64 PNG."""
+    """Bars per family: format-valid rate, accuracy, tokens per task; before/after SFT and the teacher."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
-    fig = Figure(figsize=(9.0, 3.6), dpi=100)
+    fig = Figure(figsize=(12.0, 3.8), dpi=100)
     FigureCanvasAgg(fig)
-    families = [r["family"] for r in rows]
     series = (
-        ("before SFT", "accuracy_before", "format_valid_before", "#bbbbbb"),
-        ("after SFT", "accuracy_after", "format_valid_after", "#3b75af"),
-        ("teacher", "teacher_accuracy", None, "#e08a3c"),
+        ("student before SFT", "#bbbbbb", "format_valid_before", "accuracy_before", "tokens_per_task_before"),
+        ("student after SFT", "#3b75af", "format_valid_after", "accuracy_after", "tokens_per_task_after"),
+        ("teacher (multi-agent)", "#e08a3c", None, "teacher_accuracy", "teacher_tokens_per_task"),
     )
-    for k, (metric, title) in enumerate(
-        (("format", "CoA format-valid rate"), ("accuracy", "Accuracy (pass@1)"))
-    ):
-        ax = fig.add_subplot(1, 2, k + 1)
-        width = 0.26
-        for j, (label, acc_key, valid_key, color) in enumerate(series):
-            key = valid_key if metric == "format" else acc_key
+    panels = (("CoA format-valid rate", 2), ("Accuracy (pass@1)", 3), ("Tokens per task (log)", 4))
+    width = 0.26
+    for k, (title, field) in enumerate(panels):
+        ax = fig.add_subplot(1, 3, k + 1)
+        for j, entry in enumerate(series):
+            key = entry[field]
             if key is None:
                 continue
             values = [float(r.get(key) or 0.0) for r in rows]
-            xs = [i + (j - 1) * width for i in range(len(rows))]
-            ax.bar(xs, values, width, label=label, color=color)
-        ax.set_xticks(range(len(rows)), families)
-        ax.set_ylim(0, 1.05)
+            ax.bar(
+                [i + (j - 1) * width for i in range(len(rows))], values, width, label=entry[0], color=entry[1]
+            )
+        ax.set_xticks(range(len(rows)), [r["family"] for r in rows])
+        if field == 4:
+            ax.set_yscale("log")
+        else:
+            ax.set_ylim(0, 1.05)
         ax.set_title(title)
         ax.grid(True, axis="y", alpha=0.3)
-        if k == 1:
-            ax.legend(fontsize=8, loc="upper right")
-    fig.tight_layout()
+    handles, labels = fig.axes[-1].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="lower center", ncol=3, fontsize=9, frameon=False)
+    fig.tight_layout(rect=(0, 0.08, 1, 1))
     return _png(fig)
 
 
