@@ -11,7 +11,7 @@ every observation segment (the tool output the environment injects), the traject
 assistant's end-of-turn token trained. The trainer gets a pre-tokenized dataset of ``input_ids`` +
 ``labels``, which TRL 1.16 uses as is (no chat template or mask of its own is applied). The loss is
 TRL's fused LM head (chunked; no full logits in memory; logs entropy and token accuracy) on CUDA,
-and the model's own causal-LM loss on CPU, where it is ~20% faster for the tiny student
+and the model's own causal-LM loss on CPU, where it is 1.2-1.5x faster for the tiny student
 (``fused_lm_head``).
 
 **Packing** (``packing: true``) uses TRL's best-fit-decreasing packing (``bfd``) of whole examples
