@@ -27,7 +27,7 @@ sysdeps:
 	  if [ "$$(id -u)" = 0 ]; then apt-get update -qq && apt-get install -y -qq bubblewrap >/dev/null; \
 	  else echo "note: bubblewrap (bwrap) is missing; sandbox tests need it: sudo apt-get install bubblewrap"; fi; }
 
-demo: $(STAMP)
+demo: $(STAMP) sysdeps
 	$(BIN)/coa run --config configs/demo.yaml
 
 test: $(STAMP) sysdeps
