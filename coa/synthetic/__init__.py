@@ -63,6 +63,11 @@ class SyntheticConfig(StrictModel):
         description="Number of held-out tasks per family; never shares a question with train.",
     )
     seed: int = Field(default=0, ge=0, description="Base seed; each family and split derives its own.")
+    arithmetic_templates: tuple[str, ...] | None = Field(
+        default=None,
+        description="Arithmetic templates to draw from; null = all but `chain` (a op b op c, operands "
+        "10-999: the short-number shape a tiny student learns first).",
+    )
     encyclopedia_seed: int = Field(default=0, ge=0, description="Seed of the multi-hop encyclopedia.")
     encyclopedia_size: int = Field(
         default=multihop.DEFAULT_ENTITIES,
@@ -90,6 +95,7 @@ def generate(
     *,
     encyclopedia_seed: int = 0,
     encyclopedia_size: int = multihop.DEFAULT_ENTITIES,
+    arithmetic_templates: tuple[str, ...] | None = None,
 ) -> pa.Table:
     """``n`` tasks of one synthetic ``family`` for ``split`` (``train``/``heldout``), as ``task.v1``.
 
@@ -100,7 +106,7 @@ def generate(
     if n < 0:
         raise SyntheticError(f"n must be >= 0, got {n}")
     if fam == "arithmetic":
-        return arithmetic.generate(n, seed, sp)
+        return arithmetic.generate(n, seed, sp, arithmetic_templates)
     if fam == "multihop":
         return multihop.generate(
             n, seed, sp, encyclopedia_seed=encyclopedia_seed, n_entities=encyclopedia_size
@@ -120,6 +126,7 @@ def generate_all(config: SyntheticConfig) -> dict[str, pa.Table]:
                 split,
                 encyclopedia_seed=config.encyclopedia_seed,
                 encyclopedia_size=config.encyclopedia_size,
+                arithmetic_templates=config.arithmetic_templates,
             )
             for family, count in config.counts(split).items()
             if count > 0

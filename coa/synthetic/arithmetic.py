@@ -10,6 +10,11 @@ The structure of a problem (what :func:`parse_question` returns and what the met
 
 ``expression`` is a Python expression over integer literals whose value is the answer, so an
 offline teacher can act like an LLM by writing ``print(<expression>)``.
+
+The ``chain`` template (``a op b op c`` with operands 10–999, the task shape of
+``shared/reference/tiny-model-feasibility.md``) is not drawn by default: ask for it with
+``templates=("chain",)`` (``synthetic.arithmetic_templates``). Its short numbers are what a tiny
+student learns to copy first.
 """
 
 from __future__ import annotations
@@ -22,7 +27,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from coa.synthetic._common import Split, draw_unique, rng_for, task_row, to_table
+from coa.synthetic._common import Split, SyntheticError, draw_unique, rng_for, task_row, to_table
 
 FAMILY = "arithmetic"
 TASK_FAMILY = "math"
@@ -56,6 +61,12 @@ def _draw_expression(rng: random.Random) -> dict[str, Any]:
     operands = [_n(rng, 12, 999) if op_next == "*" else _n(rng, 100, 9999) for op_next in [*ops, "+"]]
     ops_fields = {f"o{i}": o for i, o in enumerate(ops)}
     return {"expr": _EXPR_SHAPES[shape].format(*operands, **ops_fields)}
+
+
+def _draw_chain(rng: random.Random) -> dict[str, Any]:
+    ops = [rng.choice(_OPS) for _ in range(2)]
+    a, b, c = (_n(rng, 10, 999) for _ in range(3))
+    return {"expr": f"{a} {ops[0]} {b} {ops[1]} {c}"}
 
 
 def _draw_warehouse(rng: random.Random) -> dict[str, Any]:
@@ -94,6 +105,12 @@ TEMPLATES: dict[str, Template] = {
             "expression",
             ("What is {expr}?", "Compute {expr}.", "Calculate the value of {expr}."),
             _draw_expression,
+            lambda o: str(o["expr"]),
+        ),
+        Template(
+            "chain",
+            ("Evaluate {expr}.", "Work out {expr}.", "Find the value of {expr}."),
+            _draw_chain,
             lambda o: str(o["expr"]),
         ),
         Template(
@@ -155,6 +172,8 @@ TEMPLATES: dict[str, Template] = {
         ),
     )
 }
+
+DEFAULT_TEMPLATES: tuple[str, ...] = tuple(sorted(name for name in TEMPLATES if name != "chain"))
 
 _FIELD = re.compile(r"\{(\w+)\}")
 _GROUPS = {"expr": r"[0-9+\-*() ]+?", "name": r"[A-Z][a-z]+"}
@@ -232,8 +251,21 @@ class _Candidate:
         return self.split_key
 
 
-def _candidate(rng: random.Random) -> _Candidate:
-    template = rng.choice(sorted(TEMPLATES))
+def check_templates(templates: tuple[str, ...] | None) -> tuple[str, ...]:
+    """The templates to draw from, sorted (``None`` = :data:`DEFAULT_TEMPLATES`); unknown names raise."""
+    if templates is None:
+        return DEFAULT_TEMPLATES
+    unknown = sorted(set(templates) - set(TEMPLATES))
+    if unknown or not templates:
+        raise SyntheticError(
+            f"unknown arithmetic template(s) {unknown or '(none given)'}; "
+            f"choose from {', '.join(sorted(TEMPLATES))}"
+        )
+    return tuple(sorted(set(templates)))
+
+
+def _candidate(rng: random.Random, templates: tuple[str, ...] = DEFAULT_TEMPLATES) -> _Candidate:
+    template = rng.choice(templates)
     t = TEMPLATES[template]
     variant = rng.randrange(len(t.phrasings))
     operands = t.draw(rng)
@@ -243,9 +275,12 @@ def _candidate(rng: random.Random) -> _Candidate:
     return _Candidate(question, f"{FAMILY}|{template}|{structure['expression']}", structure, answer)
 
 
-def generate_rows(n: int, seed: int, split: Split) -> list[dict[str, Any]]:
+def generate_rows(
+    n: int, seed: int, split: Split, templates: tuple[str, ...] | None = None
+) -> list[dict[str, Any]]:
+    chosen = check_templates(templates)
     rng = rng_for(FAMILY, seed, split)
-    cands = draw_unique(rng, n, split, _candidate, what=FAMILY)
+    cands = draw_unique(rng, n, split, lambda r: _candidate(r, chosen), what=FAMILY)
     return [
         task_row(
             family_name=FAMILY,
@@ -261,6 +296,8 @@ def generate_rows(n: int, seed: int, split: Split) -> list[dict[str, Any]]:
     ]
 
 
-def generate(n: int, seed: int = 0, split: Split = "train") -> pa.Table:
-    """``n`` arithmetic tasks of ``split`` as a ``task.v1`` table."""
-    return to_table(generate_rows(n, seed, split))
+def generate(
+    n: int, seed: int = 0, split: Split = "train", templates: tuple[str, ...] | None = None
+) -> pa.Table:
+    """``n`` tasks of ``split`` as ``task.v1``, drawn from ``templates`` (default: all but chain)."""
+    return to_table(generate_rows(n, seed, split, templates))

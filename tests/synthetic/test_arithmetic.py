@@ -42,8 +42,28 @@ def test_generation_covers_every_template_and_variant() -> None:
         (s["template"], s["variant"])
         for s in (json.loads(m)["structure"] for m in table["metadata"].to_pylist())
     }
-    expected = {(name, v) for name, t in arithmetic.TEMPLATES.items() for v in range(len(t.phrasings))}
+    phrasings = {name: len(t.phrasings) for name, t in arithmetic.TEMPLATES.items()}
+    expected = {(name, v) for name in arithmetic.DEFAULT_TEMPLATES for v in range(phrasings[name])}
     assert seen == expected
+
+
+def test_chain_template_only_when_asked() -> None:
+    """templates=("chain",): `a op b op c` with operands 10-999 only, parsed back as chain; the default
+    set and its tasks are unchanged by the option."""
+    table = generate("arithmetic", 300, seed=3, split="train", arithmetic_templates=("chain",))
+    for row in table.to_pylist():
+        structure = json.loads(row["metadata"])["structure"]
+        assert structure["template"] == "chain"
+        assert arithmetic.parse_question(row["question"]) == structure
+        numbers = [int(x) for x in re.findall(r"[0-9]+", structure["expression"])]
+        assert len(numbers) == 3 and all(10 <= x <= 999 for x in numbers)
+        assert row["gold_answers"] == [str(arithmetic.evaluate(structure["expression"]))]
+    default = generate("arithmetic", 50, seed=3)
+    explicit = generate("arithmetic", 50, seed=3, arithmetic_templates=arithmetic.DEFAULT_TEMPLATES)
+    assert default.equals(explicit)
+    assert "chain" not in {json.loads(m)["structure"]["template"] for m in default["metadata"].to_pylist()}
+    with pytest.raises(ValueError, match="unknown arithmetic template"):
+        generate("arithmetic", 5, arithmetic_templates=("nope",))
 
 
 def test_problems_call_for_a_calculator() -> None:
