@@ -1,12 +1,14 @@
-"""Collection: bounded fan-out, one checkpoint per finished run, resume without loss or duplicates."""
+"""Collection: bounded fan-out, batched checkpoints of finished runs, resume without loss or duplicates."""
 
 from __future__ import annotations
 
 import asyncio
+import time
 from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 
 import schemas
@@ -104,6 +106,55 @@ def test_budget_stop_is_clean_and_resumable(tmp_path: Path) -> None:
 def test_temporary_checkpoint_files_are_not_counted(tmp_path: Path) -> None:
     ckpt = CheckpointFolder(str(tmp_path / "ckpt"))
     (tmp_path / "ckpt").mkdir()
-    (tmp_path / "ckpt" / (CheckpointFolder.file_name("t:0#0") + ".tmp-1234")).write_bytes(b"half")
-    (tmp_path / "ckpt" / (".tmp-abcd-" + CheckpointFolder.file_name("t:1#0"))).write_bytes(b"half")
+    (tmp_path / "ckpt" / (CheckpointFolder.file_name(["t:0#0"]) + ".tmp-1234")).write_bytes(b"half")
+    (tmp_path / "ckpt" / (".tmp-abcd-" + CheckpointFolder.file_name(["t:1#0"]))).write_bytes(b"half")
     assert ckpt.done() == set()
+
+
+def _files(folder: Path) -> list[Path]:
+    return sorted(p for p in folder.glob("*.parquet") if not p.name.startswith("."))
+
+
+def test_runs_are_checkpointed_in_batches_and_read_back_in_plan_order(tmp_path: Path) -> None:
+    planned = plan_runs(task_table(10), samples_per_task=1)
+    ckpt = CheckpointFolder(str(tmp_path / "ckpt"), batch_rows=4, batch_seconds=3600)
+    outcome = asyncio.run(collect_runs(CountingTeacher(), planned, ckpt, concurrency=3))
+    assert outcome.ran == 10
+    sizes = sorted(len(pq.read_table(f)) for f in _files(tmp_path / "ckpt"))
+    assert sizes == [2, 4, 4]  # two full batches, the rest flushed when the collection ended
+    ids = [p.run_id for p in planned]
+    parts = list(ckpt.read(ids[::-1], chunk=3))
+    assert [len(t) for t in parts] == [3, 3, 3, 1]
+    assert pa.concat_tables(parts).column("run_id").to_pylist() == ids[::-1]
+
+
+def test_a_batch_is_flushed_after_batch_seconds(tmp_path: Path) -> None:
+    ckpt = CheckpointFolder(str(tmp_path / "ckpt"), batch_rows=1000, batch_seconds=0.05)
+    row = {"run_id": "a"}
+    assert ckpt.add(row) is None
+    time.sleep(0.06)
+    assert ckpt.add({"run_id": "b"}) == [row, {"run_id": "b"}]
+    assert ckpt.drain() == []
+
+
+def test_an_interrupt_flushes_the_runs_that_finished(tmp_path: Path) -> None:
+    planned = plan_runs(task_table(8), samples_per_task=1)
+    ckpt = CheckpointFolder(str(tmp_path / "ckpt"), batch_rows=100, batch_seconds=3600)
+    first = CountingTeacher(crash_after=5)
+    with pytest.raises(KeyboardInterrupt):
+        asyncio.run(collect_runs(first, planned, ckpt, concurrency=1))
+    assert ckpt.done() == set(first.solved) and len(first.solved) == 5
+    assert len(_files(tmp_path / "ckpt")) == 1
+
+
+def test_reading_a_run_without_checkpoint_says_which(tmp_path: Path) -> None:
+    planned = plan_runs(task_table(2), samples_per_task=1)
+    ckpt = CheckpointFolder(str(tmp_path / "ckpt"))
+    asyncio.run(collect_runs(CountingTeacher(), planned, ckpt, concurrency=1))
+    with pytest.raises(KeyError, match="no checkpoint"):
+        list(ckpt.read([planned[0].run_id, "t:99#0"]))
+
+
+def test_batch_settings_are_checked(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="batch_rows"):
+        CheckpointFolder(str(tmp_path / "ckpt"), batch_rows=0)

@@ -257,14 +257,16 @@ def calibrate_step_time(trainer: Any, config: SFTRunConfig) -> float:
     """Seconds per optimizer step of the planned run, from a throwaway trainer on a copy of the model.
 
     Step time follows the tokens a step computes (padded to the longest example of each batch, or
-    the packed rows' tokens), and batches differ (``group_by_length`` puts the longest first). So
-    the copy runs ``calibration_steps`` real optimizer steps in the run's own batch order (same
-    data, collator, batch, accumulation, optimizer; no checkpoints), measures seconds per computed
-    token over the steps after the first ``CALIBRATION_WARMUP`` (kernel set-up for new shapes makes
-    the first ones slow), and multiplies by the mean tokens per step of one epoch of that order.
-    The model being trained is untouched and the seed is reset afterwards. The copy doubles the
-    model's memory for a moment: the time budget is meant for small single-process runs (the CPU
-    demo); give ``max_steps`` otherwise.
+    the packed rows' tokens) plus a fixed cost per step, and batches differ (``group_by_length`` puts
+    the longest first). So the copy runs ``calibration_steps`` real optimizer steps picked evenly
+    across one epoch of the run's own batch order (:func:`calibration_order`; same data, collator,
+    batch, accumulation, optimizer; no checkpoints), after ``CALIBRATION_WARMUP`` steps on the longest
+    batches (the first steps set up kernels and buffers). A line ``seconds = a + b * tokens`` fitted
+    to the timed steps gives the step time at the epoch's mean tokens per step. (Timing only the
+    longest batches, as before, missed the fixed cost: a 720 s budget ran 815 s.) The model being
+    trained is untouched and the seed is reset afterwards. The copy doubles the model's memory for a
+    moment: the time budget is meant for small single-process runs (the CPU demo); give
+    ``max_steps`` otherwise.
     """
     import copy
     import tempfile
@@ -273,19 +275,21 @@ def calibrate_step_time(trainer: Any, config: SFTRunConfig) -> float:
 
     if int(os.environ.get("WORLD_SIZE", "1")) > 1:
         raise SFTError("time_budget_s needs a single-process run; give max_steps for distributed training")
+    indices, n_steps = calibration_order(trainer, config)
     timer = _StepTimer()
     with tempfile.TemporaryDirectory(prefix="coa-sft-calibration-") as tmp:
         args = dataclasses.replace(
             trainer.args,
             output_dir=tmp,
-            max_steps=config.calibration_steps + CALIBRATION_WARMUP,
+            max_steps=n_steps,
             save_strategy="no",
+            train_sampling_strategy="sequential",  # the picked steps, in the order given
             dataset_kwargs={"skip_prepare_dataset": True},  # already encoded (and packed)
         )
         probe = _CoaSFTTrainer(
             model=copy.deepcopy(trainer.model),
             args=args,
-            train_dataset=trainer.train_dataset,
+            train_dataset=trainer.train_dataset.select(indices),
             processing_class=trainer.processing_class,
             callbacks=[timer],
         )
@@ -295,11 +299,44 @@ def calibrate_step_time(trainer: Any, config: SFTRunConfig) -> float:
         probe.train()
         del probe
     set_seed(config.seed)
-    ends, tokens = timer.ends[CALIBRATION_WARMUP - 1 :], timer.step_tokens[CALIBRATION_WARMUP:]
-    seconds_per_token = (ends[-1] - ends[0]) / max(1, sum(tokens))
-    step_s = seconds_per_token * mean_step_tokens(trainer, config)
-    set_seed(config.seed)
-    return step_s
+    ends = timer.ends[CALIBRATION_WARMUP - 1 :]
+    seconds = [b - a for a, b in zip(ends, ends[1:], strict=False)]
+    tokens = [float(t) for t in timer.step_tokens[CALIBRATION_WARMUP:]]
+    return step_seconds_at(tokens, seconds, mean_step_tokens(trainer, config))
+
+
+def step_seconds_at(tokens: Sequence[float], seconds: Sequence[float], at_tokens: float) -> float:
+    """Step time at ``at_tokens`` from timed steps: a least-squares line ``a + b * tokens``.
+
+    Falls back to seconds per token times ``at_tokens`` when the timed steps all had the same size,
+    and never returns less than the fastest timed step per token would give.
+    """
+    if not tokens or len(tokens) != len(seconds):
+        raise SFTError("calibration timed no steps: raise sft.calibration_steps")
+    per_token = sum(seconds) / max(1.0, sum(tokens))
+    if len(set(tokens)) < 2:
+        return per_token * at_tokens
+    slope, intercept = statistics.linear_regression(tokens, seconds)
+    if slope <= 0 or intercept < 0:  # noise on too few steps: keep the proportional estimate
+        return per_token * at_tokens
+    return intercept + slope * at_tokens
+
+
+def calibration_order(trainer: Any, config: SFTRunConfig) -> tuple[list[int], int]:
+    """Example indices the calibration trains on, in order, and its number of optimizer steps.
+
+    ``CALIBRATION_WARMUP`` steps from the start of the run's own order (the longest batches under
+    ``group_by_length``), then ``calibration_steps`` steps picked evenly across the whole epoch.
+    """
+    order = list(iter(trainer._get_train_sampler(trainer.train_dataset)))
+    per_step = config.batch_size * config.grad_accumulation
+    steps = [order[i : i + per_step] for i in range(0, len(order), per_step)]
+    steps = [s for s in steps if len(s) == per_step] or steps
+    n = min(config.calibration_steps, len(steps))
+    picked = [steps[round(k * (len(steps) - 1) / max(1, n - 1))] for k in range(n)]
+    warmup = [steps[k % len(steps)] for k in range(CALIBRATION_WARMUP)]
+    chosen = warmup + picked
+    return [i for step in chosen for i in step], len(chosen)
 
 
 def mean_step_tokens(trainer: Any, config: SFTRunConfig) -> float:

@@ -19,7 +19,17 @@ from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback
 from coa.config import ConfigError, load_config
 from coa.train import SFTError, SFTRunConfig, StepCountError
 from coa.train.data import encode_examples
-from coa.train.sft import LOSS_PNG, PLAN_FILE, RESULT_FILE, last_checkpoint, main, run_sft
+from coa.train.sft import (
+    CALIBRATION_WARMUP,
+    LOSS_PNG,
+    PLAN_FILE,
+    RESULT_FILE,
+    calibration_order,
+    last_checkpoint,
+    main,
+    run_sft,
+    step_seconds_at,
+)
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -145,6 +155,37 @@ def test_time_budget_plans_the_steps(tiny_model: Path, sft_rows: pa.Table, tmp_p
         result.steps_planned == plan["max_steps"] == result.steps_run == int(1.5 // result.calibrated_step_s)
     )
     assert result.train_runtime_s < 10 * 1.5  # the estimate is in the right range
+
+
+def test_step_time_includes_the_fixed_cost_per_step() -> None:
+    tokens = [400.0, 300.0, 200.0, 100.0]
+    seconds = [0.05 + 0.001 * t for t in tokens]
+    assert step_seconds_at(tokens, seconds, 250) == pytest.approx(0.3)
+    # timing only the longest step and scaling per token says 0.28: the fixed cost gets lost
+    assert sum(seconds[:1]) / 400 * 250 == pytest.approx(0.28125)
+    assert step_seconds_at([200.0, 200.0], [0.2, 0.4], 100) == pytest.approx(0.15)  # no spread: per token
+    assert step_seconds_at([100.0, 200.0], [0.4, 0.2], 150) == pytest.approx(0.3)  # noise: per token
+    with pytest.raises(SFTError, match="calibration_steps"):
+        step_seconds_at([], [], 100)
+
+
+class _OrderedTrainer:
+    train_dataset = None
+
+    def __init__(self, n: int) -> None:
+        self.n = n
+
+    def _get_train_sampler(self, dataset: Any) -> range:
+        return range(self.n)
+
+
+def test_calibration_steps_span_the_epoch(tiny_model: Path) -> None:
+    config = _config(tiny_model, max_steps=None, time_budget_s=10, calibration_steps=3, batch_size=2)
+    indices, n_steps = calibration_order(_OrderedTrainer(41), config)  # 20 full steps of 2, one short
+    assert n_steps == CALIBRATION_WARMUP + 3
+    warm, timed = indices[: 2 * CALIBRATION_WARMUP], indices[2 * CALIBRATION_WARMUP :]
+    assert warm == list(range(2 * CALIBRATION_WARMUP))  # the run's first (longest) batches
+    assert timed == [0, 1, 20, 21, 38, 39]  # first, middle, last full step
 
 
 def test_config_needs_exactly_one_plan(tiny_model: Path) -> None:
