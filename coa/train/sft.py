@@ -262,11 +262,12 @@ def calibrate_step_time(trainer: Any, config: SFTRunConfig) -> float:
     across one epoch of the run's own batch order (:func:`calibration_order`; same data, collator,
     batch, accumulation, optimizer; no checkpoints), after ``CALIBRATION_WARMUP`` steps on the longest
     batches (the first steps set up kernels and buffers). A line ``seconds = a + b * tokens`` fitted
-    to the timed steps gives the step time at the epoch's mean tokens per step. (Timing only the
-    longest batches, as before, missed the fixed cost: a 720 s budget ran 815 s.) The model being
-    trained is untouched and the seed is reset afterwards. The copy doubles the model's memory for a
-    moment: the time budget is meant for small single-process runs (the CPU demo); give
-    ``max_steps`` otherwise.
+    to the timed steps gives the step time at the epoch's mean tokens per step. Known limit: on the
+    2-core CPU demo the steps slow from ~0.105 to ~0.13-0.15 s after ~1,000 steps, after this
+    measurement, so a 630-720 s budget runs 12-23% long (issue 5). The model being trained is
+    untouched and the seed is reset afterwards. The copy doubles the model's memory for a moment:
+    the time budget is meant for small single-process runs (the CPU demo); give ``max_steps``
+    otherwise.
     """
     import copy
     import tempfile
