@@ -309,8 +309,8 @@ def calibrate_step_time(trainer: Any, config: SFTRunConfig) -> float:
 def step_seconds_at(tokens: Sequence[float], seconds: Sequence[float], at_tokens: float) -> float:
     """Step time at ``at_tokens`` from timed steps: a least-squares line ``a + b * tokens``.
 
-    Falls back to seconds per token times ``at_tokens`` when the timed steps all had the same size,
-    and never returns less than the fastest timed step per token would give.
+    Falls back to the timed steps' seconds per token times ``at_tokens`` when they all had the same
+    size, or when the fit is not physical (a slope <= 0 or a negative fixed cost: noise on few steps).
     """
     if not tokens or len(tokens) != len(seconds):
         raise SFTError("calibration timed no steps: raise sft.calibration_steps")
