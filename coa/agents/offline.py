@@ -148,11 +148,12 @@ class RuleBasedBackend:
         family, s = _identify(question)
         replan = "What happened" in text
         if family == "arithmetic":
-            thought = "This is a word problem with large numbers; compute it exactly with code."
+            # Terse on purpose: every token here is one a small student spends its steps on.
+            thought = "Compute it exactly with code."
             steps = [
-                "Turn the word problem into one arithmetic expression: " + s["expression"] + ".",
-                "Ask code_agent to evaluate it exactly and print the result.",
-                "Check the printed value and give it as the final answer.",
+                "Expression: " + s["expression"] + ".",
+                "Ask code_agent to print its value.",
+                "Answer with the printed value.",
             ]
         elif family == "multihop":
             thought = (
@@ -343,7 +344,8 @@ class RuleBasedBackend:
         if m:
             expression = m.group(1)
             if stdout is not None and re.fullmatch(r"-?\d+", stdout):
-                return _act(f"The value is {stdout}.", "final_answer", f"Result: {stdout}", review=review)
+                # The result goes to the manager in the report; the thought need not copy it again.
+                return _act("The program printed the value.", "final_answer", f"Result: {stdout}", review=review)
             code = f"result = {expression}\nprint(result)"
             if not observations and self._slip("code_agent", messages, "syntax"):
                 code = f"result = {expression}\nprint(result"

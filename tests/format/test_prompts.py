@@ -16,7 +16,7 @@ TAG_RE = re.compile(r"<(\w+)>")
 @pytest.mark.parametrize("variant", GRAMMARS)
 def test_prompt_loads_with_version(variant: str) -> None:
     text, version = system_prompt(variant)
-    assert version.endswith("-v1") and text == text.strip() and len(text) > 500
+    assert re.search(r"-v\d+$", version) and text == text.strip() and len(text) > 500
     assert cached(variant) is cached(variant)
 
 
