@@ -345,7 +345,8 @@ class RuleBasedBackend:
             expression = m.group(1)
             if stdout is not None and re.fullmatch(r"-?\d+", stdout):
                 # The result goes to the manager in the report; the thought need not copy it again.
-                return _act("The program printed the value.", "final_answer", f"Result: {stdout}", review=review)
+                thought = "The program printed the value."
+                return _act(thought, "final_answer", f"Result: {stdout}", review=review)
             code = f"result = {expression}\nprint(result)"
             if not observations and self._slip("code_agent", messages, "syntax"):
                 code = f"result = {expression}\nprint(result"
