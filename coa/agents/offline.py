@@ -190,7 +190,8 @@ class RuleBasedBackend:
             reports = _observations(live, "Observation from code_agent")
             found = _RESULT.search(reports[-1]) if reports else None
             if found:
-                return _act(f"code_agent computed {found.group(1)}.", "final_answer", found.group(1))
+                # The value is in the report and goes into the answer; no third copy in the thought.
+                return _act("code_agent reported the value.", "final_answer", found.group(1))
             thought = (
                 "The last computation failed; ask again." if reports else "Evaluate the expression with code."
             )

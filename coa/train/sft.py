@@ -26,10 +26,11 @@ on CPU packing is ~3x slower per token than plain padded batches, so pack on GPU
 
 **Plan and its guard.** The plan is a number of optimizer steps: ``max_steps``, or, with
 ``time_budget_s``, as many steps as fit in the budget at the speed a throwaway trainer measures on
-a copy of the model (``calibration_steps`` real steps) before training; the learning-rate schedule
-spans the plan. The plan is stored in ``sft_plan.json``. A run that ends with a different number of
-optimizer steps than planned (a callback or signal stopped it, a trainer quirk added one) raises
-:class:`StepCountError` instead of reporting success, and no final model is written.
+a copy of the model (``calibration_steps`` real steps) before training, re-planned while training
+from the recent speed so the run ends on time (:mod:`coa.train.budget`); the learning-rate schedule
+spans the plan in force. The plan is stored in ``sft_plan.json``. A run that ends with a different
+number of optimizer steps than planned (a callback or signal stopped it, a trainer quirk added one)
+raises :class:`StepCountError` instead of reporting success, and no final model is written.
 
 **Checkpoints and resume.** The trainer saves ``checkpoints/checkpoint-N`` every ``save_steps``
 (model, optimizer, scheduler, RNG, trainer state) and at the end. ``resume=True`` continues from
@@ -64,6 +65,7 @@ from transformers import Trainer, TrainerCallback
 from transformers.trainer_callback import PrinterCallback
 from trl import SFTTrainer
 
+from coa.train.budget import HEADROOM, StepPlan, TimeBudget, follow_plan
 from coa.train.config import (
     RESUME_FREE_FIELDS,
     LoraSettings,
@@ -119,25 +121,36 @@ def run_sft(
                           callbacks=callbacks)  # fmt: skip
     trainer, counter = built.trainer, built.counter
     calibrated_step_s = plan.get("calibrated_step_s") if plan else None
+    budget: TimeBudget | None = None
     if plan is not None:
         max_steps = int(plan["max_steps"])
+        if plan.get("time_budget") and last is not None:  # keep the plan in force at the checkpoint
+            steps = int(json.loads((last / TRAINER_STATE).read_text())["max_steps"])
+            budget = TimeBudget(float(plan["time_budget"]), StepPlan(steps), cap=max_steps, replan=False)
     elif config.max_steps is not None:
         max_steps = config.max_steps
     else:
         assert config.time_budget_s is not None
         calibrated_step_s = calibrate_step_time(trainer, config)
-        max_steps = max(1, int(config.time_budget_s // calibrated_step_s))
-        log.info("time budget %.0f s at %.3f s/step: planning %d steps", config.time_budget_s,
-                 calibrated_step_s, max_steps)  # fmt: skip
+        first = max(1, int(config.time_budget_s // calibrated_step_s))
+        max_steps = math.ceil(first * HEADROOM)
+        budget = TimeBudget(config.time_budget_s, StepPlan(first), cap=max_steps)
+        log.info("time budget %.0f s at %.3f s/step: planning %d steps, re-planned on the way "
+                 "(at most %d)", config.time_budget_s, calibrated_step_s, first, max_steps)  # fmt: skip
     trainer.args.max_steps = max_steps
+    if budget is not None:
+        trainer.add_callback(budget)
+        trainer.coa_step_plan = budget.plan
     if plan is None and trainer.is_world_process_zero():
         out.mkdir(parents=True, exist_ok=True)
         _write_json(out / PLAN_FILE, {"max_steps": max_steps, "calibrated_step_s": calibrated_step_s,
+                                      "time_budget": config.time_budget_s,
+                                      "first_plan": budget.first_plan if budget else max_steps,
                                       "config": config.model_dump(mode="json")})  # fmt: skip
 
     start_step = _checkpoint_step(last) if last is not None else 0
     t0 = time.perf_counter()
-    if last is not None and start_step >= max_steps:
+    if last is not None and start_step >= (budget.plan.steps if budget is not None else max_steps):
         # Finished before (e.g. killed while saving the final model). Trainer.train would take one
         # more step here, so load the final checkpoint instead of training.
         _load_finished(trainer, last)
@@ -147,6 +160,11 @@ def run_sft(
     runtime = time.perf_counter() - t0
 
     state = trainer.state
+    if budget is not None:
+        if budget.replans:
+            log.info("time budget: planned %d steps, re-planned %d times to %d", budget.first_plan,
+                     budget.replans, budget.plan.steps)  # fmt: skip
+        max_steps = budget.plan.steps
     expected = max_steps - start_step
     if counter.steps != expected or state.global_step != max_steps:
         raise StepCountError(
@@ -262,9 +280,9 @@ def calibrate_step_time(trainer: Any, config: SFTRunConfig) -> float:
     across one epoch of the run's own batch order (:func:`calibration_order`; same data, collator,
     batch, accumulation, optimizer; no checkpoints), after ``CALIBRATION_WARMUP`` steps on the longest
     batches (the first steps set up kernels and buffers). A line ``seconds = a + b * tokens`` fitted
-    to the timed steps gives the step time at the epoch's mean tokens per step. Known limit: on the
-    2-core CPU demo the steps slow from ~0.105 to ~0.13-0.15 s after ~1,000 steps, after this
-    measurement, so a 630-720 s budget runs 12-23% long (issue 5). The model being trained is
+    to the timed steps gives the step time at the epoch's mean tokens per step. It is the first plan
+    only: on the 2-core CPU demo step time drifts by 10-50% during a run, which
+    :class:`coa.train.budget.TimeBudget` corrects while training. The model being trained is
     untouched and the seed is reset afterwards. The copy doubles the model's memory for a moment:
     the time budget is meant for small single-process runs (the CPU demo); give ``max_steps``
     otherwise.
@@ -499,6 +517,17 @@ class _CoaSFTTrainer(SFTTrainer):
     coa_trained_tokens: Any = 0  # a device tensor once counting starts (no host sync per step)
     coa_step_tokens: list[int] | None = None  # calibration: computed tokens added to the last entry
     coa_fused_lm_head: bool = True
+    coa_step_plan: StepPlan | None = None  # a time budget's plan: the schedule follows it
+
+    def create_scheduler(self, num_training_steps: int, optimizer: Any = None) -> Any:
+        created = self.lr_scheduler is None
+        scheduler = super().create_scheduler(num_training_steps, optimizer)
+        if created and self.coa_step_plan is not None:
+            if not hasattr(scheduler, "lr_lambdas"):
+                raise SFTError(f"a time budget needs a LambdaLR schedule, got {type(scheduler).__name__}")
+            warmup = self.args.get_warmup_steps(num_training_steps)
+            follow_plan(scheduler, self.coa_step_plan, num_training_steps, warmup)
+        return scheduler
 
     def compute_loss(self, model: Any, inputs: dict[str, Any], *args: Any, **kwargs: Any) -> Any:
         if model.training and "labels" in inputs:

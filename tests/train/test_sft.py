@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import json
+import math
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +20,8 @@ from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback
 
 from coa.config import ConfigError, load_config
 from coa.train import SFTError, SFTRunConfig, StepCountError
+from coa.train import budget as budget_module
+from coa.train.budget import HEADROOM
 from coa.train.data import encode_examples
 from coa.train.sft import (
     CALIBRATION_WARMUP,
@@ -151,10 +155,53 @@ def test_time_budget_plans_the_steps(tiny_model: Path, sft_rows: pa.Table, tmp_p
     result = run_sft(sft_rows, config, tmp_path)
     plan = json.loads((tmp_path / PLAN_FILE).read_text())
     assert result.calibrated_step_s and result.calibrated_step_s > 0
-    assert (
-        result.steps_planned == plan["max_steps"] == result.steps_run == int(1.5 // result.calibrated_step_s)
-    )
+    assert plan["first_plan"] == int(1.5 // result.calibrated_step_s)
+    assert plan["max_steps"] == math.ceil(plan["first_plan"] * HEADROOM)  # room for a faster run
+    assert result.steps_planned == result.steps_run == result.global_step <= plan["max_steps"]
     assert result.train_runtime_s < 10 * 1.5  # the estimate is in the right range
+
+
+class SlowDown(TrainerCallback):
+    """Makes every step after ``step`` take ``seconds`` longer, like the demo machine's drifting speed."""
+
+    def __init__(self, step: int, seconds: float) -> None:
+        self.step, self.seconds = step, seconds
+
+    def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        if state.global_step > self.step:
+            time.sleep(self.seconds)
+
+
+def test_time_budget_re_plans_a_run_that_slows_down(
+    tiny_model: Path, sft_rows: pa.Table, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(budget_module, "REPLAN_EVERY", 2)
+    config = _config(tiny_model, max_steps=None, time_budget_s=2.0, calibration_steps=2, save_steps=1000)
+    result = run_sft(sft_rows, config, tmp_path, callbacks=[SlowDown(2, 0.1)])
+    plan = json.loads((tmp_path / PLAN_FILE).read_text())
+    # Slower than calibrated from step 3 on: fewer steps than first planned, all of them run and the
+    # schedule's decay ends where the run ends.
+    assert result.steps_run == result.steps_planned == result.global_step < plan["first_plan"]
+    state = json.loads(
+        (tmp_path / "checkpoints" / f"checkpoint-{result.global_step}" / "trainer_state.json").read_text()
+    )
+    assert state["max_steps"] == result.global_step
+    last_lr = [e["learning_rate"] for e in state["log_history"] if "learning_rate" in e][-1]
+    assert last_lr < 0.5 * config.learning_rate  # built for more steps, the decay still ended on time
+
+
+def test_time_budget_run_resumes_with_the_plan_of_its_checkpoint(
+    tiny_model: Path, sft_rows: pa.Table, tmp_path: Path
+) -> None:
+    config = _config(tiny_model, max_steps=None, time_budget_s=1.5, calibration_steps=2, save_steps=2)
+    with pytest.raises(KeyboardInterrupt):
+        run_sft(sft_rows, config, tmp_path, callbacks=[CrashAt(3)])
+    checkpoint = last_checkpoint(tmp_path / "checkpoints")
+    assert checkpoint is not None and checkpoint.name == "checkpoint-2"
+    in_force = json.loads((checkpoint / "trainer_state.json").read_text())["max_steps"]
+    resumed = run_sft(sft_rows, config, tmp_path, resume=True)
+    assert (resumed.start_step, resumed.global_step, resumed.steps_planned) == (2, in_force, in_force)
+    assert resumed.steps_run == in_force - 2
 
 
 def test_step_time_includes_the_fixed_cost_per_step() -> None:
