@@ -3,9 +3,10 @@
 A time-budgeted SFT run plans ``time_budget_s / calibrated step time`` steps before it starts, but
 step time drifts during a long CPU run (measured in the 2-core demo, 2026-11-23: calibrated at
 0.093 s/step, then 0.105-0.16 s/step, so 630-720 s plans ran 708-852 s). :class:`TimeBudget`
-re-plans every ``REPLAN_EVERY`` steps from the speed of the last ``SPEED_WINDOW`` steps: the steps
-left are what the time left allows, never more than the trainer was built for (``HEADROOM`` times
-the first plan). The learning-rate schedule follows the plan in force (:func:`follow_plan`
+re-plans every ``REPLAN_EVERY`` steps from the speed of the last ``SPEED_WINDOW`` steps, or of the
+last ``REPLAN_EVERY`` if those were slower (the first step, which carries set-up costs, is left
+out): the steps left are what the time left allows, never more than the trainer was built for
+(``HEADROOM`` times the first plan). The learning-rate schedule follows the plan in force (:func:`follow_plan`
 stretches or shrinks its decay; the warm-up is untouched), so the decay ends where the run ends.
 
 The plan in force is ``state.max_steps``, saved in each checkpoint's ``trainer_state.json``; a
