@@ -1,7 +1,11 @@
-"""The ``coa`` command line: run the pipeline, import task sets, inspect and validate artifacts.
+"""The ``coa`` command line: run the pipeline, run one stage, inspect and validate artifacts.
 
-Every command has ``--help``. Exit codes: 0 success, 1 a check failed (e.g. a contract violation),
-2 bad input or usage (unreadable file, bad config).
+Every stage command builds the same :class:`~coa.steps.Step` the pipeline's plan builds and runs it
+through :func:`coa.steps.run_step`, so ``coa collect …`` and the flow give the same artifact for the
+same inputs. Every command has ``--help``. Errors are one line with the fix, no traceback
+(:func:`main`); exit codes: 0 success, 1 a check failed (contract, gate, steps-run guard), 2 bad
+input or usage (a file, a config key, a missing artifact), 3 missing infrastructure (sandbox,
+endpoint).
 """
 
 from __future__ import annotations
@@ -12,6 +16,7 @@ import sys
 from pathlib import Path
 from typing import Annotated, Any
 
+import click
 import pyarrow as pa
 import typer
 from rich.console import Console
@@ -19,8 +24,9 @@ from rich.table import Table
 
 import schemas
 from coa import io
-from coa.config import ConfigError, Family, TaskSourceConfig
-from coa.version import code_version
+from coa.config import ConfigError
+from coa.errors import CoaError, UserError, describe
+from coa.tasksets.config import Family, TaskSourceConfig
 
 app = typer.Typer(help="coa-pipeline: a factory for Chain-of-Agents agent models.", no_args_is_help=True)
 tasks_app = typer.Typer(
@@ -44,6 +50,49 @@ def _fail(message: str, code: int = 2) -> typer.Exit:
     return typer.Exit(code)
 
 
+def _config(path: Path, overrides: list[str] | None, section: str | None = None) -> Any:
+    """The pipeline profile with overrides; ``section`` must be configured in it."""
+    from coa.pipeline_config import load_pipeline_config
+
+    cfg = load_pipeline_config(path, overrides or [])
+    if section is not None and getattr(cfg, section) is None:
+        raise UserError(f"{path} has no {section} section: add one or pick a profile that has it")
+    return cfg
+
+
+def _table(uri: str, table: str | None, produced_by: str) -> Any:
+    """A table of a committed artifact (default: its first), with a hint of what produces it."""
+    from coa.steps import TableInput
+
+    try:
+        ref = io.open_artifact(uri)
+    except io.ArtifactError as e:
+        raise UserError(f"{e} (it is produced by `{produced_by}`)") from None
+    name = table or ref.primary_table
+    if name not in ref.tables:
+        raise UserError(f"{ref.uri} has no table {name!r}; its tables: {', '.join(ref.tables)} (use --table)")
+    return TableInput(ref, name)
+
+
+def _run(step: Any, label: str | None = None) -> Any:
+    """Run a step with a progress bar on stderr; print whether it was reused."""
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from coa.steps import run_step
+
+    columns = (TextColumn(label or step.name), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
+    with Progress(*columns, console=err, transient=True) as bar:
+        job = bar.add_task(step.name, total=None)
+
+        def progress(done: int, total: int) -> None:
+            bar.update(job, completed=done, total=total)
+
+        result = run_step(step, io.Store(), progress=progress)
+    verb = "reused committed artifact" if result.reused else "built"
+    err.print(f"{step.name}: {verb} {result.ref.uri}", highlight=False)
+    return result
+
+
 # -- coa run ---------------------------------------------------------------------------------
 
 
@@ -53,20 +102,40 @@ def run(
         list[str] | None, typer.Argument(help="Dotted key=value overrides, e.g. tasks.name=x")
     ] = None,
     config: Annotated[Path, typer.Option("--config", "-c", help="YAML profile")] = Path("configs/demo.yaml"),
+    dry_run: Annotated[
+        bool, typer.Option("--dry-run", help="Print the plan (steps, keys, reuse) and run nothing")
+    ] = False,
+    only: Annotated[
+        str | None,
+        typer.Option(
+            "--only",
+            help="Run only these stages (comma-separated, e.g. collect,curate); the "
+            "steps in front of them must be committed (they are reused)",
+        ),
+    ] = None,
 ) -> None:
     """Run the pipeline flow (Prefect) on a config profile with optional overrides."""
-    from coa.config import load_config
+    import importlib
 
-    try:
-        load_config(config, overrides or [])  # fail fast, before Prefect starts
-    except ConfigError as e:
-        raise _fail(str(e)) from None
-    from flows.pipeline import pipeline
+    from coa.pipeline_config import not_planned, plan
+    from coa.steps import preview, select
 
-    result = pipeline(config_path=str(config), overrides=list(overrides or []))
+    cfg = _config(config, overrides)
+    chosen = [o.strip() for o in only.split(",") if o.strip()] if only else None
+    steps = plan(cfg)
+    select(steps, chosen)  # fail fast on an unknown stage name
+    if dry_run:
+        _print_plan(preview(steps), chosen, not_planned(cfg, steps))
+        return
+    # The orchestration skin is loaded only here, so `coa` (the domain library) never imports Prefect.
+    pipeline = importlib.import_module("flows.pipeline").pipeline
+    state = pipeline(config_path=str(config), overrides=list(overrides or []), only=chosen, return_state=True)
+    if state.is_failed():
+        raise _failed_run(state.message or "the pipeline run failed")
+    result = state.result()
     _print_stage_table(result["stages"])
     if result.get("comparison"):
-        from coa.report import format_comparison
+        from coa.evaluate.report import format_comparison
 
         typer.echo("\nstudent on held-out tasks, before and after SFT, beside the teacher:")
         typer.echo(format_comparison(result["comparison"]))  # plain: a rich console would wrap it
@@ -74,6 +143,28 @@ def run(
         console.print(f"curation report: {result['report']}")
     if result.get("training_report"):
         console.print(f"training report: {result['training_report']}")
+
+
+def _failed_run(message: str) -> typer.Exit:
+    """The exit of a failed flow run: its one-line reason, the exit code of its kind of error."""
+    from coa.errors import CheckFailed, InfraError
+
+    codes = {cls.kind: cls.exit_code for cls in (UserError, CheckFailed, InfraError)}
+    code = next((c for kind, c in codes.items() if f"{kind}:" in message), 1)
+    return _fail(message, code)
+
+
+def _print_plan(planned: list[Any], only: list[str] | None, skipped: dict[str, str]) -> None:
+    table = Table(title="pipeline plan" + (f" (--only {','.join(only)})" if only else ""))
+    for col in ("step", "artifact kind", "key", "will"):
+        table.add_column(col)
+    for p in planned:
+        selected = not only or any(p.name == o or p.name.startswith(o + ".") for o in only)
+        will = p.status if selected else f"{p.status} (outside --only: reuse only)"
+        table.add_row(p.name, p.kind, p.key or "(after its inputs)", will)
+    for stage, why in skipped.items():
+        table.add_row(stage, "", "", why)
+    console.print(table)
 
 
 def _print_stage_table(stages: list[dict[str, Any]]) -> None:
@@ -85,7 +176,7 @@ def _print_stage_table(stages: list[dict[str, Any]]) -> None:
     console.print(table)
 
 
-# -- coa tasks import ------------------------------------------------------------------------
+# -- coa tasks ---------------------------------------------------------------------------------
 
 
 @tasks_app.command("import")
@@ -93,74 +184,48 @@ def tasks_import(
     sources: Annotated[
         list[str], typer.Argument(help="Task files (.json/.jsonl/.parquet) or datasets folders")
     ],
-    out: Annotated[str, typer.Option("--out", "-o", help="Artifact folder to write (local path or s3://)")],
     family: Annotated[
         str | None, typer.Option(help="Family for plain question/answer files: web|mhqa|math|code")
     ] = None,
     name: Annotated[str | None, typer.Option(help="Source name for task ids (only with one SRC)")] = None,
     limit: Annotated[int | None, typer.Option(help="Keep the first N usable rows of each source")] = None,
-    force: Annotated[bool, typer.Option(help="Replace an existing artifact built from other inputs")] = False,
+    artifact: Annotated[str, typer.Option(help="Artifact name (tasks.name in a profile)")] = "tasks",
 ) -> None:
-    """Import task sets into a task.v1 artifact (+ a quarantine of unusable rows)."""
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
+    """Import task sets into a task.v1 artifact (+ a quarantine of unusable rows) in the store.
 
-    from coa.tasksets import TaskImportError, import_tasks
+    The artifact is the one the pipeline builds from a profile whose ``tasks`` section lists the same
+    files with the same settings (same key, reused by either)."""
+    from coa.tasksets import TasksConfig
+    from coa.tasksets import step as tasksets
 
     if name and len(sources) > 1:
-        raise _fail("--name applies to a single source; give one SRC or set names in a config file")
+        raise UserError("--name applies to a single source; give one SRC or set names in a config file")
     if family is not None and family not in ("web", "mhqa", "math", "code"):
-        raise _fail(f"--family must be one of web, mhqa, math, code (got {family!r})")
+        raise UserError(f"--family must be one of web, mhqa, math, code (got {family!r})")
     fam: Family | None = family  # type: ignore[assignment]
-    cfgs = [TaskSourceConfig(path=s, name=name, family=fam, limit=limit) for s in sources]
-    try:
-        fingerprints = [io.path_fingerprint(c.path) for c in cfgs]
-    except FileNotFoundError as e:
-        raise _fail(str(e)) from None
-    config = {"sources": [c.model_dump(mode="json") for c in cfgs], "inputs": fingerprints}
-    key = io.artifact_key("tasks", "import", config, [], code_version())
-    writer = io.ArtifactWriter(out, "tasks", name or "import", key, config=config)
-    existing = writer.existing()
-    if existing is not None:
-        if existing.key == key:
-            console.print(f"up to date: {existing.uri} ({existing.rows('tasks')} tasks), nothing to do")
-            return
-        if not force:
-            raise _fail(
-                f"{out} already holds a committed artifact built from other inputs; pass --force to replace"
-            )
-        fs, path = io.filesystem(out)
-        fs.rm(path, recursive=True)
-    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), console=err) as bar:
-        bars: dict[str, Any] = {}
-
-        def progress(src: str, done: int, total: int) -> None:
-            if src not in bars:
-                bars[src] = bar.add_task(src, total=total)
-            bar.update(bars[src], completed=done, total=total)
-
-        try:
-            result = import_tasks(cfgs, progress=progress)
-        except TaskImportError as e:
-            raise _fail(str(e)) from None
-    writer.extra_lineage["sources"] = [s.__dict__ for s in result.sources]
-    writer.write_table("tasks", result.tasks, schemas.TASK)
-    writer.write_table("quarantine", result.quarantine, schemas.QUARANTINE)
-    ref = writer.commit()
-    table = Table(title=f"imported into {ref.uri}")
+    config = TasksConfig(
+        name=artifact,
+        sources=tuple(TaskSourceConfig(path=s, name=name, family=fam, limit=limit) for s in sources),
+    )
+    result = _run(tasksets.step(config))
+    table = Table(title=f"imported into {result.ref.uri}")
     for col in ("source", "layout", "read", "ok", "quarantined"):
         table.add_column(col)
-    for s in result.sources:
-        table.add_row(s.name, s.layout, str(s.rows_read), str(s.rows_ok), str(s.rows_quarantined))
+    for s in result.summary.get("sources", []):
+        table.add_row(
+            s["name"], s["layout"], str(s["rows_read"]), str(s["rows_ok"]), str(s["rows_quarantined"])
+        )
     console.print(table)
-    if result.quarantine.num_rows:
+    typer.echo(result.ref.uri)
+    if result.ref.rows("quarantine"):
         console.print(
-            f"{result.quarantine.num_rows} row(s) quarantined; see `coa show {ref.uri} --table quarantine`"
+            f"{result.ref.rows('quarantine')} row(s) quarantined; "
+            f"see `coa show {result.ref.uri} --table quarantine`"
         )
 
 
 @tasks_app.command("synthetic")
 def tasks_synthetic(
-    out: Annotated[str, typer.Option("--out", "-o", help="Artifact folder to write (tables train, heldout)")],
     overrides: Annotated[
         list[str] | None, typer.Argument(help="Overrides, e.g. synthetic.train.multihop=50")
     ] = None,
@@ -169,42 +234,20 @@ def tasks_synthetic(
     ] = Path("configs/demo.yaml"),
 ) -> None:
     """Generate the built-in synthetic task families (train + held-out) into a task.v1 artifact."""
-    from coa.config import load_config
-    from coa.synthetic import generate_all
+    from coa.synthetic import step as synthetic
 
-    try:
-        cfg = load_config(config, overrides or [])
-    except ConfigError as e:
-        raise _fail(str(e)) from None
-    if cfg.synthetic is None:
-        raise _fail(f"{config} has no synthetic section")
-    settings = cfg.synthetic.model_dump(mode="json")
-    writer = io.ArtifactWriter(
-        out,
-        "tasks",
-        "synthetic",
-        io.artifact_key("tasks", "synthetic", settings, [], code_version()),
-        settings,
-    )
-    existing = writer.existing()
-    if existing is not None:
-        if existing.key == writer.key:
-            console.print(f"up to date: {existing.uri}")
-            return
-        raise _fail(f"{out} already holds other tasks; choose another --out")
-    tables = generate_all(cfg.synthetic)
-    for split in ("train", "heldout"):
-        writer.write_table(split, tables[split], schemas.TASK)
-    ref = writer.commit()
-    console.print(f"{ref.rows('train')} train and {ref.rows('heldout')} held-out tasks -> {ref.uri}")
+    cfg = _config(config, overrides, "synthetic")
+    result = _run(synthetic.step(cfg.synthetic))
+    console.print(f"{result.ref.rows('train')} train and {result.ref.rows('heldout')} held-out tasks")
+    typer.echo(result.ref.uri)
 
 
-# -- coa collect -----------------------------------------------------------------------------
+# -- one stage at a time -----------------------------------------------------------------------
 
 
 @app.command()
 def collect(
-    tasks: Annotated[str, typer.Option("--tasks", help="task.v1 artifact to solve")],
+    tasks: Annotated[str, typer.Option("--tasks", help="task.v1 artifact to solve (from `coa tasks …`)")],
     overrides: Annotated[
         list[str] | None, typer.Argument(help="Overrides, e.g. collect.concurrency=8")
     ] = None,
@@ -214,31 +257,19 @@ def collect(
     ] = Path("configs/demo.yaml"),
 ) -> None:
     """Run the multi-agent teacher on every task; checkpointed, resumable after a crash or a kill."""
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+    from coa.collect import step as collect_step
 
-    from coa.collect import CollectionIncomplete, run_collect_stage
-    from coa.config import load_config
-
-    try:
-        cfg = load_config(config, overrides or [])
-        ref = io.open_artifact(tasks)
-    except (ConfigError, io.ArtifactError) as e:
-        raise _fail(str(e)) from None
-    if cfg.collect is None:
-        raise _fail(f"{config} has no collect section")
-    store = io.Store()
-    columns = (TextColumn("collect"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
-    with Progress(*columns, console=err) as bar:
-        job = bar.add_task("collect", total=None)
-
-        def progress(done: int, total: int) -> None:
-            bar.update(job, completed=done, total=total)
-
-        try:
-            out, summary = run_collect_stage(cfg.collect, ref, table or ref.primary_table, store, progress)
-        except CollectionIncomplete as e:
-            raise _fail(str(e), code=1) from None
-    typer.echo(f"trajectories: {out.uri}")
+    cfg = _config(config, overrides, "collect")
+    result = _run(
+        collect_step.step(cfg.collect, _table(tasks, table, "coa tasks import | coa tasks synthetic"))
+    )
+    outcome = result.summary.get("collect") or {}
+    if outcome.get("resumed"):
+        err.print(
+            f"resumed {outcome['resumed']} of {outcome['planned']} runs from checkpoints", highlight=False
+        )
+    typer.echo(f"trajectories: {result.ref.uri}")
+    summary = {k: v for k, v in result.summary.items() if k != "collect"}
     console.print_json(json.dumps(summary, default=str))
 
 
@@ -255,27 +286,14 @@ def curate(
     ),
 ) -> None:
     """Filter, deduplicate, decontaminate and gate raw trajectories; writes the HTML report."""
-    from coa.config import load_config
-    from coa.curate.runner import report_uri, run_curate_stage
-    from coa.curate.stage import CurateGateError
+    from coa.curate import step as curate_step
 
-    try:
-        cfg = load_config(config, overrides or [])
-        raw_ref, tasks_ref = io.open_artifact(raw), io.open_artifact(tasks)
-    except (ConfigError, io.ArtifactError) as e:
-        raise _fail(str(e)) from None
-    if cfg.curate is None:
-        raise _fail(f"{config} has no curate section")
-    try:
-        ref, result = run_curate_stage(
-            cfg.curate, raw_ref, tasks_ref, table or tasks_ref.primary_table, io.Store()
-        )
-    except CurateGateError as e:
-        raise _fail(str(e), code=1) from None
-    typer.echo(f"curated: {ref.uri}")
-    typer.echo(f"report: {report_uri(ref)}")
-    if result is not None:
-        typer.echo(result.headline)
+    cfg = _config(config, overrides, "curate")
+    raw_input = _table(raw, "trajectories", "coa collect")
+    result = _run(curate_step.step(cfg.curate, raw_input, _table(tasks, table, "coa tasks import")))
+    typer.echo(f"curated: {result.ref.uri}")
+    typer.echo(f"report: {result.summary.get('report')}")
+    typer.echo(result.summary.get("headline", ""))
 
 
 @app.command()
@@ -291,21 +309,13 @@ def convert(
     ] = Path("configs/demo.yaml"),
 ) -> None:
     """Convert curated runs into CoA SFT examples (sft.v1) and RL prompts (rl_prompt.v1)."""
-    from coa.config import load_config
-    from coa.convert.stage import run_convert_stage
+    from coa.convert import step as convert_step
 
-    try:
-        cfg = load_config(config, overrides or [])
-        curated_ref, tasks_ref = io.open_artifact(curated), io.open_artifact(tasks)
-    except (ConfigError, io.ArtifactError) as e:
-        raise _fail(str(e)) from None
-    if cfg.convert is None:
-        raise _fail(f"{config} has no convert section")
-    ref, counts = run_convert_stage(
-        cfg.convert, curated_ref, tasks_ref, table or tasks_ref.primary_table, io.Store()
-    )
-    typer.echo(f"converted: {ref.uri}")
-    typer.echo(json.dumps(counts))
+    cfg = _config(config, overrides, "convert")
+    curated_input = _table(curated, "trajectories", "coa curate")
+    result = _run(convert_step.step(cfg.convert, curated_input, _table(tasks, table, "coa tasks import")))
+    typer.echo(f"converted: {result.ref.uri}")
+    typer.echo(json.dumps(result.summary))
 
 
 @model_app.command("init")
@@ -320,21 +330,19 @@ def model_init(
 ) -> None:
     """Build the tiny student: a tokenizer trained on the SFT texts (CoA tags as tokens, ChatML) and a
     random-init Qwen2 decoder, as a model artifact any later stage loads like a Hugging Face folder."""
-    from coa.config import load_config
-    from coa.train.stage import StudentConfig, run_student_stage
+    from coa.model import step as student_step
+    from coa.model.config import StudentConfig
 
-    try:
-        cfg = load_config(config, overrides or [])
-        data_ref = io.open_artifact(data)
-    except (ConfigError, io.ArtifactError) as e:
-        raise _fail(str(e)) from None
-    student = cfg.student or StudentConfig()
+    student = _config(config, overrides).student or StudentConfig()
     if student.base is not None:
-        raise _fail(f"student.base is {student.base!r}: nothing to build (unset it to build the tiny model)")
-    built = run_student_stage(student, data_ref, io.Store())
-    card = json.loads(Path(built.path, "coa_model.json").read_text())
-    typer.echo(f"model: {built.ref.uri}")
-    typer.echo(f"{card['n_params']:,} parameters, vocabulary {card['vocab_size']:,}; load from {built.path}")
+        raise UserError(
+            f"student.base is {student.base!r}: nothing to build (unset it to build the tiny model)"
+        )
+    result = _run(student_step.step(student, _table(data, "sft", "coa convert")))
+    folder = io.local_folder(result.ref, student_step.MODEL_FOLDER)
+    card = json.loads(Path(folder, "coa_model.json").read_text())
+    typer.echo(f"model: {result.ref.uri}")
+    typer.echo(f"{card['n_params']:,} parameters, vocabulary {card['vocab_size']:,}; load from {folder}")
 
 
 @app.command()
@@ -352,34 +360,27 @@ def sft(
     """Fine-tune the student on CoA examples (observations masked); resumes after a crash or a kill."""
     import logging
 
-    from coa.config import load_config
-    from coa.train import SFTError
-    from coa.train.stage import StudentConfig, StudentModel, run_sft_stage, run_student_stage
+    from coa.model import step as student_step
+    from coa.model.config import StudentConfig
+    from coa.steps import ModelInput
+    from coa.train import step as sft_step
 
-    try:
-        cfg = load_config(config, overrides or [])
-        data_ref = io.open_artifact(data)
-    except (ConfigError, io.ArtifactError) as e:
-        raise _fail(str(e)) from None
-    if cfg.sft is None:
-        raise _fail(f"{config} has no sft section")
-    store = io.Store()
-    if model is None:
-        base = run_student_stage(cfg.student or StudentConfig(), data_ref, store)
-    elif io.lookup(model) is not None:
-        base = StudentModel(str(io.local_folder(model, "model")), io.open_artifact(model))
+    cfg = _config(config, overrides, "sft")
+    examples = _table(data, "sft", "coa convert")
+    if model is not None:
+        base = ModelInput.parse(model)
+    elif cfg.student is not None and cfg.student.base is not None:
+        base = ModelInput(external=cfg.student.base)
     else:
-        base = StudentModel(model)
+        base = ModelInput(ref=_run(student_step.step(cfg.student or StudentConfig(), examples)).ref)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     logging.getLogger("coa.train.sft").setLevel(logging.INFO)
-    try:
-        ref, result = run_sft_stage(cfg.sft, base, data_ref, store)
-    except SFTError as e:
-        raise _fail(str(e), code=1) from None
-    typer.echo(f"model: {ref.uri}")
+    result = _run(sft_step.step(cfg.sft, base, examples))
+    s = result.summary
+    typer.echo(f"model: {result.ref.uri}")
     typer.echo(
-        f"{result.global_step} steps ({result.steps_planned} planned), final loss {result.final_loss}, "
-        f"{result.tokens_per_s:,.0f} tokens/s; loss curve {io.join(ref.uri, 'loss_curve.png')}"
+        f"{s['steps_run']} steps ({s['steps_planned']} planned), final loss {s['final_loss']}, "
+        f"{s['tokens_per_s']:,.0f} tokens/s; loss curve {io.join(result.ref.uri, 'loss_curve.png')}"
     )
 
 
@@ -397,35 +398,17 @@ def evaluate(
 ) -> None:
     """Run a CoA model on tasks with the real tools; write eval.v1 and print format-valid rate,
     accuracy, tokens and tool calls per family."""
-    from coa.config import load_config
-    from coa.evaluate import EvalConfig, format_metrics_table, run_evaluate_stage
-    from coa.teacher import ToolsConfig
+    from coa.evaluate import EvalConfig, format_metrics_table
+    from coa.evaluate import step as eval_step
+    from coa.pipeline_config import eval_tools
+    from coa.steps import ModelInput
 
-    try:
-        cfg = load_config(config, overrides or [])
-        tasks_ref = io.open_artifact(tasks)
-    except (ConfigError, io.ArtifactError) as e:
-        raise _fail(str(e)) from None
+    cfg = _config(config, overrides)
     eval_cfg = cfg.evaluate or EvalConfig()
-    tools = eval_cfg.tools or (cfg.collect.tools if cfg.collect else ToolsConfig())
-    model_ref = io.lookup(model)
-    path = str(io.local_folder(model_ref, "model")) if model_ref is not None else model
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-
-    with Progress(TextColumn("evaluate"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn()) as bar:
-        job = bar.add_task("evaluate", total=None)
-
-        def progress(done: int, total: int) -> None:
-            bar.update(job, completed=done, total=total)
-
-        try:
-            ref, metrics = run_evaluate_stage(
-                eval_cfg, tasks_ref, table, path, model_ref, tools, io.Store(), progress
-            )
-        except (RuntimeError, OSError) as e:
-            raise _fail(str(e), code=1) from None
-    typer.echo(f"eval: {ref.uri}")
-    typer.echo(format_metrics_table(metrics))
+    task_input = _table(tasks, table, "coa tasks synthetic | coa tasks import")
+    result = _run(eval_step.step(eval_cfg, eval_tools(cfg), task_input, ModelInput.parse(model)))
+    typer.echo(f"eval: {result.ref.uri}")
+    typer.echo(format_metrics_table(result.summary["metrics"]))
 
 
 @app.command("export")
@@ -439,7 +422,7 @@ def export_cmd(
 
     try:
         typer.echo(export(uri, fmt, out))
-    except (ValueError, io.ArtifactError) as e:
+    except ValueError as e:
         raise _fail(str(e)) from None
 
 
@@ -447,10 +430,10 @@ def export_cmd(
 
 
 def _toolbox(config: Path, overrides: list[str] | None) -> Any:
-    from coa.config import load_config
-    from coa.teacher import CollectConfig, build_toolbox
+    from coa.collect.config import CollectConfig
+    from coa.tools.config import build_toolbox
 
-    cfg = load_config(config, overrides or [])
+    cfg = _config(config, overrides)
     tools = (cfg.collect or CollectConfig()).tools.model_copy(update={"record": "off"})
     return build_toolbox(tools, None)
 
@@ -686,7 +669,22 @@ def _clip(row: dict[str, Any], limit: int = 300) -> str:
 
 
 def main() -> None:
-    app()
+    """The ``coa`` entry point: a project error is one line and its exit code, never a traceback."""
+    try:
+        code = app(standalone_mode=False)
+    except CoaError as e:
+        err.print(f"[bold red]error:[/] {describe(e)}", highlight=False)
+        raise SystemExit(e.exit_code) from None
+    except typer.Exit as e:
+        raise SystemExit(e.exit_code) from None
+    except click.exceptions.ClickException as e:
+        e.show()
+        raise SystemExit(e.exit_code) from None
+    except click.exceptions.Abort:
+        err.print("aborted")
+        raise SystemExit(130) from None
+    if isinstance(code, int) and code:
+        raise SystemExit(code)
 
 
 if __name__ == "__main__":

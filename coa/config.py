@@ -14,15 +14,17 @@ import difflib
 import json
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, ValidationError
+
+from coa.errors import UserError
 
 INHERIT_KEY = "inherit"
 
 
-class ConfigError(ValueError):
+class ConfigError(UserError, ValueError):
     """A configuration problem, with the dotted path of the offending key."""
 
 
@@ -30,30 +32,6 @@ class StrictModel(BaseModel):
     """Base for every config: immutable, unknown keys rejected."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
-
-
-Family = Literal["web", "mhqa", "math", "code"]
-
-
-class TaskSourceConfig(StrictModel):
-    """One task set to import into ``task.v1``."""
-
-    path: str = Field(description="File (.json/.jsonl/.parquet) or a local Hugging Face `datasets` folder.")
-    name: str | None = Field(
-        default=None, description="Source name used in task ids; default: the file stem."
-    )
-    family: Family | None = Field(
-        default=None,
-        description="Task family; required for plain question/answer files whose layout does not imply one.",
-    )
-    limit: int | None = Field(default=None, ge=1, description="Keep only the first N usable rows.")
-
-
-class TasksConfig(StrictModel):
-    """The task-import stage."""
-
-    name: str = Field(default="tasks", description="Artifact name of the imported task set.")
-    sources: tuple[TaskSourceConfig, ...] = Field(default=(), description="Task sets to import, in order.")
 
 
 def canonical_json(value: Any) -> str:
@@ -139,23 +117,19 @@ def apply_overrides(data: Mapping[str, Any], overrides: Sequence[str]) -> dict[s
     return out
 
 
-def build_config(
-    data: Mapping[str, Any], model: type[StrictModel] | None = None, origin: str = "config"
-) -> Any:
-    """Validate plain data into ``model`` (default: the pipeline config); errors name bad keys' paths."""
-    if model is None:
-        from coa.pipeline_config import PipelineConfig
+def build_config(data: Mapping[str, Any], model: type[StrictModel], origin: str = "config") -> Any:
+    """Validate plain data into ``model``; errors name the bad keys' dotted paths.
 
-        model = PipelineConfig
+    The pipeline's own model is :class:`coa.pipeline_config.PipelineConfig`
+    (:func:`coa.pipeline_config.load_pipeline_config` loads a profile into it).
+    """
     try:
         return model.model_validate(data)
     except ValidationError as e:
         raise ConfigError(_explain(e, model, origin)) from None
 
 
-def load_config(
-    path: str | Path | None = None, overrides: Sequence[str] = (), model: type[StrictModel] | None = None
-) -> Any:
+def load_config(path: str | Path | None, overrides: Sequence[str], model: type[StrictModel]) -> Any:
     """Code defaults → YAML profile (with ``inherit`` chain) → dotted overrides, validated."""
     data = load_yaml_layers(path) if path is not None else {}
     data = apply_overrides(data, overrides)

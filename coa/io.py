@@ -35,6 +35,7 @@ from pydantic import BaseModel, ConfigDict
 
 import schemas
 from coa.config import canonical_json
+from coa.errors import UserError
 from coa.settings import Settings, redact
 from coa.version import code_version
 from schemas import Contract
@@ -45,7 +46,7 @@ STAGING_PREFIX = ".staging-"
 ROW_GROUP_ROWS = 10_000
 
 
-class ArtifactError(RuntimeError):
+class ArtifactError(UserError, RuntimeError):
     """An artifact is missing, uncommitted or unreadable; the message says which and how to fix it."""
 
 
@@ -170,6 +171,11 @@ class ArtifactWriter:
         self._files: list[str] = []
         self._started = False
         self._committed: ArtifactRef | None = None
+
+    @property
+    def tables(self) -> dict[str, dict[str, Any]]:
+        """The tables staged so far: name -> ``{schema_id, rows, files}``."""
+        return {k: dict(v) for k, v in self._tables.items()}
 
     # -- reuse ------------------------------------------------------------------------------
     def existing(self) -> ArtifactRef | None:

@@ -1,21 +1,31 @@
-"""The pipeline's top-level config: one section per stage (it grows as stages are built).
+"""The pipeline: its config (one section per stage) and its plan (the list of steps to run).
 
-A stage whose section is absent (``null``) is skipped; the flow says so.
+This is the one module that knows every stage. :func:`load_pipeline_config` reads a profile
+(code defaults → YAML with ``inherit`` → dotted overrides); :func:`plan` turns the config into the
+ordered list of :class:`~coa.steps.Step` that the Prefect flow, ``coa run`` and ``coa run
+--dry-run`` all use. A stage whose section is absent (``null``) has no step; :func:`not_planned`
+says why.
 """
 
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Sequence
+from pathlib import Path
 
 from pydantic import Field, model_validator
 
-from coa.config import StrictModel, TasksConfig, canonical_json
-from coa.convert.stage import ConvertConfig
+from coa.collect.config import CollectConfig
+from coa.config import StrictModel, canonical_json, load_config
+from coa.convert.config import ConvertConfig
 from coa.curate.config import CurateConfig
 from coa.evaluate.config import EvalConfig
+from coa.model.config import StudentConfig
+from coa.steps import ModelInput, Step, Upstream
 from coa.synthetic import SyntheticConfig
-from coa.teacher import CollectConfig
-from coa.train.stage import SFTStageConfig, StudentConfig
+from coa.tasksets.config import TasksConfig
+from coa.tools.config import ToolsConfig
+from coa.train.config import SFTStageConfig
 
 
 class PipelineConfig(StrictModel):
@@ -64,3 +74,102 @@ class PipelineConfig(StrictModel):
     def fingerprint(self) -> str:
         """Stable hash of the resolved config."""
         return hashlib.sha256(canonical_json(self.model_dump(mode="json")).encode()).hexdigest()
+
+
+def load_pipeline_config(path: str | Path | None, overrides: Sequence[str] = ()) -> PipelineConfig:
+    """A pipeline profile: code defaults → YAML (with ``inherit``) → dotted ``key=value`` overrides."""
+    config: PipelineConfig = load_config(path, overrides, PipelineConfig)
+    return config
+
+
+NOT_BUILT = {"rl": "agentic RL (GRPO/DAPO with multi-turn tool rollouts)"}
+"""Stages of the design that have no step yet, reported by the flow instead of being faked."""
+
+
+def plan(config: PipelineConfig) -> list[Step]:
+    """The steps of a pipeline run, in order; each names its inputs by the steps they come from.
+
+    tasks (synthetic and/or imported) → collect → curate → convert → student → sft → evaluate the
+    student before and after SFT on the held-out tasks, the teacher on the same tasks, the report.
+    """
+    from coa.collect import step as collect
+    from coa.convert import step as convert
+    from coa.curate import step as curate
+    from coa.evaluate import step as evaluate
+    from coa.model import step as student
+    from coa.synthetic import step as synthetic
+    from coa.tasksets import step as tasksets
+    from coa.train import step as sft
+
+    steps: list[Step] = []
+    train: Upstream | None = None
+    if config.synthetic is not None:
+        steps.append(synthetic.step(config.synthetic))
+        train = Upstream("synthetic", "train")
+    if config.tasks.sources:
+        steps.append(tasksets.step(config.tasks))
+        train = train or Upstream("tasks", "tasks")
+    if train is None:
+        from coa.errors import UserError
+
+        raise UserError("no tasks: configure `synthetic` or `tasks.sources` (see configs/demo.yaml)")
+    if config.collect is None:
+        return steps
+    steps.append(collect.step(config.collect, train))
+    if config.curate is None:
+        return steps
+    steps.append(curate.step(config.curate, Upstream("collect", "trajectories"), train))
+    if config.convert is None:
+        return steps
+    steps.append(convert.step(config.convert, Upstream("curate", "trajectories"), train))
+    if config.student is None:
+        return steps
+    base: ModelInput | Upstream
+    if config.student.base is not None:
+        base = ModelInput(external=config.student.base)
+    else:
+        steps.append(student.step(config.student, Upstream("convert", "sft")))
+        base = Upstream("student")
+    tuned = None
+    if config.sft is not None:
+        steps.append(sft.step(config.sft, base, Upstream("convert", "sft")))
+        tuned = Upstream("sft")
+    if config.evaluate is None or config.synthetic is None:
+        return steps
+    heldout = Upstream("synthetic", "heldout")
+    tools = eval_tools(config)
+    steps.append(evaluate.step(config.evaluate, tools, heldout, base, name="evaluate.before"))
+    if tuned is not None:
+        steps.append(evaluate.step(config.evaluate, tools, heldout, tuned, name="evaluate.after"))
+    steps.append(collect.step(config.collect, heldout, name="collect.heldout"))
+    steps.append(
+        evaluate.report_step(
+            config.run_name,
+            heldout,
+            Upstream("evaluate.before", "eval"),
+            Upstream("evaluate.after", "eval") if tuned is not None else None,
+            tuned,
+            Upstream("collect.heldout", "trajectories"),
+        )
+    )
+    return steps
+
+
+def eval_tools(config: PipelineConfig) -> ToolsConfig:
+    """The tools the student gets: the evaluate section's, else the teacher's, else the defaults."""
+    if config.evaluate is not None and config.evaluate.tools is not None:
+        return config.evaluate.tools
+    return config.collect.tools if config.collect is not None else ToolsConfig()
+
+
+def not_planned(config: PipelineConfig, steps: Sequence[Step]) -> dict[str, str]:
+    """Stage → why it has no step in this plan (not configured, or not built yet)."""
+    names = {s.name.split(".")[0] for s in steps}
+    out = {}
+    for stage in ("collect", "curate", "convert", "student", "sft", "evaluate"):
+        if stage not in names and not (stage == "student" and config.student and config.student.base):
+            out[stage] = "not configured" if getattr(config, stage) is None else "needs an earlier stage"
+    if config.evaluate is not None and config.synthetic is None and "evaluate" in out:
+        out["evaluate"] = "needs held-out synthetic tasks"
+    out.update({stage: f"not built yet: {what}" for stage, what in NOT_BUILT.items()})
+    return out

@@ -17,6 +17,22 @@ from typing import Any
 
 DEFAULT_STORAGE_ROOT = ".coa/store"
 _SECRET_NAME = re.compile(r"(KEY|SECRET|TOKEN|PASSWORD|CREDENTIAL)", re.IGNORECASE)
+_SECRET_WORDS = {"apikey", "secret", "secrets", "token", "password", "passwd", "credential", "credentials"}
+_NOT_SECRET_SUFFIXES = ("env", "name", "names", "file", "path", "id")
+
+
+def _secret_field(name: str) -> bool:
+    """Whether a config/lineage field holds a secret *value*.
+
+    ``api_key``, ``auth_token``, ``password`` do; the artifact ``key``, token counts (``max_tokens``)
+    and the *names* of variables or files holding a secret (``api_key_env``) do not.
+    """
+    words = [w for w in re.split(r"[^a-z0-9]+", name.lower()) if w]
+    if not words or words[-1] in _NOT_SECRET_SUFFIXES:
+        return False
+    if words[-1] == "key":
+        return len(words) > 1 and words[-2] in {"api", "access", "secret", "private", "auth"}
+    return words[-1] in _SECRET_WORDS or any(w in _SECRET_WORDS - {"token"} for w in words)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -61,7 +77,7 @@ def scrub(text: str) -> str:
 def redact(value: Any) -> Any:
     """Copy of a JSON-like value with secret-looking keys masked and secret env values scrubbed."""
     if isinstance(value, dict):
-        return {k: ("***" if _SECRET_NAME.search(str(k)) and v else redact(v)) for k, v in value.items()}
+        return {k: ("***" if _secret_field(str(k)) and v else redact(v)) for k, v in value.items()}
     if isinstance(value, list | tuple):
         return [redact(v) for v in value]
     if isinstance(value, str):

@@ -11,6 +11,8 @@ from __future__ import annotations
 import dataclasses
 import re
 
+from coa.errors import CoaError
+
 GRADES = ("good", "average", "poor")
 CRITERIA = ("information_conflict", "tool_effectiveness", "trajectory_monitoring")
 _CRITERION_LABELS = {
@@ -20,7 +22,7 @@ _CRITERION_LABELS = {
 }
 
 
-class ParseError(ValueError):
+class ParseError(CoaError, ValueError):
     """A reply is not in the expected format; the message tells the agent how to fix it."""
 
 

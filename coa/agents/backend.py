@@ -10,6 +10,8 @@ import contextvars
 import dataclasses
 from typing import Protocol
 
+from coa.errors import CoaError, InfraError
+
 Message = dict[str, str]
 
 current_run_id: contextvars.ContextVar[str | None] = contextvars.ContextVar(
@@ -31,7 +33,7 @@ class ModelReply:
     cost_usd: float | None = None
 
 
-class ModelError(RuntimeError):
+class ModelError(InfraError, RuntimeError):
     """A model call failed in a way the run records as an error step (e.g. context too long)."""
 
     def __init__(self, kind: str, message: str) -> None:
@@ -39,7 +41,7 @@ class ModelError(RuntimeError):
         super().__init__(f"{kind}: {message}")
 
 
-class BudgetStop(RuntimeError):
+class BudgetStop(CoaError, RuntimeError):
     """The run-wide token/spend budget is exhausted: collection stops cleanly."""
 
 

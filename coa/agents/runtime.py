@@ -28,8 +28,9 @@ from coa.agents.actions import (
     parse_verification,
 )
 from coa.agents.backend import BudgetStop, Message, ModelBackend, ModelError, ModelReply, current_run_id
-from coa.agents.toolbox import ToolBox
 from coa.config import StrictModel
+from coa.errors import CoaError
+from coa.tools.toolbox import ToolBox
 
 SEARCH_TOOLS = ("web_search", "wiki_search", "crawl_page")
 
@@ -60,7 +61,7 @@ class TeacherConfig(StrictModel):
     )
 
 
-class StepLimit(RuntimeError):
+class StepLimit(CoaError, RuntimeError):
     pass
 
 

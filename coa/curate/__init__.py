@@ -1,6 +1,7 @@
 """Curation of raw teacher trajectories: filters, dedup, decontamination, a data-quality gate.
 
-The stage entry point is :func:`coa.curate.stage.curate`; see :mod:`coa.curate.stage` for the flow
+The core is :func:`coa.curate.core.curate` (pure: batches in, callbacks out), the step on storage
+:mod:`coa.curate.step`; see :mod:`coa.curate.core` for the flow
 and the other modules for each concept. Nothing here imports Prefect.
 """
 
@@ -10,7 +11,7 @@ from coa.curate.dedup import Deduplicator
 from coa.curate.expectations import Gate, GateResult
 from coa.curate.filters import CoaCheck, Rejection, Score
 from coa.curate.report import headline_markdown, render_report
-from coa.curate.stage import CurateGateError, CurateResult, curate
+from coa.curate.core import CurateGateError, CurateResult, curate
 
 __all__ = [
     "BenchmarkIndex",

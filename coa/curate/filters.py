@@ -58,30 +58,6 @@ class Rejection:
     detail: str
 
 
-def fill_correct(table: pa.Table, score: Score) -> tuple[pa.Table, list[str | None]]:
-    """Set ``correct`` from ``score`` for every run; where it returns None the old value stays.
-
-    Returns the table and, per run, the error raised by ``score`` (a raising scorer counts as
-    "cannot score" for that run, and the error is kept for the quarantine detail).
-    """
-    answers = table.column("final_answer").to_pylist()
-    golds = table.column("gold_answers").to_pylist()
-    families = table.column("family").to_pylist()
-    old = table.column("correct").to_pylist()
-    values: list[bool | None] = []
-    errors: list[str | None] = []
-    for answer, gold, family, before in zip(answers, golds, families, old, strict=True):
-        try:
-            verdict = score(answer, list(gold or []), family)
-            errors.append(None)
-        except Exception as e:  # noqa: BLE001 - one bad row must not stop the stage
-            verdict = None
-            errors.append(f"{type(e).__name__}: {e}")
-        values.append(before if verdict is None else bool(verdict))
-    idx = table.schema.get_field_index("correct")
-    return table.set_column(idx, table.schema.field(idx), pa.array(values, pa.bool_())), errors
-
-
 def _check(cond: pl.Expr, reason: str | pl.Expr, detail: pl.Expr) -> tuple[pl.Expr, pl.Expr]:
     reason_expr = pl.lit(reason) if isinstance(reason, str) else reason
     return (

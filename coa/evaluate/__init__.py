@@ -6,13 +6,15 @@
 * :mod:`~coa.evaluate.inference`: the loop (generate until a tool tag closes, run the tool, append
   the observation, stop on ``answer`` or a limit; a forged observation is a format error);
 * :mod:`~coa.evaluate.metrics`: format-valid rate, accuracy, tokens and tool calls per task;
-* :mod:`~coa.evaluate.stage`: :func:`evaluate_tasks` → ``eval.v1``, :func:`run_evaluate_stage` → artifact.
+* :mod:`~coa.evaluate.stage`: :func:`evaluate_tasks` → ``eval.v1``;
+* :mod:`~coa.evaluate.step`: the evaluation step (→ ``eval`` artifact) and the training-report step;
+* :mod:`~coa.evaluate.report`: the training report (before/after SFT beside the teacher).
 """
 
 from coa.evaluate.config import EvalConfig
 from coa.evaluate.generation import Completion, EndpointGenerator, Generator, HFGenerator
 from coa.evaluate.metrics import eval_metrics, format_metrics_table
-from coa.evaluate.stage import evaluate_tasks, run_evaluate_stage
+from coa.evaluate.stage import evaluate_tasks
 
 __all__ = [
     "Completion",
@@ -23,5 +25,4 @@ __all__ = [
     "eval_metrics",
     "evaluate_tasks",
     "format_metrics_table",
-    "run_evaluate_stage",
 ]

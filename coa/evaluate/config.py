@@ -9,7 +9,7 @@ from pydantic import Field, model_validator
 from coa.config import StrictModel
 from coa.format.prompts import PromptStyle
 from coa.llm.config import EndpointConfig
-from coa.teacher import ToolsConfig
+from coa.tools.config import ToolsConfig
 
 
 class EvalConfig(StrictModel):

@@ -1,10 +1,10 @@
-"""The evaluate stage: a CoA model on ``task.v1`` tasks → scored runs (``eval.v1``) and their metrics.
+"""The evaluation core: a CoA model on ``task.v1`` tasks → scored runs (``eval.v1``) and their metrics.
 
 Each task is prompted like the training examples (the variant's system prompt in the configured
 style, the question as the user turn, the model's chat template), run through
 :func:`coa.evaluate.inference.run_loop`, checked against the variant's grammar, and scored the way
 curation scores the teacher: math and QA answers by rule, programs by the task's tests in the
-sandbox (:func:`coa.curate.runner.tests_of`).
+sandbox (:func:`coa.scoring.runs.tests_of`).
 """
 
 from __future__ import annotations
@@ -22,9 +22,7 @@ from coa.convert.coa import FAMILY_VARIANT
 from coa.evaluate.config import EvalConfig
 from coa.evaluate.generation import EndpointGenerator, Generator, HFGenerator
 from coa.evaluate.inference import CoaRun, LoopLimits, run_loop
-from coa.evaluate.metrics import eval_metrics
 from coa.format import FormatError, extract_answer, parse, system_prompt, validate
-from coa.teacher import ToolsConfig
 
 EVAL_TABLE = "eval"
 METRICS_FILE = "metrics.json"
@@ -130,8 +128,8 @@ def check_format(run: CoaRun) -> tuple[bool, str | None]:
 
 def score_runs(rows: list[dict[str, Any]], runs: list[CoaRun]) -> list[tuple[str | None, bool, float]]:
     """``(prediction, correct, score)`` per run, as curation scores the teacher's answers."""
-    from coa.curate.runner import tests_of
     from coa.scoring import ScoringError, score_answer
+    from coa.scoring.runs import tests_of
     from coa.tools.code import run_tests
     from coa.tools.sandbox import SandboxConfig
 
@@ -168,46 +166,8 @@ def open_generator(config: EvalConfig, model: str) -> Generator:
     return HFGenerator(model)
 
 
-def run_evaluate_stage(
-    config: EvalConfig,
-    tasks_ref: Any,
-    table: str,
-    model: str,
-    model_ref: Any,
-    tools: ToolsConfig,
-    store: Any,
-    progress: Callable[[int, int], None] | None = None,
-) -> tuple[Any, dict[str, Any]]:
-    """Evaluate ``model`` on ``tasks_ref[table]`` into a committed ``eval/<name>`` artifact (reused).
-
-    The artifact holds the ``eval`` table and ``metrics.json``; its key hashes the config, the tools,
-    the task artifact and the model (its artifact when the pipeline built it, else its name).
-    """
-    import schemas
+def read_metrics(ref: Any) -> dict[str, Any]:
+    """The ``metrics.json`` of an ``eval`` artifact."""
     from coa import io
-    from coa.teacher import build_toolbox
 
-    identity = {
-        "eval": config.model_dump(mode="json"),
-        "tools": tools.model_dump(mode="json"),
-        "table": table,
-        "model": None if model_ref is not None else model,
-    }
-    upstream = [tasks_ref] + ([model_ref] if model_ref is not None else [])
-    writer = store.writer("eval", config.name, identity, upstream=upstream)
-    existing = writer.existing()
-    if existing is not None:
-        return existing, json.loads(io.read_file(existing, METRICS_FILE))
-    generator = open_generator(config, model)
-    toolbox = build_toolbox(tools, store.root if "://" not in store.root else None)
-    try:
-        result = evaluate_tasks(io.read_table(tasks_ref, table), generator, toolbox, config, progress)
-    finally:
-        close = getattr(generator, "close", None)
-        if close is not None:
-            close()
-    metrics = eval_metrics(result)
-    writer.write_table(EVAL_TABLE, result, schemas.EVAL)
-    writer.write_file(METRICS_FILE, json.dumps(metrics, indent=2, sort_keys=True))
-    writer.extra_lineage["model"] = model_ref.uri if model_ref is not None else model
-    return writer.commit(), metrics
+    return dict(json.loads(io.read_file(ref, METRICS_FILE)))

@@ -24,6 +24,8 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Literal
 
+from coa.errors import CheckFailed
+
 ROLE_TAGS: tuple[str, ...] = ("think", "plan", "reflection", "suggested_answer", "double_check", "answer")
 TOOL_TAGS: tuple[str, ...] = ("web_search", "crawl_page", "wiki_search", "code", "visual_inspector")
 ENV_TAGS: tuple[str, ...] = ("observation",)
@@ -32,7 +34,7 @@ TAGS: tuple[str, ...] = ROLE_TAGS + TOOL_TAGS + ENV_TAGS
 Grade = Literal["good", "average", "poor"]
 
 
-class FormatError(ValueError):
+class FormatError(CheckFailed, ValueError):
     """A violation of the trajectory format.
 
     ``rule`` names the violated rule (stable, for tests and reports); ``position`` is a character

@@ -11,8 +11,10 @@
 
 from __future__ import annotations
 
+from coa.errors import InfraError
 
-class LLMError(RuntimeError):
+
+class LLMError(InfraError, RuntimeError):
     """Base class of the LLM layer's errors."""
 
 

@@ -1,7 +1,9 @@
 """coa.model: the student models the pipeline trains.
 
 * :mod:`~coa.model.tiny`: the tiny random-init Qwen2 student and its locally trained tokenizer
-  (``coa model init``): :class:`TinyModelConfig`, :func:`init_model`, :func:`init_model_artifact`.
+  (``coa model init``): :class:`TinyModelConfig`, :func:`init_model`;
+* :mod:`~coa.model.config` / :mod:`~coa.model.step`: the student stage (a given model, or the tiny one
+  built on the SFT texts as a ``model`` artifact).
 """
 
 from coa.model.tiny import (
@@ -11,7 +13,6 @@ from coa.model.tiny import (
     TinyModelConfig,
     build_model,
     init_model,
-    init_model_artifact,
     sft_corpus,
     train_tokenizer,
 )
@@ -23,7 +24,6 @@ __all__ = [
     "TinyModelConfig",
     "build_model",
     "init_model",
-    "init_model_artifact",
     "sft_corpus",
     "train_tokenizer",
 ]

@@ -23,8 +23,7 @@ from __future__ import annotations
 
 import json
 import re
-import tempfile
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -195,29 +194,6 @@ def sft_corpus(examples: pa.Table) -> Iterator[str]:
     for messages in examples.column("messages").to_pylist():
         for message in messages:
             yield message["content"]
-
-
-def init_model_artifact(
-    config: TinyModelConfig,
-    texts: Iterable[str],
-    store: Any,
-    name: str = "tiny",
-    upstream: Sequence[Any] = (),
-) -> Any:
-    """:func:`init_model` into a committed artifact ``model/{name}-{key}`` (reused when it exists).
-
-    The folder holds the model files under ``model/``; the key hashes ``config`` and the upstream
-    artifacts (the data the tokenizer was trained on), so the same inputs give the same artifact.
-    """
-    writer = store.writer("model", name, config.model_dump(mode="json"), upstream=upstream)
-    existing = writer.existing()
-    if existing is not None:
-        return existing
-    with tempfile.TemporaryDirectory(prefix="coa-model-init-") as tmp:
-        init_model(texts, config, tmp)
-        for path in sorted(Path(tmp).iterdir()):
-            writer.write_file(f"model/{path.name}", path.read_bytes())
-    return writer.commit()
 
 
 def _without_reserved(texts: Iterable[str]) -> Iterator[str]:

@@ -30,6 +30,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Literal, Protocol, get_args
 
+from coa.errors import CoaError
 from coa.scoring.math import DEFAULT_TIMEOUT_S, MathVerdict, check_math, extract_boxed, math_equal
 from coa.scoring.qa import MultiAnswerMode, exact_match, normalize_answer, split_answers, token_f1
 
@@ -59,7 +60,7 @@ DEFAULT_F1_THRESHOLD = 0.8
 """Token F1 at or above which a web answer without a judge counts as correct."""
 
 
-class ScoringError(ValueError):
+class ScoringError(CoaError, ValueError):
     """The request cannot be scored here (unknown family, code answers, no gold answers)."""
 
 

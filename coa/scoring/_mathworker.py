@@ -29,6 +29,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import IO, Any, cast
 
+from coa.errors import InfraError
+
 GRACE_S = 2.0
 """Extra wall-clock time the parent grants a worker beyond the comparison's own budget."""
 STARTUP_TIMEOUT_S = 60.0
@@ -44,7 +46,7 @@ def worker_argv() -> list[str]:
     return [sys.executable, "-m", "coa.scoring._mathworker"]
 
 
-class WorkerError(RuntimeError):
+class WorkerError(InfraError, RuntimeError):
     """A math worker process could not be started."""
 
 

@@ -21,6 +21,7 @@ from typing import Any, Literal
 
 import pyarrow as pa
 
+from coa.errors import UserError
 from schemas import TASK
 
 Split = Literal["train", "heldout"]
@@ -31,7 +32,7 @@ HELDOUT_BUCKETS = 5
 GENERATOR = "coa.synthetic"
 
 
-class SyntheticError(ValueError):
+class SyntheticError(UserError, ValueError):
     """A synthetic family cannot produce what was asked (unknown family, too few unique tasks, …)."""
 
 

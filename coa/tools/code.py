@@ -12,7 +12,7 @@
   output size) is explained on the stderr side. The whole observation is then middle-truncated to
   ``max_chars`` (default 1536 = AFM's ``512 * 3``) with AFM's marker.
 * :func:`code_tool` / :func:`make_code_tool`: payload in, observation out (``str -> str``, the
-  shape :class:`coa.agents.toolbox.FunctionToolBox` expects). They raise
+  shape :class:`coa.tools.toolbox.FunctionToolBox` expects). They raise
   :class:`~coa.tools.sandbox.SandboxUnavailable` rather than ever running code unconfined.
 * :func:`run_tests`: code-test scoring. stdin/expected-stdout cases (:class:`IOTest`, compared as
   stripped lines) and functional cases (:class:`AssertTest`: the code with an assert snippet
@@ -189,7 +189,7 @@ def code_tool(
 def make_code_tool(
     config: SandboxConfig | None = None, max_chars: int | None = DEFAULT_MAX_CHARS
 ) -> Callable[[str], str]:
-    """A ``str -> str`` code tool with fixed limits, for :class:`coa.agents.toolbox.FunctionToolBox`."""
+    """A ``str -> str`` code tool with fixed limits, for :class:`coa.tools.toolbox.FunctionToolBox`."""
 
     def code(payload: str) -> str:
         return code_tool(payload, config, max_chars)

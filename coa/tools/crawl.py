@@ -34,6 +34,7 @@ import httpx
 from pydantic import Field
 
 from coa.config import StrictModel
+from coa.errors import CoaError
 from coa.settings import scrub
 
 log = logging.getLogger(__name__)
@@ -76,7 +77,7 @@ class LocalStore(Protocol):
     def get(self, doc_id: str) -> Any: ...
 
 
-class PageError(Exception):
+class PageError(CoaError):
     """A page could not be read; the message is the reason shown to the agent."""
 
 

@@ -71,6 +71,8 @@ import time
 from collections.abc import Iterable, Sequence
 from typing import Literal
 
+from coa.errors import InfraError
+
 __all__ = [
     "SANDBOX_WORKDIR",
     "SandboxConfig",
@@ -122,7 +124,7 @@ KilledReason = Literal[
 ]
 
 
-class SandboxUnavailable(RuntimeError):
+class SandboxUnavailable(InfraError, RuntimeError):
     """No working sandbox on this machine; the message says why and how to install/enable one."""
 
 

@@ -37,6 +37,7 @@ import httpx
 from pydantic import Field
 
 from coa.config import StrictModel
+from coa.errors import InfraError
 from coa.settings import scrub
 
 log = logging.getLogger(__name__)
@@ -48,7 +49,7 @@ INDEX_VERSION = 1
 _VIDEO_NOISE = "Your browser can't play this video."
 
 
-class SearchError(RuntimeError):
+class SearchError(InfraError, RuntimeError):
     """A provider could not answer (HTTP error, bad response, missing key, …)."""
 
 

@@ -11,6 +11,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from coa.config import StrictModel
+from coa.errors import CheckFailed, CoaError
 
 DEFAULT_LORA_TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
 RESUME_FREE_FIELDS = frozenset(
@@ -20,11 +21,11 @@ RESUME_FREE_FIELDS = frozenset(
 """Fields that may differ between a run and its resumption (they do not change the training itself)."""
 
 
-class SFTError(RuntimeError):
+class SFTError(CoaError, RuntimeError):
     """A run that cannot start or cannot be reported (bad output folder, config changed on resume…)."""
 
 
-class StepCountError(SFTError):
+class StepCountError(SFTError, CheckFailed):
     """The run did not take the planned number of optimizer steps; its result is not reported."""
 
 
@@ -180,4 +181,24 @@ class SFTResult(BaseModel):
     loss_curve_png: str
     peak_gpu_memory_gib: float | None = Field(
         default=None, description="Most GPU memory allocated by this process's tensors (CUDA runs)."
+    )
+
+
+class SFTStageConfig(SFTParams):
+    """The SFT stage: training settings plus where and on which examples it runs."""
+
+    name: str = Field(default="sft", description="Artifact name of the fine-tuned model.")
+    families: tuple[str, ...] | None = Field(
+        default=None, description="Train only on examples of these task families; null = all."
+    )
+    launcher: Literal["auto", "in_process", "accelerate"] = Field(
+        default="auto",
+        description="auto = in this process on CPU, `accelerate launch` when a CUDA GPU is present.",
+    )
+    accelerate_config: str = Field(
+        default="infra/accelerate/single_gpu.yaml",
+        description="accelerate config for the launched run (multi_gpu_zero3.yaml for DeepSpeed ZeRO-3).",
+    )
+    num_processes: int | None = Field(
+        default=None, ge=1, description="Override of the accelerate config's process count (GPUs)."
     )

@@ -23,10 +23,11 @@ from typing import Any
 
 import pyarrow as pa
 
+from coa.errors import UserError
 from coa.format import IGNORE_INDEX, chat_text, label_chat, observation_spans
 
 
-class ExampleError(ValueError):
+class ExampleError(UserError, ValueError):
     """An ``sft.v1`` row that cannot be trained on; the message names the example and the reason."""
 
 

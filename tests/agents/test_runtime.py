@@ -12,7 +12,7 @@ import pytest
 import schemas
 from coa.agents.backend import BudgetStop, Message, ModelError, ModelReply
 from coa.agents.runtime import MultiAgentTeacher, TeacherConfig
-from coa.agents.toolbox import FunctionToolBox, ObservationStore, ReplayMiss
+from coa.tools.toolbox import FunctionToolBox, ObservationStore, ReplayMiss
 
 TASK = {"task_id": "t:0", "family": "mhqa", "question": "Who founded Zorvak?", "gold_answers": ["Mira Tolen"]}
 

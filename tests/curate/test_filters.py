@@ -8,7 +8,8 @@ from pathlib import Path
 from typing import Any
 
 from coa.curate import CurateConfig, curate
-from coa.curate.filters import FILTER_ORDER, check_coa, fill_correct, vector_checks
+from coa.curate.filters import FILTER_ORDER, check_coa, vector_checks
+from coa.scoring.runs import fill_correct
 from tests.curate.rows import coa_check, no_gate, question, run, run_curate, score, table
 
 FILTERS = {

@@ -9,7 +9,7 @@ import pyarrow as pa
 import pytest
 
 import schemas
-from coa.agents.toolbox import ToolResult
+from coa.tools.toolbox import ToolResult
 from coa.evaluate import Completion, EvalConfig, eval_metrics, evaluate_tasks
 from coa.evaluate.inference import CoaRun, LoopLimits, run_loop
 from coa.format import Segment

@@ -1,4 +1,4 @@
-"""Collection: fan tasks out to the teacher with bounded concurrency, checkpoint finished runs.
+"""Collection runs: fan tasks out to the teacher with bounded concurrency, checkpoint finished runs.
 
 Finished runs are written in small batches as ``trajectory.v1`` Parquet files in a checkpoint
 folder (temporary name, then renamed): a batch is flushed once it holds ``batch_rows`` runs or
@@ -28,6 +28,7 @@ import pyarrow.parquet as pq
 
 import schemas
 from coa.agents.backend import BudgetStop
+from coa.errors import CheckFailed
 from coa.io import filesystem, write_atomic
 
 
@@ -277,54 +278,5 @@ def checkpoint_uri(store_root: str, artifact_uri: str) -> str:
     return posixpath.join(store_root, "checkpoints", *artifact_uri.rstrip("/").split("/")[-2:])
 
 
-def run_collect_stage(
-    config: Any,
-    tasks_ref: Any,
-    table: str,
-    store: Any,
-    progress: Callable[[int, int], None] | None = None,
-) -> tuple[Any, dict[str, Any]]:
-    """Collect trajectories for ``tasks_ref[table]`` into a committed ``trajectory.v1`` artifact.
-
-    Resumes from checkpoints; returns (reference, summary). Raises :class:`CollectionIncomplete`
-    when the budget stopped it (the finished runs stay checkpointed for the next attempt).
-    """
-    from coa import io
-    from coa.teacher import open_teacher
-
-    writer = store.writer(
-        "trajectories",
-        config.name,
-        {"collect": config.model_dump(mode="json"), "table": table},
-        upstream=[tasks_ref],
-    )
-    existing = writer.existing()
-    if existing is not None:
-        return existing, summarize(io.read_table(existing))
-    tasks = io.read_table(tasks_ref, table)
-    if config.limit is not None:
-        tasks = tasks.slice(0, config.limit)
-    planned = plan_runs(tasks, config.samples_per_task)
-    checkpoints = CheckpointFolder(checkpoint_uri(store.root, writer.uri))
-
-    async def run() -> CollectOutcome:
-        async with open_teacher(config, store.root) as teacher:
-            return await collect_runs(teacher, planned, checkpoints, config.concurrency, progress)
-
-    outcome = asyncio.run(run())
-    if outcome.budget_stopped:
-        raise CollectionIncomplete(
-            f"the LLM budget ran out after {outcome.resumed + outcome.ran} of {outcome.planned} runs; "
-            "they are checkpointed: raise collect.llm.budget_tokens / budget_usd and rerun to finish"
-        )
-    with writer.table_writer("trajectories", schemas.TRAJECTORY) as write:
-        for part in checkpoints.read([p.run_id for p in planned]):  # one row group per 256 runs
-            write(part)
-    writer.extra_lineage["collect"] = dataclasses.asdict(outcome)
-    ref = writer.commit()
-    checkpoints.remove()
-    return ref, summarize(io.read_table(ref))
-
-
-class CollectionIncomplete(RuntimeError):
+class CollectionIncomplete(CheckFailed, RuntimeError):
     """Collection stopped before every planned run finished (e.g. the budget ran out)."""

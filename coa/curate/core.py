@@ -1,4 +1,4 @@
-"""The ``curate`` stage: raw ``trajectory.v1`` -> curated ``trajectory.v1`` + ``quarantine.v1`` + report.
+"""The curation core: raw ``trajectory.v1`` -> curated ``trajectory.v1`` + ``quarantine.v1`` + report.
 
 :func:`curate` streams the input one batch at a time. For each batch it
 
@@ -33,11 +33,13 @@ from coa.curate.config import CurateConfig
 from coa.curate.decontam import BenchmarkIndex
 from coa.curate.dedup import Deduplicator, content_hash
 from coa.curate.expectations import Gate, steps_for_gate
-from coa.curate.filters import CoaCheck, Rejection, Score, check_coa, fill_correct, vector_checks
+from coa.curate.filters import CoaCheck, Rejection, Score, check_coa, vector_checks
+from coa.scoring.runs import fill_correct
 from coa.curate.frames import step_frame
 from coa.curate.report import drift_rows, headline_markdown, render_report
 from coa.curate.summary import SummaryBuilder
 from coa.curate.text import normalize_many
+from coa.errors import CheckFailed
 from schemas.quarantine import QUARANTINE
 from schemas.trajectory import TRAJECTORY
 
@@ -49,7 +51,7 @@ DATA_DOCS_DIR = "data_docs"
 STEP_FIELDS = ("agent", "role", "text", "tool_name", "tool_args", "observation", "error")
 
 
-class CurateGateError(RuntimeError):
+class CurateGateError(CheckFailed):
     """The data-quality gate failed; ``result`` holds the report and the failed expectations."""
 
     def __init__(self, result: CurateResult) -> None:
@@ -176,6 +178,7 @@ def curate(
     out_dir: str | os.PathLike[str],
     *,
     source: str = "trajectory",
+    report_link: str | None = None,
 ) -> CurateResult:
     """Curate raw trajectories batch by batch; see the module docstring.
 
@@ -184,7 +187,8 @@ def curate(
     ``filters.require_valid_coa`` is off); ``benchmarks`` maps a benchmark name to a ``task.v1``
     table; ``previous_summary`` is the ``summary`` of the previous run (drift); ``out_dir`` is a
     local folder that receives ``report.html``, ``summary.json`` and ``data_docs/``; ``source``
-    is recorded in the quarantine rows.
+    is recorded in the quarantine rows; ``report_link`` is where the report will be read from
+    (the committed artifact's URI; default: the local path in ``out_dir``).
     """
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
@@ -248,6 +252,6 @@ def curate(
         data_docs_path=docs,
         summary_path=str(summary_path),
         summary=summary,
-        headline=headline_markdown(summary, str(report_path)),
+        headline=headline_markdown(summary, report_link or str(report_path)),
         peak_state_bytes=peak_state,
     )

@@ -57,7 +57,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 import schemas
-from coa.config import TaskSourceConfig
+from coa.errors import UserError
+from coa.tasksets.config import TaskSourceConfig
 from schemas.task import FAMILIES
 
 STAGE = "tasks.import"
@@ -73,7 +74,7 @@ EXTRA_INFO_DROPPED = frozenset({"tools_kwargs", "need_tools_kwargs", "starter_co
 ProgressFn = Callable[[str, int, int], None]
 
 
-class TaskImportError(ValueError):
+class TaskImportError(UserError, ValueError):
     """An input cannot be imported at all; the message names the path, the problem and the fix."""
 
 

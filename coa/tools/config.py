@@ -1,25 +1,17 @@
-"""Building the teacher a collection run uses: backend, tools, recording, all from one config.
+"""The tools the agents and the student call, from one config: search, crawl, code in the sandbox.
 
-``collect.backend: offline`` is the rule-based teacher over the synthetic families (no network);
-``collect.backend: endpoint`` is the multi-agent teacher on an OpenAI-compatible endpoint
-(``collect.llm``). The tools are real either way: BM25 search over a local collection (the synthetic
-encyclopedia by default) or a web/wiki provider, the crawler, and Python in the sandbox. With
-``tools.record`` every tool result goes into the observation store for offline replay.
+:class:`ToolsConfig` says which tools exist and where their answers come from; :func:`build_toolbox`
+builds the :class:`~coa.tools.toolbox.FunctionToolBox` that collection, evaluation and RL call
+(with the observation store for record/replay).
 """
 
 from __future__ import annotations
 
-import contextlib
-from collections.abc import AsyncIterator
 from typing import Any, Literal
 
 from pydantic import Field
 
-from coa.agents.offline import OfflineConfig, RuleBasedBackend
-from coa.agents.runtime import MultiAgentTeacher, TeacherConfig
-from coa.agents.toolbox import FunctionToolBox, ObservationStore
 from coa.config import StrictModel
-from coa.llm import LLMConfig
 from coa.tools.code import make_code_tool
 from coa.tools.crawl import CrawlConfig, make_crawl_tool
 from coa.tools.sandbox import SandboxConfig
@@ -30,6 +22,7 @@ from coa.tools.search import (
     make_web_search_tool,
     make_wiki_search_tool,
 )
+from coa.tools.toolbox import FunctionToolBox, ObservationStore
 
 
 class CodeToolConfig(StrictModel):
@@ -62,22 +55,6 @@ class ToolsConfig(StrictModel):
     record: Literal["off", "record", "replay", "auto"] = Field(
         default="auto", description="Observation store: reuse recorded results (auto), only replay, or off."
     )
-
-
-class CollectConfig(StrictModel):
-    """The collection stage."""
-
-    name: str = Field(default="trajectories", description="Artifact name of the raw trajectories.")
-    backend: Literal["offline", "endpoint"] = Field(
-        default="offline", description="offline = rule-based teacher (synthetic tasks only); endpoint = LLM."
-    )
-    samples_per_task: int = Field(default=1, ge=1, description="Teacher runs per task (for pass rates).")
-    concurrency: int = Field(default=4, ge=1, description="Tasks solved at once.")
-    limit: int | None = Field(default=None, ge=1, description="Collect on the first N tasks only.")
-    teacher: TeacherConfig = Field(default_factory=TeacherConfig, description="Agent limits and schedule.")
-    offline: OfflineConfig = Field(default_factory=OfflineConfig, description="Rule-based teacher settings.")
-    llm: LLMConfig = Field(default_factory=LLMConfig, description="Endpoints for backend=endpoint.")
-    tools: ToolsConfig = Field(default_factory=ToolsConfig, description="Tools and their providers.")
 
 
 def build_toolbox(config: ToolsConfig, storage_root: str | None) -> FunctionToolBox:
@@ -127,24 +104,3 @@ def build_toolbox(config: ToolsConfig, storage_root: str | None) -> FunctionTool
     if config.record != "off" and storage_root is not None:
         store = ObservationStore(storage_root, mode=config.record)
     return FunctionToolBox(functions, providers, store)
-
-
-@contextlib.asynccontextmanager
-async def open_teacher(config: CollectConfig, storage_root: str | None) -> AsyncIterator[MultiAgentTeacher]:
-    """The configured teacher; closes its HTTP clients on exit."""
-    tools = build_toolbox(config.tools, storage_root)
-    if config.backend == "offline":
-        offline = config.offline
-        if "wiki_search" in config.tools.enabled and "web_search" not in config.tools.enabled:
-            offline = offline.model_copy(update={"search_tool": "wiki_search"})
-        yield MultiAgentTeacher(RuleBasedBackend(offline), tools, config.teacher)
-        return
-    from coa.agents.llm_backend import EndpointBackend
-    from coa.llm import LLMRouter
-
-    if not config.llm.endpoints:
-        raise ValueError(
-            "collect.backend=endpoint needs collect.llm.endpoints (an OpenAI-compatible endpoint)"
-        )
-    async with LLMRouter(config.llm) as router:
-        yield MultiAgentTeacher(EndpointBackend(router), tools, config.teacher)

@@ -204,41 +204,33 @@ img {{ max-width: 100%; }}
 """
 
 
-def build_training_report(
-    *,
-    run_name: str,
-    store: Any,
-    tasks: Any,
-    table: str,
-    before: tuple[Any, Mapping[str, Any]],
-    after: tuple[Any, Mapping[str, Any]] | None,
-    sft: Any | None,
-    teacher_runs: Any | None,
-) -> tuple[Any, list[dict[str, Any]]]:
-    """Write the ``report/<run_name>`` artifact (report.html, comparison.json); return it and the rows.
+def write_training_report(b: Any) -> list[dict[str, Any]]:
+    """Stage ``report.html`` and ``comparison.json`` of the report step ``b``; return the rows.
 
-    ``before`` / ``after`` are ``(eval artifact, metrics)``; ``sft`` the fine-tuned model artifact;
-    ``teacher_runs`` the teacher's ``trajectory.v1`` runs on the same tasks (scored here as curation
-    scores them).
+    Inputs: ``tasks`` (the held-out table), ``before`` / ``after`` (eval artifacts of the student
+    before and after SFT), ``sft`` (the fine-tuned model artifact), ``teacher`` (the teacher's
+    ``trajectory.v1`` runs on the same tasks, scored here as curation scores them).
     """
     import json
 
     from coa import io
-    from coa.curate.runner import score_runs
-    from coa.evaluate.stage import EVAL_TABLE, variant_of
+    from coa.evaluate.stage import EVAL_TABLE, read_metrics, variant_of
     from coa.format import system_prompt
+    from coa.scoring.runs import score_runs
 
-    upstream = [ref for ref in (tasks, before[0], after[0] if after else None, sft, teacher_runs) if ref]
-    writer = store.writer("report", run_name, {"table": table}, upstream=upstream)
-    existing = writer.existing()
-    if existing is not None:
-        return existing, json.loads(io.read_file(existing, "comparison.json"))
+    tasks = b.table("tasks")
+    before_ref = b.table("before").ref
+    after = b.optional("after")
+    after_ref = after.ref if after is not None else None
+    sft = b.optional("sft")
+    teacher_input = b.optional("teacher")
+    task_table = tasks.read()
     teacher = None
-    if teacher_runs is not None:
-        teacher = teacher_metrics(score_runs(io.read_table(teacher_runs, "trajectories"), tasks, table))
-    final = after or before
-    eval_config = io.read_lineage(final[0])["config"]["eval"]
-    questions = {r["task_id"]: r for r in io.read_table(tasks, table).to_pylist()}
+    if teacher_input is not None:
+        teacher = teacher_metrics(score_runs(teacher_input.read(), task_table))
+    final_ref = after_ref or before_ref
+    eval_config = io.read_lineage(final_ref)["config"]["config"]
+    questions = {r["task_id"]: r for r in task_table.to_pylist()}
 
     def cost(ref: Any) -> dict[str, float]:
         rows = io.read_table(ref, EVAL_TABLE)
@@ -251,20 +243,21 @@ def build_training_report(
             )
         return student_token_cost(rows, prompts)
 
-    def with_cost(metrics: Mapping[str, Any], ref: Any) -> dict[str, dict[str, Any]]:
+    def with_cost(ref: Any) -> dict[str, dict[str, Any]]:
         tokens = cost(ref)
-        return {f: {**m, "tokens_per_task": tokens.get(f)} for f, m in metrics.items()}
+        return {f: {**m, "tokens_per_task": tokens.get(f)} for f, m in read_metrics(ref).items()}
 
-    rows = comparison_rows(
-        with_cost(before[1], before[0]), with_cost(final[1], final[0]) if after else {}, teacher
-    )
-    facts: dict[str, Any] = {"held-out tasks": f"{tasks.uri} [{table}]", "evaluation (after)": final[0].uri}
+    rows = comparison_rows(with_cost(before_ref), with_cost(after_ref) if after_ref else {}, teacher)
+    facts: dict[str, Any] = {
+        "held-out tasks": f"{tasks.uri} [{tasks.table}]",
+        "evaluation (after)": final_ref.uri,
+    }
     loss_png = None
     if sft is not None:
-        result = json.loads(io.read_file(sft, "sft_result.json"))
-        loss_png = io.read_file(sft, "loss_curve.png")
+        result = json.loads(io.read_file(sft.ref, "sft_result.json"))
+        loss_png = io.read_file(sft.ref, "loss_curve.png")
         facts |= {
-            "fine-tuned model": sft.uri,
+            "fine-tuned model": sft.ref.uri,
             "optimizer steps (planned / run)": f"{result['steps_planned']} / {result['global_step']}",
             "training tokens seen": f"{result['tokens_seen']:,}",
             "final training loss": f"{result['final_loss']:.4f}",
@@ -279,9 +272,10 @@ def build_training_report(
         "Accuracy is pass@1 with greedy decoding; math answers are checked with math-verify, programs "
         "by the task's tests in the sandbox, multi-hop answers by exact match.",
     ]
+    run_name = b.step.config["run_name"]
     page = render_report(
         title=f"CoA training report: {run_name}", rows=rows, loss_png=loss_png, facts=facts, notes=notes
     )
-    writer.write_file("report.html", page)
-    writer.write_file("comparison.json", json.dumps(rows, indent=2))
-    return writer.commit(), rows
+    b.writer.write_file("report.html", page)
+    b.writer.write_file("comparison.json", json.dumps(rows, indent=2))
+    return rows

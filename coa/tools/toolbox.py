@@ -19,6 +19,7 @@ from collections.abc import Callable, Mapping
 from typing import Literal, Protocol
 
 from coa.config import canonical_json
+from coa.errors import UserError
 from coa.io import filesystem, write_atomic
 from coa.settings import scrub
 
@@ -41,7 +42,7 @@ class ToolBox(Protocol):
     async def call(self, name: str, argument: str) -> ToolResult: ...
 
 
-class ReplayMiss(LookupError):
+class ReplayMiss(UserError, LookupError):
     """Replay mode found no recording for a call."""
 
 

@@ -1,4 +1,4 @@
-"""The convert stage: curated ``trajectory.v1`` → ``sft.v1`` examples and ``rl_prompt.v1`` prompts.
+"""The conversion core: curated ``trajectory.v1`` → ``sft.v1`` examples and ``rl_prompt.v1`` prompts.
 
 * SFT: every curated run that converts (:func:`coa.convert.coa.to_coa`) becomes one example: TRL
   conversational ``messages`` (the variant's system prompt, the question, one assistant message
@@ -17,44 +17,15 @@ import datetime as dt
 import functools
 import json
 from collections.abc import Callable, Iterable, Mapping
-from typing import Any, Literal
+from typing import Any
 
 import pyarrow as pa
-from pydantic import Field
 
-from coa.config import StrictModel
 from coa.convert.coa import FAMILY_VARIANT, to_coa
+from coa.convert.config import ConvertConfig
 from coa.format import observation_spans, render, system_prompt
-from coa.format.prompts import PromptStyle
 
 TokenCounter = Callable[[str], int]
-TASK_STATS = "task_stats.json"
-"""File of a curate artifact: task id -> [runs, correct runs] (written by coa.curate.runner)."""
-
-
-class ConvertConfig(StrictModel):
-    """The convert stage."""
-
-    name: str = Field(default="coa", description="Artifact name of the converted data.")
-    variants: dict[str, str] = Field(
-        default_factory=dict, description="Family → CoA variant override (default: by family and tools used)."
-    )
-    tokenizer: Literal["qwen2.5", "approx"] = Field(
-        default="qwen2.5",
-        description="Token counts: the real Qwen2.5 vocabulary (offline) or ~4 bytes/token.",
-    )
-    prompt_style: PromptStyle = Field(
-        default="full",
-        description="System prompt of the examples and RL prompts: the full rules, or one line (brief) for "
-        "small students whose context is better spent on the trajectory; evaluation uses the same.",
-    )
-    min_pass_rate: float = Field(default=0.0, ge=0, le=1, description="Lowest teacher pass rate kept for RL.")
-    max_pass_rate: float = Field(
-        default=1.0, ge=0, le=1, description="Highest teacher pass rate kept for RL."
-    )
-    keep_unrun_prompts: bool = Field(
-        default=False, description="Keep RL prompts of tasks the teacher never ran (no pass rate)."
-    )
 
 
 @functools.cache
@@ -158,29 +129,3 @@ def rl_prompts(
             }
         )
     return prompts, rejected
-
-
-def run_convert_stage(
-    config: ConvertConfig, curated: Any, tasks: Any, tasks_table: str, store: Any
-) -> tuple[Any, dict[str, int]]:
-    """Convert a committed curate artifact; the output holds ``sft``, ``rl_prompts``, ``quarantine``."""
-    import schemas
-    from coa import io
-
-    writer = store.writer("converted", config.name, config.model_dump(mode="json"), upstream=[curated, tasks])
-    existing = writer.existing()
-    if existing is not None:
-        return existing, {name: info.rows for name, info in existing.tables.items()}
-    stats = json.loads(io.read_file(curated, TASK_STATS)) if TASK_STATS in curated.files else {}
-    quarantined: list[dict[str, Any]] = []
-    with writer.table_writer("sft", schemas.SFT) as write_sft:
-        for batch in io.iter_batches(curated, "trajectories", batch_rows=1000):
-            examples, rejected = sft_examples(batch.to_pylist(), config, curated.uri)
-            if examples:
-                write_sft(schemas.SFT.from_rows(examples))
-            quarantined += rejected
-    prompts, rejected = rl_prompts(io.read_table(tasks, tasks_table), stats, config, tasks.uri)
-    writer.write_table("rl_prompts", schemas.RL_PROMPT.from_rows(prompts), schemas.RL_PROMPT)
-    writer.write_table("quarantine", schemas.QUARANTINE.from_rows(quarantined + rejected), schemas.QUARANTINE)
-    ref = writer.commit()
-    return ref, {name: info.rows for name, info in ref.tables.items()}

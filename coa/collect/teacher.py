@@ -1,0 +1,40 @@
+"""Building the teacher a collection run uses: backend, tools, recording, all from one config.
+
+``collect.backend: offline`` is the rule-based teacher over the synthetic families (no network);
+``collect.backend: endpoint`` is the multi-agent teacher on an OpenAI-compatible endpoint
+(``collect.llm``). The tools are real either way: BM25 search over a local collection (the synthetic
+encyclopedia by default) or a web/wiki provider, the crawler, and Python in the sandbox. With
+``tools.record`` every tool result goes into the observation store for offline replay.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import AsyncIterator
+
+from coa.agents.offline import RuleBasedBackend
+from coa.agents.runtime import MultiAgentTeacher
+from coa.collect.config import CollectConfig
+from coa.errors import UserError
+from coa.tools.config import build_toolbox
+
+
+@contextlib.asynccontextmanager
+async def open_teacher(config: CollectConfig, storage_root: str | None) -> AsyncIterator[MultiAgentTeacher]:
+    """The configured teacher; closes its HTTP clients on exit."""
+    tools = build_toolbox(config.tools, storage_root)
+    if config.backend == "offline":
+        offline = config.offline
+        if "wiki_search" in config.tools.enabled and "web_search" not in config.tools.enabled:
+            offline = offline.model_copy(update={"search_tool": "wiki_search"})
+        yield MultiAgentTeacher(RuleBasedBackend(offline), tools, config.teacher)
+        return
+    from coa.agents.llm_backend import EndpointBackend
+    from coa.llm import LLMRouter
+
+    if not config.llm.endpoints:
+        raise UserError(
+            "collect.backend=endpoint needs collect.llm.endpoints (an OpenAI-compatible endpoint)"
+        )
+    async with LLMRouter(config.llm) as router:
+        yield MultiAgentTeacher(EndpointBackend(router), tools, config.teacher)

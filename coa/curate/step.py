@@ -1,0 +1,141 @@
+"""The curation step: raw trajectories → curated ``trajectory.v1`` + quarantine + report, committed.
+
+Batches are read from storage, code runs scored in the sandbox and answers by rule
+(:mod:`coa.scoring.runs`), then curated by :func:`coa.curate.core.curate`. The artifact holds the
+curated ``trajectories``, the ``quarantine``, ``report.html``, ``summary.json`` (the next run's
+drift baseline), ``task_stats.json`` (runs and correct runs per task, for RL difficulty selection)
+and the great-expectations Data Docs. A failed gate still commits (so the report can be read) and
+the step fails with the gate's verdict, the same message on every rerun.
+"""
+
+from __future__ import annotations
+
+import json
+import posixpath
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+
+import schemas
+from coa import io
+from coa.convert.coa import coa_check
+from coa.curate.config import CurateConfig
+from coa.curate.core import REPORT_FILE, curate
+from coa.curate.decontam import load_benchmarks
+from coa.scoring.runs import answer_scorer, code_tests, fill_correct, score_code
+from coa.steps import Build, Step, StepInput
+
+TASK_STATS = "task_stats.json"
+"""File of a curate artifact: task id -> [runs, correct runs] (the convert step reads it)."""
+
+
+def step(config: CurateConfig, raw: StepInput, tasks: StepInput, name: str = "curate") -> Step:
+    """Curate the runs of ``raw`` (which solved the tasks of ``tasks``)."""
+    return Step(
+        name=name,
+        kind="curated",
+        artifact=config.name,
+        config=config,
+        build=_build,
+        inputs={"raw": raw, "tasks": tasks},
+        describe="filter, dedup, decontaminate, gate; data-quality report",
+    )
+
+
+def report_uri(ref: io.ArtifactRef) -> str:
+    return io.join(ref.uri, REPORT_FILE)
+
+
+def previous_summary(store: io.Store, name: str, exclude: str) -> dict[str, Any] | None:
+    """The summary of the most recent other committed curate artifact with this name."""
+    fs, root = io.filesystem(posixpath.join(store.root, "curated"))
+    if not fs.exists(root):
+        return None
+    best: tuple[str, str] | None = None
+    for folder in fs.ls(root, detail=False):
+        uri = folder if "://" not in store.root else f"{store.root.split('://')[0]}://{folder}"
+        if not posixpath.basename(folder).startswith(f"{name}-") or uri.rstrip("/") == exclude.rstrip("/"):
+            continue
+        ref = io.lookup(uri)
+        if ref is None or "summary.json" not in ref.files:
+            continue
+        created = io.read_lineage(ref)["created_at"]
+        if best is None or created > best[0]:
+            best = (created, ref.uri)
+    return json.loads(io.read_file(best[1], "summary.json")) if best else None
+
+
+def _build(b: Build) -> None:
+    config: CurateConfig = b.step.config
+    raw = b.table("raw")
+    tests = code_tests(b.table("tasks").read(["task_id", "family", "test_cases"]))
+    judge = None
+    if config.judge is not None:
+        from coa.scoring.judge import LLMJudge
+
+        judge = LLMJudge(config.judge)
+    score = answer_scorer(judge)
+    stats: dict[str, list[int]] = {}
+
+    def scored_batches() -> Iterator[pa.Table]:
+        for batch in io.iter_batches(raw.ref, raw.table, batch_rows=config.batch_rows):
+            filled, _ = fill_correct(score_code(batch, tests), score)
+            for task_id, ok in zip(
+                filled.column("task_id").to_pylist(), filled.column("correct").to_pylist(), strict=True
+            ):
+                entry = stats.setdefault(task_id, [0, 0])
+                entry[0] += 1
+                entry[1] += int(bool(ok))
+            yield filled
+
+    benchmarks = load_benchmarks(config.decontam.benchmarks)
+    previous = previous_summary(b.store, config.name, b.writer.uri)
+    committed_report = io.join(b.writer.uri, REPORT_FILE)
+    try:
+        with tempfile.TemporaryDirectory(prefix="coa-curate-") as out_dir:
+            with (
+                b.writer.table_writer("trajectories", schemas.TRAJECTORY) as write_curated,
+                b.writer.table_writer("quarantine", schemas.QUARANTINE) as write_quarantine,
+            ):
+                result = curate(
+                    scored_batches(),
+                    config,
+                    lambda *_: None,  # already scored in scored_batches(); None keeps those values
+                    coa_check,
+                    benchmarks,
+                    previous,
+                    write_curated,
+                    write_quarantine,
+                    out_dir,
+                    source=raw.uri,
+                    report_link=committed_report,
+                )
+            for path in sorted(Path(out_dir).rglob("*")):
+                if path.is_file():
+                    b.writer.write_file(path.relative_to(out_dir).as_posix(), path.read_bytes())
+            b.writer.write_file(TASK_STATS, json.dumps(stats, sort_keys=True))
+    finally:
+        if judge is not None:
+            judge.close()
+    failed = [f"{c['suite']}.{c['check']}" for c in result.failed_expectations]
+    b.writer.extra_lineage["gate"] = {"success": result.gate_success, "failed": failed}
+    b.writer.extra_lineage["counts"] = {
+        "in": result.rows_in,
+        "kept": result.rows_kept,
+        "reasons": result.reasons,
+    }
+    b.summary.update(
+        rows_in=result.rows_in,
+        rows_kept=result.rows_kept,
+        rows_quarantined=result.rows_quarantined,
+        reasons=result.reasons,
+        gate_success=result.gate_success,
+        failed_expectations=failed,
+        headline=result.headline,
+        report=committed_report,
+    )
+    if not result.gate_success:
+        b.fail(f"curation gate failed ({', '.join(failed)}); see the report {committed_report}")

@@ -1,0 +1,42 @@
+"""The student step: the tiny student built on the SFT texts, as a ``model`` artifact.
+
+The artifact holds the model files under ``model/`` (weights, tokenizer, ChatML template,
+``coa_model.json``); its key hashes the tiny config and the converted data the tokenizer was trained
+on, so the same inputs give the same model. A configured ``student.base`` (a folder or hub id) needs
+no step: the plan passes it on as an external :class:`~coa.steps.ModelInput`.
+"""
+
+from __future__ import annotations
+
+import tempfile
+from pathlib import Path
+
+from coa.model.config import StudentConfig
+from coa.model.tiny import init_model, sft_corpus
+from coa.steps import Build, Step, StepInput
+
+MODEL_FOLDER = "model"
+
+
+def step(config: StudentConfig, converted: StepInput, name: str = "student") -> Step:
+    """Build the tiny student (``config.tiny``) with a tokenizer trained on ``converted``'s SFT texts."""
+    if config.base is not None:
+        raise ValueError(f"student.base is {config.base!r}: there is nothing to build")
+    return Step(
+        name=name,
+        kind="model",
+        artifact=config.name,
+        config=config.tiny,
+        build=_build,
+        inputs={"data": converted},
+        describe="tiny random-init Qwen2 student + tokenizer trained on the data",
+    )
+
+
+def _build(b: Build) -> None:
+    examples = b.table("data").read()
+    with tempfile.TemporaryDirectory(prefix="coa-model-init-") as tmp:
+        init_model(sft_corpus(examples), b.step.config, tmp)
+        for path in sorted(Path(tmp).iterdir()):
+            b.writer.write_file(f"{MODEL_FOLDER}/{path.name}", path.read_bytes())
+    b.summary["examples"] = examples.num_rows

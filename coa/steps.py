@@ -1,0 +1,394 @@
+"""Steps and the one runner that builds them (marin's executor steps are the model).
+
+A :class:`Step` is a name, a frozen config, named typed inputs and a build function. The runner
+(:func:`run_step`) alone owns what every stage shares:
+
+* the **content key**: a hash of the step's kind and artifact name, its config, its ``identity``
+  (input files' hashes, an external model id…), the content hashes of its input artifacts and the
+  code version: :func:`address`;
+* **reuse**: a committed artifact at that key is returned as it is, never rebuilt;
+* the **commit**: the build function writes into an :class:`~coa.io.ArtifactWriter`; the runner
+  commits it (manifest last) or, on an exception, removes what was staged and leaves a failure
+  marker (``_FAILED.json``: the error, when) that ``coa run --dry-run`` shows;
+* **lineage**: the step name, its inputs (by role and table) and its summary go into
+  ``_lineage.json``;
+* **checks that fail after the evidence is written** (the curation gate): the build calls
+  :meth:`Build.fail`; the artifact is committed (so the report can be read) and the runner raises
+  :class:`StepCheckFailed` with the recorded message, the same on every rerun.
+
+The CLI, the Prefect tasks and the tests all build steps with each stage's ``step()`` function and
+run them here, so the same inputs give the same artifact whichever way a run is started.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+import json
+import posixpath
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+from pydantic import BaseModel
+
+from coa import io
+from coa.errors import CheckFailed, UserError
+from coa.io import ArtifactRef
+
+FAILED_MARKER = "_FAILED.json"
+Progress = Callable[[int, int], None]
+
+
+@dataclasses.dataclass(frozen=True)
+class TableInput:
+    """One table of a committed artifact: what a step reads (never a loose ``(ref, table)`` pair)."""
+
+    ref: ArtifactRef
+    table: str
+
+    @property
+    def uri(self) -> str:
+        return self.ref.uri
+
+    def read(self, columns: Sequence[str] | None = None) -> Any:
+        """The whole table (through its contract)."""
+        return io.read_table(self.ref, self.table, columns=columns)
+
+    def rows(self) -> int:
+        return self.ref.rows(self.table)
+
+
+@dataclasses.dataclass(frozen=True)
+class Upstream:
+    """A reference, inside a plan, to the output of an earlier step (resolved when it has run)."""
+
+    step: str
+    table: str | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class ModelInput:
+    """A model a step starts from: a committed model artifact, or an external folder / hub id.
+
+    A worker materialises its own local copy of an artifact (:meth:`local_path`), so the reference
+    stays valid on any machine that reaches the store.
+    """
+
+    ref: ArtifactRef | None = None
+    external: str | None = None
+    folder: str = "model"
+
+    def __post_init__(self) -> None:
+        if (self.ref is None) == (self.external is None):
+            raise ValueError(
+                "ModelInput needs exactly one of ref (an artifact) or external (a folder/hub id)"
+            )
+
+    @property
+    def name(self) -> str:
+        return self.ref.uri if self.ref is not None else str(self.external)
+
+    def local_path(self) -> str:
+        if self.ref is None:
+            return str(self.external)
+        return str(io.local_folder(self.ref, self.folder))
+
+    @classmethod
+    def parse(cls, value: str) -> ModelInput:
+        """A model given on the command line: a committed model artifact URI, else a folder/hub id."""
+        ref = io.lookup(value)
+        return cls(ref=ref) if ref is not None else cls(external=value)
+
+
+StepInput = TableInput | ModelInput | Upstream
+
+
+@dataclasses.dataclass
+class Build:
+    """What a build function gets: the writer, its resolved inputs, and where to report."""
+
+    step: Step
+    writer: io.ArtifactWriter
+    inputs: dict[str, TableInput | ModelInput]
+    store: io.Store
+    progress: Progress | None = None
+    summary: dict[str, Any] = dataclasses.field(default_factory=dict)
+    failure: str | None = None
+    cleanup: list[Callable[[], None]] = dataclasses.field(default_factory=list)
+    """Run after the commit (e.g. removing checkpoints the artifact now supersedes)."""
+
+    def table(self, role: str) -> TableInput:
+        value = self.inputs[role]
+        if not isinstance(value, TableInput):
+            raise TypeError(f"input {role!r} of step {self.step.name} is a model, not a table")
+        return value
+
+    def model(self, role: str) -> ModelInput:
+        value = self.inputs[role]
+        if not isinstance(value, ModelInput):
+            raise TypeError(f"input {role!r} of step {self.step.name} is a table, not a model")
+        return value
+
+    def optional(self, role: str) -> TableInput | ModelInput | None:
+        return self.inputs.get(role)
+
+    def fail(self, message: str) -> None:
+        """Record a failed check: the artifact is still committed, then the runner raises."""
+        self.failure = message
+
+
+BuildFn = Callable[[Build], None]
+
+
+@dataclasses.dataclass(frozen=True)
+class Step:
+    """A stage instance: name, frozen config, named inputs, build function.
+
+    ``kind`` is the artifact folder (``trajectories``, ``curated``, ``model``…), ``artifact`` its
+    name inside it (the config's ``name``); ``identity`` holds whatever else decides the content.
+    """
+
+    name: str
+    kind: str
+    artifact: str
+    config: Any
+    build: BuildFn
+    inputs: Mapping[str, StepInput | None] = dataclasses.field(default_factory=dict)
+    identity: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+    describe: str = ""
+
+    def config_json(self) -> Any:
+        if isinstance(self.config, BaseModel):
+            return self.config.model_dump(mode="json")
+        return self.config
+
+    def with_inputs(self, inputs: Mapping[str, StepInput | None]) -> Step:
+        return dataclasses.replace(self, inputs=dict(inputs))
+
+
+@dataclasses.dataclass(frozen=True)
+class StepResult:
+    """The outcome of running a step: its committed artifact, whether it was reused, its summary."""
+
+    step: str
+    ref: ArtifactRef
+    reused: bool
+    summary: Mapping[str, Any]
+
+
+class StepCheckFailed(CheckFailed):
+    """A step's check failed after its evidence was committed (e.g. the curation gate)."""
+
+    def __init__(self, step: str, uri: str, message: str) -> None:
+        super().__init__(f"{step}: {message} (artifact {uri})")
+        self.step, self.uri, self.message = step, uri, message
+
+
+# -- identity ---------------------------------------------------------------------------------------
+
+
+def _identity(step: Step, inputs: Mapping[str, TableInput | ModelInput]) -> dict[str, Any]:
+    """Everything but the upstream content hashes that decides the content (they go in separately)."""
+    roles: dict[str, Any] = {}
+    for role, value in sorted(inputs.items()):
+        if isinstance(value, TableInput):
+            roles[role] = {"table": value.table}
+        elif value.ref is None:
+            roles[role] = {"model": value.external}
+        else:
+            roles[role] = {"model_folder": value.folder}
+    return {"config": step.config_json(), "identity": dict(step.identity), "inputs": roles}
+
+
+def _upstream(inputs: Mapping[str, TableInput | ModelInput]) -> list[ArtifactRef]:
+    refs = []
+    for value in inputs.values():
+        ref = value.ref
+        if ref is not None and ref.uri not in {r.uri for r in refs}:
+            refs.append(ref)
+    return refs
+
+
+def resolve(step: Step, done: Mapping[str, StepResult]) -> dict[str, TableInput | ModelInput]:
+    """The step's inputs with every :class:`Upstream` replaced by the committed output it names."""
+    out: dict[str, TableInput | ModelInput] = {}
+    for role, value in step.inputs.items():
+        if value is None:
+            continue
+        if isinstance(value, Upstream):
+            if value.step not in done:
+                raise UserError(f"step {step.name} needs {value.step!r}, which has not run in this plan")
+            ref = done[value.step].ref
+            if ref.kind == "model" and value.table is None:
+                out[role] = ModelInput(ref=ref)
+            else:
+                out[role] = TableInput(ref, value.table or ref.primary_table)
+        else:
+            out[role] = value
+    return out
+
+
+def address(step: Step, inputs: Mapping[str, TableInput | ModelInput], store: io.Store) -> tuple[str, str]:
+    """The content-addressed URI of the step's artifact, and its key."""
+    return store.address(step.kind, step.artifact, _identity(step, inputs), _upstream(inputs))
+
+
+# -- running ----------------------------------------------------------------------------------------
+
+
+def run_step(
+    step: Step,
+    store: io.Store | None = None,
+    done: Mapping[str, StepResult] | None = None,
+    progress: Progress | None = None,
+    reuse_only: bool = False,
+) -> StepResult:
+    """Reuse the step's committed artifact, or build and commit it (see the module docstring).
+
+    ``reuse_only``: never build; a step that has no committed artifact is a :class:`UserError`
+    (``coa run --only`` uses it for the steps in front of the slice it runs).
+    """
+    store = store or io.Store()
+    inputs = resolve(step, done or {})
+    upstream = _upstream(inputs)
+    writer = store.writer(
+        step.kind,
+        step.artifact,
+        _identity(step, inputs),
+        upstream=upstream,
+        extra_lineage={"step": step.name, "inputs": _lineage_inputs(inputs)},
+    )
+    existing = writer.existing()
+    if existing is not None:
+        record = io.read_lineage(existing).get("result", {})
+        if record.get("failure"):
+            raise StepCheckFailed(step.name, existing.uri, record["failure"])
+        return StepResult(step.name, existing, True, record.get("summary", {}))
+    if reuse_only:
+        raise UserError(
+            f"step {step.name} has no committed artifact at {writer.uri}: run it first "
+            f"(`coa run --only {step.name.split('.')[0]}`, or without --only)"
+        )
+    build = Build(step, writer, inputs, store, progress)
+    try:
+        step.build(build)
+    except BaseException as e:
+        writer.abort()
+        _mark_failed(writer, step, e)
+        raise
+    writer.extra_lineage["result"] = {"summary": build.summary, "failure": build.failure}
+    ref = writer.commit()
+    _clear_failed(writer)
+    for done_with in build.cleanup:
+        done_with()
+    if build.failure:
+        raise StepCheckFailed(step.name, ref.uri, build.failure)
+    return StepResult(step.name, ref, False, build.summary)
+
+
+def _lineage_inputs(inputs: Mapping[str, TableInput | ModelInput]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for role, value in inputs.items():
+        if isinstance(value, TableInput):
+            out[role] = {"uri": value.uri, "table": value.table}
+        else:
+            out[role] = {"uri": value.ref.uri if value.ref else None, "model": value.name}
+    return out
+
+
+def _mark_failed(writer: io.ArtifactWriter, step: Step, error: BaseException) -> None:
+    record = {
+        "step": step.name,
+        "error": type(error).__name__,
+        "message": str(error)[:2000],
+        "at": dt.datetime.now(dt.UTC).isoformat(),
+    }
+    try:
+        writer.fs.makedirs(writer.path, exist_ok=True)
+        io.write_atomic(writer.fs, posixpath.join(writer.path, FAILED_MARKER), json.dumps(record).encode())
+    except OSError:
+        pass  # the marker is informational; the original error matters
+
+
+def _clear_failed(writer: io.ArtifactWriter) -> None:
+    marker = posixpath.join(writer.path, FAILED_MARKER)
+    if writer.fs.exists(marker):
+        writer.fs.rm(marker)
+
+
+# -- planning views ---------------------------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class PlannedStep:
+    """What ``coa run --dry-run`` prints for a step."""
+
+    name: str
+    kind: str
+    key: str | None
+    status: str
+    uri: str | None
+
+
+def preview(steps: Sequence[Step], store: io.Store | None = None) -> list[PlannedStep]:
+    """For each step: its key and whether a committed artifact will be reused.
+
+    A step whose inputs are not all committed yet cannot have a key (it hashes their contents): it
+    will be built.
+    """
+    store = store or io.Store()
+    done: dict[str, StepResult] = {}
+    out = []
+    for step in steps:
+        try:
+            inputs = resolve(step, done)
+        except UserError:
+            out.append(PlannedStep(step.name, step.kind, None, "build (after its inputs)", None))
+            continue
+        uri, key = address(step, inputs, store)
+        ref = io.lookup(uri, store.settings)
+        if ref is not None:
+            record = io.read_lineage(ref).get("result", {})
+            status = "reuse (check failed: " + record["failure"] + ")" if record.get("failure") else "reuse"
+            done[step.name] = StepResult(step.name, ref, True, record.get("summary", {}))
+        else:
+            fs, path = io.filesystem(uri, store.settings)
+            failed = posixpath.join(path, FAILED_MARKER)
+            status = "build"
+            if fs.exists(failed):
+                with fs.open(failed, "rb") as fh:
+                    status = f"build (last attempt failed: {json.loads(fh.read())['message'][:80]})"
+        out.append(PlannedStep(step.name, step.kind, key, status, uri))
+    return out
+
+
+def select(steps: Sequence[Step], only: Sequence[str] | None) -> list[tuple[Step, bool]]:
+    """``(step, run_it)`` for the steps named in ``only`` and those they read.
+
+    A stage name selects its sub-steps (``evaluate`` covers ``evaluate.after``). The steps in front
+    that the selection reads come with ``run_it=False``: they are only reused, never built, so
+    ``--only`` runs exactly the slice asked for.
+    """
+    if not only:
+        return [(s, True) for s in steps]
+    names = {s.name for s in steps}
+    wanted = {s.name for s in steps if any(s.name == o or s.name.startswith(o + ".") for o in only)}
+    unknown = [o for o in only if not any(n == o or n.startswith(o + ".") for n in names)]
+    if unknown:
+        raise UserError(
+            f"--only {','.join(unknown)}: no such stage in the plan ({', '.join(s.name for s in steps)})"
+        )
+    by_name = {s.name: s for s in steps}
+    needed: set[str] = set()
+
+    def need(name: str) -> None:
+        if name in needed:
+            return
+        needed.add(name)
+        for value in by_name[name].inputs.values():
+            if isinstance(value, Upstream):
+                need(value.step)
+
+    for name in wanted:
+        need(name)
+    return [(s, s.name in wanted) for s in steps if s.name in needed]

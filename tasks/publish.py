@@ -1,0 +1,131 @@
+"""Prefect artifacts per stage, made from a step's summary: small, keyed per step, described.
+
+Keys are unique per step (``collect-summary`` and ``collect-heldout-summary`` are two artifacts);
+tables rather than code blocks (the UI clips wide code); links point at the committed artifact
+(its store URI), never at a temporary folder.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from prefect.artifacts import create_link_artifact, create_markdown_artifact, create_table_artifact
+
+from coa import io
+from coa.steps import Step, StepResult
+
+
+def artifact_key(step: str, what: str) -> str:
+    """A Prefect artifact key (lowercase letters, digits, dashes) for ``what`` of ``step``."""
+    raw = f"{step}-{what}".lower()
+    return "".join(c if c.isalnum() else "-" for c in raw).strip("-")
+
+
+def link(uri: str) -> str:
+    """A link a browser can follow: ``file://`` for a local store, the URI itself otherwise."""
+    return uri if "://" in uri else f"file://{uri}"
+
+
+def show(value: Any) -> Any:
+    """A table cell: ``-`` for a missing value, rounded floats, JSON for structures."""
+    if value is None:
+        return "-"
+    if isinstance(value, float):
+        return round(value, 4)
+    if isinstance(value, dict | list):
+        return json.dumps(value, sort_keys=True)
+    return value
+
+
+def _collect(step: Step, result: StepResult) -> None:
+    s = result.summary
+    keys = (
+        "runs",
+        "completed",
+        "completion_rate",
+        "accuracy",
+        "prompt_tokens",
+        "completion_tokens",
+        "cost_usd",
+    )
+    rows = [{"metric": k, "value": show(s.get(k))} for k in keys]
+    resumed = (s.get("collect") or {}).get("resumed")
+    rows.append({"metric": "runs resumed from checkpoints", "value": show(resumed)})
+    rows += [{"metric": k, "value": show(s.get(k))} for k in ("statuses", "tool_calls", "errors_by_kind")]
+    create_table_artifact(
+        key=artifact_key(step.name, "summary"),
+        table=rows,
+        description=f"Teacher collection `{step.name}`: {result.ref.uri}",
+    )
+
+
+def _curate(step: Step, result: StepResult) -> None:
+    s = result.summary
+    create_markdown_artifact(
+        key=artifact_key(step.name, "headline"),
+        markdown=str(s.get("headline", "")),
+        description=f"Curation headline: {result.ref.uri}",
+    )
+    create_link_artifact(
+        key=artifact_key(step.name, "report"),
+        link=link(str(s.get("report", io.join(result.ref.uri, "report.html")))),
+        description="Data-quality report (committed with the curated artifact)",
+    )
+
+
+def _sft(step: Step, result: StepResult) -> None:
+    s = result.summary
+    png = base64.b64encode(io.read_file(result.ref, "loss_curve.png")).decode()
+    create_markdown_artifact(
+        key=artifact_key(step.name, "loss-curve"),
+        markdown=f"# SFT loss\n\n![loss curve](data:image/png;base64,{png})\n\n"
+        f"| steps run / planned | final loss | tokens seen | tokens/s | device |\n|---|---|---|---|---|\n"
+        f"| {s.get('steps_run')} / {s.get('steps_planned')} | {show(s.get('final_loss'))} | "
+        f"{show(s.get('tokens_seen'))} | {show(s.get('tokens_per_s'))} | {s.get('device')} |\n\n"
+        f"Model: `{result.ref.uri}`",
+        description="Training loss of the SFT run",
+    )
+
+
+def _evaluate(step: Step, result: StepResult) -> None:
+    metrics: Mapping[str, Mapping[str, Any]] = result.summary.get("metrics", {})
+    create_table_artifact(
+        key=artifact_key(step.name, "metrics"),
+        table=[{"family": f, **{k: show(v) for k, v in m.items()}} for f, m in metrics.items()],
+        description=f"Evaluation `{step.name}` of {step.inputs.get('model')}: {result.ref.uri}",
+    )
+
+
+def _report(step: Step, result: StepResult) -> None:
+    rows = result.summary.get("comparison", [])
+    create_table_artifact(
+        key=artifact_key(step.name, "comparison"),
+        table=[{k: show(v) for k, v in row.items()} for row in rows],
+        description="Student before/after SFT vs the teacher on the held-out tasks",
+    )
+    create_link_artifact(
+        key=artifact_key(step.name, "link"),
+        link=link(str(result.summary.get("report", ""))),
+        description="Training report",
+    )
+
+
+PUBLISHERS: dict[str, Callable[[Step, StepResult], None]] = {
+    "trajectories": _collect,
+    "curated": _curate,
+    "eval": _evaluate,
+    "report": _report,
+}
+
+
+def publish(step: Step, result: StepResult) -> None:
+    """The stage's Prefect artifacts for a built or reused step."""
+    if step.kind == "model" and step.name.startswith("sft"):
+        _sft(step, result)
+        return
+    publisher = PUBLISHERS.get(step.kind)
+    if publisher is not None:
+        publisher(step, result)

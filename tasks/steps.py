@@ -1,0 +1,45 @@
+"""The one Prefect task that runs a step, and where project errors become Prefect states.
+
+A :class:`~coa.errors.CoaError` (bad input, a failed check, missing infrastructure) ends the task
+run as ``Failed`` with one line (``check failed: curation gate failed (…); see the report …``), no
+traceback; anything else is a bug and keeps Prefect's traceback.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from prefect import get_run_logger, task
+from prefect.cache_policies import NO_CACHE
+from prefect.states import Failed
+
+from coa import io
+from coa.errors import CoaError, describe
+from coa.steps import Step, StepResult, run_step
+from tasks.publish import publish
+
+
+def _progress(logger: Any, name: str) -> Any:
+    last = [-1]
+
+    def report(done: int, total: int) -> None:
+        tenth = done * 10 // max(1, total)
+        if done == total or tenth != last[0]:
+            last[0] = tenth
+            logger.info("%s: %d/%d", name, done, total)
+
+    return report
+
+
+@task(name="step", task_run_name="{step.name}", cache_policy=NO_CACHE, log_prints=False)
+def run_step_task(step: Step, done: dict[str, StepResult], run_it: bool = True) -> Any:
+    """Run (or reuse) ``step``; publish its Prefect artifacts; a project error becomes ``Failed``."""
+    logger = get_run_logger()
+    try:
+        result = run_step(step, io.Store(), done, _progress(logger, step.name), reuse_only=not run_it)
+    except CoaError as e:
+        logger.error("%s: %s", step.name, describe(e))
+        return Failed(message=describe(e))
+    logger.info("%s: %s %s", step.name, "reused" if result.reused else "built", result.ref.uri)
+    publish(step, result)
+    return result
