@@ -103,7 +103,7 @@ async def bench_collect(url: str, tasks: int, concurrency: int, root: str) -> tu
     import schemas
     from coa.agents.llm_backend import EndpointBackend
     from coa.agents.runtime import MultiAgentTeacher, TeacherConfig
-    from coa.agents.toolbox import FunctionToolBox
+    from coa.tools.toolbox import FunctionToolBox
     from coa.collect import CheckpointFolder, collect_runs, plan_runs
     from coa.llm import EndpointConfig, LLMConfig, LLMRouter
 

@@ -21,7 +21,7 @@ import torch
 from coa import io
 from coa.train.config import SFTRunConfig
 from coa.train.sft import run_sft
-from coa.train.stage import select_examples
+from coa.train.step import select_examples
 
 
 def main() -> None:

@@ -19,6 +19,7 @@ from typing import Annotated, Any
 import click
 import pyarrow as pa
 import typer
+from typer.core import TyperGroup
 from rich.console import Console
 from rich.table import Table
 
@@ -28,7 +29,21 @@ from coa.config import ConfigError
 from coa.errors import CoaError, UserError, describe
 from coa.tasksets.config import Family, TaskSourceConfig
 
-app = typer.Typer(help="coa-pipeline: a factory for Chain-of-Agents agent models.", no_args_is_help=True)
+class _OneLineErrors(TyperGroup):
+    """The top-level group: a project error (:class:`~coa.errors.CoaError`) from any command is one
+    line on stderr and its exit code (2 input, 1 check failed, 3 infrastructure), never a traceback."""
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except CoaError as e:
+            err.print(f"[bold red]error:[/] {describe(e)}", highlight=False, soft_wrap=True)
+            raise typer.Exit(e.exit_code) from None
+
+
+app = typer.Typer(
+    help="coa-pipeline: a factory for Chain-of-Agents agent models.", no_args_is_help=True, cls=_OneLineErrors
+)
 tasks_app = typer.Typer(
     help="Task sets: import benchmark and training task files into task.v1.", no_args_is_help=True
 )
@@ -46,7 +61,7 @@ err = Console(stderr=True)
 
 
 def _fail(message: str, code: int = 2) -> typer.Exit:
-    err.print(f"[bold red]error:[/] {message}", highlight=False)
+    err.print(f"[bold red]error:[/] {message}", highlight=False, soft_wrap=True)
     return typer.Exit(code)
 
 
@@ -669,22 +684,7 @@ def _clip(row: dict[str, Any], limit: int = 300) -> str:
 
 
 def main() -> None:
-    """The ``coa`` entry point: a project error is one line and its exit code, never a traceback."""
-    try:
-        code = app(standalone_mode=False)
-    except CoaError as e:
-        err.print(f"[bold red]error:[/] {describe(e)}", highlight=False)
-        raise SystemExit(e.exit_code) from None
-    except typer.Exit as e:
-        raise SystemExit(e.exit_code) from None
-    except click.exceptions.ClickException as e:
-        e.show()
-        raise SystemExit(e.exit_code) from None
-    except click.exceptions.Abort:
-        err.print("aborted")
-        raise SystemExit(130) from None
-    if isinstance(code, int) and code:
-        raise SystemExit(code)
+    app()
 
 
 if __name__ == "__main__":

@@ -17,12 +17,14 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from coa.errors import CheckFailed
+
 SCHEMA_ID_KEY = b"coa.schema_id"
 DOC_KEY = b"doc"
 ALLOWED_KEY = b"allowed"
 
 
-class ContractError(ValueError):
+class ContractError(CheckFailed, ValueError):
     """A table does not satisfy a contract; ``column`` names where, the message says how."""
 
     def __init__(self, schema_id: str, column: str, problem: str) -> None:

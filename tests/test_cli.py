@@ -73,12 +73,17 @@ def test_show_prints_lineage_json(tmp_path: Path) -> None:
     assert json.loads(json.dumps(lineage))["kind"] == "tasks"
 
 
-def test_tasks_import_every_afm_fixture(afm_fixtures: Path, tmp_path: Path) -> None:
+def _uri(output: str) -> str:
+    """The artifact URI a stage command prints on its last line."""
+    return output.strip().splitlines()[-1].split()[-1]
+
+
+def test_tasks_import_every_afm_fixture(afm_fixtures: Path) -> None:
     files = sorted(str(p) for p in afm_fixtures.iterdir())
-    out = tmp_path / "bench"
-    result = runner.invoke(app, ["tasks", "import", *files, "--out", str(out)])
+    result = runner.invoke(app, ["tasks", "import", *files])
     assert result.exit_code == 0, result.output
-    tasks = io.read_table(str(out), "tasks")
+    uri = _uri(result.stdout)
+    tasks = io.read_table(uri, "tasks")
     assert tasks.num_rows == 103 + 680 + 500 + 30 + 500 + 167
     counts = tasks.group_by("family").aggregate([("task_id", "count")]).to_pylist()
     assert {c["family"]: c["task_id_count"] for c in counts} == {
@@ -88,36 +93,43 @@ def test_tasks_import_every_afm_fixture(afm_fixtures: Path, tmp_path: Path) -> N
         "code": 167,
     }
     assert len(set(tasks.column("task_id").to_pylist())) == tasks.num_rows
-    assert runner.invoke(app, ["validate", str(out)]).exit_code == 0
-    again = runner.invoke(app, ["tasks", "import", *files, "--out", str(out)])
-    assert again.exit_code == 0 and "up to date" in again.output
+    assert runner.invoke(app, ["validate", uri]).exit_code == 0
+    again = runner.invoke(app, ["tasks", "import", *files])
+    assert again.exit_code == 0 and "reused committed artifact" in again.output and _uri(again.stdout) == uri
 
 
-def test_tasks_import_unreadable_input_is_a_clear_error_and_writes_nothing(tmp_path: Path) -> None:
+def test_tasks_import_unreadable_input_is_a_clear_error_and_writes_nothing(
+    tmp_path: Path, storage_root: Path
+) -> None:
     bad = tmp_path / "broken.parquet"
     bad.write_bytes(b"PAR1 this is not parquet")
-    out = tmp_path / "out"
-    result = runner.invoke(app, ["tasks", "import", str(bad), "--out", str(out)])
+    result = runner.invoke(app, ["tasks", "import", str(bad)])
     assert result.exit_code == 2
-    assert str(bad) in result.output
-    assert io.lookup(str(out)) is None
-    missing = runner.invoke(app, ["tasks", "import", str(tmp_path / "nope.jsonl"), "--out", str(out)])
+    assert str(bad) in result.output and "Traceback" not in result.output
+    assert len(result.output.strip().splitlines()) == 1  # one error line
+    assert not list(storage_root.rglob("_COMMITTED"))
+    missing = runner.invoke(app, ["tasks", "import", str(tmp_path / "nope.jsonl")])
     assert missing.exit_code == 2 and "input not found" in missing.output
 
 
-def test_tasks_import_refuses_to_replace_other_inputs_without_force(tmp_path: Path) -> None:
+def test_tasks_import_of_changed_inputs_is_a_new_artifact(tmp_path: Path) -> None:
     a = tmp_path / "a.jsonl"
     a.write_text('{"question": "1+1?", "answer": "2"}\n')
-    out = tmp_path / "out"
-    assert (
-        runner.invoke(app, ["tasks", "import", str(a), "--family", "math", "--out", str(out)]).exit_code == 0
-    )
+    first = runner.invoke(app, ["tasks", "import", str(a), "--family", "math"])
+    assert first.exit_code == 0
     a.write_text('{"question": "2+2?", "answer": "4"}\n')
-    refused = runner.invoke(app, ["tasks", "import", str(a), "--family", "math", "--out", str(out)])
-    assert refused.exit_code == 2 and "--force" in refused.output
-    assert io.read_table(str(out)).column("question").to_pylist() == ["1+1?"]  # committed data untouched
-    forced = runner.invoke(app, ["tasks", "import", str(a), "--family", "math", "--out", str(out), "--force"])
-    assert forced.exit_code == 0 and io.read_table(str(out)).column("question").to_pylist() == ["2+2?"]
+    second = runner.invoke(app, ["tasks", "import", str(a), "--family", "math"])
+    assert second.exit_code == 0 and _uri(second.stdout) != _uri(first.stdout)
+    assert io.read_table(_uri(first.stdout)).column("question").to_pylist() == ["1+1?"]  # untouched
+    assert io.read_table(_uri(second.stdout)).column("question").to_pylist() == ["2+2?"]
+
+
+def test_wrong_table_and_missing_artifact_are_one_line_errors_with_a_hint(tmp_path: Path) -> None:
+    tasks = cases.write_tasks(Store(), {"a": 1})
+    wrong = runner.invoke(app, ["collect", "--tasks", tasks.uri, "--table", "nope"])
+    assert wrong.exit_code == 2 and "has no table 'nope'" in wrong.output and "Traceback" not in wrong.output
+    missing = runner.invoke(app, ["curate", "--raw", str(tmp_path / "missing"), "--tasks", tasks.uri])
+    assert missing.exit_code == 2 and "coa collect" in missing.output and "Traceback" not in missing.output
 
 
 def test_format_check_reports_each_row_and_exit_code(tmp_path: Path) -> None:

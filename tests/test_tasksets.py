@@ -15,7 +15,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import schemas
-from coa.config import TaskSourceConfig
+from coa.tasksets import TaskSourceConfig
 from coa.tasksets import ImportResult, SourceSummary, TaskImportError, detect_layout, import_tasks
 
 MATH_SYSTEM = "Solve the given task step by step"

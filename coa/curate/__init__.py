@@ -6,12 +6,12 @@ and the other modules for each concept. Nothing here imports Prefect.
 """
 
 from coa.curate.config import CurateConfig, DecontamConfig, DedupConfig, FilterConfig, GateConfig
+from coa.curate.core import CurateGateError, CurateResult, curate
 from coa.curate.decontam import BenchmarkIndex, load_benchmarks
 from coa.curate.dedup import Deduplicator
 from coa.curate.expectations import Gate, GateResult
 from coa.curate.filters import CoaCheck, Rejection, Score
 from coa.curate.report import headline_markdown, render_report
-from coa.curate.core import CurateGateError, CurateResult, curate
 
 __all__ = [
     "BenchmarkIndex",

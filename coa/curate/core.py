@@ -34,12 +34,12 @@ from coa.curate.decontam import BenchmarkIndex
 from coa.curate.dedup import Deduplicator, content_hash
 from coa.curate.expectations import Gate, steps_for_gate
 from coa.curate.filters import CoaCheck, Rejection, Score, check_coa, vector_checks
-from coa.scoring.runs import fill_correct
 from coa.curate.frames import step_frame
 from coa.curate.report import drift_rows, headline_markdown, render_report
 from coa.curate.summary import SummaryBuilder
 from coa.curate.text import normalize_many
 from coa.errors import CheckFailed
+from coa.scoring.runs import fill_correct
 from schemas.quarantine import QUARANTINE
 from schemas.trajectory import TRAJECTORY
 

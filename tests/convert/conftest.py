@@ -8,7 +8,8 @@ from typing import Any
 import pytest
 
 from coa.synthetic import SyntheticConfig, generate_all
-from coa.teacher import CollectConfig, open_teacher
+from coa.collect.config import CollectConfig
+from coa.collect.teacher import open_teacher
 
 
 @pytest.fixture(scope="session")

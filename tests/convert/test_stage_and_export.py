@@ -15,9 +15,11 @@ from typer.testing import CliRunner
 import schemas
 from coa import io
 from coa.cli import app
-from coa.convert.stage import ConvertConfig, run_convert_stage
+from coa.convert import step as convert_step
+from coa.convert.config import ConvertConfig
+from coa.curate import step as curate_step
 from coa.curate.config import CurateConfig
-from coa.curate.runner import run_curate_stage
+from coa.steps import StepCheckFailed, TableInput, run_step
 
 FIXTURES = Path(__file__).resolve().parents[3] / "shared" / "fixtures" / "afm"
 runner = CliRunner()
@@ -53,14 +55,15 @@ def converted(teacher_runs: list[dict[str, Any]], synthetic_tasks: dict[str, Any
     curate_cfg = CurateConfig(
         dedup={"near": False}, filters={"max_repeated_calls": 10}, gate={"correctness_floor": 0.3}
     )  # type: ignore[arg-type]
-    curated, result = run_curate_stage(curate_cfg, raw, tasks, "train", store)
-    out, counts = run_convert_stage(ConvertConfig(), curated, tasks, "train", store)
+    train = TableInput(tasks, "train")
+    curated = run_step(curate_step.step(curate_cfg, TableInput(raw, "trajectories"), train), store)
+    out = run_step(convert_step.step(ConvertConfig(), TableInput(curated.ref, "trajectories"), train), store)
     return {
         "raw": raw,
-        "curated": curated,
-        "result": result,
-        "out": out,
-        "counts": counts,
+        "curated": curated.ref,
+        "result": curated.summary,
+        "out": out.ref,
+        "counts": out.summary,
         "n": len(all_runs),
     }
 
@@ -97,9 +100,10 @@ def test_curate_and_convert_lose_nothing(converted: dict[str, Any]) -> None:
 def test_pass_rate_band_selects_rl_prompts(converted: dict[str, Any]) -> None:
     store = io.Store()
     tasks = io.open_artifact(io.read_lineage(converted["out"])["upstream"][1]["uri"])
-    hard, counts = run_convert_stage(
-        ConvertConfig(max_pass_rate=0.5), converted["curated"], tasks, "train", store
-    )
+    curated = TableInput(converted["curated"], "trajectories")
+    hard = run_step(
+        convert_step.step(ConvertConfig(max_pass_rate=0.5), curated, TableInput(tasks, "train")), store
+    ).ref
     rates = [r["teacher_pass_rate"] for r in io.read_table(hard, "rl_prompts").to_pylist()]
     assert all(r <= 0.5 for r in rates)
     rejected = [q for q in io.read_table(hard, "quarantine").to_pylist() if q["reason"] == "pass_rate_band"]
@@ -134,8 +138,6 @@ def test_exports_load_back(converted: dict[str, Any], tmp_path: Path) -> None:
 def test_failed_gate_fails_with_the_report_and_stays_failed(
     teacher_runs: list[dict[str, Any]], synthetic_tasks: dict[str, Any]
 ) -> None:
-    from coa.curate.stage import CurateGateError
-
     store = io.Store()
     wrong = [{**r, "final_answer": "0"} for r in copy.deepcopy(teacher_runs) if r["family"] == "math"]
     raw = _artifact(
@@ -143,12 +145,13 @@ def test_failed_gate_fails_with_the_report_and_stays_failed(
     )
     tasks = _artifact(store, "tasks", "train", synthetic_tasks["train"], schemas.TASK)
     config = CurateConfig(gate={"correctness_floor": 0.5}, filters={"require_correct": False})  # type: ignore[arg-type]
-    with pytest.raises(CurateGateError, match="correctness_floor") as failed:
-        run_curate_stage(config, raw, tasks, "train", store)
-    assert Path(failed.value.result.report_path).name == "report.html"
-    committed = io.lookup(
-        store.address("curated", config.name, config.model_dump(mode="json"), [raw, tasks])[0]
-    )
-    assert committed is not None and "report.html" in committed.files  # the report can be read
-    with pytest.raises(RuntimeError, match="curate gate failed"):  # a rerun does not reuse it silently
-        run_curate_stage(config, raw, tasks, "train", store)
+    step = curate_step.step(config, TableInput(raw, "trajectories"), TableInput(tasks, "train"))
+    with pytest.raises(StepCheckFailed, match="correctness_floor") as failed:
+        run_step(step, store)
+    committed = io.open_artifact(failed.value.uri)
+    assert "report.html" in committed.files  # the report can be read, at its committed address
+    assert failed.value.message.endswith(f"see the report {committed.uri}/report.html")
+    with pytest.raises(StepCheckFailed) as again:  # a rerun does not reuse it silently
+        run_step(step, store)
+    assert str(again.value) == str(failed.value)  # the same failure reads the same
+    assert again.value.exit_code == 1

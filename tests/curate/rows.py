@@ -11,7 +11,7 @@ from typing import Any
 import pyarrow as pa
 
 from coa.curate import CurateConfig, curate
-from coa.curate.stage import CurateResult
+from coa.curate.core import CurateResult
 from schemas.task import TASK
 from schemas.trajectory import TRAJECTORY
 

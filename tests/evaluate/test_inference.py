@@ -14,7 +14,7 @@ from coa.evaluate import Completion, EvalConfig, eval_metrics, evaluate_tasks
 from coa.evaluate.inference import CoaRun, LoopLimits, run_loop
 from coa.format import Segment
 from coa.format.codec import render_segment
-from coa.teacher import ToolsConfig, build_toolbox
+from coa.tools.config import ToolsConfig, build_toolbox
 
 
 def blocks(*pairs: tuple[str, str]) -> str:

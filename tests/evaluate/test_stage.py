@@ -9,11 +9,11 @@ from pathlib import Path
 import pytest
 
 from coa import io
-from coa.evaluate import EndpointGenerator, EvalConfig, HFGenerator, evaluate_tasks, run_evaluate_stage
+from coa.evaluate import EndpointGenerator, EvalConfig, HFGenerator, evaluate_tasks
 from coa.evaluate.generation import STOP_TAGS
 from coa.llm.config import EndpointConfig
 from coa.model import TinyModelConfig, init_model, sft_corpus
-from coa.teacher import ToolsConfig, build_toolbox
+from coa.tools.config import ToolsConfig, build_toolbox
 from tests.llm.fake_server import FakeLLMServer, Reply
 from tests.train.rows import arith_rows
 
@@ -112,25 +112,3 @@ def test_unreachable_endpoint_names_the_url() -> None:
     with pytest.raises(RuntimeError, match=r"http://127.0.0.1:9/v1/completions unreachable"):
         generator.generate(["hi"], [4])
     generator.close()
-
-
-def test_stage_commits_an_eval_artifact_and_reuses_it(tiny_model: Path, tmp_path: Path) -> None:
-    store = io.Store(str(tmp_path / "store"))
-    writer = store.writer("tasks", "unit", {"n": 2})
-    import schemas
-
-    writer.write_table(
-        "heldout", tasks_table(task(0, "What is 1 + 1?"), task(1, "Who?", family="mhqa")), schemas.TASK
-    )
-    tasks_ref = writer.commit()
-    config = EvalConfig(max_turns=2, max_new_tokens=8, max_total_tokens=16, prompt_style="brief")
-    tools = ToolsConfig(enabled=("code", "web_search"), record="off")
-    ref, metrics = run_evaluate_stage(config, tasks_ref, "heldout", str(tiny_model), None, tools, store)
-    assert ref.kind == "eval" and ref.rows("eval") == 2
-    assert json.loads(io.read_file(ref, "metrics.json")) == metrics
-    assert set(metrics) == {"math", "mhqa", "all"} and metrics["all"]["n"] == 2
-    assert io.read_lineage(ref)["model"] == str(tiny_model)
-    again, again_metrics = run_evaluate_stage(
-        config, tasks_ref, "heldout", str(tiny_model), None, tools, store
-    )
-    assert again.uri == ref.uri and again_metrics == metrics

@@ -12,7 +12,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedTokenize
 
 from coa import io
 from coa.format import TAGS, chat_text, render
-from coa.model import SPECIAL_TOKENS, TAG_TOKENS, TinyModelConfig, init_model, init_model_artifact, sft_corpus
+from coa.model import SPECIAL_TOKENS, TAG_TOKENS, TinyModelConfig, init_model, sft_corpus
 from coa.model.tiny import MODEL_CARD
 from tests.train.rows import SYSTEM, arith_rows, arith_trajectory
 
@@ -122,12 +122,19 @@ def test_default_config_is_the_feasibility_model(tmp_path: Path) -> None:
         TinyModelConfig(hidden_size=30, num_heads=4)
 
 
-def test_init_model_artifact_is_content_addressed(tmp_path: Path) -> None:
+def test_student_step_is_content_addressed(tmp_path: Path) -> None:
+    import schemas
+    from coa.model import step as student_step
+    from coa.model.config import StudentConfig
+    from coa.steps import TableInput, run_step
+
     store = io.Store(str(tmp_path / "store"))
-    texts = list(sft_corpus(arith_rows(50)))
-    ref = init_model_artifact(SMALL, texts, store)
+    writer = store.writer("converted", "unit", {"n": 50})
+    writer.write_table("sft", schemas.SFT.from_rows(arith_rows(50).to_pylist()), schemas.SFT)
+    step = student_step.step(StudentConfig(tiny=SMALL), TableInput(writer.commit(), "sft"))
+    ref = run_step(step, store).ref
     assert "model/config.json" in ref.files and "model/tokenizer.json" in ref.files
-    assert init_model_artifact(SMALL, texts, store).uri == ref.uri  # reused
+    assert run_step(step, store).ref.uri == ref.uri  # reused
     local = Path(ref.uri) / "model"
     assert AutoTokenizer.from_pretrained(local)("12")["input_ids"] == [
         AutoTokenizer.from_pretrained(local).convert_tokens_to_ids(d) for d in "12"
