@@ -26,10 +26,9 @@ runner = CliRunner()
 
 
 def synthetic(tmp_path: Path, *overrides: str) -> str:
-    out = str(tmp_path / "tasks")
-    result = runner.invoke(app, ["tasks", "synthetic", "--out", out, *overrides])
+    result = runner.invoke(app, ["tasks", "synthetic", *overrides])
     assert result.exit_code == 0, result.output
-    return out
+    return result.stdout.strip().splitlines()[-1]
 
 
 def test_offline_collect_uses_the_tools_for_real(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -69,8 +68,9 @@ def test_unknown_tasks_are_recorded_as_errors_not_faked(
     monkeypatch.chdir(REPO)
     src = tmp_path / "q.jsonl"
     src.write_text(json.dumps({"question": "What is the capital of France?", "answer": "Paris"}) + "\n")
-    out = str(tmp_path / "tasks")
-    assert runner.invoke(app, ["tasks", "import", str(src), "--family", "web", "--out", out]).exit_code == 0
+    imported = runner.invoke(app, ["tasks", "import", str(src), "--family", "web"])
+    assert imported.exit_code == 0, imported.output
+    out = imported.stdout.strip().splitlines()[-1]
     result = runner.invoke(app, ["collect", "--tasks", out])
     assert result.exit_code == 0, result.output
     uri = result.output.split("trajectories: ", 1)[1].split()[0]

@@ -5,7 +5,8 @@ from pathlib import Path
 import pytest
 from pydantic import ValidationError
 
-from coa.config import ConfigError, apply_overrides, build_config, load_config
+from coa.config import ConfigError, apply_overrides, build_config
+from coa.pipeline_config import PipelineConfig, load_pipeline_config
 from coa.pipeline_config import PipelineConfig
 
 REPO = Path(__file__).resolve().parents[1]
@@ -18,21 +19,21 @@ def test_configs_folder_is_not_empty() -> None:
 
 @pytest.mark.parametrize("path", PROFILES, ids=lambda p: p.name)
 def test_every_profile_loads(path: Path) -> None:
-    cfg = load_config(path)
+    cfg = load_pipeline_config(path)
     assert isinstance(cfg, PipelineConfig)
     for source in cfg.tasks.sources:
         assert (REPO / source.path).exists(), f"{path.name}: task source {source.path} does not exist"
 
 
 def test_profile_inherits_base_and_overrides_it() -> None:
-    cfg = load_config(REPO / "configs" / "demo.yaml")
+    cfg = load_pipeline_config(REPO / "configs" / "demo.yaml")
     assert cfg.run_name == "demo"  # profile wins over base
     assert cfg.tasks.name == "tasks"  # inherited from base
     assert cfg.collect is not None and cfg.collect.backend == "offline"
 
 
 def test_overrides_win_and_parse_yaml_scalars() -> None:
-    cfg = load_config(REPO / "configs" / "demo.yaml", ["collect.concurrency=3", "run_name=x"])
+    cfg = load_pipeline_config(REPO / "configs" / "demo.yaml", ["collect.concurrency=3", "run_name=x"])
     assert cfg.collect.concurrency == 3
     assert cfg.run_name == "x"
 
@@ -41,19 +42,19 @@ def test_typo_in_yaml_names_the_dotted_path(tmp_path: Path) -> None:
     bad = tmp_path / "bad.yaml"
     bad.write_text("tasks:\n  sources:\n    - pth: a.jsonl\n")
     with pytest.raises(ConfigError) as e:
-        load_config(bad)
+        load_pipeline_config(bad)
     assert "tasks.sources.0.pth: unknown key (did you mean 'path'?)" in str(e.value)
     assert str(bad) in str(e.value)
 
 
 def test_typo_in_override_names_the_path() -> None:
     with pytest.raises(ConfigError, match=r"tasks\.nmae: unknown key \(did you mean 'name'\?\)"):
-        load_config(REPO / "configs" / "demo.yaml", ["tasks.nmae=x"])
+        load_pipeline_config(REPO / "configs" / "demo.yaml", ["tasks.nmae=x"])
 
 
 def test_wrong_type_is_reported_with_path() -> None:
     with pytest.raises(ConfigError, match=r"collect\.concurrency"):
-        load_config(REPO / "configs" / "demo.yaml", ["collect.concurrency=many"])
+        load_pipeline_config(REPO / "configs" / "demo.yaml", ["collect.concurrency=many"])
 
 
 def test_override_index_out_of_range() -> None:
@@ -70,24 +71,24 @@ def test_inherit_cycle_and_missing_file(tmp_path: Path) -> None:
     (tmp_path / "a.yaml").write_text("inherit: b.yaml\n")
     (tmp_path / "b.yaml").write_text("inherit: a.yaml\n")
     with pytest.raises(ConfigError, match="cycle"):
-        load_config(tmp_path / "a.yaml")
+        load_pipeline_config(tmp_path / "a.yaml")
     with pytest.raises(ConfigError, match="not found"):
-        load_config(tmp_path / "missing.yaml")
+        load_pipeline_config(tmp_path / "missing.yaml")
 
 
 def test_invalid_yaml(tmp_path: Path) -> None:
     (tmp_path / "x.yaml").write_text("tasks: [unclosed\n")
     with pytest.raises(ConfigError, match="invalid YAML"):
-        load_config(tmp_path / "x.yaml")
+        load_pipeline_config(tmp_path / "x.yaml")
 
 
 def test_configs_are_frozen() -> None:
-    cfg = build_config({})
+    cfg = build_config({}, PipelineConfig)
     with pytest.raises(ValidationError):
         cfg.run_name = "other"  # type: ignore[misc]
 
 
 def test_fingerprint_is_stable_and_sensitive() -> None:
-    a = build_config({"run_name": "a"})
-    assert a.fingerprint() == build_config({"run_name": "a"}).fingerprint()
-    assert a.fingerprint() != build_config({"run_name": "b"}).fingerprint()
+    a = build_config({"run_name": "a"}, PipelineConfig)
+    assert a.fingerprint() == build_config({"run_name": "a"}, PipelineConfig).fingerprint()
+    assert a.fingerprint() != build_config({"run_name": "b"}, PipelineConfig).fingerprint()

@@ -43,13 +43,17 @@ def test_model_init_sft_and_evaluate(storage_root: Path) -> None:
     assert json.loads(io.read_file(tuned_uri, "sft_result.json"))["global_step"] == 3
 
     tasks = runner.invoke(
-        app, ["tasks", "synthetic", "--out", str(storage_root / "tasks"), "synthetic.train={arithmetic: 1}",
-              "synthetic.heldout={arithmetic: 2, multihop: 1}"],
-    )  # fmt: skip
-    assert tasks.exit_code == 0, tasks.output
-    scored = runner.invoke(
-        app, ["evaluate", "--model", tuned_uri, "--tasks", str(storage_root / "tasks"), *TINY]
+        app,
+        [
+            "tasks",
+            "synthetic",
+            "synthetic.train={arithmetic: 1}",
+            "synthetic.heldout={arithmetic: 2, multihop: 1}",
+        ],
     )
+    assert tasks.exit_code == 0, tasks.output
+    tasks_uri = tasks.stdout.strip().splitlines()[-1]
+    scored = runner.invoke(app, ["evaluate", "--model", tuned_uri, "--tasks", tasks_uri, *TINY])
     assert scored.exit_code == 0, scored.output
     assert "format-valid" in scored.output and "math" in scored.output and "mhqa" in scored.output
     eval_uri = scored.output.split("eval: ", 1)[1].split()[0]

@@ -39,22 +39,26 @@ def prefect_harness() -> Iterator[None]:
 def test_pipeline_runs_built_stages_and_reports_the_rest(
     prefect_harness: None, storage_root: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from flows.pipeline import NOT_BUILT, pipeline
+    from coa.pipeline_config import NOT_BUILT
+    from flows.pipeline import pipeline
 
     monkeypatch.chdir(REPO)
     result = pipeline(config_path="configs/demo.yaml", overrides=SMALL)
+    refs = result["refs"]
     stages = {s["stage"]: s for s in result["stages"]}
-    assert stages["synthetic.train"]["rows"] == 15 and stages["collect"]["rows"] == 15
+    assert stages["synthetic"]["rows"] == 15 and stages["collect"]["rows"] == 15
     assert stages["curate"]["rows"] + stages["curate.quarantine"]["rows"] == 15
-    assert stages["convert.sft"]["rows"] + stages["convert.quarantine"]["rows"] >= stages["curate"]["rows"]
-    assert all(stages[name]["status"] == "not built yet" for name in NOT_BUILT)
-    curated = io.open_artifact(result["curate"]["uri"])
+    assert stages["convert"]["rows"] + stages["convert.quarantine"]["rows"] >= stages["curate"]["rows"]
+    assert all(stages[name]["status"].startswith("not built yet") for name in NOT_BUILT)
+    assert all(s["status"] == "built" for s in result["stages"] if s["artifact"])
+    curated = io.open_artifact(refs["curate"]["uri"])
     assert result["report"] == f"{curated.uri}/report.html"
     assert {"report.html", "summary.json", "task_stats.json"} <= set(curated.files)
     assert any(f.startswith("data_docs/") for f in curated.files)
-    lineage = io.read_lineage(result["convert"]["uri"])
+    lineage = io.read_lineage(refs["convert"]["uri"])
     assert [u["kind"] for u in lineage["upstream"]] == ["curated", "tasks"]
-    sft = io.open_artifact(result["sft"]["uri"])
+    assert lineage["step"] == "convert" and set(lineage["inputs"]) == {"curated", "tasks"}
+    sft = io.open_artifact(refs["sft"]["uri"])
     assert io.read_lineage(sft)["steps_run"] == 4 and "model/config.json" in sft.files
     assert stages["evaluate.before"]["rows"] == stages["evaluate.after"]["rows"] == 5
     assert stages["collect.heldout"]["rows"] == 5
@@ -66,10 +70,11 @@ def test_pipeline_runs_built_stages_and_reports_the_rest(
     )
 
     again = pipeline(config_path="configs/demo.yaml", overrides=SMALL)
-    assert again["convert"]["uri"] == result["convert"]["uri"]  # same inputs: every stage reused
+    assert again["refs"] == refs  # same inputs: the same artifacts
+    assert all(s["status"] == "reused" for s in again["stages"] if s["artifact"])  # every step reused
     assert (
-        io.read_lineage(result["collect"]["uri"])["created_at"]
-        == io.read_lineage(again["collect"]["uri"])["created_at"]
+        io.read_lineage(refs["collect"]["uri"])["created_at"]
+        == io.read_lineage(again["refs"]["collect"]["uri"])["created_at"]
     )
 
 
@@ -85,3 +90,29 @@ def test_import_only_profile(
     )
     stages = {s["stage"]: s for s in result["stages"]}
     assert stages["tasks"]["rows"] == 5 and stages["collect"]["status"] == "not configured"
+    # the CLI runs the same step: the same artifact for the same input, reused
+    from typer.testing import CliRunner
+
+    from coa.cli import app
+
+    cli = CliRunner().invoke(
+        app, ["tasks", "import", "configs/data/sample_tasks.jsonl", "--family", "math", "--limit", "5"]
+    )
+    assert cli.exit_code == 0, cli.output
+    assert cli.stdout.strip().splitlines()[-1] == result["refs"]["tasks"]["uri"]
+    assert "reused committed artifact" in cli.output
+
+
+def test_failed_gate_fails_the_run_with_the_same_reason_twice(
+    prefect_harness: None, storage_root: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from flows.pipeline import pipeline
+
+    monkeypatch.chdir(REPO)
+    impossible = [*SMALL[:2], "curate.gate.correctness_floor=1.0", "curate.filters.require_correct=false"]
+    impossible.append("collect.offline.slip_rate=0.5")  # the teacher slips: accuracy < 1
+    first = pipeline(config_path="configs/demo.yaml", overrides=impossible, return_state=True)
+    second = pipeline(config_path="configs/demo.yaml", overrides=impossible, return_state=True)
+    assert first.is_failed() and second.is_failed()
+    assert first.message.startswith("curate: check failed: curation gate failed")
+    assert first.message == second.message

@@ -1,0 +1,172 @@
+"""The step runner: content key, reuse, commit, failure markers, failed checks, plans and slices."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+
+import schemas
+from coa import io
+from coa.errors import UserError
+from coa.pipeline_config import load_pipeline_config, plan
+from coa.steps import (
+    FAILED_MARKER,
+    Build,
+    ModelInput,
+    Step,
+    StepCheckFailed,
+    TableInput,
+    Upstream,
+    preview,
+    run_step,
+    select,
+)
+from tests import storage_cases as cases
+
+REPO = Path(__file__).resolve().parents[1]
+CALLS: list[str] = []
+
+
+def _tasks_step(n: int, name: str = "make") -> Step:
+    def build(b: Build) -> None:
+        CALLS.append(b.step.name)
+        table = cases.tasks_table(b.step.config["n"])
+        b.writer.write_table("tasks", table, schemas.TASK)
+        b.summary["n"] = table.num_rows
+
+    return Step(name=name, kind="tasks", artifact="unit", config={"n": n}, build=build)
+
+
+def _count_step(fail: str | None = None, crash: bool = False) -> Step:
+    def build(b: Build) -> None:
+        CALLS.append(b.step.name)
+        if crash:
+            raise RuntimeError("disk on fire")
+        n = b.table("tasks").rows()
+        b.writer.write_file("count.txt", str(n))
+        b.summary["count"] = n
+        if fail:
+            b.fail(fail)
+
+    return Step(
+        name="count",
+        kind="report",
+        artifact="count",
+        config={"v": 1},
+        build=build,
+        inputs={"tasks": Upstream("make")},
+    )
+
+
+def test_reuse_is_by_content_key_and_the_summary_comes_back(tmp_path: Path) -> None:
+    store, CALLS[:] = io.Store(str(tmp_path)), []
+    first = run_step(_tasks_step(3), store)
+    again = run_step(_tasks_step(3), store)
+    other = run_step(_tasks_step(4), store)
+    assert CALLS == ["make", "make"]  # the second run of n=3 built nothing
+    assert again.reused and again.ref == first.ref and again.summary == {"n": 3}
+    assert other.ref.uri != first.ref.uri
+    lineage = io.read_lineage(first.ref)
+    assert lineage["step"] == "make" and lineage["result"]["summary"] == {"n": 3}
+
+
+def test_upstream_content_decides_the_key(tmp_path: Path) -> None:
+    store = io.Store(str(tmp_path))
+    three, four = run_step(_tasks_step(3), store), run_step(_tasks_step(4), store)
+    a = run_step(_count_step(), store, {"make": three})
+    b = run_step(_count_step(), store, {"make": four})
+    assert a.ref.uri != b.ref.uri and (a.summary, b.summary) == ({"count": 3}, {"count": 4})
+    assert io.read_lineage(a.ref)["inputs"] == {"tasks": {"uri": three.ref.uri, "table": "tasks"}}
+
+
+def test_a_crash_commits_nothing_and_leaves_a_failure_marker(tmp_path: Path) -> None:
+    store = io.Store(str(tmp_path))
+    made = run_step(_tasks_step(2), store)
+    with pytest.raises(RuntimeError, match="disk on fire"):
+        run_step(_count_step(crash=True), store, {"make": made})
+    (planned,) = [p for p in preview([_tasks_step(2), _count_step()], store) if p.name == "count"]
+    assert planned.status.startswith("build (last attempt failed: disk on fire")
+    assert planned.uri is not None and io.lookup(planned.uri) is None
+    assert (Path(planned.uri) / FAILED_MARKER).is_file()
+    rerun = run_step(_count_step(), store, {"make": made})  # the rerun builds, and clears the marker
+    assert rerun.ref.uri == planned.uri and not (Path(planned.uri) / FAILED_MARKER).exists()
+
+
+def test_a_failed_check_commits_its_evidence_and_fails_the_same_way_every_time(tmp_path: Path) -> None:
+    store, CALLS[:] = io.Store(str(tmp_path)), []
+    made = run_step(_tasks_step(2), store)
+    step = _count_step(fail="too few rows (2 < 5)")
+    with pytest.raises(StepCheckFailed) as first:
+        run_step(step, store, {"make": made})
+    assert "count.txt" in io.open_artifact(first.value.uri).files  # the evidence is readable
+    with pytest.raises(StepCheckFailed) as second:
+        run_step(step, store, {"make": made})
+    assert str(first.value) == str(second.value) and first.value.exit_code == 1
+    assert CALLS == ["make", "count"]  # the rerun did not build again
+
+
+def test_only_runs_a_slice_and_reuses_what_is_in_front(tmp_path: Path) -> None:
+    steps = [_tasks_step(2), _count_step()]
+    assert [(s.name, run) for s, run in select(steps, ["count"])] == [("make", False), ("count", True)]
+    assert [s.name for s, _ in select(steps, None)] == ["make", "count"]
+    with pytest.raises(UserError, match="no such stage"):
+        select(steps, ["nope"])
+    store = io.Store(str(tmp_path))
+    with pytest.raises(UserError, match="run it first"):
+        run_step(steps[0], store, reuse_only=True)
+
+
+def test_model_inputs_need_exactly_one_source() -> None:
+    with pytest.raises(ValueError, match="exactly one"):
+        ModelInput()
+    assert ModelInput.parse("Qwen/Qwen2.5-0.5B").external == "Qwen/Qwen2.5-0.5B"
+
+
+def test_the_demo_plan_reads_as_the_list_of_stages() -> None:
+    steps = plan(load_pipeline_config(REPO / "configs" / "demo.yaml"))
+    assert [s.name for s in steps] == [
+        "synthetic", "collect", "curate", "convert", "student", "sft",
+        "evaluate.before", "evaluate.after", "collect.heldout", "report",
+    ]  # fmt: skip
+    names = {s.name for s in steps}
+    for step in steps:  # every upstream reference names an earlier step
+        for value in step.inputs.values():
+            if isinstance(value, Upstream):
+                assert value.step in names and steps.index(step) > [s.name for s in steps].index(value.step)
+
+
+def test_preview_keys_match_the_run(tmp_path: Path) -> None:
+    store = io.Store(str(tmp_path))
+    steps = [_tasks_step(2), _count_step()]
+    before = preview(steps, store)
+    assert before[0].status == "build" and before[0].key and before[1].key is None
+    made = run_step(steps[0], store)
+    after = preview(steps, store)
+    assert after[0].status == "reuse" and after[0].uri == made.ref.uri and after[0].key == made.ref.key
+    counted = run_step(steps[1], store, {"make": made})
+    assert preview(steps, store)[1].key == counted.ref.key
+
+
+def test_domain_code_imports_no_prefect() -> None:
+    """No module under coa/ imports Prefect when it is imported (a Secret-block lookup may, lazily)."""
+    offenders = []
+    for path in sorted((REPO / "coa").rglob("*.py")):
+        for node in ast.parse(path.read_text()).body:
+            names = []
+            if isinstance(node, ast.Import):
+                names = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.module:
+                names = [node.module]
+            if any(n == "prefect" or n.startswith("prefect.") for n in names):
+                offenders.append(str(path.relative_to(REPO)))
+    assert offenders == [], f"Prefect imported under coa/: {offenders}"
+
+
+def test_table_input_reads_through_the_contract(tmp_path: Path) -> None:
+    store = io.Store(str(tmp_path))
+    made = run_step(_tasks_step(2), store)
+    table = TableInput(made.ref, "tasks").read(["task_id"])
+    assert isinstance(table, pa.Table) and table.num_rows == 2
