@@ -103,9 +103,9 @@ async def bench_collect(url: str, tasks: int, concurrency: int, root: str) -> tu
     import schemas
     from coa.agents.llm_backend import EndpointBackend
     from coa.agents.runtime import MultiAgentTeacher, TeacherConfig
-    from coa.tools.toolbox import FunctionToolBox
     from coa.collect import CheckpointFolder, collect_runs, plan_runs
     from coa.llm import EndpointConfig, LLMConfig, LLMRouter
+    from coa.tools.toolbox import FunctionToolBox
 
     table = schemas.TASK.from_rows(
         [

@@ -328,20 +328,21 @@ def phase_scan(path: str, repeat: int = 3) -> dict[str, Any]:
 
 
 def _warm_curate() -> None:
+    import coa.curate.runner  # noqa: F401
     import datasketch  # noqa: F401
     import great_expectations  # noqa: F401
     import polars  # noqa: F401
 
     import coa.curate.expectations  # noqa: F401
-    import coa.curate.runner  # noqa: F401
     import coa.scoring  # noqa: F401
 
 
 def phase_curate(root: str, raw: Any, tasks: Any, bench_uri: str, profile: bool) -> dict[str, Any]:
+    from coa.curate.stage import CurateGateError
+
     from coa import io
     from coa.curate import runner
     from coa.curate.config import CurateConfig, DecontamConfig, DedupConfig, FilterConfig, GateConfig
-    from coa.curate.stage import CurateGateError
 
     _warm_curate()
     rss0 = _status_mb("VmRSS")
@@ -399,8 +400,9 @@ def phase_curate(root: str, raw: Any, tasks: Any, bench_uri: str, profile: bool)
 
 def phase_convert(root: str, curated: Any, tasks: Any, profile: bool) -> dict[str, Any]:
     import coa.curate.runner  # noqa: F401  (the stage imports it, with great_expectations, for a name)
-    from coa import io
     from coa.convert.stage import ConvertConfig, run_convert_stage, token_counter
+
+    from coa import io
 
     config = ConvertConfig(name="bench-coa")
     token_counter(config.tokenizer)("warm up")  # tokenizer load is not part of the throughput

@@ -19,15 +19,16 @@ from typing import Annotated, Any
 import click
 import pyarrow as pa
 import typer
-from typer.core import TyperGroup
 from rich.console import Console
 from rich.table import Table
+from typer.core import TyperGroup
 
 import schemas
 from coa import io
 from coa.config import ConfigError
 from coa.errors import CoaError, UserError, describe
 from coa.tasksets.config import Family, TaskSourceConfig
+
 
 class _OneLineErrors(TyperGroup):
     """The top-level group: a project error (:class:`~coa.errors.CoaError`) from any command is one

@@ -15,8 +15,14 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import schemas
-from coa.tasksets import TaskSourceConfig
-from coa.tasksets import ImportResult, SourceSummary, TaskImportError, detect_layout, import_tasks
+from coa.tasksets import (
+    ImportResult,
+    SourceSummary,
+    TaskImportError,
+    TaskSourceConfig,
+    detect_layout,
+    import_tasks,
+)
 
 MATH_SYSTEM = "Solve the given task step by step"
 CODE_SYSTEM = "You are an expert python code programmer"

@@ -9,14 +9,14 @@ the previous run (a table of metric deltas and overlaid histograms where both ru
 
 from __future__ import annotations
 
-import base64
 import html
-import io
 import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 import matplotlib
+
+from coa import reporting
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
@@ -94,10 +94,7 @@ def drift_rows(
 
 # -- plots ---------------------------------------------------------------------------------------
 def _png(fig: Figure) -> str:
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=90, bbox_inches="tight")
-    plt.close(fig)
-    return base64.b64encode(buf.getvalue()).decode()
+    return reporting.png(fig)
 
 
 def _bin_labels(edges: Sequence[int]) -> list[str]:
@@ -196,34 +193,14 @@ def _reasons_plot(reasons: Mapping[str, int]) -> str | None:
 
 
 # -- HTML ----------------------------------------------------------------------------------------
-_CSS = """
-body{font-family:system-ui,sans-serif;margin:2em;max-width:1100px;color:#222}
-table{border-collapse:collapse;margin:.5em 0 1.5em}
-td,th{border:1px solid #ccc;padding:.25em .6em;text-align:left}
-th{background:#f3f3f3}.ok{color:#1a7f37;font-weight:bold}.fail{color:#cf222e;font-weight:bold}
-.flag{background:#fff3cd}figure{margin:1em 0}figcaption{font-size:.9em;color:#555}
-img{max-width:100%}code{background:#f6f8fa;padding:0 .2em}
-"""
-
-
 def _table(
     headers: Sequence[str], rows: Sequence[Sequence[Any]], row_class: Sequence[str] | None = None
 ) -> str:
-    head = "".join(f"<th>{html.escape(h)}</th>" for h in headers)
-    body = []
-    for i, row in enumerate(rows):
-        cls = f' class="{row_class[i]}"' if row_class and row_class[i] else ""
-        body.append(f"<tr{cls}>" + "".join(f"<td>{html.escape(_fmt(v))}</td>" for v in row) + "</tr>")
-    return f"<table><tr>{head}</tr>{''.join(body)}</table>"
+    return reporting.table(headers, rows, _fmt, row_class)
 
 
 def _figure(png: str | None, caption: str, anchor: str) -> str:
-    if png is None:
-        return f'<p id="{anchor}"><em>{html.escape(caption)}: no data.</em></p>'
-    return (
-        f'<figure id="{anchor}"><img alt="{html.escape(caption)}" src="data:image/png;base64,{png}">'
-        f"<figcaption>{html.escape(caption)}</figcaption></figure>"
-    )
+    return reporting.figure(png, caption, anchor)
 
 
 def render_report(
@@ -237,8 +214,7 @@ def render_report(
     """The report as one HTML string (see the module docstring)."""
     m = summary.get("metrics", {})
     gate = summary.get("gate") or {}
-    parts = [f"<!doctype html><html><head><meta charset='utf-8'><title>{html.escape(title)}</title>"]
-    parts.append(f"<style>{_CSS}</style></head><body><h1>{html.escape(title)}</h1>")
+    parts: list[str] = []
     parts.append(f"<p>Created {html.escape(str(summary.get('created_at', '')))}.</p>")
 
     # headline
@@ -412,8 +388,7 @@ def render_report(
                     normalize=True,
                 )
                 parts.append(_figure(png, f"drift of {HIST_TITLES[metric]}", f"plot-drift-{metric}"))
-    parts.append("</body></html>")
-    return "\n".join(parts)
+    return reporting.page(title, parts)
 
 
 def headline_markdown(summary: Mapping[str, Any], report_path: str | None = None) -> str:

@@ -15,14 +15,12 @@ the offline teacher has no tokenizer of its own and the student's vocabulary is 
 
 from __future__ import annotations
 
-import base64
-import html
-import io as _io
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 import pyarrow as pa
 
+from coa import reporting
 from coa.evaluate.metrics import aligned_table, cell
 from coa.llm.tokens import approx_token_count
 
@@ -118,12 +116,6 @@ def format_comparison(rows: Sequence[Mapping[str, Any]]) -> str:
     return aligned_table([header, *([cell(row.get(key), fmt) for key, _, fmt in COLUMNS] for row in rows)])
 
 
-def _png(fig: Any) -> str:
-    buf = _io.BytesIO()
-    fig.savefig(buf, format="png")
-    return base64.b64encode(buf.getvalue()).decode()
-
-
 def comparison_plot(rows: Sequence[Mapping[str, Any]]) -> str:
     """Bars per family: format-valid rate, accuracy, tokens per task; before/after SFT and the teacher."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg
@@ -158,7 +150,7 @@ def comparison_plot(rows: Sequence[Mapping[str, Any]]) -> str:
     handles, labels = fig.axes[-1].get_legend_handles_labels()
     fig.legend(handles, labels, loc="lower center", ncol=3, fontsize=9, frameon=False)
     fig.tight_layout(rect=(0, 0.08, 1, 1))
-    return _png(fig)
+    return reporting.png(fig, dpi=100)
 
 
 def render_report(
@@ -170,38 +162,25 @@ def render_report(
     notes: Sequence[str] = (),
 ) -> str:
     """A self-contained HTML page: headline facts, the table, the before/after chart, the loss curve."""
-    esc = html.escape
-    head = "".join(f"<th>{esc(label)}</th>" for _, label, _ in COLUMNS)
-    body = "".join(
-        "<tr>" + "".join(f"<td>{esc(cell(r.get(key), fmt))}</td>" for key, _, fmt in COLUMNS) + "</tr>"
-        for r in rows
-    )
-    facts_html = "".join(f"<tr><th>{esc(str(k))}</th><td>{esc(str(v))}</td></tr>" for k, v in facts.items())
+    header = [label for _, label, _ in COLUMNS]
+    body = [[cell(r.get(key), fmt) for key, _, fmt in COLUMNS] for r in rows]
     loss = (
-        f'<img alt="SFT loss curve" src="data:image/png;base64,{base64.b64encode(loss_png).decode()}">'
+        reporting.figure(reporting.png_bytes(loss_png), "SFT loss curve")
         if loss_png
         else "<p>No loss curve (no SFT run).</p>"
     )
-    notes_html = "".join(f"<li>{esc(n)}</li>" for n in notes)
-    return f"""<!doctype html>
-<html><head><meta charset="utf-8"><title>{esc(title)}</title>
-<style>
-body {{ font-family: system-ui, sans-serif; margin: 2em auto; max-width: 1000px; color: #222; }}
-table {{ border-collapse: collapse; margin: 1em 0; }}
-th, td {{ border: 1px solid #ccc; padding: 4px 10px; text-align: right; }}
-th {{ background: #f3f3f3; }} td:first-child, th:first-child {{ text-align: left; }}
-img {{ max-width: 100%; }}
-</style></head><body>
-<h1>{esc(title)}</h1>
-<h2>Student before and after SFT, on held-out tasks</h2>
-<table><tr>{head}</tr>{body}</table>
-<img alt="before/after chart" src="data:image/png;base64,{comparison_plot(rows)}">
-<h2>SFT</h2>
-{loss}
-<table>{facts_html}</table>
-<h2>Notes</h2><ul>{notes_html}</ul>
-</body></html>
-"""
+    return reporting.page(
+        title,
+        [
+            "<h2>Student before and after SFT, on held-out tasks</h2>",
+            reporting.table(header, body),
+            reporting.figure(comparison_plot(rows), "format-valid rate, accuracy and tokens per task"),
+            "<h2>SFT</h2>",
+            loss,
+            reporting.facts(list(facts.items())),
+            "<h2>Notes</h2><ul>" + "".join(f"<li>{reporting.escape(n)}</li>" for n in notes) + "</ul>",
+        ],
+    )
 
 
 def write_training_report(b: Any) -> list[dict[str, Any]]:

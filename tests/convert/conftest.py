@@ -7,9 +7,9 @@ from typing import Any
 
 import pytest
 
-from coa.synthetic import SyntheticConfig, generate_all
 from coa.collect.config import CollectConfig
 from coa.collect.teacher import open_teacher
+from coa.synthetic import SyntheticConfig, generate_all
 
 
 @pytest.fixture(scope="session")

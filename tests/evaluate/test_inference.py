@@ -9,12 +9,12 @@ import pyarrow as pa
 import pytest
 
 import schemas
-from coa.tools.toolbox import ToolResult
 from coa.evaluate import Completion, EvalConfig, eval_metrics, evaluate_tasks
 from coa.evaluate.inference import CoaRun, LoopLimits, run_loop
 from coa.format import Segment
 from coa.format.codec import render_segment
 from coa.tools.config import ToolsConfig, build_toolbox
+from coa.tools.toolbox import ToolResult
 
 
 def blocks(*pairs: tuple[str, str]) -> str:

@@ -2,13 +2,11 @@
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from coa import io
 from coa.evaluate import EndpointGenerator, EvalConfig, HFGenerator, evaluate_tasks
 from coa.evaluate.generation import STOP_TAGS
 from coa.llm.config import EndpointConfig

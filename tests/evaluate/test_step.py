@@ -15,7 +15,7 @@ from coa.tools.config import ToolsConfig
 from .test_stage import task, tasks_table, tiny_model  # noqa: F401 (fixture)
 
 
-def test_step_commits_an_eval_artifact_and_reuses_it(tiny_model: Path, tmp_path: Path) -> None:
+def test_step_commits_an_eval_artifact_and_reuses_it(tiny_model: Path, tmp_path: Path) -> None:  # noqa: F811
     store = io.Store(str(tmp_path / "store"))
     writer = store.writer("tasks", "unit", {"n": 2})
     writer.write_table(

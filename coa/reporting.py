@@ -1,0 +1,88 @@
+"""The reporting kit: self-contained HTML pages, tables and embedded figures for every stage's report.
+
+One stylesheet, one way to render a table (values formatted, escaped), one way to embed a matplotlib
+figure (PNG, base64, closed after use) and one page frame, so the curation report, the training
+report and the reports still to come look and read alike and open offline.
+"""
+
+from __future__ import annotations
+
+import base64
+import html
+import io
+from collections.abc import Callable, Sequence
+from typing import Any
+
+CSS = """
+body{font-family:system-ui,sans-serif;margin:2em auto;max-width:1100px;color:#222;padding:0 1em}
+table{border-collapse:collapse;margin:.5em 0 1.5em}
+td,th{border:1px solid #ccc;padding:.25em .6em;text-align:left}
+th{background:#f3f3f3}.ok{color:#1a7f37;font-weight:bold}.fail{color:#cf222e;font-weight:bold}
+.flag{background:#fff3cd}figure{margin:1em 0}figcaption{font-size:.9em;color:#555}
+img{max-width:100%}code{background:#f6f8fa;padding:0 .2em}td.num{text-align:right}
+"""
+
+
+def escape(value: Any) -> str:
+    return html.escape(str(value))
+
+
+def png(fig: Any, dpi: int = 90) -> str:
+    """A matplotlib figure as base64 PNG (the figure is closed)."""
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=dpi, bbox_inches="tight")
+    try:
+        import matplotlib.pyplot as plt
+
+        plt.close(fig)
+    except (ImportError, TypeError, ValueError):
+        pass  # a Figure not managed by pyplot needs no closing
+    return base64.b64encode(buf.getvalue()).decode()
+
+
+def png_bytes(data: bytes) -> str:
+    """A PNG file's bytes as base64 (for images stored in an artifact)."""
+    return base64.b64encode(data).decode()
+
+
+def figure(png_b64: str | None, caption: str, anchor: str = "") -> str:
+    """An embedded figure with its caption (a 'no data' line when there is no image)."""
+    ident = f' id="{escape(anchor)}"' if anchor else ""
+    if png_b64 is None:
+        return f"<p{ident}><em>{escape(caption)}: no data.</em></p>"
+    return (
+        f'<figure{ident}><img alt="{escape(caption)}" src="data:image/png;base64,{png_b64}">'
+        f"<figcaption>{escape(caption)}</figcaption></figure>"
+    )
+
+
+def table(
+    headers: Sequence[str],
+    rows: Sequence[Sequence[Any]],
+    fmt: Callable[[Any], str] = str,
+    row_class: Sequence[str] | None = None,
+) -> str:
+    """An HTML table; every cell goes through ``fmt`` then is escaped."""
+    head = "".join(f"<th>{escape(h)}</th>" for h in headers)
+    body = []
+    for i, row in enumerate(rows):
+        cls = f' class="{row_class[i]}"' if row_class and row_class[i] else ""
+        body.append(f"<tr{cls}>" + "".join(f"<td>{escape(fmt(v))}</td>" for v in row) + "</tr>")
+    return f"<table><tr>{head}</tr>{''.join(body)}</table>"
+
+
+def facts(pairs: Sequence[tuple[Any, Any]]) -> str:
+    """A two-column table of labelled facts."""
+    return (
+        "<table>"
+        + "".join(f"<tr><th>{escape(k)}</th><td>{escape(v)}</td></tr>" for k, v in pairs)
+        + "</table>"
+    )
+
+
+def page(title: str, body: Sequence[str]) -> str:
+    """A whole HTML document: the title, the kit's stylesheet, the body parts in order."""
+    return (
+        f"<!doctype html><html><head><meta charset='utf-8'><title>{escape(title)}</title>"
+        f"<style>{CSS}</style></head><body><h1>{escape(title)}</h1>{''.join(body)}</body></html>\n"
+    )
