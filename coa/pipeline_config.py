@@ -78,7 +78,7 @@ class PipelineConfig(StrictModel):
 
 def load_pipeline_config(path: str | Path | None, overrides: Sequence[str] = ()) -> PipelineConfig:
     """A pipeline profile: code defaults → YAML (with ``inherit``) → dotted ``key=value`` overrides."""
-    config: PipelineConfig = load_config(path, overrides, PipelineConfig)
+    config: PipelineConfig = load_config(path, overrides, model=PipelineConfig)
     return config
 
 
