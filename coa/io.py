@@ -168,6 +168,7 @@ class ArtifactWriter:
         self.extra_lineage = dict(extra_lineage or {})
         self.staging = posixpath.join(self.path, f"{STAGING_PREFIX}{uuid.uuid4().hex[:12]}")
         self._tables: dict[str, dict[str, Any]] = {}
+        self._order: list[str] = []
         self._files: list[str] = []
         self._started = False
         self._committed: ArtifactRef | None = None
@@ -203,10 +204,11 @@ class ArtifactWriter:
     def table_writer(self, table_name: str, contract: Contract) -> Iterator[Any]:
         """Stream batches into one Parquet file; yields ``write(table_or_batch)``."""
         self._start()
-        if table_name in self._tables:
+        if table_name in self._order:
             raise ArtifactError(f"table {table_name!r} written twice to {self.uri}")
         rel = f"{table_name}.parquet"
         rows = 0
+        self._order.append(table_name)  # tables keep the order they were opened in (the first is primary)
         with self.fs.open(posixpath.join(self.staging, rel), "wb") as fh:
             writer = pq.ParquetWriter(fh, contract.schema, compression="zstd")
             try:
@@ -222,6 +224,7 @@ class ArtifactWriter:
             finally:
                 writer.close()
         self._tables[table_name] = {"schema_id": contract.id, "rows": rows, "files": [rel]}
+        self._tables = {name: self._tables[name] for name in self._order if name in self._tables}
         self._files.append(rel)
 
     def write_file(self, relpath: str, data: bytes | str) -> str:

@@ -180,7 +180,7 @@ class StepCheckFailed(CheckFailed):
     """A step's check failed after its evidence was committed (e.g. the curation gate)."""
 
     def __init__(self, step: str, uri: str, message: str) -> None:
-        super().__init__(f"{step}: {message} (artifact {uri})")
+        super().__init__(f"{message} (artifact {uri})")
         self.step, self.uri, self.message = step, uri, message
 
 

@@ -48,9 +48,10 @@ def stage_rows(cfg: PipelineConfig, steps: list[Step], done: dict[str, StepResul
             out.append({"stage": step.name, "status": "not run", "rows": "", "artifact": ""})
             continue
         status = "reused" if result.reused else "built"
-        tables = list(result.ref.tables) or [""]
-        for i, table in enumerate(tables):
-            name = step.name if i == 0 or not table else f"{step.name}.{table}"
+        primary = result.ref.primary
+        tables = ([primary] if primary else []) + sorted(t for t in result.ref.tables if t != primary)
+        for i, table in enumerate(tables or [""]):
+            name = step.name if i == 0 else f"{step.name}.{table}"
             rows = result.ref.rows(table) if table else ""
             out.append({"stage": name, "status": status, "rows": rows, "artifact": result.ref.uri})
     for stage, why in not_planned(cfg, steps).items():
