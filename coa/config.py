@@ -129,9 +129,7 @@ def build_config(data: Mapping[str, Any], model: type[StrictModel], origin: str 
         raise ConfigError(_explain(e, model, origin)) from None
 
 
-def load_config(
-    path: str | Path | None, overrides: Sequence[str] = (), *, model: type[StrictModel]
-) -> Any:
+def load_config(path: str | Path | None, overrides: Sequence[str] = (), *, model: type[StrictModel]) -> Any:
     """Code defaults → YAML profile (with ``inherit`` chain) → dotted overrides, validated."""
     data = load_yaml_layers(path) if path is not None else {}
     data = apply_overrides(data, overrides)

@@ -156,6 +156,10 @@ class Step:
     inputs: Mapping[str, StepInput | None] = dataclasses.field(default_factory=dict)
     identity: Mapping[str, Any] = dataclasses.field(default_factory=dict)
     describe: str = ""
+    expects: Mapping[str, str] = dataclasses.field(default_factory=dict)
+    """Input role → the data contract (schema id) its table must have, e.g. ``{"raw": "trajectory.v1"}``."""
+    produces: Mapping[str, str] = dataclasses.field(default_factory=dict)
+    """Table → the data contract it is written under, e.g. ``{"sft": "sft.v1"}``."""
 
     def config_json(self) -> Any:
         if isinstance(self.config, BaseModel):
@@ -250,6 +254,7 @@ def run_step(
     """
     store = store or io.Store()
     inputs = resolve(step, done or {})
+    check_inputs(step, inputs)
     upstream = _upstream(inputs)
     writer = store.writer(
         step.kind,
@@ -276,6 +281,11 @@ def run_step(
         writer.abort()
         _mark_failed(writer, step, e)
         raise
+    written = {name: info["schema_id"] for name, info in writer.tables.items()}
+    missing = {t: c for t, c in step.produces.items() if written.get(t) != c}
+    if missing:
+        writer.abort()
+        raise RuntimeError(f"step {step.name} did not write {missing} (wrote {written}): a bug in its build")
     writer.extra_lineage["result"] = {"summary": build.summary, "failure": build.failure}
     ref = writer.commit()
     _clear_failed(writer)
@@ -284,6 +294,27 @@ def run_step(
     if build.failure:
         raise StepCheckFailed(step.name, ref.uri, build.failure)
     return StepResult(step.name, ref, False, build.summary)
+
+
+def check_inputs(step: Step, inputs: Mapping[str, TableInput | ModelInput]) -> None:
+    """Every input table has the contract the step expects (a wrong artifact is a clear user error)."""
+    for role, contract in step.expects.items():
+        value = inputs.get(role)
+        if value is None:
+            continue
+        if isinstance(value, ModelInput):
+            raise UserError(
+                f"{step.name}: input {role!r} must be a {contract} table, got a model ({value.name})"
+            )
+        info = value.ref.tables.get(value.table)
+        if info is None:
+            tables = ", ".join(value.ref.tables)
+            raise UserError(f"{step.name}: {value.uri} has no table {value.table!r}; its tables: {tables}")
+        if info.schema_id != contract:
+            raise UserError(
+                f"{step.name}: input {role!r} must be a {contract} table, but {value.uri} [{value.table}] "
+                f"is {info.schema_id}"
+            )
 
 
 def _lineage_inputs(inputs: Mapping[str, TableInput | ModelInput]) -> dict[str, Any]:

@@ -170,3 +170,29 @@ def test_table_input_reads_through_the_contract(tmp_path: Path) -> None:
     made = run_step(_tasks_step(2), store)
     table = TableInput(made.ref, "tasks").read(["task_id"])
     assert isinstance(table, pa.Table) and table.num_rows == 2
+
+
+def test_every_input_contract_matches_its_upstream_output() -> None:
+    """In the demo plan, what each step expects of an input is what the step it reads produces."""
+    steps = plan(load_pipeline_config(REPO / "configs" / "demo.yaml"))
+    by_name = {s.name: s for s in steps}
+    checked = 0
+    for step in steps:
+        for role, value in step.inputs.items():
+            if not isinstance(value, Upstream) or role not in step.expects:
+                continue
+            producer = by_name[value.step]
+            assert value.table in producer.produces, (step.name, role, value)
+            assert producer.produces[value.table] == step.expects[role], (step.name, role)
+            checked += 1
+    assert checked >= 10
+
+
+def test_a_wrong_artifact_is_refused_by_contract(tmp_path: Path) -> None:
+    from coa.curate.config import CurateConfig
+    from coa.curate.step import step as curate_step
+
+    store = io.Store(str(tmp_path))
+    tasks = TableInput(run_step(_tasks_step(2), store).ref, "tasks")
+    with pytest.raises(UserError, match=r"input 'raw' must be a trajectory.v1 table, but .* is task.v1"):
+        run_step(curate_step(CurateConfig(), raw=tasks, tasks=tasks), store)

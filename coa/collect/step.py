@@ -44,6 +44,8 @@ def step(config: CollectConfig, tasks: StepInput, name: str = "collect") -> Step
         build=_build,
         inputs={"tasks": tasks},
         describe="teacher runs (multi-agent, real tools)",
+        expects={"tasks": "task.v1"},
+        produces={TABLE: "trajectory.v1"},
     )
 
 

@@ -24,6 +24,8 @@ def step(config: ConvertConfig, curated: StepInput, tasks: StepInput, name: str 
         build=_build,
         inputs={"curated": curated, "tasks": tasks},
         describe="CoA SFT examples and RL prompts",
+        expects={"curated": "trajectory.v1", "tasks": "task.v1"},
+        produces={"sft": "sft.v1", "rl_prompts": "rl_prompt.v1", "quarantine": "quarantine.v1"},
     )
 
 

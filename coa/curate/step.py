@@ -42,6 +42,8 @@ def step(config: CurateConfig, raw: StepInput, tasks: StepInput, name: str = "cu
         build=_build,
         inputs={"raw": raw, "tasks": tasks},
         describe="filter, dedup, decontaminate, gate; data-quality report",
+        expects={"raw": "trajectory.v1", "tasks": "task.v1"},
+        produces={"trajectories": "trajectory.v1", "quarantine": "quarantine.v1"},
     )
 
 

@@ -33,6 +33,8 @@ def step(
         inputs={"tasks": tasks, "model": model},
         identity={"tools": tools.model_dump(mode="json")},
         describe="the model on the tasks with real tools",
+        expects={"tasks": "task.v1"},
+        produces={EVAL_TABLE: "eval.v1"},
     )
 
 
@@ -73,6 +75,7 @@ def report_step(
         build=_build_report,
         inputs={"tasks": tasks, "before": before, "after": after, "sft": sft, "teacher": teacher},
         describe="HTML training report (before/after SFT vs the teacher)",
+        expects={"tasks": "task.v1", "before": "eval.v1", "after": "eval.v1", "teacher": "trajectory.v1"},
     )
 
 

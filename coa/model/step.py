@@ -30,6 +30,7 @@ def step(config: StudentConfig, converted: StepInput, name: str = "student") -> 
         build=_build,
         inputs={"data": converted},
         describe="tiny random-init Qwen2 student + tokenizer trained on the data",
+        expects={"data": "sft.v1"},
     )
 
 

@@ -18,6 +18,7 @@ def step(config: SyntheticConfig, name: str = "synthetic") -> Step:
         config=config,
         build=_build,
         describe="generate the synthetic task families",
+        produces={split: "task.v1" for split in SPLITS},
     )
 
 

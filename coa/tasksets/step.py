@@ -31,6 +31,7 @@ def step(config: TasksConfig, name: str = "tasks") -> Step:
         build=_build,
         identity={"input_sha256": fingerprints},
         describe="import task files into task.v1",
+        produces={"tasks": "task.v1", "quarantine": "quarantine.v1"},
     )
 
 

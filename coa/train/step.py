@@ -56,6 +56,7 @@ def step(
         build=lambda b: _build(b, callbacks),
         inputs={"base": base, "data": converted},
         describe="supervised fine-tuning (observations masked)",
+        expects={"data": "sft.v1"},
     )
 
 
