@@ -130,6 +130,10 @@ class Store:
         key = artifact_key(kind, name, config, upstream, version or code_version())
         return join(self.root, kind, f"{name}-{key}"), key
 
+    def checkpoint_uri(self, artifact_uri: str) -> str:
+        """Where a stage checkpoints an artifact in progress (stable across reruns, removed on commit)."""
+        return join(self.root, "checkpoints", *artifact_uri.rstrip("/").split("/")[-2:])
+
     def writer(
         self,
         kind: str,

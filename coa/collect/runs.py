@@ -270,13 +270,5 @@ def summary_markdown(summary: dict[str, Any], uri: str) -> str:
     return "\n".join(lines)
 
 
-# -- the stage ----------------------------------------------------------------------------------
-
-
-def checkpoint_uri(store_root: str, artifact_uri: str) -> str:
-    """Where the per-run checkpoints of an artifact-in-progress live."""
-    return posixpath.join(store_root, "checkpoints", *artifact_uri.rstrip("/").split("/")[-2:])
-
-
 class CollectionIncomplete(CheckFailed, RuntimeError):
     """Collection stopped before every planned run finished (e.g. the budget ran out)."""

@@ -29,11 +29,6 @@ from coa.steps import Build, Step, StepInput
 TABLE = "trajectories"
 
 
-def checkpoint_uri(store_root: str, artifact_uri: str) -> str:
-    """Where the checkpoints of an artifact in progress live (stable across reruns)."""
-    return posixpath.join(store_root, "checkpoints", *artifact_uri.rstrip("/").split("/")[-2:])
-
-
 def step(config: CollectConfig, tasks: StepInput, name: str = "collect") -> Step:
     """Collect ``config.samples_per_task`` teacher runs per task of ``tasks``."""
     return Step(
@@ -55,7 +50,7 @@ def _build(b: Build) -> None:
     if config.limit is not None:
         tasks = tasks.slice(0, config.limit)
     planned = plan_runs(tasks, config.samples_per_task)
-    checkpoints = CheckpointFolder(checkpoint_uri(b.store.root, b.writer.uri))
+    checkpoints = CheckpointFolder(b.store.checkpoint_uri(b.writer.uri))
 
     async def run() -> CollectOutcome:
         async with open_teacher(config, b.store.root) as teacher:

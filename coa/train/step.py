@@ -81,10 +81,10 @@ def resolve_launcher(config: SFTStageConfig) -> Literal["in_process", "accelerat
 
 def work_dir(store_root: str, artifact_uri: str) -> Path:
     """The checkpoint folder of an SFT artifact in progress (stable across reruns)."""
-    from coa.collect.step import checkpoint_uri
+    from coa import io
 
     if "://" not in store_root:
-        return Path(checkpoint_uri(store_root, artifact_uri))
+        return Path(io.Store(store_root).checkpoint_uri(artifact_uri))
     cache = Path(os.environ.get("COA_CACHE_DIR", Path.home() / ".cache" / "coa"))
     return cache / "checkpoints" / "/".join(artifact_uri.rstrip("/").split("/")[-2:])
 
