@@ -9,7 +9,7 @@ STAMP  := $(VENV)/.installed
 export PREFECT_SERVER_ANALYTICS_ENABLED ?= false
 export PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS ?= 90
 
-.PHONY: demo test test-fast lint typecheck bench sysdeps venv clean
+.PHONY: demo test test-fast golden lint typecheck bench sysdeps venv clean
 
 venv: $(STAMP)
 
@@ -33,8 +33,13 @@ demo: $(STAMP) sysdeps
 test: $(STAMP) sysdeps
 	$(BIN)/python -m pytest -q
 
+# Development: skip the slow end-to-end tier (Prefect server + worker, CLI subprocess runs).
 test-fast: $(STAMP)
 	$(BIN)/python -m pytest -q -m "not slow"
+
+# Rewrite the golden files (tests/golden/) after an intended change; review the diff like code.
+golden: $(STAMP)
+	COA_UPDATE_GOLDEN=1 $(BIN)/python -m pytest -q tests/test_golden.py
 
 lint: $(STAMP)
 	$(BIN)/ruff check coa schemas tasks flows tests bench

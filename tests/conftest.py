@@ -35,3 +35,18 @@ def afm_fixtures() -> Path:
     if not FIXTURES.is_dir():
         pytest.fail(f"AFM fixtures not found at {FIXTURES} (CI checks out ../shared beside the repo)")
     return FIXTURES
+
+
+SANDBOX_MODULES = ("tests/tools/test_sandbox.py", "tests/tools/test_code.py")
+"""Modules whose every test runs code in the bubblewrap sandbox (tier ``sandbox``)."""
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Test tiers: ``sandbox`` tests need bwrap; ``cuda`` tests need a GPU. Each is skipped with the
+    reason when its hardware is missing, never silently (``make test`` installs bwrap as root)."""
+    has_bwrap = shutil.which("bwrap") is not None
+    for item in items:
+        if str(item.path.relative_to(REPO)) in SANDBOX_MODULES:
+            item.add_marker(pytest.mark.sandbox)
+        if "sandbox" in item.keywords and not has_bwrap:
+            item.add_marker(pytest.mark.skip(reason="needs bubblewrap (apt-get install bubblewrap)"))
