@@ -16,7 +16,6 @@ import sys
 from pathlib import Path
 from typing import Annotated, Any
 
-import click
 import pyarrow as pa
 import typer
 from rich.console import Console
@@ -34,7 +33,7 @@ class _OneLineErrors(TyperGroup):
     """The top-level group: a project error (:class:`~coa.errors.CoaError`) from any command is one
     line on stderr and its exit code (2 input, 1 check failed, 3 infrastructure), never a traceback."""
 
-    def invoke(self, ctx: click.Context) -> Any:
+    def invoke(self, ctx: Any) -> Any:
         try:
             return super().invoke(ctx)
         except CoaError as e:

@@ -205,7 +205,7 @@ def _identity(step: Step, inputs: Mapping[str, TableInput | ModelInput]) -> dict
 
 
 def _upstream(inputs: Mapping[str, TableInput | ModelInput]) -> list[ArtifactRef]:
-    refs = []
+    refs: list[ArtifactRef] = []
     for value in inputs.values():
         ref = value.ref
         if ref is not None and ref.uri not in {r.uri for r in refs}:
