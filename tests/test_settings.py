@@ -1,0 +1,38 @@
+"""What lineage masks: secret values, never the artifact key, token counts or the names of variables."""
+
+from __future__ import annotations
+
+import pytest
+
+from coa import io
+from coa.settings import redact
+
+
+def test_redact_masks_secret_values_only(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("MY_API_KEY", "sk-live-123456789")
+    data = {
+        "key": "0123abcd",
+        "api_key": "literal",
+        "api_key_env": "MY_API_KEY",
+        "base_url_env": "COA_TEACHER_BASE_URL",
+        "max_total_tokens": 1536,
+        "prompt_tokens": 12,
+        "auth_token": "t0k3n",
+        "password": "hunter2",
+        "note": "called with sk-live-123456789",
+    }
+    out = redact(data)
+    assert out["key"] == "0123abcd" and out["api_key_env"] == "MY_API_KEY"
+    assert out["base_url_env"] == "COA_TEACHER_BASE_URL"
+    assert out["max_total_tokens"] == 1536 and out["prompt_tokens"] == 12
+    assert out["api_key"] == out["auth_token"] == out["password"] == "***"
+    assert out["note"] == "called with ***"  # a secret value is scrubbed wherever it appears
+
+
+def test_lineage_keeps_the_artifact_key(tmp_path: object) -> None:
+    store = io.Store(str(tmp_path))
+    writer = store.writer("tasks", "unit", {"api_key_env": "X", "max_tokens": 4})
+    writer.write_file("a.txt", "a")
+    ref = writer.commit()
+    lineage = io.read_lineage(ref)
+    assert lineage["key"] == ref.key and lineage["config"] == {"api_key_env": "X", "max_tokens": 4}
