@@ -270,22 +270,40 @@ def collect(
     config: Annotated[
         Path, typer.Option("--config", "-c", help="YAML profile with a collect section")
     ] = Path("configs/demo.yaml"),
+    retry_failed: Annotated[
+        bool,
+        typer.Option(
+            "--retry-failed",
+            help="Then re-run only the runs that ended in an error, into a new artifact that keeps the rest "
+            "(also: collect.retry_failed=true)",
+        ),
+    ] = False,
 ) -> None:
     """Run the multi-agent teacher on every task; checkpointed, resumable after a crash or a kill."""
     from coa.collect import step as collect_step
+    from coa.steps import TableInput
 
     cfg = _config(config, overrides, "collect")
-    result = _run(
-        collect_step.step(cfg.collect, _table(tasks, table, "coa tasks import | coa tasks synthetic"))
-    )
-    outcome = result.summary.get("collect") or {}
+    task_input = _table(tasks, table, "coa tasks import | coa tasks synthetic")
+    result = _run(collect_step.step(cfg.collect, task_input))
+    _say_resumed(result.summary)
+    if retry_failed or cfg.collect.retry_failed:
+        failed = result.summary.get("statuses", {}).get(collect_step.FAILED_STATUS, 0)
+        err.print(f"retrying {failed} failed run(s) of {result.ref.uri}", highlight=False)
+        previous = TableInput(result.ref, collect_step.TABLE)
+        result = _run(collect_step.retry_step(cfg.collect, previous, task_input))
+        _say_resumed(result.summary)
+    typer.echo(f"trajectories: {result.ref.uri}")
+    summary = {k: v for k, v in result.summary.items() if k != "collect"}
+    console.print_json(json.dumps(summary, default=str))
+
+
+def _say_resumed(summary: dict[str, Any]) -> None:
+    outcome = summary.get("collect") or {}
     if outcome.get("resumed"):
         err.print(
             f"resumed {outcome['resumed']} of {outcome['planned']} runs from checkpoints", highlight=False
         )
-    typer.echo(f"trajectories: {result.ref.uri}")
-    summary = {k: v for k, v in result.summary.items() if k != "collect"}
-    console.print_json(json.dumps(summary, default=str))
 
 
 @app.command()

@@ -116,9 +116,13 @@ def plan(config: PipelineConfig) -> list[Step]:
     if config.collect is None:
         return steps
     steps.append(collect.step(config.collect, train))
+    raw = Upstream("collect", "trajectories")
+    if config.collect.retry_failed:
+        steps.append(collect.retry_step(config.collect, raw, train))
+        raw = Upstream("collect.retry", "trajectories")
     if config.curate is None:
         return steps
-    steps.append(curate.step(config.curate, Upstream("collect", "trajectories"), train))
+    steps.append(curate.step(config.curate, raw, train))
     if config.convert is None:
         return steps
     steps.append(convert.step(config.convert, Upstream("curate", "trajectories"), train))

@@ -196,3 +196,10 @@ def test_a_wrong_artifact_is_refused_by_contract(tmp_path: Path) -> None:
     tasks = TableInput(run_step(_tasks_step(2), store).ref, "tasks")
     with pytest.raises(UserError, match=r"input 'raw' must be a trajectory.v1 table, but .* is task.v1"):
         run_step(curate_step(CurateConfig(), raw=tasks, tasks=tasks), store)
+
+
+def test_retry_failed_switch_puts_the_repair_between_collect_and_curate() -> None:
+    config = load_pipeline_config(REPO / "configs" / "demo.yaml", ["collect.retry_failed=true"])
+    steps = {s.name: s for s in plan(config)}
+    assert steps["collect.retry"].inputs["previous"] == Upstream("collect", "trajectories")
+    assert steps["curate"].inputs["raw"] == Upstream("collect.retry", "trajectories")

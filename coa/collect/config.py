@@ -27,3 +27,9 @@ class CollectConfig(StrictModel):
     offline: OfflineConfig = Field(default_factory=OfflineConfig, description="Rule-based teacher settings.")
     llm: LLMConfig = Field(default_factory=LLMConfig, description="Endpoints for backend=endpoint.")
     tools: ToolsConfig = Field(default_factory=ToolsConfig, description="Tools and their providers.")
+    retry_failed: bool = Field(
+        default=False,
+        description="Repair the collection: a new artifact that keeps the finished runs and re-runs only "
+        "those that ended in an error (e.g. retries exhausted on a flaky endpoint); its lineage names the "
+        "artifact it repaired. Not part of the first collection's identity, so turning it on reuses it.",
+    )

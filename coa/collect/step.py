@@ -1,8 +1,12 @@
-"""The collection step: the teacher on every task of a table → a committed ``trajectory.v1`` artifact.
+"""The collection steps: the teacher on every task of a table → a committed ``trajectory.v1`` artifact.
 
-Finished runs are checkpointed under ``{root}/checkpoints/trajectories/<name>-<key>`` while it
-runs; a rerun after a crash, a kill or a spent budget resumes from them (the summary says how many
-runs it reused), and the folder is removed once the artifact is committed.
+* :func:`step`: every planned run (tasks × samples). Finished runs are checkpointed under
+  ``{root}/checkpoints/trajectories/<name>-<key>`` while it runs; a rerun after a crash, a kill or a
+  spent budget resumes from them (the summary says how many runs it reused), and the folder is
+  removed once the artifact is committed.
+* :func:`retry_step` (``coa collect --retry-failed``, ``collect.retry_failed``): a new artifact that
+  keeps the finished runs of an earlier collection and re-runs only those that ended in an error,
+  in the same order, with the same run ids; its lineage names the artifact it repaired.
 """
 
 from __future__ import annotations
@@ -19,11 +23,13 @@ from coa.collect.runs import (
     CheckpointFolder,
     CollectionIncomplete,
     CollectOutcome,
+    PlannedRun,
     collect_runs,
     plan_runs,
     summarize,
 )
 from coa.collect.teacher import open_teacher
+from coa.errors import UserError
 from coa.steps import Build, Step, StepInput
 
 TABLE = "trajectories"
@@ -35,7 +41,7 @@ def step(config: CollectConfig, tasks: StepInput, name: str = "collect") -> Step
         name=name,
         kind="trajectories",
         artifact=config.name,
-        config=config,
+        config=config.model_copy(update={"retry_failed": False}),  # the switch does not change this step
         build=_build,
         inputs={"tasks": tasks},
         describe="teacher runs (multi-agent, real tools)",
@@ -75,3 +81,63 @@ def summarize_rows(b: Build) -> dict[str, object]:
     fs, path = b.writer.fs, posixpath.join(b.writer.staging, f"{TABLE}.parquet")
     with fs.open(path, "rb") as fh:
         return summarize(schemas.TRAJECTORY.conform(pq.read_table(fh)))
+
+
+FAILED_STATUS = "error"
+
+
+def retry_step(
+    config: CollectConfig, previous: StepInput, tasks: StepInput, name: str = "collect.retry"
+) -> Step:
+    """Re-run the runs of ``previous`` that ended in an error; keep every other run as it is."""
+    return Step(
+        name=name,
+        kind="trajectories",
+        artifact=config.name,
+        config=config.model_copy(update={"retry_failed": True}),
+        build=_build_retry,
+        inputs={"previous": previous, "tasks": tasks},
+        describe="re-run the failed runs of a collection",
+        expects={"previous": "trajectory.v1", "tasks": "task.v1"},
+        produces={TABLE: "trajectory.v1"},
+    )
+
+
+def _build_retry(b: Build) -> None:
+    config: CollectConfig = b.step.config
+    previous = b.table("previous")
+    old = previous.read()
+    statuses = old.column("status").to_pylist()
+    failed = [i for i, status in enumerate(statuses) if status == FAILED_STATUS]
+    tasks = {t["task_id"]: t for t in b.table("tasks").read().to_pylist()}
+    rows = old.select(["run_id", "task_id", "sample_index"]).to_pylist()
+    missing = sorted({rows[i]["task_id"] for i in failed if rows[i]["task_id"] not in tasks})
+    if missing:
+        raise UserError(f"failed runs of {previous.uri} solve tasks not in the task table: {missing[:3]}")
+    planned = [
+        PlannedRun(rows[i]["run_id"], tasks[rows[i]["task_id"]], rows[i]["sample_index"]) for i in failed
+    ]
+    checkpoints = CheckpointFolder(b.store.checkpoint_uri(b.writer.uri))
+
+    async def run() -> CollectOutcome:
+        async with open_teacher(config, b.store.root) as teacher:
+            return await collect_runs(teacher, planned, checkpoints, config.concurrency, b.progress)
+
+    outcome = asyncio.run(run()) if planned else CollectOutcome(0, 0, 0, False)
+    if outcome.budget_stopped:
+        raise CollectionIncomplete(
+            f"the LLM budget ran out after retrying {outcome.resumed + outcome.ran} of {len(planned)} failed "
+            "runs; they are checkpointed: raise collect.llm.budget_tokens / budget_usd and rerun to finish"
+        )
+    retried = {
+        r["run_id"]: r for part in checkpoints.read([p.run_id for p in planned]) for r in part.to_pylist()
+    }
+    with b.writer.table_writer(TABLE, schemas.TRAJECTORY) as write:
+        for start in range(0, old.num_rows, 256):
+            chunk = old.slice(start, 256).to_pylist()
+            write(schemas.TRAJECTORY.from_rows([retried.get(r["run_id"], r) for r in chunk]))
+    still = sum(1 for r in retried.values() if r["status"] == FAILED_STATUS)
+    repair = {"of": previous.uri, "retried": len(planned), "still_failed": still, "resumed": outcome.resumed}
+    b.writer.extra_lineage["repaired"] = repair
+    b.summary.update(summarize_rows(b), repaired=repair, collect=dataclasses.asdict(outcome))
+    b.cleanup.append(checkpoints.remove)
