@@ -55,6 +55,9 @@ def _collect(step: Step, result: StepResult) -> None:
     resumed = (s.get("collect") or {}).get("resumed")
     rows.append({"metric": "runs resumed from checkpoints", "value": show(resumed)})
     rows += [{"metric": k, "value": show(s.get(k))} for k in ("statuses", "tool_calls", "errors_by_kind")]
+    rows += [{"metric": "warning", "value": w} for w in s.get("warnings") or []]
+    if s.get("repaired"):
+        rows.append({"metric": "repaired (retry of failed runs)", "value": show(s["repaired"])})
     create_table_artifact(
         key=artifact_key(step.name, "summary"),
         table=rows,

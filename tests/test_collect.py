@@ -158,3 +158,34 @@ def test_reading_a_run_without_checkpoint_says_which(tmp_path: Path) -> None:
 def test_batch_settings_are_checked(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="batch_rows"):
         CheckpointFolder(str(tmp_path / "ckpt"), batch_rows=0)
+
+
+def test_limit_is_stratified_by_family_and_warns_when_a_family_is_left_out() -> None:
+    import collections
+
+    import pyarrow as pa
+
+    from coa.collect.runs import limit_tasks
+
+    table = pa.table({"family": ["math"] * 60 + ["mhqa"] * 30 + ["code"] * 10, "i": list(range(100))})
+
+    def counts(t: pa.Table) -> dict[str, int]:
+        return dict(collections.Counter(t.column("family").to_pylist()))
+
+    ten, warnings = limit_tasks(table, 10)
+    assert counts(ten) == {"math": 6, "mhqa": 3, "code": 1} and warnings == []
+    assert ten.column("i").to_pylist()[:6] == [0, 1, 2, 3, 4, 5]  # the first tasks of each family
+    three, warnings = limit_tasks(table, 3)
+    assert counts(three) == {"math": 1, "mhqa": 1, "code": 1} and warnings == []
+    two, warnings = limit_tasks(table, 2)
+    assert sum(counts(two).values()) == 2 and len(warnings) == 1 and "'code'" in warnings[0]
+    chosen, warnings = limit_tasks(table, per_family={"math": 5, "code": 3})
+    assert counts(chosen) == {"math": 5, "code": 3} and "'mhqa'" in warnings[0]
+    assert limit_tasks(table)[0] is table
+
+
+def test_one_limit_at_a_time() -> None:
+    from coa.collect.config import CollectConfig
+
+    with pytest.raises(ValueError, match="not both"):
+        CollectConfig(limit=3, limit_per_family={"math": 2})

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from coa.agents.offline import OfflineConfig
 from coa.agents.runtime import TeacherConfig
@@ -22,7 +22,18 @@ class CollectConfig(StrictModel):
     )
     samples_per_task: int = Field(default=1, ge=1, description="Teacher runs per task (for pass rates).")
     concurrency: int = Field(default=4, ge=1, description="Tasks solved at once.")
-    limit: int | None = Field(default=None, ge=1, description="Collect on the first N tasks only.")
+    limit: int | None = Field(
+        default=None,
+        ge=1,
+        description="Collect on N tasks only, split across families in proportion to their share of the "
+        "table (at least one each when N allows; the first tasks of each family); a family left out is a "
+        "warning.",
+    )
+    limit_per_family: dict[str, int] | None = Field(
+        default=None,
+        description="Instead of limit: the first N tasks of each named family (families not named are left "
+        "out, with a warning), e.g. {math: 100, code: 50}.",
+    )
     teacher: TeacherConfig = Field(default_factory=TeacherConfig, description="Agent limits and schedule.")
     offline: OfflineConfig = Field(default_factory=OfflineConfig, description="Rule-based teacher settings.")
     llm: LLMConfig = Field(default_factory=LLMConfig, description="Endpoints for backend=endpoint.")
@@ -33,3 +44,11 @@ class CollectConfig(StrictModel):
         "those that ended in an error (e.g. retries exhausted on a flaky endpoint); its lineage names the "
         "artifact it repaired. Not part of the first collection's identity, so turning it on reuses it.",
     )
+
+    @model_validator(mode="after")
+    def _one_limit(self) -> CollectConfig:
+        if self.limit is not None and self.limit_per_family is not None:
+            raise ValueError("set collect.limit or collect.limit_per_family, not both")
+        if self.limit_per_family is not None and any(n < 1 for n in self.limit_per_family.values()):
+            raise ValueError("collect.limit_per_family values must be >= 1")
+        return self

@@ -20,7 +20,7 @@ import hashlib
 import json
 import posixpath
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any, Protocol
 
 import pyarrow as pa
@@ -43,6 +43,56 @@ class PlannedRun:
     run_id: str
     task: dict[str, Any]
     sample_index: int
+
+
+def limit_tasks(
+    tasks: pa.Table, limit: int | None = None, per_family: Mapping[str, int] | None = None
+) -> tuple[pa.Table, list[str]]:
+    """The tasks to collect on, and warnings for families a limit leaves out.
+
+    ``limit``: N tasks split across families in proportion to their counts (largest remainders; at
+    least one per family when N allows), the first ones of each family, in table order.
+    ``per_family``: the first N of each named family. Neither: every task.
+    """
+    families = tasks.column("family").to_pylist()
+    counts = collections.Counter(families)
+    if limit is None and per_family is None:
+        return tasks, []
+    if per_family is not None:
+        quota = {f: min(n, counts.get(f, 0)) for f, n in per_family.items()}
+    else:
+        assert limit is not None
+        total = len(families)
+        if limit >= total:
+            return tasks, []
+        share = {f: limit * n / total for f, n in counts.items()}
+        quota = {f: int(v) for f, v in share.items()}
+        if limit >= len(counts):
+            for f in counts:
+                quota[f] = max(quota[f], 1)
+        left = limit - sum(quota.values())
+        for f in sorted(counts, key=lambda f: (share[f] - int(share[f]), counts[f]), reverse=True):
+            if left <= 0:
+                break
+            if quota[f] < counts[f]:
+                quota[f] += 1
+                left -= 1
+        while sum(quota.values()) > limit:  # minimums pushed it over: take from the largest
+            largest = max(quota, key=lambda f: quota[f])
+            quota[largest] -= 1
+    taken: collections.Counter[str] = collections.Counter()
+    keep = []
+    for i, family in enumerate(families):
+        if taken[family] < quota.get(family, 0):
+            taken[family] += 1
+            keep.append(i)
+    dropped = sorted(f for f in counts if taken[f] == 0)
+    warnings = [
+        f"the collection limit leaves out family {f!r} ({counts[f]} tasks): raise collect.limit or set "
+        "collect.limit_per_family"
+        for f in dropped
+    ]
+    return tasks.take(pa.array(keep, pa.int64())), warnings
 
 
 def plan_runs(tasks: pa.Table, samples_per_task: int) -> list[PlannedRun]:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import logging
 import posixpath
 
 import pyarrow.parquet as pq
@@ -25,6 +26,7 @@ from coa.collect.runs import (
     CollectOutcome,
     PlannedRun,
     collect_runs,
+    limit_tasks,
     plan_runs,
     summarize,
 )
@@ -33,6 +35,7 @@ from coa.errors import UserError
 from coa.steps import Build, Step, StepInput
 
 TABLE = "trajectories"
+log = logging.getLogger(__name__)
 
 
 def step(config: CollectConfig, tasks: StepInput, name: str = "collect") -> Step:
@@ -52,9 +55,9 @@ def step(config: CollectConfig, tasks: StepInput, name: str = "collect") -> Step
 
 def _build(b: Build) -> None:
     config: CollectConfig = b.step.config
-    tasks = b.table("tasks").read()
-    if config.limit is not None:
-        tasks = tasks.slice(0, config.limit)
+    tasks, warnings = limit_tasks(b.table("tasks").read(), config.limit, config.limit_per_family)
+    for warning in warnings:
+        log.warning("collect: %s", warning)
     planned = plan_runs(tasks, config.samples_per_task)
     checkpoints = CheckpointFolder(b.store.checkpoint_uri(b.writer.uri))
 
@@ -72,7 +75,7 @@ def _build(b: Build) -> None:
         for part in checkpoints.read([p.run_id for p in planned]):  # one row group per 256 runs
             write(part)
     b.writer.extra_lineage["collect"] = dataclasses.asdict(outcome)
-    b.summary.update(summarize_rows(b), collect=dataclasses.asdict(outcome))
+    b.summary.update(summarize_rows(b), collect=dataclasses.asdict(outcome), warnings=warnings)
     b.cleanup.append(checkpoints.remove)
 
 
