@@ -39,7 +39,9 @@ family      ``data_source``         reward manager  ``ground_truth``
                                                     (``grm_simple`` judge: ``gt['target']``)
 ==========  ======================  ==============  ===================================================
 
-So the synthetic families land on: ``synthetic-arithmetic`` → ``math_dapo``,
+"The task's source" is the source part of the task id (``aime24:0`` → ``aime24``), matched to AFM's
+names ignoring case, also by its stem before ``_`` or ``-`` (``nq_500`` → ``nq``, ``math500`` →
+``MATH500``). So the synthetic families land on: ``synthetic-arithmetic`` → ``math_dapo``,
 ``synthetic-programming`` → ``skywork``, ``synthetic-multihop`` → ``hotpotqa``. ``ability`` is
 AFM's: ``coding`` for code, ``fact-reasoning`` for everything else (AFM's math parquets say so).
 Assert tests ride on skywork's unit-test path: each test line is ``test_code[0] + test_code[i]``,
@@ -62,6 +64,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import re
 import uuid
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -153,6 +156,15 @@ def _code_ground_truth(tests: Mapping[str, Any]) -> dict[str, Any]:
     return {"inputs": stdin, "outputs": expected}
 
 
+def _known(source: str, names: frozenset[str]) -> str | None:
+    """The AFM data source ``source`` names: itself or its stem before ``_``/``-``, any case."""
+    by_lower = {n.lower(): n for n in names}
+    for candidate in (source, re.split(r"[_-]", source, maxsplit=1)[0]):
+        if candidate.lower() in by_lower:
+            return by_lower[candidate.lower()]
+    return None
+
+
 def afm_target(
     family: str,
     source: str,
@@ -165,10 +177,8 @@ def afm_target(
     if family == "code":
         if not test_cases:
             raise ValueError("a code task needs test cases for AFM's code reward")
-        data_source = next(
-            (s for s in (source, f"skywork_{source}") if s in AFM_SKYWORK_SOURCES and s != "skywork_math"),
-            "skywork",
-        )
+        code_sources = AFM_SKYWORK_SOURCES - {"skywork_math"}
+        data_source = _known(source, code_sources) or _known(f"skywork_{source}", code_sources) or "skywork"
         truth = json.dumps(_code_ground_truth(test_cases), ensure_ascii=False)
         return AfmTarget(data_source, ABILITY[family], truth, REWARD_MANAGER[family])
     if not golds:
@@ -177,11 +187,11 @@ def afm_target(
         if len(golds) > 1:
             truth = json.dumps(golds, ensure_ascii=False)
             return AfmTarget("skywork_math", ABILITY[family], truth, REWARD_MANAGER[family])
-        data_source = source if source in AFM_MATH_SOURCES else "math_dapo"
+        data_source = _known(source, AFM_MATH_SOURCES) or "math_dapo"
         return AfmTarget(data_source, ABILITY[family], golds[0], REWARD_MANAGER[family])
     if family not in ("mhqa", "web"):
         raise ValueError(f"unknown family {family!r}")
-    data_source = (source if source in AFM_QA_SOURCES else "hotpotqa") if family == "mhqa" else AFM_SEARCH_SOURCE
+    data_source = (_known(source, AFM_QA_SOURCES) or "hotpotqa") if family == "mhqa" else AFM_SEARCH_SOURCE
     truth_dict = {"question": question, "target": golds}
     return AfmTarget(data_source, ABILITY[family], truth_dict, REWARD_MANAGER[family])
 
