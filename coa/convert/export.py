@@ -34,7 +34,14 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from coa import io
-from coa.format import afm_rl_group, afm_sft_dataset_entry, afm_target, parse, to_afm_rl_row, to_afm_sft_record
+from coa.format import (
+    afm_rl_group,
+    afm_sft_dataset_entry,
+    afm_target,
+    parse,
+    to_afm_rl_row,
+    to_afm_sft_record,
+)
 from coa.format.chat import TRAINING_CHAT_TEMPLATE
 
 DATASET_INFO = "dataset_info.json"
@@ -59,12 +66,18 @@ def afm_rl_groups(rl: pa.Table) -> tuple[dict[str, pa.Table], dict[str, int]]:
         question = by_role["user"]
         try:
             target = afm_target(
-                row["family"], row["task_id"].split(":", 1)[0], question, row["gold_answers"], row["test_cases"]
+                row["family"],
+                row["task_id"].split(":", 1)[0],
+                question,
+                row["gold_answers"],
+                row["test_cases"],
             )
         except ValueError as e:
             skipped[str(e)] = skipped.get(str(e), 0) + 1
             continue
-        afm_row = to_afm_rl_row(by_role["system"], question, target, variant=row["variant"], task_id=row["task_id"])
+        afm_row = to_afm_rl_row(
+            by_role["system"], question, target, variant=row["variant"], task_id=row["task_id"]
+        )
         groups.setdefault(afm_rl_group(row["variant"], target), []).append(afm_row)
     return {name: pa.Table.from_pylist(rows) for name, rows in sorted(groups.items())}, skipped
 

@@ -77,7 +77,9 @@ from coa.format.segments import Trajectory
 AFM_QA_SOURCES = frozenset(
     {"nq", "triviaqa", "popqa", "hotpotqa", "2wikimultihopqa", "musique", "bamboogle", "mercury", "tq"}
 )
-AFM_MATH_SOURCES = frozenset({"math_dapo", "aime24", "aime25", "MATH", "MATH500", "gms8k", "amc23", "OlympiadBench"})
+AFM_MATH_SOURCES = frozenset(
+    {"math_dapo", "aime24", "aime25", "MATH", "MATH500", "gms8k", "amc23", "OlympiadBench"}
+)
 AFM_SKYWORK_SOURCES = frozenset(
     {
         "skywork",

@@ -53,7 +53,9 @@ def _fixtures() -> Path:
 
 @pytest.fixture(scope="module")
 def pipeline(
-    tmp_path_factory: pytest.TempPathFactory, teacher_runs: list[dict[str, Any]], synthetic_tasks: dict[str, Any]
+    tmp_path_factory: pytest.TempPathFactory,
+    teacher_runs: list[dict[str, Any]],
+    synthetic_tasks: dict[str, Any],
 ) -> dict[str, Any]:
     """Offline-teacher runs curated and converted once for the module (a private store)."""
     store = io.Store(str(tmp_path_factory.mktemp("store")))
@@ -63,7 +65,9 @@ def pipeline(
         writer.write_table(table_name, table, contract)
         return writer.commit()
 
-    raw = artifact("trajectories", "trajectories", schemas.TRAJECTORY.from_rows(teacher_runs), schemas.TRAJECTORY)
+    raw = artifact(
+        "trajectories", "trajectories", schemas.TRAJECTORY.from_rows(teacher_runs), schemas.TRAJECTORY
+    )
     tasks = artifact("tasks", "train", synthetic_tasks["train"], schemas.TASK)
     config = CurateConfig(dedup={"near": False}, filters={"max_repeated_calls": 10})  # type: ignore[arg-type]
     curated, _ = run_curate_stage(config, raw, tasks, "train", store)
@@ -79,11 +83,15 @@ def pipeline(
 # -- the code format ------------------------------------------------------------------------------
 
 
-def test_teacher_trajectories_pass_afms_code_format_and_keep_the_code_that_ran(pipeline: dict[str, Any]) -> None:
+def test_teacher_trajectories_pass_afms_code_format_and_keep_the_code_that_ran(
+    pipeline: dict[str, Any],
+) -> None:
     runs = {r["run_id"]: r for r in pipeline["curated"]}
     code_math = [e for e in pipeline["sft"] if e["variant"] == "code_math"]
     families = Counter(e["family"] for e in code_math)
-    assert families["math"] >= 6 and families["code"] >= 3, families  # arithmetic and programming both converted
+    assert families["math"] >= 6 and families["code"] >= 3, (
+        families
+    )  # arithmetic and programming both converted
     for example in code_math:
         text = example["messages"][-1]["content"]
         assert afm_code_format_ok(text), text
@@ -101,7 +109,9 @@ def test_teacher_trajectories_pass_afms_code_format_and_keep_the_code_that_ran(p
 # -- afm-sft --------------------------------------------------------------------------------------
 
 
-def test_afm_sft_export_is_read_by_llama_factory_as_one_user_turn(pipeline: dict[str, Any], tmp_path: Path) -> None:
+def test_afm_sft_export_is_read_by_llama_factory_as_one_user_turn(
+    pipeline: dict[str, Any], tmp_path: Path
+) -> None:
     (tmp_path / "dataset_info.json").write_text(json.dumps({"mine": {"file_name": "mine.json"}}))
     out = tmp_path / "coa_sft.json"
     result = runner.invoke(app, ["export", pipeline["uri"], str(out), "--format", "afm-sft"])
@@ -132,22 +142,36 @@ def _export_rl(uri: str, out: Path) -> dict[str, list[dict[str, Any]]]:
     result = runner.invoke(app, ["export", uri, str(out), "--format", "afm-rl"])
     assert result.exit_code == 0, result.output
     files = sorted(out.parent.glob(f"{out.stem}.*.parquet"))
-    return {f.name.removeprefix(f"{out.stem}.").removesuffix(".parquet"): pq.read_table(f).to_pylist() for f in files}
+    return {
+        f.name.removeprefix(f"{out.stem}.").removesuffix(".parquet"): pq.read_table(f).to_pylist()
+        for f in files
+    }
 
 
-def test_afm_rl_export_routes_every_row_and_scores_the_teacher(pipeline: dict[str, Any], tmp_path: Path) -> None:
+def test_afm_rl_export_routes_every_row_and_scores_the_teacher(
+    pipeline: dict[str, Any], tmp_path: Path
+) -> None:
     groups = _export_rl(pipeline["uri"], tmp_path / "rl.parquet")
     assert set(groups) == {"code_math.afm", "web.batch"}  # math+code (AFM manager) / multihop (batch EM)
     rows = {r["extra_info"]["task_id"]: (r, group.split(".")[1]) for group, rs in groups.items() for r in rs}
     assert len(rows) == len(pipeline["rl"])
-    expected = {"math": ("math_dapo", "fact-reasoning", "mathverify"), "code": ("skywork", "coding", "skywork:stdin"),
-                "mhqa": ("hotpotqa", "fact-reasoning", "batch:em")}  # fmt: skip
+    expected = {
+        "math": ("math_dapo", "fact-reasoning", "mathverify"),
+        "code": ("skywork", "coding", "skywork:stdin"),
+        "mhqa": ("hotpotqa", "fact-reasoning", "batch:em"),
+    }
     for prompt in pipeline["rl"]:
         row, manager = rows[prompt["task_id"]]
         data_source, ability, path = expected[prompt["family"]]
-        assert (row["data_source"], row["ability"], afm_reward_path(row, manager)) == (data_source, ability, path)
+        assert (row["data_source"], row["ability"], afm_reward_path(row, manager)) == (
+            data_source,
+            ability,
+            path,
+        )
         assert row["extra_info"]["index"].startswith(f"{data_source}-")
-        assert set(row["extra_info"]["tools_kwargs"]) == ({"code"} if manager == "afm" else {"web_search", "crawl_page"})
+        assert set(row["extra_info"]["tools_kwargs"]) == (
+            {"code"} if manager == "afm" else {"web_search", "crawl_page"}
+        )
 
     fixture_indexes = {r["extra_info"]["index"] for name in ("aime24", "math500", "livecodebench_v5")
                        for r in pq.read_table(_fixtures() / f"{name}.parquet").to_pylist()}  # fmt: skip
@@ -157,12 +181,14 @@ def test_afm_rl_export_routes_every_row_and_scores_the_teacher(pipeline: dict[st
     again = _export_rl(pipeline["uri"], tmp_path / "again" / "rl.parquet")
     assert again == groups  # a rerun writes the same rows, indexes included
 
-    scored = Counter()
+    scored: Counter[str] = Counter()
     for example in pipeline["sft"]:  # curated = correct teacher runs: AFM's rewards must agree
         row, manager = rows[example["task_id"]]
         response = example["messages"][-1]["content"]
         assert afm_score(row, manager, response) == 1.0, (example["task_id"], row["reward_model"])
-        bad = {"math": "\\boxed{-1}", "code": "```py\nprint(0)\n```", "mhqa": "Nobody Xyzzy"}[example["family"]]
+        bad = {"math": "\\boxed{-1}", "code": "```py\nprint(0)\n```", "mhqa": "Nobody Xyzzy"}[
+            example["family"]
+        ]
         wrong = response[: response.rindex("<answer>")] + f"<answer>\n{bad}\n</answer>\n"
         assert afm_score(row, manager, wrong) == 0.0
         scored[example["family"]] += 1
@@ -174,17 +200,22 @@ def test_afm_rl_rows_of_the_real_benchmark_files(tmp_path: Path) -> None:
     names = ["aime24.parquet", "math500.parquet", "livecodebench_v5.parquet", "nq_500.jsonl",
              "gaia_dev_103.json", "webwalker_main.json"]  # fmt: skip
     for name in names[:3]:  # our re-implemented routing accepts AFM's own files
-        paths = {afm_reward_path(r, "afm") for r in pq.read_table(fixtures / name).to_pylist()}
-        assert paths == ({"skywork:lcb_pickle"} if "livecodebench" in name else {"mathverify"})
+        own = {afm_reward_path(r, "afm") for r in pq.read_table(fixtures / name).to_pylist()}
+        assert own == ({"skywork:lcb_pickle"} if "livecodebench" in name else {"mathverify"})
     imported = import_tasks([TaskSourceConfig(path=str(fixtures / n)) for n in names]).tasks.to_pylist()
     originals = {f"{name.split('.')[0]}:{r['extra_info']['index']}": r for name in names[:2]
                  for r in pq.read_table(fixtures / name).to_pylist()}  # fmt: skip
     variants = {"math": "code_math", "code": "code_math", "mhqa": "mhqa", "web": "web"}
     managers = {"math": "afm", "code": "afm", "mhqa": "batch", "web": "batch"}
-    paths, indexes = Counter(), set()
+    paths: Counter[tuple[str, str, str]] = Counter()
+    indexes: set[str] = set()
     for task in imported:
-        target = afm_target(task["family"], task["source"], task["question"], task["gold_answers"], task["test_cases"])
-        row = to_afm_rl_row("SYSTEM", task["question"], target, variant=variants[task["family"]], task_id=task["task_id"])
+        target = afm_target(
+            task["family"], task["source"], task["question"], task["gold_answers"], task["test_cases"]
+        )
+        row = to_afm_rl_row(
+            "SYSTEM", task["question"], target, variant=variants[task["family"]], task_id=task["task_id"]
+        )
         paths[(task["source"], row["data_source"], afm_reward_path(row, managers[task["family"]]))] += 1
         indexes.add(row["extra_info"]["index"])
         if task["task_id"] in originals:  # math files: AFM's own data source and ground truth
@@ -193,16 +224,30 @@ def test_afm_rl_rows_of_the_real_benchmark_files(tmp_path: Path) -> None:
             assert row["reward_model"] == original["reward_model"]
     assert len(indexes) == len(imported)
     by_source = {(source, ds, path) for source, ds, path in paths}
-    assert ("aime24", "aime24", "mathverify") in by_source and ("math500", "MATH500", "mathverify") in by_source
-    assert ("nq_500", "nq", "batch:em") in by_source and ("gaia_dev_103", "search", "batch:judge") in by_source
+    assert ("aime24", "aime24", "mathverify") in by_source and (
+        "math500",
+        "MATH500",
+        "mathverify",
+    ) in by_source
+    assert ("nq_500", "nq", "batch:em") in by_source and (
+        "gaia_dev_103",
+        "search",
+        "batch:judge",
+    ) in by_source
     lcb = {path for source, ds, path in by_source if source == "livecodebench_v5"}
     assert {ds for source, ds, _ in by_source if source == "livecodebench_v5"} == {"skywork_livecodebench_v5"}
     assert lcb == {"skywork:stdin", "skywork:unit_test"}  # stdin tests and functional (assert) tests
 
 
 def test_functional_tests_run_through_afms_unit_test_path() -> None:
-    tests = {"kind": "functional", "functional": "result = Solution().add(2, 3)\nassert result == 5, result\n",
-             "stdin": None, "expected_output": None, "fn_name": "add"}  # fmt: skip
+    snippet = "result = Solution().add(2, 3)\nassert result == 5, result\n"
+    tests = {
+        "kind": "functional",
+        "functional": snippet,
+        "stdin": None,
+        "expected_output": None,
+        "fn_name": "add",
+    }
     row = to_afm_rl_row("S", "Add.", afm_target("code", "leetcode", "Add.", [], tests), variant="code_math")
     assert afm_reward_path(row, "afm") == "skywork:unit_test"
     good = "class Solution:\n    def add(self, a: int, b: int) -> int:\n        return a + b"
@@ -213,7 +258,9 @@ def test_functional_tests_run_through_afms_unit_test_path() -> None:
 # -- hf + plain TRL -------------------------------------------------------------------------------
 
 
-def test_hf_export_trains_in_plain_trl_without_prompt_or_observations(pipeline: dict[str, Any], tmp_path: Path) -> None:
+def test_hf_export_trains_in_plain_trl_without_prompt_or_observations(
+    pipeline: dict[str, Any], tmp_path: Path
+) -> None:
     import datasets
     import pyarrow as pa
     from transformers import AutoTokenizer
@@ -228,6 +275,7 @@ def test_hf_export_trains_in_plain_trl_without_prompt_or_observations(pipeline: 
     # A private cache: datasets 5.2 keys its cache of a local folder by the folder's name and config,
     # not its path, so another "hf" folder exported earlier would be served instead of this one.
     ds = datasets.load_dataset(str(folder), "sft", split="train", cache_dir=str(tmp_path / "cache"))
+    assert isinstance(ds, datasets.Dataset)
     assert ds.num_rows == len(pipeline["sft"])
 
     tiny = TinyModelConfig(vocab_size=700, hidden_size=32, num_layers=1, num_heads=4, num_kv_heads=2,
@@ -235,14 +283,18 @@ def test_hf_export_trains_in_plain_trl_without_prompt_or_observations(pipeline: 
     model_dir = init_model(sft_corpus(pa.Table.from_pylist(pipeline["sft"])), tiny, tmp_path / "model")
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
     args = SFTConfig(
-        output_dir=str(tmp_path / "out"), assistant_only_loss=True, chat_template_path=str(folder / "chat_template.jinja"),
+        output_dir=str(tmp_path / "out"), assistant_only_loss=True,
+        chat_template_path=str(folder / "chat_template.jinja"),
         max_length=None, max_steps=2, per_device_train_batch_size=4, report_to=[], use_cpu=True,
         save_strategy="no", logging_steps=1,
     )  # fmt: skip
     from transformers import AutoModelForCausalLM
 
     trainer = SFTTrainer(
-        model=AutoModelForCausalLM.from_pretrained(model_dir), args=args, train_dataset=ds, processing_class=tokenizer
+        model=AutoModelForCausalLM.from_pretrained(model_dir),
+        args=args,
+        train_dataset=ds,
+        processing_class=tokenizer,
     )
     reference = AutoTokenizer.from_pretrained(model_dir)  # the student's own template: what our SFT trains
     by_text = {}
@@ -251,15 +303,16 @@ def test_hf_export_trains_in_plain_trl_without_prompt_or_observations(pipeline: 
         full, start = chat_text(reference, system, question, content)
         by_text[full] = (full, start, content)
     prepared = trainer.train_dataset
-    assert prepared.num_rows == len(pipeline["sft"])
+    assert isinstance(prepared, datasets.Dataset) and prepared.num_rows == len(pipeline["sft"])
     for item in prepared:
         ids, labels = item["input_ids"], item["labels"]
-        full, start, content = by_text[tokenizer.decode(ids)]
-        untrained = tokenizer.decode([t for t, label in zip(ids, labels, strict=True) if label == IGNORE_INDEX])
+        full, start, content = by_text[str(tokenizer.decode(ids))]
+        masked = [t for t, label in zip(ids, labels, strict=True) if label == IGNORE_INDEX]
+        untrained = str(tokenizer.decode(masked))
         observations = "".join(content[a:b] for a, b in observation_spans(content))
         assert untrained == full[:start] + observations  # exactly the prompt and the tool output
         assert label_chat(reference, full, start) == (ids, labels)  # = the pipeline's own SFT labels
-        assert tokenizer.decode([t for t in labels if t != IGNORE_INDEX]).endswith("<|im_end|>\n")
+        assert str(tokenizer.decode([t for t in labels if t != IGNORE_INDEX])).endswith("<|im_end|>\n")
     assert any(observation_spans(c) for _, _, c in by_text.values())
     result = trainer.train()
     assert result.global_step == 2 and result.training_loss == result.training_loss  # ran, loss not NaN

@@ -110,9 +110,16 @@ AFM_DISPATCH = {
     "GPQA_dimand": "gpqa (not imported: NameError)",
     **dict.fromkeys(
         [
-            "skywork", "skywork_livecodebench_v4", "skywork_livecodebench_v6", "skywork_livecodebench_v5",
-            "skywork_livecodebench_v1_to_v3", "skywork_math", "codeforces_areal_test", "codecontests_hf_test",
-            "codecontests_hf_train", "codecontests_areal_test",
+            "skywork",
+            "skywork_livecodebench_v4",
+            "skywork_livecodebench_v6",
+            "skywork_livecodebench_v5",
+            "skywork_livecodebench_v1_to_v3",
+            "skywork_math",
+            "codeforces_areal_test",
+            "codecontests_hf_test",
+            "codecontests_hf_train",
+            "codecontests_areal_test",
         ],
         "skywork",
     ),  # fmt: skip
@@ -131,7 +138,9 @@ def afm_reward_path(row: Mapping[str, Any], manager: str) -> str:
     extra = row["extra_info"]
     assert row["ability"] in AFM_ABILITIES, f"ability {row['ability']!r}"
     assert extra["need_tools_kwargs"] is True and extra["tools_kwargs"], "no tools_kwargs"
-    for tool, kwargs in extra["tools_kwargs"].items():  # the rollout calls create(**kwargs.get("create_kwargs", {}))
+    for tool, kwargs in extra[
+        "tools_kwargs"
+    ].items():  # the rollout calls create(**kwargs.get("create_kwargs", {}))
         assert isinstance(kwargs, Mapping) and isinstance(kwargs.get("create_kwargs", {}), Mapping), tool
     if manager == "batch":  # BatchRewardManager: questions from extra_info, gt['target'] indexed directly
         assert isinstance(extra.get("question"), str) and extra["question"], "extra_info.question"
@@ -140,7 +149,9 @@ def afm_reward_path(row: Mapping[str, Any], manager: str) -> str:
         return "batch:judge" if row["data_source"] == "search" else "batch:em"
     assert manager == "afm", manager
     scorer = AFM_DISPATCH.get(row["data_source"])
-    assert scorer is not None, f"data_source {row['data_source']!r}: reward fn not found (NotImplementedError)"
+    assert scorer is not None, (
+        f"data_source {row['data_source']!r}: reward fn not found (NotImplementedError)"
+    )
     assert scorer in ("mathverify", "skywork"), f"{row['data_source']} -> {scorer}, unusable for training"
     assert isinstance(gt, str), "the afm manager passes ground_truth on as a string"
     if scorer == "mathverify":
@@ -201,13 +212,13 @@ def afm_score(row: Mapping[str, Any], manager: str, response: str) -> float:
             raise NotImplementedError("the web reward is an LLM judge")
         return float(bool(parts) and all(_normalize(p) in golds for p in parts))
     if path in ("mathverify", "skywork:math"):
-        golds = [gt] if path == "mathverify" else json.loads(gt)
+        accepted: list[str] = [gt] if path == "mathverify" else json.loads(gt)
         parsed = parse(answer)
         if len(parsed) < 2:
             return 0.0
-        if parsed[1] in golds:
+        if parsed[1] in accepted:
             return 1.0
-        return float(any(verify(parse(f"\\boxed{{{g}}}"), parsed) for g in golds))
+        return float(any(verify(parse(f"\\boxed{{{g}}}"), parsed) for g in accepted))
     code = _code_of(answer)
     if code is None:
         return 0.0

@@ -20,7 +20,10 @@ def in_code(content: str) -> str:
 
 def test_render_code_layout() -> None:
     assert render_code("print(1)\n") == "```py\nprint(1)\n```"
-    assert render_code("n = int(input())\nprint(n)", "7") == "```py\nn = int(input())\nprint(n)\n```\n```sh\n7\n```"
+    assert (
+        render_code("n = int(input())\nprint(n)", "7")
+        == "```py\nn = int(input())\nprint(n)\n```\n```sh\n7\n```"
+    )
     assert render_code("x = 1", "3\n1 2 3\n") == "```py\nx = 1\n```\n```sh\n3\n1 2 3\n```"  # stdin kept as is
     for bad in ("", "\n\n", "print('```')"):
         with pytest.raises(ValueError):
@@ -47,12 +50,10 @@ def test_our_check_and_afms(content: str, ours: bool, afm: bool) -> None:
     assert afm_code_format_ok(in_code(content)) is afm
 
 
-code_text = st.text(st.characters(blacklist_categories=("Cs",)), min_size=1, max_size=40).filter(
+code_text = st.text(st.characters(codec="utf-8"), min_size=1, max_size=40).filter(
     lambda s: "```" not in s and s.strip("\n").strip() != ""
 )
-stdin_text = st.none() | st.text(st.characters(blacklist_categories=("Cs",)), max_size=20).filter(
-    lambda s: "`" not in s
-)
+stdin_text = st.none() | st.text(st.characters(codec="utf-8"), max_size=20).filter(lambda s: "`" not in s)
 
 
 @settings(max_examples=200, deadline=None)
@@ -70,7 +71,9 @@ def test_rendered_code_passes_both_checks_and_extracts_back(code: str, stdin: st
 def test_code_math_grammar_requires_the_format_and_afm_variant_keeps_python() -> None:
     assert validate(traj(MATH), "code_math").ok and validate(traj(CODE), "code_math").ok
     assert afm_code_format_ok(render(traj(MATH))) and afm_code_format_ok(render(traj(CODE)))
-    python = [(tag, text.replace("```py\n", "```python\n")) if tag == "code" else (tag, text) for tag, text in MATH]
+    python = [
+        (tag, text.replace("```py\n", "```python\n")) if tag == "code" else (tag, text) for tag, text in MATH
+    ]
     result = validate(traj(python), "code_math")
     assert result.rule == "code_fence" and result.error is not None and "```py" in result.error.message
     assert not afm_code_format_ok(render(traj(python)))
