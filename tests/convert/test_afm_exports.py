@@ -16,10 +16,10 @@ from typer.testing import CliRunner
 import schemas
 from coa import io
 from coa.cli import app
-from coa.config import TaskSourceConfig
-from coa.convert.stage import ConvertConfig, run_convert_stage
+from coa.convert import step as convert_step
+from coa.convert.config import ConvertConfig
+from coa.curate import step as curate_step
 from coa.curate.config import CurateConfig
-from coa.curate.runner import run_curate_stage
 from coa.format import (
     IGNORE_INDEX,
     afm_target,
@@ -31,7 +31,8 @@ from coa.format import (
     to_afm_rl_row,
     validate,
 )
-from coa.tasksets import import_tasks
+from coa.steps import TableInput, run_step
+from coa.tasksets import TaskSourceConfig, import_tasks
 from coa.tools.code import extract_code
 from tests.format.afm_rules import (
     afm_code_format_ok,
@@ -70,8 +71,11 @@ def pipeline(
     )
     tasks = artifact("tasks", "train", synthetic_tasks["train"], schemas.TASK)
     config = CurateConfig(dedup={"near": False}, filters={"max_repeated_calls": 10})  # type: ignore[arg-type]
-    curated, _ = run_curate_stage(config, raw, tasks, "train", store)
-    converted, _ = run_convert_stage(ConvertConfig(), curated, tasks, "train", store)
+    train = TableInput(tasks, "train")
+    curated = run_step(curate_step.step(config, TableInput(raw, "trajectories"), train), store).ref
+    converted = run_step(
+        convert_step.step(ConvertConfig(), TableInput(curated, "trajectories"), train), store
+    ).ref
     return {
         "curated": io.read_table(curated, "trajectories").to_pylist(),
         "sft": io.read_table(converted, "sft").to_pylist(),
