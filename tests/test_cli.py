@@ -140,7 +140,7 @@ def test_format_check_reports_each_row_and_exit_code(tmp_path: Path) -> None:
             [
                 ("plan", "1. compute"),
                 ("think", "use code"),
-                ("code", "```python\nprint(2+2)\n```"),
+                ("code", "```py\nprint(2+2)\n```"),
                 ("observation", "4"),
                 ("reflection", "the result is 4"),
                 ("think", "done"),

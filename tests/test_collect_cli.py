@@ -57,7 +57,7 @@ def test_offline_collect_uses_the_tools_for_real(tmp_path: Path, monkeypatch: py
             searches = [s for s in calls if s["tool_name"] == "web_search"]
             assert searches and all("local://doc/" in s["observation"] for s in searches)
         if r["family"] == "code":
-            assert "```python" in r["final_answer"]
+            assert "```py\n" in r["final_answer"]
     roles = {s["role"] for r in rows for s in r["steps"]}
     assert {"plan", "think", "tool_call", "delegate", "reflection", "verification", "final_answer"} <= roles
 

@@ -27,6 +27,7 @@ from pydantic import Field
 from coa.agents import prompts
 from coa.agents.backend import Message, ModelError, ModelReply, current_run_id
 from coa.config import StrictModel
+from coa.format.code import render_code
 from coa.llm.tokens import approx_token_count, estimate_prompt_tokens
 from coa.synthetic import arithmetic, multihop, programming
 
@@ -93,7 +94,7 @@ def _since_rejection(messages: list[Message]) -> list[Message]:
 _ANSWER = re.compile(r"Answer:\s*(.+?)\s*\(evidence:", re.DOTALL)
 _RESULT = re.compile(r"Result:\s*(-?\d+)")
 _STDOUT = re.compile(r"\[STDOUT:BEGIN\]\n(.*?)\n\[STDOUT:END\]", re.DOTALL)
-_FENCE = re.compile(r"```python\n.*?```", re.DOTALL)
+_FENCE = re.compile(r"```py\n.*?```", re.DOTALL)  # AFM's code format: ```py (coa.format.code)
 
 
 class RuleBasedBackend:
@@ -352,7 +353,7 @@ class RuleBasedBackend:
             if not observations and self._slip("code_agent", messages, "syntax"):
                 code = f"result = {expression}\nprint(result"
             thought = "Fix the error and run again." if observations else "Evaluate the expression in Python."
-            return _act(thought, "code", f"```python\n{code}\n```", review=review)
+            return _act(thought, "code", render_code(code), review=review)
         question = task.split("\n", 1)[1] if "\n" in task else task
         s = programming.parse_question(question)
         source = programming.reference_solution(s["spec"], s["params"]).strip()
@@ -365,7 +366,7 @@ class RuleBasedBackend:
                 return _act(
                     "The program is correct on the example; hand it over.",
                     "final_answer",
-                    f"The program passed the example.\n```python\n{source}\n```",
+                    f"The program passed the example.\n{render_code(source)}",
                     review=review,
                 )
         body = source
@@ -376,7 +377,7 @@ class RuleBasedBackend:
             if observations
             else "Write the program and test it on the example."
         )
-        return _act(thought, "code", f"```python\n{body}\n```\n```sh\n{example_in}\n```", review=review)
+        return _act(thought, "code", render_code(body, example_in), review=review)
 
     # -- reflection and verification ----------------------------------------------------------
     def _reflect(self, messages: list[Message]) -> str:
@@ -423,7 +424,7 @@ class RuleBasedBackend:
                 else "the last hop is not supported by a document"
             )
         else:
-            ok = "passed the example" in evidence or "```python" in answer
+            ok = "passed the example" in evidence or "```py\n" in answer
             why = "the program ran and matched the example" if ok else "the program was not tested"
         if not ok and self._rng("verifier", messages, "miss").random() < self.config.verifier_miss_rate:
             ok, why = True, "it looks plausible"

@@ -7,15 +7,23 @@ teacher step                                  CoA segments
 ===========================================  ====================================================
 manager ``plan`` (+ its thought)              ``think`` (the thought) → ``plan``
 any agent's ``think``                         ``think`` (consecutive thoughts merge)
-``tool_call``                                 ``<tool>`` (query / url / code) → ``observation``
+``tool_call``                                 ``<tool>`` (query / url / code) → ``observation``;
+                                              ``code_math`` code is re-fenced in AFM's format
 sub-agent observation review                  ``reflection`` where the variant reviews every tool
                                               call (``code_math``), else part of the next ``think``
 reflector ``reflection`` (graded)             ``think`` (its thought) → ``reflection`` with grades
 verifier ``verification``                     ``suggested_answer`` → ``think`` → ``double_check``
-manager ``final_answer``                      ``answer`` (``\\boxed{}`` for math, one fenced block
-                                              for code)
+manager ``final_answer``                      ``answer`` (``\\boxed{}`` for math, one ```` ```py ````
+                                              block for code)
 ``delegate``, ``error``                       dropped (the sub-agent steps carry the content)
 ===========================================  ====================================================
+
+AFM's code format (:mod:`coa.format.code`): in ``code_math`` the code of a call is re-fenced as one
+```` ```py ```` block plus, when the program read standard input, one ```` ```sh ```` block. The
+code and stdin are those the code tool extracted and ran (:func:`coa.tools.code.extract_code`:
+```` ```python ```` / ```` ```py ```` blocks joined, bare fences, or unfenced code), so the
+observation still belongs to the text; a payload that holds no runnable code, or code holding
+```` ``` ````, stays as it was and fails the grammar's ``code_fence`` rule.
 
 Variants without a step (``code_math`` has no suggested_answer/double_check; reflections there are
 free text) drop it. Nothing is invented: when the result breaks the variant's grammar (e.g. the
@@ -30,6 +38,8 @@ from collections.abc import Mapping
 from typing import Any
 
 from coa.format import Segment, Trajectory, extract_boxed, extract_code_block, validate
+from coa.format.code import render_code
+from coa.tools.code import extract_code
 
 FAMILY_VARIANT = {"math": "code_math", "code": "code_math", "mhqa": "web", "web": "web"}
 TOOL_ARG = {"web_search": "query", "wiki_search": "query", "crawl_page": "url", "code": "code"}
@@ -69,8 +79,19 @@ def _answer(family: str, text: str) -> str:
         return text if extract_boxed(text) is not None else f"\\boxed{{{text}}}"
     if family == "code":
         code = extract_code_block(text)
-        return f"```python\n{code.strip()}\n```" if code else text
+        return render_code(code) if code and code.strip() and "```" not in code else text
     return text
+
+
+def _afm_code(payload: str) -> str:
+    """A code payload in AFM's format (the same code and stdin), or unchanged when it has none."""
+    extracted = extract_code(payload)
+    if extracted is None:
+        return payload
+    try:
+        return render_code(extracted.code, extracted.stdin or None)
+    except ValueError:
+        return payload
 
 
 def _grades(fields: Mapping[str, Any], text: str) -> str:
@@ -138,7 +159,8 @@ def to_coa(row: Mapping[str, Any], variant: str | None = None) -> Conversion:
             if tool not in TOOL_ARG:
                 return Conversion(variant, None, f"unknown_tool: {tool!r} has no CoA tag")
             args = json.loads(step["tool_args"] or "{}")
-            b.add(tool, str(args.get(TOOL_ARG[tool], step["text"] or "")))
+            value = str(args.get(TOOL_ARG[tool], step["text"] or ""))
+            b.add(tool, _afm_code(value) if tool == "code" and variant == "code_math" else value)
             b.add("observation", step["observation"] or "(no output)")
         elif role == "reflection" and fields.get("kind") == "observation_review":
             b.review(step["text"] or "")

@@ -23,6 +23,9 @@ Rules (the ``rule`` of the reported :class:`FormatError`):
 ``transition``                      ``f → g`` with ``g`` not in ``after[f]``
 ``reflection_grades``               a reflection without three readable grades (where required)
 ``double_check_score``              a double check without a readable 1–4 score (where required)
+``code_fence``                      a ``<code>`` that is not one ```` ```py ```` block and an optional
+                                    ```` ```sh ```` stdin block (``code_math``: AFM's code format,
+                                    :mod:`coa.format.code`)
 ``replan_after_poor_reflection``    a reflection with a poor grade not followed by ``plan``
 ``answer_needs_double_check``       an ``answer`` not after a double check scored ≥ 3
 ``replan_after_low_score``          a double check scored < 3 not followed by ``plan``
@@ -39,6 +42,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
 
+from coa.format.code import code_format_error
 from coa.format.codec import LIVE_TAG_RE, render_segment, scan
 from coa.format.segments import TOOL_TAGS, FormatError, Segment, Trajectory
 
@@ -54,6 +58,7 @@ class Grammar:
     think_before: frozenset[str]
     requires_grades: bool = False  # reflections must carry grades; a poor grade forces a re-plan
     requires_double_check: bool = False  # answer only after a double check ≥ 3; < 3 forces a re-plan
+    code_fence: bool = False  # every <code> is AFM's ```py block (+ optional ```sh stdin block)
 
     @property
     def tools(self) -> tuple[str, ...]:
@@ -113,6 +118,7 @@ GRAMMARS: Mapping[str, Grammar] = MappingProxyType(
                 "answer": set(),
             },
             think_before={"code", "answer"},
+            code_fence=True,
         ),
         # AFM_TOOLS: all tools, think before every function, suggested_answer → double_check → answer.
         "afm": _grammar(
@@ -198,6 +204,8 @@ def check(segments: list[Segment], g: Grammar, starts: list[int]) -> None:
             raise fail("empty_segment", i, f"<{tag}> is empty")
         if tag != "observation" and (m := LIVE_TAG_RE.search(seg.content)):
             raise fail("nesting", i, f"live tag {m.group(0)!r} inside <{tag}>")
+        if tag == "code" and g.code_fence and (problem := code_format_error(seg.content)) is not None:
+            raise fail("code_fence", i, problem)
         if prev in TOOL_TAGS and tag != "observation":
             raise fail("missing_observation", i, f"<{prev}> must be followed by <observation>")
         if tag == "observation":

@@ -115,24 +115,29 @@ def test_exports_load_back(converted: dict[str, Any], tmp_path: Path) -> None:
     sft_json = tmp_path / "sft.json"
     assert runner.invoke(app, ["export", uri, str(sft_json), "--format", "afm-sft"]).exit_code == 0
     records = json.loads(sft_json.read_text())
-    assert records and set(records[0]) == {"instruction", "input", "output", "system"}
+    assert records and set(records[0]) == {"instruction", "input", "output"}
     with_obs = [r for r in records if "<observation>" in r["output"]]
     assert with_obs and all("</observation>\n\n" in r["output"] for r in with_obs)
+    assert json.loads((tmp_path / "dataset_info.json").read_text())["sft"]["file_name"] == "sft.json"
 
     rl_path = tmp_path / "rl.parquet"
-    assert runner.invoke(app, ["export", uri, str(rl_path), "--format", "afm-rl"]).exit_code == 0
-    rl = pq.read_table(rl_path)
-    assert rl.column_names == pq.read_schema(FIXTURES / "aime24.parquet").names
-    indices = [row["index"] for row in rl.column("extra_info").to_pylist()]
-    assert len(set(indices)) == len(indices) == rl.num_rows
+    result = runner.invoke(app, ["export", uri, str(rl_path), "--format", "afm-rl"])
+    assert result.exit_code == 0 and "rl.code_math.afm.parquet" in result.output, result.output
+    names = pq.read_schema(FIXTURES / "aime24.parquet").names
+    tables = [pq.read_table(tmp_path / f"rl.{group}.parquet") for group in ("code_math.afm", "web.batch")]
+    assert not rl_path.exists() and all(t.column_names == names for t in tables)
+    indices = [row["index"] for t in tables for row in t.column("extra_info").to_pylist()]
+    assert len(set(indices)) == len(indices) == converted["out"].rows("rl_prompts")
 
     hf = tmp_path / "hf"
     assert runner.invoke(app, ["export", uri, str(hf), "--format", "hf"]).exit_code == 0
-    ds = datasets.load_dataset(str(hf))
+    cache = str(tmp_path / "cache")  # datasets caches a local folder by its name, not its path
+    ds = datasets.load_dataset(str(hf), cache_dir=cache)
     assert ds["train"].num_rows == converted["out"].rows("sft")
     assert ds["train"][0]["messages"][-1]["role"] == "assistant"
-    rl_ds = datasets.load_dataset(str(hf), "rl")
+    rl_ds = datasets.load_dataset(str(hf), "rl", cache_dir=cache)
     assert rl_ds["train"].num_rows == converted["out"].rows("rl_prompts")
+    assert "{% generation %}" in (hf / "chat_template.jinja").read_text()
 
 
 def test_failed_gate_fails_with_the_report_and_stays_failed(

@@ -23,7 +23,7 @@ def blocks(*pairs: tuple[str, str]) -> str:
 
 
 PLAN = blocks(
-    ("plan", "Compute it with code."), ("think", "Run it."), ("code", "```python\nprint(6 * 7)\n```")
+    ("plan", "Compute it with code."), ("think", "Run it."), ("code", "```py\nprint(6 * 7)\n```")
 )
 AFTER = blocks(("reflection", "It printed 42."), ("think", "Answer."), ("answer", "\\boxed{42}"))
 CHATML = "<|im_start|>system\n{}<|im_end|>\n<|im_start|>user\n{}<|im_end|>\n<|im_start|>assistant\n"
@@ -92,7 +92,7 @@ def test_tool_runs_in_the_sandbox_and_the_observation_is_rendered_like_training_
     gen = Scripted({"What is 6 * 7?": [stop(PLAN, "</code>"), stop(AFTER, "</answer>")]})
     table = evaluate_tasks(tasks_table(task(0, "What is 6 * 7?")), gen, box, LIMITS)
     row = table.to_pylist()[0]
-    assert box.calls == [("code", "```python\nprint(6 * 7)\n```")]
+    assert box.calls == [("code", "```py\nprint(6 * 7)\n```")]
     observation = row["text"].split("<observation>\n", 1)[1].split("\n</observation>", 1)[0]
     assert "42" in observation and observation.startswith("[EXECUTED]")
     # Byte for byte the canonical rendering of the same trajectory (what SFT trained on).

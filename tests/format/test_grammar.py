@@ -194,7 +194,8 @@ def _path_to_answer(g: Grammar, start: str) -> list[str]:
 
 
 def _content(tag: str) -> str:
-    return {"reflection": GOOD_REFLECTION, "double_check": "Score: 4\nok."}.get(tag, f"some {tag} text")
+    special = {"reflection": GOOD_REFLECTION, "double_check": "Score: 4\nok.", "code": "```py\nprint(1)\n```"}
+    return special.get(tag, f"some {tag} text")
 
 
 def _realise(g: Grammar, functions: list[str]) -> Pairs:

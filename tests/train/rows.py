@@ -27,7 +27,7 @@ def arith_trajectory(a: int, op1: str, b: int, op2: str, c: int) -> tuple[str, T
         [
             ("plan", f"Compute {expr} with Python and report the result."),
             ("think", "Run the expression."),
-            ("code", f"```python\nprint({expr})\n```"),
+            ("code", f"```py\nprint({expr})\n```"),
             ("observation", str(value)),
             ("reflection", f"The program printed {value}, the value of {expr}."),
             ("think", "Report it."),
