@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import asyncio
 import atexit
 import os
 import shutil
 import tempfile
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -50,3 +52,31 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(pytest.mark.sandbox)
         if "sandbox" in item.keywords and not has_bwrap:
             item.add_marker(pytest.mark.skip(reason="needs bubblewrap (apt-get install bubblewrap)"))
+
+
+# -- real teacher runs (offline backend, real tools), shared by the format, convert and curate tests --
+
+
+@pytest.fixture(scope="session")
+def synthetic_tasks() -> dict[str, Any]:
+    from coa.synthetic import SyntheticConfig, generate_all
+
+    cfg = SyntheticConfig(
+        train={"arithmetic": 8, "multihop": 8, "programming": 4}, heldout={"arithmetic": 1, "multihop": 1}
+    )
+    return generate_all(cfg)
+
+
+@pytest.fixture(scope="session")
+def teacher_runs(synthetic_tasks: dict[str, Any]) -> list[dict[str, Any]]:
+    from coa.collect.config import CollectConfig
+    from coa.collect.teacher import open_teacher
+
+    async def run() -> list[dict[str, Any]]:
+        config = CollectConfig(tools={"record": "off"})  # type: ignore[arg-type]
+        async with open_teacher(config, None) as teacher:
+            return list(
+                await asyncio.gather(*(teacher.solve(t) for t in synthetic_tasks["train"].to_pylist()))
+            )
+
+    return asyncio.run(run())

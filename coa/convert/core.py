@@ -1,6 +1,6 @@
 """The conversion core: curated ``trajectory.v1`` → ``sft.v1`` examples and ``rl_prompt.v1`` prompts.
 
-* SFT: every curated run that converts (:func:`coa.convert.coa.to_coa`) becomes one example: TRL
+* SFT: every curated run that converts (:func:`coa.format.from_run.to_coa`) becomes one example: TRL
   conversational ``messages`` (the variant's system prompt, the question, one assistant message
   holding the canonical rendering), the character spans of its observations (so training masks
   them without parsing again), and its length under the configured tokenizer. Runs that do not
@@ -21,7 +21,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from coa.convert.coa import FAMILY_VARIANT, to_coa
+from coa.format.from_run import FAMILY_VARIANT, to_coa
 from coa.convert.config import ConvertConfig
 from coa.format import observation_spans, render, system_prompt
 

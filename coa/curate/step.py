@@ -21,7 +21,7 @@ import pyarrow as pa
 
 import schemas
 from coa import io
-from coa.convert.coa import coa_check
+from coa.format.from_run import coa_check
 from coa.curate.config import CurateConfig
 from coa.curate.core import REPORT_FILE, curate
 from coa.curate.decontam import load_benchmarks

@@ -18,7 +18,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from coa.convert.coa import FAMILY_VARIANT
+from coa.format.from_run import FAMILY_VARIANT
 from coa.evaluate.config import EvalConfig
 from coa.evaluate.generation import EndpointGenerator, Generator, HFGenerator
 from coa.evaluate.inference import CoaRun, LoopLimits, run_loop

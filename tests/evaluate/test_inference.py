@@ -22,9 +22,7 @@ def blocks(*pairs: tuple[str, str]) -> str:
     return "".join(f"<{tag}>\n{body}\n</{tag}>\n" for tag, body in pairs).removesuffix("\n")
 
 
-PLAN = blocks(
-    ("plan", "Compute it with code."), ("think", "Run it."), ("code", "```py\nprint(6 * 7)\n```")
-)
+PLAN = blocks(("plan", "Compute it with code."), ("think", "Run it."), ("code", "```py\nprint(6 * 7)\n```"))
 AFTER = blocks(("reflection", "It printed 42."), ("think", "Answer."), ("answer", "\\boxed{42}"))
 CHATML = "<|im_start|>system\n{}<|im_end|>\n<|im_start|>user\n{}<|im_end|>\n<|im_start|>assistant\n"
 

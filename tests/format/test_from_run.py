@@ -5,8 +5,8 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-from coa.convert.coa import to_coa, variant_for
 from coa.format import extract_answer, extract_boxed, parse, render, validate
+from coa.format.from_run import to_coa, variant_for
 
 
 def test_real_runs_convert_to_valid_trajectories(teacher_runs: list[dict[str, Any]]) -> None:
