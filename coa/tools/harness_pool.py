@@ -124,6 +124,8 @@ class HarnessSandbox:
         self._wait(self._out, selectors.EVENT_READ, deadline)
         data = os.read(self._out, _CHUNK)
         if not data:
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                self._proc.wait(timeout=0.5)  # let it exit, so that its diagnostics can be read
             raise HarnessLost(f"the sandbox's harness exited{self._stderr_tail()}")
         self._buf += data
 
@@ -385,6 +387,27 @@ class SandboxPool:
                     self._idle.append(fresh)
                 self._cond.notify_all()
 
+    @property
+    def closed(self) -> bool:
+        return self._stopped
+
+    def ready(self) -> int:
+        """How many warm sandboxes are waiting right now."""
+        with self._cond:
+            return len(self._idle)
+
+    def wait_ready(self, count: int | None = None, timeout: float = _START_TIMEOUT_S) -> bool:
+        """Block until ``count`` (default: ``size``) sandboxes are warm; False on timeout."""
+        want = self.size if count is None else count
+        deadline = time.monotonic() + timeout
+        with self._cond:
+            while len(self._idle) < want:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0 or self._stopped:
+                    return False
+                self._cond.wait(remaining)
+            return True
+
     def take(self) -> HarnessSandbox:
         """A started sandbox for the caller's exclusive use; hand it back with :meth:`discard`."""
         if os.getpid() != self._pid:  # forked: the warm ones and the thread belong to the parent
@@ -454,7 +477,7 @@ def shared_pool(config: SandboxConfig | None = None, size: int = 2) -> SandboxPo
     key = (os.getpid(), config or SandboxConfig(), size)
     with _shared_lock:
         pool = _shared.get(key)
-        if pool is None:
+        if pool is None or pool.closed:
             pool = _shared[key] = SandboxPool(key[1], size)
         return pool
 

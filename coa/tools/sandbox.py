@@ -87,7 +87,8 @@ __all__ = [
 SANDBOX_WORKDIR = "/tmp/workspace"
 """The program's working directory (and ``$HOME``) inside the sandbox; the code is ``main.py`` there."""
 HARNESS_PATH = "/opt/coa-harness/harness.py"
-"""Where :mod:`coa.tools.sandbox_harness` is bound (read-only) in a harness sandbox."""
+"""Where :mod:`coa.tools.sandbox_harness` is bound (read-only) in a harness sandbox (the harness
+checks that it runs from there)."""
 
 _INSIDE_BASE = "/opt/python"
 _INSIDE_VENV = "/opt/venv"

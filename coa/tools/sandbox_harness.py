@@ -52,6 +52,7 @@ from importlib.machinery import SourceFileLoader
 from typing import Any, NoReturn
 
 WORKDIR = "/tmp/workspace"
+HARNESS_PATH = "/opt/coa-harness/harness.py"  # where coa.tools.sandbox binds this file
 SCRATCH_ROOTS = ("/tmp", "/dev/shm")
 _PR_SET_DUMPABLE = 4
 _IPC_RMID = 0
@@ -450,7 +451,12 @@ def _send(fd: int, header: dict[str, Any], *payload: bytes) -> None:
 
 
 def _inside_bwrap() -> bool:
-    """Whether pid 1 of this pid namespace is bubblewrap's init (``kill(-1)`` is only safe there)."""
+    """Whether this is the harness bound into a sandbox: the first process under bubblewrap's init.
+
+    It empties ``/tmp`` and SIGKILLs every process it may signal, which is only safe there.
+    """
+    if os.path.abspath(__file__) != HARNESS_PATH or os.getpid() != 2:
+        return False
     try:
         with open("/proc/1/comm", encoding="utf-8") as fh:
             return fh.read().strip() == "bwrap"
