@@ -380,13 +380,19 @@ def run_tests(
     if not cases:
         return RunTestsReport(())
     if fail_fast or max_workers <= 1 or len(cases) <= 1:
-        with ProgramRunner(config) as own:
+        own = ProgramRunner(config)
+        try:
             return RunTestsReport(tuple(_run_cases(own, code, cases, 0, fail_fast)))
+        finally:
+            own.close(wait=False)  # its programs are gone already; the idle harness exits meanwhile
     shards = [list(range(k, len(cases), max_workers)) for k in range(min(max_workers, len(cases)))]
 
     def shard(indices: list[int]) -> list[CaseResult]:
-        with ProgramRunner(config) as own:
+        own = ProgramRunner(config)
+        try:
             return [_verdict(i, cases[i], own.run(*_program(cases[i], code))) for i in indices]
+        finally:
+            own.close(wait=False)
 
     with ThreadPoolExecutor(max_workers=len(shards)) as pool:
         done = [r for rs in pool.map(shard, shards) for r in rs]

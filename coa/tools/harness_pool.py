@@ -27,6 +27,7 @@ import contextlib
 import functools
 import json
 import os
+import queue
 import selectors
 import subprocess
 import threading
@@ -259,14 +260,24 @@ class HarnessSandbox:
                     f.close()
         _await_teardown(self._pid1)
 
-    def close(self) -> None:
-        """End the harness (EOF on its stdin) and wait until every sandboxed process is gone."""
+    def close(self, wait: bool = True) -> None:
+        """End the harness (EOF on its stdin) and wait until every sandboxed process is gone.
+
+        ``wait=False`` leaves the waiting to a background thread. Either way no program is running
+        any more: the harness killed each program's processes before it reported the result.
+        """
         if self._proc.returncode is not None and not self.alive:
             return
         self.alive = False
         assert self._proc.stdin is not None
         with contextlib.suppress(OSError):
             self._proc.stdin.close()
+        if wait:
+            self._finish()
+        else:
+            _closer().put(self)
+
+    def _finish(self) -> None:
         try:
             self._proc.wait(timeout=2.0)
         except subprocess.TimeoutExpired:
@@ -278,6 +289,21 @@ class HarnessSandbox:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+@functools.lru_cache(maxsize=1)
+def _closer() -> queue.SimpleQueue[HarnessSandbox]:
+    """A queue served by one daemon thread that waits for closed sandboxes to go away."""
+    todo: queue.SimpleQueue[HarnessSandbox] = queue.SimpleQueue()
+
+    def serve() -> None:
+        while True:
+            sandbox = todo.get()
+            with contextlib.suppress(Exception):
+                sandbox._finish()
+
+    threading.Thread(target=serve, name="sandbox-closer", daemon=True).start()
+    return todo
 
 
 class ProgramRunner:
@@ -317,9 +343,10 @@ class ProgramRunner:
                 return e.result
             return SandboxResult(1, "", f"[sandbox] {e}")
 
-    def close(self) -> None:
+    def close(self, wait: bool = True) -> None:
+        """Close the current sandbox (``wait=False``: its teardown finishes in the background)."""
         if self._sandbox is not None:
-            self._sandbox.close()
+            self._sandbox.close(wait)
             self._sandbox = None
 
     def __enter__(self) -> ProgramRunner:
