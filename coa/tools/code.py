@@ -12,11 +12,15 @@
   output size) is explained on the stderr side. The whole observation is then middle-truncated to
   ``max_chars`` (default 1536 = AFM's ``512 * 3``) with AFM's marker.
 * :func:`code_tool` / :func:`make_code_tool`: payload in, observation out (``str -> str``, the
-  shape :class:`coa.tools.toolbox.FunctionToolBox` expects). They raise
-  :class:`~coa.tools.sandbox.SandboxUnavailable` rather than ever running code unconfined.
+  shape :class:`coa.tools.toolbox.FunctionToolBox` expects). ``make_code_tool`` runs each call in
+  a warm sandbox of a :class:`~coa.tools.harness_pool.SandboxPool` (started ahead, used once). They
+  raise :class:`~coa.tools.sandbox.SandboxUnavailable` rather than ever running code unconfined.
 * :func:`run_tests`: code-test scoring. stdin/expected-stdout cases (:class:`IOTest`, compared as
   stripped lines) and functional cases (:class:`AssertTest`: the code with an assert snippet
-  appended, passing when it exits 0). The reward is ``report.all_passed``.
+  appended, passing when it exits 0). The reward is ``report.all_passed``. All tests of a run
+  share one sandbox start, each test a fresh process with a fresh ``/tmp``
+  (:mod:`coa.tools.sandbox_harness`); :func:`run_tests_batch` scores many runs on a few long-lived
+  sandboxes, which is what makes scoring cheap (see ``bench/bench_sandbox.py``).
 """
 
 from __future__ import annotations

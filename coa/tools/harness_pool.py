@@ -167,7 +167,9 @@ class HarnessSandbox:
                 except TimeoutError:
                     raise HarnessLost("the sandbox's harness stopped reading") from None
             except OSError as e:  # EPIPE: the harness is gone
-                raise HarnessLost(f"the sandbox's harness exited ({e.strerror}){self._stderr_tail()}") from None
+                raise HarnessLost(
+                    f"the sandbox's harness exited ({e.strerror}){self._stderr_tail()}"
+                ) from None
 
     def _stderr_tail(self) -> str:
         """The harness's diagnostics, once it has exited (never blocks on a live one)."""
@@ -243,7 +245,9 @@ class HarnessSandbox:
         if "did not answer in time" in why:
             return SandboxResult(-9, "", f"[sandbox] {why}", True, "wall_time", duration)
         if "harness exited" in why:
-            return SandboxResult(-9, "", f"[sandbox] {why} during the program's run", False, "signal", duration)
+            return SandboxResult(
+                -9, "", f"[sandbox] {why} during the program's run", False, "signal", duration
+            )
         return None
 
     def _kill(self) -> None:

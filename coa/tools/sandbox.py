@@ -14,7 +14,8 @@ Used by the teacher's ``code`` tool, by RL rollouts and by code-test scoring. Th
   (it cannot see or signal host processes);
 * a clean environment (no host variables, so no API keys), one-thread BLAS/OpenMP defaults;
 * a seccomp filter (``--seccomp``; x86_64 and aarch64) that refuses new user namespaces and
-  foreign-ABI syscalls, so the program cannot give itself capabilities in a namespace of its own;
+  foreign-ABI syscalls, so the program cannot give itself capabilities in a namespace of its own,
+  and POSIX message queues and kernel keyrings (state that would outlive the program);
 * rlimits set *inside* the sandbox with ``prlimit``: CPU seconds (``SIGXCPU`` then ``SIGKILL``),
   address space, processes + threads, file size, open files, no core dumps; the runner enforces
   the wall-clock limit and caps the captured stdout/stderr bytes.
@@ -44,6 +45,13 @@ caller's terminal) and ``--die-with-parent`` (the sandbox dies with the runner).
 Debian 12 (bwrap 0.8.0, kernel 6.x) as root inside Docker: all of privileged / ``--unshare-user``
 / unprivileged ``--unshare-user`` work there; ``RLIMIT_NPROC`` is only effective in the two modes
 above. bubblewrap >= 0.8 is required (``--perms``, ``--size``).
+
+Many programs per sandbox start: with ``harness=`` (:func:`_build`) the sandbox's program is
+:mod:`coa.tools.sandbox_harness` (bound read-only at :data:`HARNESS_PATH`), started exactly like a
+program (same mounts, namespaces, seccomp filter; in ``root-setpriv`` mode after ``setpriv`` dropped
+to the random uid), which forks one fresh process per program, applies the rlimits above to it, and
+after each program kills everything it left and empties ``/tmp`` and ``/dev/shm``.
+:mod:`coa.tools.harness_pool` drives it (code-test scoring, the warm pool of the ``code`` tool).
 
 There is no fallback: when no mode passes its self-test, :func:`run_python` raises
 :class:`SandboxUnavailable` with the reason and how to install or enable bubblewrap. Code is never

@@ -39,6 +39,7 @@ it; the host then fails that program and continues in a fresh sandbox.
 from __future__ import annotations
 
 import builtins
+import contextlib
 import ctypes
 import json
 import os
@@ -95,10 +96,8 @@ def _exit_status(exc: SystemExit) -> int:
         return 0
     if isinstance(code, int):
         return code % 256
-    try:
+    with contextlib.suppress(Exception):
         print(code, file=sys.stderr)
-    except Exception:
-        pass
     return 1
 
 
@@ -112,9 +111,10 @@ def _trimmed(exc: BaseException) -> BaseException:
 
 def _run_main(path: str) -> int:
     """Execute ``path`` as ``__main__`` with ``python main.py`` semantics; the exit status."""
-    sys.stdin = sys.__stdin__ = _stream(0, "<stdin>", False, _ORIGINAL_STREAMS[0])
-    sys.stdout = sys.__stdout__ = _stream(1, "<stdout>", True, _ORIGINAL_STREAMS[1])
-    sys.stderr = sys.__stderr__ = _stream(2, "<stderr>", True, _ORIGINAL_STREAMS[2])
+    for fd, name in enumerate(("stdin", "stdout", "stderr")):
+        stream = _stream(fd, f"<{name}>", fd > 0, _ORIGINAL_STREAMS[fd])
+        setattr(sys, name, stream)
+        setattr(sys, f"__{name}__", stream)
     sys.argv = [os.path.basename(path)]
     sys.orig_argv = [sys.executable, os.path.basename(path)]
     sys.path[0] = os.path.dirname(path)
@@ -184,10 +184,8 @@ def _child(path: str, fds: tuple[int, int, int], limits: dict[str, Any]) -> NoRe
         os.chdir(WORKDIR)
         status = _run_main(path)
     except BaseException as exc:  # the harness's own failure to set the child up
-        try:
+        with contextlib.suppress(OSError):
             os.write(2, f"sandbox harness: cannot start the program: {exc!r}\n".encode())
-        except OSError:
-            pass
     os._exit(status)
 
 
@@ -231,10 +229,8 @@ def kill_all(timeout: float = 2.0) -> bool:
     """SIGKILL every process in the sandbox but pid 1 and the harness; True once none is left."""
     deadline = time.monotonic() + timeout
     while True:
-        try:
+        with contextlib.suppress(ProcessLookupError):
             os.kill(-1, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
         _reap_children()
         if not _other_pids():
             return True
@@ -505,6 +501,7 @@ def main(argv: list[str]) -> int:
         if not header["clean"]:
             return 3
         del out, err
+
 
 if __name__ == "__main__":
     sys.exit(main(sys.argv))

@@ -284,7 +284,9 @@ def test_each_failure_fails_only_its_own_test_in_one_sandbox() -> None:
 def test_run_tests_reuses_a_callers_runner() -> None:
     with ProgramRunner(FAST) as runner:
         first = run_tests(ADD_STDIN, io_tests(["1 2", "3 4"], ["3", "7"]), runner=runner)
-        second = run_tests("def f(x):\n    return x\n", ["assert f(1) == 1", "assert f(2) == 3"], runner=runner)
+        second = run_tests(
+            "def f(x):\n    return x\n", ["assert f(1) == 1", "assert f(2) == 3"], runner=runner
+        )
         assert runner.sandboxes_started == 1 and runner.programs == 4
     assert first.all_passed and [c.reason for c in second.cases] == ["passed", "wrong_answer"]
 

@@ -163,9 +163,7 @@ def test_runs_as_unprivileged_user_with_clean_environment(run: Run, monkeypatch:
 @requires_sandbox
 def test_interpreter_site_packages_are_usable(run: Run) -> None:
     pytest.importorskip("numpy")
-    r = run(
-        "import numpy as np\nprint(int(np.arange(10).sum()))", config=SandboxConfig(wall_seconds=60)
-    )
+    r = run("import numpy as np\nprint(int(np.arange(10).sum()))", config=SandboxConfig(wall_seconds=60))
     assert r.ok, r
     assert r.stdout.strip() == "45"
 
@@ -787,6 +785,17 @@ def test_userns_mode_for_unprivileged_callers() -> None:
         code += "    pass\\nprint(k, os.listdir('/'))"
         r = run_python(code, config=config)
         print(r.exit_code, r.stdout.strip())
+        from coa.tools.harness_pool import ProgramRunner, SandboxPool
+        probe = "import os\\nprint(os.listdir('/tmp'), len([p for p in os.listdir('/proc') if p.isdigit()]))"
+        with ProgramRunner(config) as runner:
+            for program in (code, probe, "import os\\nos.kill(os.getppid(), 9)", probe):
+                r = runner.run(program)
+                print(r.exit_code, r.stdout.strip())
+            print(runner.sandboxes_started)
+        with SandboxPool(config, size=1) as pool:
+            pool.wait_ready()
+            r = pool.run(code)
+            print(r.exit_code, r.stdout.strip(), pool.hits)
         """
     )
     proc = subprocess.run(
@@ -804,3 +813,10 @@ def test_userns_mode_for_unprivileged_callers() -> None:
     assert lines[0] == "True True", proc.stdout
     assert lines[1].startswith("0 5 "), lines[1]
     assert "'root'" not in lines[1] and "'work'" not in lines[1]
+    # The harness path in userns mode: same process budget, a clean sandbox after each program, and
+    # a program that kills the harness fails alone.
+    assert lines[2].startswith("0 5 ") and "'work'" not in lines[2], lines  # (+ /opt: the harness)
+    assert lines[3] == "0 ['workspace'] 3", lines  # bwrap's reaper, the harness, the program
+    assert lines[4].startswith("137") or lines[4].startswith("-9"), lines
+    assert lines[5] == "0 ['workspace'] 3" and lines[6] == "2", lines
+    assert lines[7] == lines[2] + " 1", lines  # the pooled call ran in a warm sandbox
