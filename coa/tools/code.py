@@ -208,10 +208,12 @@ def make_code_tool(
     """A ``str -> str`` code tool with fixed limits, for :class:`coa.tools.toolbox.FunctionToolBox`.
 
     ``pool_size > 0``: calls run in warm sandboxes of the process-wide pool for ``config``
-    (:func:`~coa.tools.harness_pool.shared_pool`, started on the first call; one sandbox per call,
-    never reused); ``0``: every call starts its own sandbox.
+    (:func:`~coa.tools.harness_pool.shared_pool`, whose sandboxes start now, in the background;
+    one sandbox per call, never reused); ``0``: every call starts its own sandbox.
     """
     config = config or SandboxConfig()
+    if pool_size > 0:
+        shared_pool(config, pool_size)  # start warming up before the first call
 
     def code(payload: str) -> str:
         pool = shared_pool(config, pool_size) if pool_size > 0 else None

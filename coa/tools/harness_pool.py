@@ -45,7 +45,14 @@ from coa.tools.sandbox import (
     _select_mode,
 )
 
-__all__ = ["HarnessLost", "HarnessSandbox", "ProgramRunner", "SandboxPool", "shared_pool"]
+__all__ = [
+    "HarnessLost",
+    "HarnessSandbox",
+    "ProgramRunner",
+    "SandboxPool",
+    "close_shared_pools",
+    "shared_pool",
+]
 
 _HARNESS_SOURCE = Path(__file__).with_name("sandbox_harness.py")
 _START_TIMEOUT_S = 30.0
@@ -408,8 +415,8 @@ class SandboxPool:
                 fresh = HarnessSandbox(self.config)
             except (SandboxUnavailable, HarnessLost, OSError) as e:
                 self.last_error = str(e)
-                with self._cond:  # back off; take() still starts cold sandboxes meanwhile
-                    self._cond.wait(timeout=5.0)
+                with self._cond:  # back off (no sandbox here: until woken); take() still tries cold
+                    self._cond.wait(timeout=None if isinstance(e, SandboxUnavailable) else 5.0)
                 continue
             with self._cond:
                 if self._stopped:
@@ -514,7 +521,8 @@ def shared_pool(config: SandboxConfig | None = None, size: int = 2) -> SandboxPo
 
 
 @atexit.register
-def _close_shared_pools() -> None:
+def close_shared_pools() -> None:
+    """Close every pool :func:`shared_pool` made in this process (at exit, or to start from none)."""
     with _shared_lock:
         pools = [p for (pid, _, _), p in _shared.items() if pid == os.getpid()]
         _shared.clear()

@@ -25,7 +25,7 @@ import pytest
 
 from coa.tools import sandbox
 from coa.tools.code import code_tool, run_tests, run_tests_batch
-from coa.tools.harness_pool import HarnessSandbox, ProgramRunner, SandboxPool
+from coa.tools.harness_pool import HarnessSandbox, ProgramRunner, SandboxPool, close_shared_pools
 from coa.tools.sandbox import (
     SandboxConfig,
     SandboxResult,
@@ -68,6 +68,13 @@ PATHS = {"direct": _direct, "harness": _harness, "pool": _pooled}
 def run(request: pytest.FixtureRequest) -> Run:
     """``run(code, stdin="", config=FAST) -> SandboxResult`` on each of the three paths."""
     return PATHS[request.param]
+
+
+@pytest.fixture(autouse=True)
+def _no_warm_sandboxes_from_elsewhere() -> None:
+    """Close the code tool's shared pools (other tests may have used it): their warm sandboxes run
+    as uids of the sandbox range and would count as leftovers below."""
+    close_shared_pools()
 
 
 def _leftover_sandbox_processes(config: SandboxConfig, wait_s: float = 3.0) -> list[int]:
