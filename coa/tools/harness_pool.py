@@ -111,10 +111,10 @@ class HarnessSandbox:
         try:
             ready = self._message(time.monotonic() + _START_TIMEOUT_S)
         except HarnessLost as e:
+            self._pid1 = plan.sandbox_pid()
             self._kill()
             raise HarnessLost(f"the sandbox did not start: {e}") from None
-        finally:
-            self._pid1 = plan.sandbox_pid()
+        self._pid1 = plan.sandbox_pid()  # bwrap reported it before the harness could answer
         if "ready" not in ready:
             self._kill()
             raise HarnessLost(f"the sandbox did not start: {ready.get('fatal', ready)}")

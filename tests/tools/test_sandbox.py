@@ -662,6 +662,17 @@ def test_a_program_that_stops_the_harness_times_out_alone() -> None:
 
 
 @requires_sandbox
+def test_a_scratch_area_the_harness_cannot_clean_retires_the_sandbox() -> None:
+    deep = "import os\nos.makedirs('/tmp/' + '/'.join(['d'] * 100))\nprint('made')"
+    with ProgramRunner(FAST) as runner:
+        made = runner.run(deep)
+        after = runner.run("import os\nprint(os.listdir('/tmp'))")
+        assert runner.sandboxes_started == 2  # the first sandbox was not handed another program
+    assert made.ok and made.stdout == "made\n"  # the program's own result stands
+    assert after.ok and after.stdout == "['workspace']\n"
+
+
+@requires_sandbox
 def test_harness_protocol_pipes_and_memory_are_out_of_reach() -> None:
     code = textwrap.dedent(
         """
