@@ -268,7 +268,7 @@ def test_each_failure_fails_only_its_own_test_in_one_sandbox() -> None:
         """
     )
     names = ["crash", "hang", "spin", "bomb", "hog", "kill", "ok"]
-    config = dataclasses.replace(FAST, cpu_seconds=1, wall_seconds=2, memory_mb=256)
+    config = dataclasses.replace(FAST, cpu_seconds=1, wall_seconds=4, memory_mb=256)  # 1 s CPU < 4 s wall
     with ProgramRunner(config) as runner:
         report = run_tests(code, [IOTest(n, "fine") for n in names], runner=runner)
         assert runner.sandboxes_started == 2  # one start for all, plus one after "kill" took the harness
