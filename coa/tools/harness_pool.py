@@ -33,7 +33,7 @@ import subprocess
 import threading
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 from coa.tools.sandbox import (
     SandboxConfig,
@@ -68,6 +68,10 @@ class HarnessLost(RuntimeError):
         self.result = result
 
 
+_lock = threading.Lock()
+_started: set[tuple[str, str]] = set()  # (bwrap, python) for which a harness sandbox has started
+
+
 @functools.lru_cache(maxsize=1)
 def _harness_source() -> bytes:
     return _HARNESS_SOURCE.read_bytes()
@@ -76,8 +80,10 @@ def _harness_source() -> bytes:
 class HarnessSandbox:
     """One started sandbox running the harness; runs programs one at a time, each a fresh process.
 
-    Raises :class:`~coa.tools.sandbox.SandboxUnavailable` when no sandbox works here and
-    :class:`HarnessLost` when this one failed to start. Not thread-safe: one caller at a time.
+    Raises :class:`~coa.tools.sandbox.SandboxUnavailable` when no sandbox works here (also when no
+    harness sandbox has ever started in this process: a broken harness must not pass for failing
+    programs) and :class:`HarnessLost` when this one failed to start. Not thread-safe: one caller
+    at a time.
     """
 
     def __init__(self, config: SandboxConfig | None = None) -> None:
@@ -113,11 +119,21 @@ class HarnessSandbox:
         except HarnessLost as e:
             self._pid1 = plan.sandbox_pid()
             self._kill()
-            raise HarnessLost(f"the sandbox did not start: {e}") from None
+            self._start_failed(str(e))
         self._pid1 = plan.sandbox_pid()  # bwrap reported it before the harness could answer
         if "ready" not in ready:
             self._kill()
-            raise HarnessLost(f"the sandbox did not start: {ready.get('fatal', ready)}")
+            self._start_failed(str(ready.get("fatal", ready)))
+        with _lock:
+            _started.add((self.config.bwrap, self.config.python))
+
+    def _start_failed(self, why: str) -> NoReturn:
+        """A sandbox that never started here is unavailable (loudly), a later failure is one loss."""
+        with _lock:
+            worked_before = (self.config.bwrap, self.config.python) in _started
+        if not worked_before:
+            raise SandboxUnavailable(f"the harness sandbox does not start here: {why}")
+        raise HarnessLost(f"the sandbox did not start: {why}")
 
     # -- protocol ----------------------------------------------------------------------------------
 

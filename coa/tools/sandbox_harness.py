@@ -328,18 +328,28 @@ def run_program(code: bytes, stdin: bytes, limits: dict[str, Any]) -> tuple[dict
     return header, b"".join(out.chunks), b"".join(err.chunks)
 
 
+def _pidfd(pid: int) -> int:
+    """A pollable fd that turns readable when ``pid`` exits (Linux >= 5.3), else -1."""
+    try:
+        return os.pidfd_open(pid)
+    except (AttributeError, OSError):
+        return -1
+
+
 def _supervise(
     pid: int, start: float, stdin: bytes, in_w: int, captures: dict[int, _Capture], limits: dict[str, Any]
 ) -> tuple[str | None, int | None]:
     """Feed stdin and capture output until the child exits or a limit kills it; then kill the rest."""
     deadline = start + limits["wall_seconds"]
-    pidfd = os.pidfd_open(pid)
+    pidfd = _pidfd(pid)
+    tick = None if pidfd >= 0 else 0.002  # without a pidfd, poll for the exit
     sel = selectors.DefaultSelector()
     killed: str | None = None
     status: int | None = None
     pending = memoryview(stdin)
     try:
-        sel.register(pidfd, selectors.EVENT_READ)
+        if pidfd >= 0:
+            sel.register(pidfd, selectors.EVENT_READ)
         for fd in captures:
             sel.register(fd, selectors.EVENT_READ)
         if pending:
@@ -353,7 +363,11 @@ def _supervise(
             if remaining <= 0:
                 killed = "wall_time"
                 break
-            for key, _ in sel.select(remaining):
+            events = sel.select(remaining if tick is None else min(remaining, tick))
+            if tick is not None:
+                done, st = os.waitpid(pid, os.WNOHANG)
+                status = st if done else None
+            for key, _ in events:
                 fd = key.fd
                 if fd == pidfd:
                     _, status = os.waitpid(pid, 0)
@@ -381,7 +395,8 @@ def _supervise(
                         break
     finally:
         sel.close()
-        os.close(pidfd)
+        if pidfd >= 0:
+            os.close(pidfd)
         if in_w >= 0:
             os.close(in_w)
     if not kill_all():

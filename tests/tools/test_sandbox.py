@@ -23,8 +23,8 @@ from pathlib import Path
 
 import pytest
 
-from coa.tools import sandbox
-from coa.tools.code import code_tool, run_tests, run_tests_batch
+from coa.tools import harness_pool, sandbox
+from coa.tools.code import IOTest, code_tool, run_tests, run_tests_batch
 from coa.tools.harness_pool import HarnessSandbox, ProgramRunner, SandboxPool, close_shared_pools
 from coa.tools.sandbox import (
     SandboxConfig,
@@ -838,3 +838,30 @@ def test_userns_mode_for_unprivileged_callers() -> None:
     assert lines[4].startswith("137") or lines[4].startswith("-9"), lines
     assert lines[5] == "0 ['workspace'] 3" and lines[6] == "2", lines
     assert lines[7] == lines[2] + " 1", lines  # the pooled call ran in a warm sandbox
+
+
+@requires_sandbox
+def test_harness_without_pidfd_polls_for_the_exit(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Kernels before 5.3 have no pidfd: the harness then polls waitpid; same results.
+    source = harness_pool._harness_source()
+    patched = source.replace(b"return os.pidfd_open(pid)", b"return -1")
+    assert patched != source
+    monkeypatch.setattr(harness_pool, "_harness_source", lambda: patched)
+    config = dataclasses.replace(FAST, wall_seconds=1.5)
+    with ProgramRunner(config) as runner:
+        echo = runner.run("print(input()[::-1])", "olleh\n")
+        slow = runner.run("import time\ntime.sleep(30)")
+        bomb = runner.run("import os\nwhile True:\n    os.fork()")
+    assert echo.ok and echo.stdout == "hello\n"
+    assert slow.killed_reason == "wall_time" and 1.4 < slow.duration_s < 4
+    assert bomb.killed_reason == "process_limit"
+
+
+@requires_sandbox
+def test_a_harness_that_never_starts_is_unavailable_not_a_failing_program(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(harness_pool, "_harness_source", lambda: b"raise SystemExit('broken harness')\n")
+    monkeypatch.setattr(harness_pool, "_started", set())
+    with pytest.raises(SandboxUnavailable, match="broken harness"):
+        run_tests("print(1)", [IOTest("", "1")], FAST)
