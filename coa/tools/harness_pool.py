@@ -61,10 +61,16 @@ _CHUNK = 65536
 
 
 class HarnessLost(RuntimeError):
-    """The sandbox's harness is gone (or never became ready); ``result`` is the program's verdict."""
+    """The sandbox's harness is gone (or never became ready).
 
-    def __init__(self, message: str, result: SandboxResult | None = None) -> None:
+    ``how``: ``"timeout"`` (it did not answer in time), ``"exited"`` (it died) or ``"failed"``
+    (it reported that it could not go on, or garbled its answer). ``result``: the verdict of the
+    program that was running, when :meth:`HarnessSandbox.run` raised it.
+    """
+
+    def __init__(self, message: str, how: str = "failed", result: SandboxResult | None = None) -> None:
         super().__init__(message)
+        self.how = how
         self.result = result
 
 
@@ -150,7 +156,7 @@ class HarnessSandbox:
         if not data:
             with contextlib.suppress(subprocess.TimeoutExpired):
                 self._proc.wait(timeout=0.5)  # let it exit, so that its diagnostics can be read
-            raise HarnessLost(f"the sandbox's harness exited{self._stderr_tail()}")
+            raise HarnessLost(f"the sandbox's harness exited{self._stderr_tail()}", "exited")
         self._buf += data
 
     def _message(self, deadline: float) -> dict[str, Any]:
@@ -158,7 +164,7 @@ class HarnessSandbox:
             try:
                 self._fill(deadline)
             except TimeoutError:
-                raise HarnessLost("the sandbox's harness did not answer in time") from None
+                raise HarnessLost("the sandbox's harness did not answer in time", "timeout") from None
         line, _, rest = bytes(self._buf).partition(b"\n")
         self._buf = bytearray(rest)
         try:
@@ -174,7 +180,7 @@ class HarnessSandbox:
             try:
                 self._fill(deadline)
             except TimeoutError:
-                raise HarnessLost("the sandbox's harness did not answer in time") from None
+                raise HarnessLost("the sandbox's harness did not answer in time", "timeout") from None
         data = bytes(self._buf[:n])
         del self._buf[:n]
         return data
@@ -188,11 +194,10 @@ class HarnessSandbox:
                 try:
                     self._wait(self._in, selectors.EVENT_WRITE, deadline)
                 except TimeoutError:
-                    raise HarnessLost("the sandbox's harness stopped reading") from None
+                    raise HarnessLost("the sandbox's harness stopped reading", "timeout") from None
             except OSError as e:  # EPIPE: the harness is gone
-                raise HarnessLost(
-                    f"the sandbox's harness exited ({e.strerror}){self._stderr_tail()}"
-                ) from None
+                why = f"the sandbox's harness exited ({e.strerror}){self._stderr_tail()}"
+                raise HarnessLost(why, "exited") from None
 
     def _stderr_tail(self) -> str:
         """The harness's diagnostics, once it has exited (never blocks on a live one)."""
@@ -240,7 +245,7 @@ class HarnessSandbox:
             err = self._exact(int(header["stderr"]), deadline)
         except HarnessLost as e:
             self._kill()
-            raise HarnessLost(str(e), self._lost_result(str(e), start)) from None
+            raise HarnessLost(str(e), e.how, self._lost_result(e, start)) from None
         if not header.get("clean", False):
             self._kill()  # the result stands, but this sandbox is no longer clean
         return self._result(header, out, err)
@@ -263,13 +268,14 @@ class HarnessSandbox:
             stderr_truncated=bool(header["stderr_truncated"]),
         )
 
-    def _lost_result(self, why: str, start: float) -> SandboxResult | None:
+    def _lost_result(self, lost: HarnessLost, start: float) -> SandboxResult | None:
+        """The verdict of a program during which the harness was lost, when the program is to blame."""
         duration = time.monotonic() - start
-        if "did not answer in time" in why:
-            return SandboxResult(-9, "", f"[sandbox] {why}", True, "wall_time", duration)
-        if "harness exited" in why:
+        if lost.how == "timeout":  # e.g. the program stopped the harness (SIGSTOP)
+            return SandboxResult(-9, "", f"[sandbox] {lost}", True, "wall_time", duration)
+        if lost.how == "exited":  # e.g. the program killed the harness
             return SandboxResult(
-                -9, "", f"[sandbox] {why} during the program's run", False, "signal", duration
+                -9, "", f"[sandbox] {lost} during the program's run", False, "signal", duration
             )
         return None
 
