@@ -12,21 +12,27 @@
   output size) is explained on the stderr side. The whole observation is then middle-truncated to
   ``max_chars`` (default 1536 = AFM's ``512 * 3``) with AFM's marker.
 * :func:`code_tool` / :func:`make_code_tool`: payload in, observation out (``str -> str``, the
-  shape :class:`coa.tools.toolbox.FunctionToolBox` expects). They raise
-  :class:`~coa.tools.sandbox.SandboxUnavailable` rather than ever running code unconfined.
+  shape :class:`coa.tools.toolbox.FunctionToolBox` expects). ``make_code_tool`` runs each call in
+  a warm sandbox of a :class:`~coa.tools.harness_pool.SandboxPool` (started ahead, used once). They
+  raise :class:`~coa.tools.sandbox.SandboxUnavailable` rather than ever running code unconfined.
 * :func:`run_tests`: code-test scoring. stdin/expected-stdout cases (:class:`IOTest`, compared as
   stripped lines) and functional cases (:class:`AssertTest`: the code with an assert snippet
-  appended, passing when it exits 0). The reward is ``report.all_passed``.
+  appended, passing when it exits 0). The reward is ``report.all_passed``. All tests of a run
+  share one sandbox start, each test a fresh process with a fresh ``/tmp``
+  (:mod:`coa.tools.sandbox_harness`); :func:`run_tests_batch` scores many runs on a few long-lived
+  sandboxes, which is what makes scoring cheap (see ``bench/bench_sandbox.py``).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import re
+import threading
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Literal
 
+from coa.tools.harness_pool import ProgramRunner, SandboxPool, shared_pool
 from coa.tools.sandbox import SandboxConfig, SandboxResult, run_python
 
 __all__ = [
@@ -46,6 +52,7 @@ __all__ = [
     "make_code_tool",
     "outputs_match",
     "run_tests",
+    "run_tests_batch",
     "truncate_content",
 ]
 
@@ -172,27 +179,45 @@ NO_CODE_OBSERVATION = (
 
 
 def code_tool(
-    payload: str, config: SandboxConfig | None = None, max_chars: int | None = DEFAULT_MAX_CHARS
+    payload: str,
+    config: SandboxConfig | None = None,
+    max_chars: int | None = DEFAULT_MAX_CHARS,
+    pool: SandboxPool | None = None,
 ) -> str:
     """Run the code of a ``<code>`` payload in the sandbox and return the observation string.
 
-    Raises :class:`~coa.tools.sandbox.SandboxUnavailable` when no sandbox works here.
+    With ``pool`` the code runs in one of its warm sandboxes (discarded after this call), else in a
+    sandbox started for it. Raises :class:`~coa.tools.sandbox.SandboxUnavailable` when no sandbox
+    works here.
     """
     extracted = extract_code(payload)
     if extracted is None:
         return truncate_content(NO_CODE_OBSERVATION, max_chars) if max_chars else NO_CODE_OBSERVATION
-    config = config or SandboxConfig()
-    result = run_python(extracted.code, stdin=extracted.stdin, config=config)
+    if pool is not None:
+        config = pool.config
+        result = pool.run(extracted.code, extracted.stdin)
+    else:
+        config = config or SandboxConfig()
+        result = run_python(extracted.code, stdin=extracted.stdin, config=config)
     return format_observation(result, config, max_chars)
 
 
 def make_code_tool(
-    config: SandboxConfig | None = None, max_chars: int | None = DEFAULT_MAX_CHARS
+    config: SandboxConfig | None = None, max_chars: int | None = DEFAULT_MAX_CHARS, pool_size: int = 2
 ) -> Callable[[str], str]:
-    """A ``str -> str`` code tool with fixed limits, for :class:`coa.tools.toolbox.FunctionToolBox`."""
+    """A ``str -> str`` code tool with fixed limits, for :class:`coa.tools.toolbox.FunctionToolBox`.
+
+    ``pool_size > 0``: calls run in warm sandboxes of the process-wide pool for ``config``
+    (:func:`~coa.tools.harness_pool.shared_pool`, whose sandboxes start now, in the background;
+    one sandbox per call, never reused); ``0``: every call starts its own sandbox.
+    """
+    config = config or SandboxConfig()
+    if pool_size > 0:
+        shared_pool(config, pool_size)  # start warming up before the first call
 
     def code(payload: str) -> str:
-        return code_tool(payload, config, max_chars)
+        pool = shared_pool(config, pool_size) if pool_size > 0 else None
+        return code_tool(payload, config, max_chars, pool)
 
     return code
 
@@ -289,19 +314,48 @@ def _reason(result: SandboxResult) -> str:
     return "runtime_error"
 
 
-def _run_case(index: int, case: CodeTest, code: str, config: SandboxConfig) -> CaseResult:
+def _program(case: CodeTest, code: str) -> tuple[str, str]:
+    """``(source, stdin)`` that checks ``case``: the code with its stdin, or with the assert appended."""
     if isinstance(case, IOTest):
-        result = run_python(code, stdin=case.stdin, config=config)
+        return code, case.stdin
+    return f"{code.rstrip()}\n\n{case.snippet}\n", ""
+
+
+def _verdict(index: int, case: CodeTest, result: SandboxResult) -> CaseResult:
+    if isinstance(case, IOTest):
         if not result.ok:
             return CaseResult(index, "io", False, _reason(result), result)
         if result.stdout_truncated or not outputs_match(result.stdout, case.expected):
             return CaseResult(index, "io", False, "wrong_answer", result)
         return CaseResult(index, "io", True, "passed", result)
-    result = run_python(f"{code.rstrip()}\n\n{case.snippet}\n", config=config)
     if not result.ok:
         reason = "wrong_answer" if "AssertionError" in result.stderr[-2000:] else _reason(result)
         return CaseResult(index, "assert", False, reason, result)
     return CaseResult(index, "assert", True, "passed", result)
+
+
+def _skipped(index: int, case: CodeTest) -> CaseResult:
+    return CaseResult(index, "io" if isinstance(case, IOTest) else "assert", False, "skipped")
+
+
+def _prepare(code: str, tests: Iterable[CodeTest | Mapping[str, str] | str]) -> tuple[str, list[CodeTest]]:
+    cases = [_as_case(t) for t in tests]
+    if "```" in code:
+        extracted = extract_code(code)
+        code = extracted.code if extracted is not None else code
+    return code, cases
+
+
+def _run_cases(
+    runner: ProgramRunner, code: str, cases: Sequence[CodeTest], first: int, fail_fast: bool
+) -> list[CaseResult]:
+    results: list[CaseResult] = []
+    for i, case in enumerate(cases, start=first):
+        if fail_fast and results and not results[-1].passed:
+            results.append(_skipped(i, case))
+            continue
+        results.append(_verdict(i, case, runner.run(*_program(case, code))))
+    return results
 
 
 def run_tests(
@@ -311,32 +365,90 @@ def run_tests(
     *,
     fail_fast: bool = False,
     max_workers: int = 1,
+    runner: ProgramRunner | None = None,
 ) -> RunTestsReport:
-    """Run ``code`` against each test in its own sandbox; per-test verdicts and ``all_passed``.
+    """Run ``code`` against each test, each test as its own fresh, limited sandboxed process.
 
     ``code`` may be plain source or text with fenced ```` ```python ```` blocks (extracted as in
     :func:`extract_code`). Tests are :class:`IOTest`/:class:`AssertTest`, ``{"input", "output"}`` /
-    ``{"assert"}`` mappings or bare assert snippets. ``fail_fast`` stops at the first failure (the
-    rest are ``skipped``; sequential only). ``max_workers > 1`` runs cases in parallel sandboxes.
-    Raises :class:`~coa.tools.sandbox.SandboxUnavailable` when no sandbox works here.
+    ``{"assert"}`` mappings or bare assert snippets. All tests run in one sandbox start
+    (:class:`~coa.tools.harness_pool.ProgramRunner`: a fresh process, working directory and
+    ``/tmp`` per test, nothing left over from the previous test), or in ``runner``'s sandbox when
+    one is given (the caller's, reused across calls; ``config`` is then the runner's). ``fail_fast``
+    stops at the first failure (the rest are ``skipped``; sequential only). ``max_workers > 1``
+    spreads the tests over that many sandboxes run in parallel. Raises
+    :class:`~coa.tools.sandbox.SandboxUnavailable` when no sandbox works here.
     """
-    cases = [_as_case(t) for t in tests]
+    code, cases = _prepare(code, tests)
+    if runner is not None:
+        return RunTestsReport(tuple(_run_cases(runner, code, cases, 0, fail_fast)))
     config = config or TEST_CONFIG
-    if "```" in code:
-        extracted = extract_code(code)
-        code = extracted.code if extracted is not None else code
+    if not cases:
+        return RunTestsReport(())
     if fail_fast or max_workers <= 1 or len(cases) <= 1:
-        results: list[CaseResult] = []
-        for i, case in enumerate(cases):
-            if fail_fast and results and not results[-1].passed:
-                kind: Literal["io", "assert"] = "io" if isinstance(case, IOTest) else "assert"
-                results.append(CaseResult(i, kind, False, "skipped"))
-                continue
-            results.append(_run_case(i, case, code, config))
-        return RunTestsReport(tuple(results))
-    with ThreadPoolExecutor(max_workers=max_workers) as pool:
-        futures = [pool.submit(_run_case, i, case, code, config) for i, case in enumerate(cases)]
-        return RunTestsReport(tuple(f.result() for f in futures))
+        own = ProgramRunner(config)
+        try:
+            return RunTestsReport(tuple(_run_cases(own, code, cases, 0, fail_fast)))
+        finally:
+            own.close(wait=False)  # its programs are gone already; the idle harness exits meanwhile
+    shards = [list(range(k, len(cases), max_workers)) for k in range(min(max_workers, len(cases)))]
+
+    def shard(indices: list[int]) -> list[CaseResult]:
+        own = ProgramRunner(config)
+        try:
+            return [_verdict(i, cases[i], own.run(*_program(cases[i], code))) for i in indices]
+        finally:
+            own.close(wait=False)
+
+    with ThreadPoolExecutor(max_workers=len(shards)) as pool:
+        done = [r for rs in pool.map(shard, shards) for r in rs]
+    return RunTestsReport(tuple(sorted(done, key=lambda c: c.index)))
+
+
+def run_tests_batch(
+    jobs: Iterable[tuple[str, Iterable[CodeTest | Mapping[str, str] | str]]],
+    config: SandboxConfig | None = None,
+    *,
+    fail_fast: bool = False,
+    workers: int = 2,
+    programs_per_sandbox: int = 512,
+) -> list[RunTestsReport]:
+    """:func:`run_tests` for many ``(code, tests)`` runs: one report per run, in order.
+
+    ``workers`` threads each keep ONE sandbox and run their share of the runs in it, one test
+    after another, each test a fresh process with a fresh ``/tmp`` exactly as within one run (so
+    the sandbox start is paid once per ``programs_per_sandbox`` tests rather than once per run). A
+    sandbox whose harness is lost is replaced at once. Raises
+    :class:`~coa.tools.sandbox.SandboxUnavailable` when no sandbox works here.
+    """
+    if programs_per_sandbox < 1:
+        raise ValueError(f"programs_per_sandbox must be >= 1, got {programs_per_sandbox}")
+    config = config or TEST_CONFIG
+    prepared = [_prepare(code, tests) for code, tests in jobs]
+    reports: list[RunTestsReport | None] = [None] * len(prepared)
+    next_job = iter(range(len(prepared)))
+    lock = threading.Lock()
+
+    def worker() -> None:
+        runner = ProgramRunner(config)
+        try:
+            while True:
+                with lock:
+                    index = next(next_job, None)
+                if index is None:
+                    return
+                code, cases = prepared[index]
+                if runner.programs >= programs_per_sandbox:
+                    runner.close()
+                reports[index] = RunTestsReport(tuple(_run_cases(runner, code, cases, 0, fail_fast)))
+        finally:
+            runner.close()
+
+    threads = max(1, min(workers, len(prepared)))
+    with ThreadPoolExecutor(max_workers=threads) as pool:
+        for future in [pool.submit(worker) for _ in range(threads)]:
+            future.result()
+    return [r for r in reports if r is not None]
 
 
 def io_tests(inputs: Sequence[str], outputs: Sequence[str]) -> list[IOTest]:

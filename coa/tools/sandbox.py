@@ -14,7 +14,8 @@ Used by the teacher's ``code`` tool, by RL rollouts and by code-test scoring. Th
   (it cannot see or signal host processes);
 * a clean environment (no host variables, so no API keys), one-thread BLAS/OpenMP defaults;
 * a seccomp filter (``--seccomp``; x86_64 and aarch64) that refuses new user namespaces and
-  foreign-ABI syscalls, so the program cannot give itself capabilities in a namespace of its own;
+  foreign-ABI syscalls, so the program cannot give itself capabilities in a namespace of its own,
+  and POSIX message queues and kernel keyrings (state that would outlive the program);
 * rlimits set *inside* the sandbox with ``prlimit``: CPU seconds (``SIGXCPU`` then ``SIGKILL``),
   address space, processes + threads, file size, open files, no core dumps; the runner enforces
   the wall-clock limit and caps the captured stdout/stderr bytes.
@@ -44,6 +45,13 @@ caller's terminal) and ``--die-with-parent`` (the sandbox dies with the runner).
 Debian 12 (bwrap 0.8.0, kernel 6.x) as root inside Docker: all of privileged / ``--unshare-user``
 / unprivileged ``--unshare-user`` work there; ``RLIMIT_NPROC`` is only effective in the two modes
 above. bubblewrap >= 0.8 is required (``--perms``, ``--size``).
+
+Many programs per sandbox start: with ``harness=`` (:func:`_build`) the sandbox's program is
+:mod:`coa.tools.sandbox_harness` (bound read-only at :data:`HARNESS_PATH`), started exactly like a
+program (same mounts, namespaces, seccomp filter; in ``root-setpriv`` mode after ``setpriv`` dropped
+to the random uid), which forks one fresh process per program, applies the rlimits above to it, and
+after each program kills everything it left and empties ``/tmp`` and ``/dev/shm``.
+:mod:`coa.tools.harness_pool` drives it (code-test scoring, the warm pool of the ``code`` tool).
 
 There is no fallback: when no mode passes its self-test, :func:`run_python` raises
 :class:`SandboxUnavailable` with the reason and how to install or enable bubblewrap. Code is never
@@ -86,6 +94,9 @@ __all__ = [
 
 SANDBOX_WORKDIR = "/tmp/workspace"
 """The program's working directory (and ``$HOME``) inside the sandbox; the code is ``main.py`` there."""
+HARNESS_PATH = "/opt/coa-harness/harness.py"
+"""Where :mod:`coa.tools.sandbox_harness` is bound (read-only) in a harness sandbox (the harness
+checks that it runs from there)."""
 
 _INSIDE_BASE = "/opt/python"
 _INSIDE_VENV = "/opt/venv"
@@ -410,8 +421,14 @@ def _env(config: SandboxConfig, path_dirs: Sequence[str], ld_path: str | None) -
     return env
 
 
-def _build(config: SandboxConfig, mode: Mode, code: bytes) -> tuple[list[str], _Plan]:
-    """The full command line (bwrap, its options, the in-sandbox command) and its data fds."""
+def _build(
+    config: SandboxConfig, mode: Mode, code: bytes, harness: bytes | None = None
+) -> tuple[list[str], _Plan]:
+    """The full command line (bwrap, its options, the in-sandbox command) and its data fds.
+
+    With ``harness`` (the source of :mod:`coa.tools.sandbox_harness`) the sandbox runs that harness
+    instead of ``code``: it waits for programs on its stdin and applies the limits per program.
+    """
     bwrap = _resolve_bwrap(config.bwrap)
     version, opts = _bwrap_features(bwrap)
     missing = [o for o in ("--perms", "--size", "--die-with-parent", "--ro-bind-data") if o not in opts]
@@ -420,7 +437,7 @@ def _build(config: SandboxConfig, mode: Mode, code: bytes) -> tuple[list[str], _
     interp = _probe_interpreter(config.python)
     plan = _Plan()
     try:
-        return _assemble(config, mode, code, bwrap, opts, interp, plan), plan
+        return _assemble(config, mode, code, harness, bwrap, opts, interp, plan), plan
     except BaseException:
         plan.close()
         plan.sandbox_pid()
@@ -431,6 +448,7 @@ def _assemble(
     config: SandboxConfig,
     mode: Mode,
     code: bytes,
+    harness: bytes | None,
     bwrap: str,
     opts: frozenset[str],
     interp: _Interpreter,
@@ -515,10 +533,14 @@ def _assemble(
     # Scratch: a private, size-capped tmpfs /tmp holding the working directory and the code.
     a += ["--perms", "1777", "--size", str(config.scratch_mb * 1024 * 1024), "--tmpfs", "/tmp"]
     plan._dirs.add("/tmp")
-    a += ["--perms", "1777", "--dir", SANDBOX_WORKDIR]
-    plan._dirs.add(SANDBOX_WORKDIR)
-    plan.data(code, f"{SANDBOX_WORKDIR}/main.py", perms="0644", op="--file")
-    a += ["--chdir", SANDBOX_WORKDIR]
+    if harness is None:
+        a += ["--perms", "1777", "--dir", SANDBOX_WORKDIR]
+        plan._dirs.add(SANDBOX_WORKDIR)
+        plan.data(code, f"{SANDBOX_WORKDIR}/main.py", perms="0644", op="--file")
+        a += ["--chdir", SANDBOX_WORKDIR]
+    else:  # the harness creates the working directory afresh for each program
+        plan.data(harness, HARNESS_PATH, perms="0644")
+        a += ["--chdir", "/"]
 
     for k, v in _env(config, path_dirs, ld_path).items():
         a += ["--setenv", k, v]
@@ -541,6 +563,18 @@ def _assemble(
     cpu = max(1, int(-(-config.cpu_seconds // 1)))
     mem = config.memory_mb * 1024 * 1024
     fsize = config.max_file_mb * 1024 * 1024
+    if harness is not None:
+        limits = {
+            "cpu_seconds": cpu,
+            "memory_bytes": mem,
+            "nproc": nproc + 1,  # the harness runs as the programs' uid and counts too
+            "file_bytes": fsize,
+            "nofile": config.max_open_files,
+            "wall_seconds": config.wall_seconds,
+            "max_output": config.max_output_bytes,
+            "kill_on_output": config.kill_on_output_limit,
+        }
+        return [bwrap, *a, "--", *inner, run_exe, HARNESS_PATH, json.dumps(limits)]
     inner += [
         "/usr/bin/prlimit",
         f"--cpu={cpu}:{cpu + 1}",
@@ -561,10 +595,14 @@ def _assemble(
 # clone), and every syscall of a foreign ABI (i386 / x32 on x86_64). Everything else is allowed.
 # In root-setpriv mode this is what stops the program from gaining capabilities in a user
 # namespace of its own (``--disable-userns`` needs ``--unshare-user``); in userns mode it doubles it.
+# POSIX message queues and kernel keyrings answer ENOSYS too: they are kernel objects that outlive
+# the process that made them and that the harness cannot list and remove, so one program could
+# leave state for the next program of the same sandbox (see coa.tools.sandbox_harness).
 _CLONE_NEWUSER = 0x10000000
-_SECCOMP_ARCH = {  # machine -> (AUDIT_ARCH_*, clone, unshare, clone3, reject nr >= this)
-    "x86_64": (0xC000003E, 56, 272, 435, 0x40000000),
-    "aarch64": (0xC00000B7, 220, 97, 435, None),
+_SECCOMP_ARCH = {  # machine -> (AUDIT_ARCH_*, clone, unshare, clone3, reject nr >= this, refused)
+    # refused: mq_open, add_key, request_key, keyctl
+    "x86_64": (0xC000003E, 56, 272, 435, 0x40000000, (240, 248, 249, 250)),
+    "aarch64": (0xC00000B7, 220, 97, 435, None, (180, 217, 218, 219)),
 }
 
 
@@ -572,7 +610,7 @@ def _seccomp_filter() -> bytes | None:
     spec = _SECCOMP_ARCH.get(platform.machine())
     if spec is None:
         return None
-    arch, nr_clone, nr_unshare, nr_clone3, foreign_nr = spec
+    arch, nr_clone, nr_unshare, nr_clone3, foreign_nr, refused = spec
     ld, jeq, jge, jset, ret = 0x20, 0x15, 0x35, 0x45, 0x06
     allow, eperm, enosys = 0x7FFF0000, 0x00050000 | 1, 0x00050000 | 38
     # (code, jump-if-true label, jump-if-false label, k); labels resolve to forward offsets.
@@ -583,6 +621,7 @@ def _seccomp_filter() -> bytes | None:
     ]
     if foreign_nr is not None:
         prog.append((jge, "enosys", None, foreign_nr))
+    prog += [(jeq, "enosys", None, nr) for nr in refused]
     prog += [
         (jeq, "enosys", None, nr_clone3),
         (jeq, "flags", None, nr_unshare),

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import textwrap
 
 import pytest
 
@@ -18,8 +19,10 @@ from coa.tools.code import (
     make_code_tool,
     outputs_match,
     run_tests,
+    run_tests_batch,
     truncate_content,
 )
+from coa.tools.harness_pool import ProgramRunner, shared_pool
 from coa.tools.sandbox import SandboxResult
 from tests.tools.support import FAST, requires_sandbox
 
@@ -146,10 +149,37 @@ def test_code_tool_reports_errors_timeouts_and_missing_code() -> None:
         "[FAILED] Code exited with status 1 with mixed output:\n[STDOUT:BEGIN]\nbefore\n"
     )
     assert "ZeroDivisionError: division by zero\n[STDERR:END]" in failed
-    tool = make_code_tool(dataclasses.replace(FAST, wall_seconds=1))
-    timeout = tool("```python\nimport time\ntime.sleep(30)\n```")
+    config = dataclasses.replace(FAST, wall_seconds=1)
+    tool = make_code_tool(config)
+    try:
+        timeout = tool("```python\nimport time\ntime.sleep(30)\n```")
+    finally:
+        shared_pool(config).close()
     assert timeout.startswith("[FAILED] Code exited with status -9.\n[STDERR:BEGIN]\nTime out:")
     assert code_tool("I would like to think first.", FAST) == NO_CODE_OBSERVATION
+
+
+@requires_sandbox
+def test_make_code_tool_runs_calls_in_warm_sandboxes() -> None:
+    payloads = [
+        "```python\nname = input()\nprint(f'hello {name}')\n```\n```sh\nworld\n```",
+        "```python\nopen('/tmp/state', 'w').write('x')\nprint('wrote')\n```",
+        "```python\nimport os\nprint(os.listdir('/tmp'))\n1 / 0\n```",
+    ]
+    tool = make_code_tool(FAST, pool_size=1)
+    pool = shared_pool(FAST, 1)
+    try:
+        observations = []
+        for payload in payloads:
+            assert pool.wait_ready(), pool.last_error
+            observations.append(tool(payload))
+        assert pool.hits == len(payloads) and pool.misses == 0
+    finally:
+        pool.close()
+    assert observations == [code_tool(p, FAST) for p in payloads]  # same as a sandbox of its own
+    assert "['workspace']" in observations[2]  # the earlier call's /tmp file is not there
+    unpooled = make_code_tool(FAST, pool_size=0)
+    assert unpooled(payloads[0]) == observations[0]
 
 
 @requires_sandbox
@@ -211,6 +241,77 @@ def test_run_tests_mappings_fail_fast_and_parallel() -> None:
     assert [c.reason for c in stopped.cases] == ["wrong_answer", "skipped"]
     parallel = run_tests(ADD_STDIN, io_tests(["1 1", "2 3", "4 4"], ["2", "5", "8"]), FAST, max_workers=2)
     assert parallel.all_passed and [c.index for c in parallel.cases] == [0, 1, 2]
+
+
+@requires_sandbox
+def test_each_failure_fails_only_its_own_test_in_one_sandbox() -> None:
+    code = textwrap.dedent(
+        """
+        import os, time
+        what = input().strip()
+        if what == "crash":
+            raise RuntimeError("boom")
+        if what == "hang":
+            time.sleep(60)
+        if what == "spin":
+            while True:
+                pass
+        if what == "bomb":
+            while True:
+                os.fork()
+        if what == "hog":
+            x = bytearray(2 * 1024 ** 3)
+        if what == "kill":
+            os.kill(os.getppid(), 9)
+            time.sleep(60)
+        print("fine")
+        """
+    )
+    names = ["crash", "hang", "spin", "bomb", "hog", "kill", "ok"]
+    config = dataclasses.replace(FAST, cpu_seconds=1, wall_seconds=4, memory_mb=256)  # 1 s CPU < 4 s wall
+    with ProgramRunner(config) as runner:
+        report = run_tests(code, [IOTest(n, "fine") for n in names], runner=runner)
+        assert runner.sandboxes_started == 2  # one start for all, plus one after "kill" took the harness
+    reasons = [c.reason for c in report.cases]
+    assert reasons == ["runtime_error", "timeout", "timeout", "process_limit", "memory", "signal", "passed"]
+    cases = {n: c.result for n, c in zip(names, report.cases, strict=True)}
+    assert cases["hang"] is not None and cases["hang"].killed_reason == "wall_time"
+    assert cases["spin"] is not None and cases["spin"].killed_reason == "cpu_time"
+    assert cases["crash"] is not None and "RuntimeError: boom" in cases["crash"].stderr
+
+
+@requires_sandbox
+def test_run_tests_reuses_a_callers_runner() -> None:
+    with ProgramRunner(FAST) as runner:
+        first = run_tests(ADD_STDIN, io_tests(["1 2", "3 4"], ["3", "7"]), runner=runner)
+        second = run_tests(
+            "def f(x):\n    return x\n", ["assert f(1) == 1", "assert f(2) == 3"], runner=runner
+        )
+        assert runner.sandboxes_started == 1 and runner.programs == 4
+    assert first.all_passed and [c.reason for c in second.cases] == ["passed", "wrong_answer"]
+
+
+@requires_sandbox
+def test_run_tests_batch_matches_run_tests() -> None:
+    jobs: list[tuple[str, list]] = [
+        (ADD_STDIN, io_tests(["1 2", "3 4"], ["3", "7"])),
+        (ADD_STDIN, io_tests(["1 2", "3 4", "5 5"], ["3", "8", "10"])),
+        ("raise SystemExit(input())", [IOTest("x", "x")]),
+        ("def square(x):\n    return x * x\n", ["assert square(3) == 9", "assert square(2) == 5"]),
+        ("print(1)", []),
+    ]
+    for fail_fast in (False, True):
+        batch = run_tests_batch(jobs, FAST, fail_fast=fail_fast, workers=2, programs_per_sandbox=3)
+        single = [run_tests(code, tests, FAST, fail_fast=fail_fast) for code, tests in jobs]
+        assert len(batch) == len(jobs)
+        for got, want in zip(batch, single, strict=True):
+            assert [(c.index, c.passed, c.reason) for c in got.cases] == [
+                (c.index, c.passed, c.reason) for c in want.cases
+            ]
+    assert [r.passed for r in batch] == [2, 1, 0, 1, 0]
+    assert [c.reason for c in batch[1].cases] == ["passed", "wrong_answer", "skipped"]  # fail_fast
+    with pytest.raises(ValueError, match="programs_per_sandbox"):
+        run_tests_batch(jobs, FAST, programs_per_sandbox=0)
 
 
 def test_run_tests_without_tests_is_not_a_pass() -> None:
