@@ -21,9 +21,9 @@ from typing import Any
 
 import pyarrow as pa
 
-from coa.format.from_run import FAMILY_VARIANT, to_coa
 from coa.convert.config import ConvertConfig
 from coa.format import observation_spans, render, system_prompt
+from coa.format.from_run import FAMILY_VARIANT, to_coa
 
 TokenCounter = Callable[[str], int]
 

@@ -21,10 +21,10 @@ import pyarrow as pa
 
 import schemas
 from coa import io
-from coa.format.from_run import coa_check
 from coa.curate.config import CurateConfig
 from coa.curate.core import REPORT_FILE, curate
 from coa.curate.decontam import load_benchmarks
+from coa.format.from_run import coa_check
 from coa.scoring.runs import answer_scorer, code_tests, fill_correct, score_code
 from coa.steps import Build, Step, StepInput
 

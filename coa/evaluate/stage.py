@@ -18,11 +18,11 @@ from typing import Any
 
 import pyarrow as pa
 
-from coa.format.from_run import FAMILY_VARIANT
 from coa.evaluate.config import EvalConfig
 from coa.evaluate.generation import EndpointGenerator, Generator, HFGenerator
 from coa.evaluate.inference import CoaRun, LoopLimits, run_loop
 from coa.format import FormatError, extract_answer, parse, system_prompt, validate
+from coa.format.from_run import FAMILY_VARIANT
 
 EVAL_TABLE = "eval"
 METRICS_FILE = "metrics.json"

@@ -9,17 +9,16 @@ more than on the CPU.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import pyarrow as pa
 
 from coa.scoring import ScoringError, score_answer
-from coa.tools.code import io_tests, run_tests
+from coa.tools.code import io_tests, run_tests_batch
 from coa.tools.sandbox import SandboxConfig
 
-SCORING_WORKERS = 4
-"""Code runs scored at once (each in its own sandbox)."""
+SCORING_WORKERS = 2
+"""Sandboxes scoring code runs at once (each keeps one warm sandbox for many runs)."""
 SCORING_SANDBOX = SandboxConfig(cpu_seconds=5, wall_seconds=10)
 
 AnswerScorer = Callable[[str | None, list[str], str], bool | None]
@@ -92,10 +91,10 @@ def score_code(
             correct[i] = False
             continue
         todo[i] = (answer, tests_of(tests[task_id]))
-    with ThreadPoolExecutor(max_workers=SCORING_WORKERS) as pool:
-        reports = pool.map(
-            lambda job: run_tests(job[0], job[1], config=sandbox, fail_fast=True), todo.values()
-        )
+    if todo:
+        # One warm sandbox per worker scores many runs, each test a fresh process and /tmp (~3 ms a
+        # test against ~28 ms a sandbox start): bench/bench_sandbox.py.
+        reports = run_tests_batch(list(todo.values()), sandbox, fail_fast=True, workers=SCORING_WORKERS)
         for i, report in zip(todo, reports, strict=True):
             correct[i] = report.all_passed
     index = batch.schema.get_field_index("correct")

@@ -173,7 +173,7 @@ def format_observation(
 
 
 NO_CODE_OBSERVATION = (
-    "[FAILED] No Python code found. Put the code in a fenced block: ```python\\n...\\n``` "
+    "[FAILED] No Python code found. Put the code in a fenced block: ```py\\n...\\n``` "
     "(and any stdin in a ```sh\\n...\\n``` block)."
 )
 
