@@ -85,11 +85,14 @@ def _sft(step: Step, result: StepResult) -> None:
     create_markdown_artifact(
         key=artifact_key(step.name, "loss-curve"),
         markdown=f"# SFT loss\n\n![loss curve](data:image/png;base64,{png})\n\n"
-        f"| steps run / planned | final loss | tokens seen | tokens/s | device |\n|---|---|---|---|---|\n"
+        f"| steps run / planned | final loss | held-out loss | tokens seen | tokens/s | device |\n"
+        f"|---|---|---|---|---|---|\n"
         f"| {s.get('steps_run')} / {s.get('steps_planned')} | {show(s.get('final_loss'))} | "
+        f"{show(s.get('heldout_loss'))} | "
         f"{show(s.get('tokens_seen'))} | {show(s.get('tokens_per_s'))} | {s.get('device')} |\n\n"
-        f"Model: `{result.ref.uri}`",
-        description="Training loss of the SFT run",
+        f"Model: `{result.ref.uri}`"
+        + (f"\n\n**Warning:** {s['overfit_warning']}" if s.get("overfit_warning") else ""),
+        description="Training and held-out loss of the SFT run",
     )
 
 

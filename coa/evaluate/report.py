@@ -240,6 +240,12 @@ def write_training_report(b: Any) -> list[dict[str, Any]]:
             "optimizer steps (planned / run)": f"{result['steps_planned']} / {result['global_step']}",
             "training tokens seen": f"{result['tokens_seen']:,}",
             "final training loss": f"{result['final_loss']:.4f}",
+            "final held-out loss": (
+                f"{result['heldout_loss_curve'][-1][1]:.4f} on {result['n_heldout']} held-out examples"
+                if result.get("heldout_loss_curve")
+                else "not measured"
+            ),
+            "overfitting": result.get("overfit_warning") or "none seen (held-out loss did not rise)",
             "training throughput": f"{result['tokens_per_s']:,.0f} tokens/s on {result['device']}",
             "examples / truncated / dropped": f"{result['n_examples']} / {result['n_truncated']} / "
             f"{result['n_dropped']}",

@@ -16,7 +16,7 @@ from coa.errors import CheckFailed, CoaError
 DEFAULT_LORA_TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
 RESUME_FREE_FIELDS = frozenset(
     {"data", "table", "output_dir", "logging_steps", "save_steps", "save_total_limit", "time_budget_s",
-     "calibration_steps"}
+     "calibration_steps", "eval_steps"}
 )  # fmt: skip
 """Fields that may differ between a run and its resumption (they do not change the training itself)."""
 
@@ -81,6 +81,21 @@ class SFTParams(StrictModel):
         description="Per-device batch: examples, or packed rows of max_length tokens with packing.",
     )
     grad_accumulation: int = Field(default=1, ge=1, description="Micro-batches per optimizer step.")
+    heldout_fraction: float = Field(
+        default=0.02,
+        ge=0,
+        le=0.5,
+        description="Share of the examples (whole tasks, picked by a hash of the task id) kept out of "
+        "training to measure a held-out loss beside the training loss; 0 = none.",
+    )
+    heldout_max_examples: int = Field(
+        default=64,
+        ge=1,
+        description="At most this many held-out examples (the loss costs a forward pass each).",
+    )
+    eval_steps: int = Field(
+        default=50, ge=1, description="Held-out loss every this many optimizer steps (and at the last one)."
+    )
     max_length: int = Field(
         default=2048, ge=8, description="Longest sequence in tokens; longer examples keep their start."
     )
@@ -162,6 +177,14 @@ class SFTResult(BaseModel):
     final_loss: float | None = Field(description="Last logged training loss (mean over its logging window).")
     loss_curve: list[tuple[int, float]] = Field(
         description="(global step, loss) of every log, resumed ones too."
+    )
+    heldout_loss_curve: list[tuple[int, float]] = Field(
+        default_factory=list, description="(global step, loss per trained token) on the held-out examples."
+    )
+    n_heldout: int = Field(default=0, description="Examples kept out of training for the held-out loss.")
+    overfit_warning: str | None = Field(
+        default=None,
+        description="Set when the held-out loss rose while the training loss fell (memorising).",
     )
     tokens_seen: int = Field(description="Non-padding input tokens over the whole run (resumed ones too).")
     session_tokens: int = Field(description="Non-padding input tokens in this call.")

@@ -184,6 +184,7 @@ class BuiltTrainer:
     counter: Any
     bf16: bool
     device: str
+    n_heldout: int = 0
 
 
 def build_trainer(
@@ -252,7 +253,9 @@ def build_trainer(
     tokenizer = AutoTokenizer.from_pretrained(config.base_model)
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
-    encoded = encode_examples(examples, tokenizer, config.max_length)
+    train_rows, heldout_rows = split_heldout(examples, config.heldout_fraction, config.heldout_max_examples)
+    encoded = encode_examples(train_rows, tokenizer, config.max_length)
+    heldout = encode_examples(heldout_rows, tokenizer, config.max_length) if heldout_rows.num_rows else None
     model = AutoModelForCausalLM.from_pretrained(
         config.base_model, dtype=torch.float32, attn_implementation=config.attn_implementation
     )
@@ -268,7 +271,56 @@ def build_trainer(
     )
     trainer.remove_callback(PrinterCallback)  # logs go to the `coa.train.sft` logger instead
     trainer.coa_fused_lm_head = fused_lm_head
-    return BuiltTrainer(trainer, encoded, counter, bf16, str(args.device))
+    if heldout is not None and heldout.input_ids:
+        trainer.add_callback(_HeldoutLoss(trainer, heldout, config.eval_steps, config.batch_size))
+    n_heldout = len(heldout.input_ids) if heldout is not None else 0
+    return BuiltTrainer(trainer, encoded, counter, bf16, str(args.device), n_heldout)
+
+
+def split_heldout(examples: pa.Table, fraction: float, max_examples: int) -> tuple[pa.Table, pa.Table]:
+    """``(train, held-out)``: whole tasks, in the order of a hash of their id, until the held-out set
+    holds ``fraction`` of the examples (at most ``max_examples``; at least one when ``fraction > 0``
+    and two or more tasks). Deterministic, so a resumed run holds out the same examples."""
+    import hashlib
+
+    import pyarrow.compute as pc
+
+    task_ids = examples.column("task_id").to_pylist()
+    tasks = sorted(set(task_ids), key=lambda t: hashlib.sha256(t.encode()).hexdigest())
+    target = min(max_examples, round(fraction * len(task_ids)))
+    if fraction > 0 and len(tasks) > 1:
+        target = max(target, 1)
+    per_task = {t: task_ids.count(t) for t in tasks} if target else {}
+    chosen: set[str] = set()
+    taken = 0
+    for task in tasks[:-1]:  # the last task always trains
+        if taken >= target:
+            break
+        chosen.add(task)
+        taken += per_task[task]
+    mask = pc.is_in(examples.column("task_id"), pa.array(sorted(chosen), pa.string()))
+    return examples.filter(pc.invert(mask)), examples.filter(mask)
+
+
+def overfit_warning(train: Sequence[tuple[int, float]], heldout: Sequence[tuple[int, float]]) -> str | None:
+    """A warning when the held-out loss rose (10%+ over its best) while the training loss fell."""
+    if len(heldout) < 3 or not train:
+        return None
+    best_step, best = min(heldout, key=lambda p: p[1])
+    last_step, last = heldout[-1]
+    if last <= best * 1.1 or last_step == best_step:
+        return None
+
+    def train_at(step: int) -> float:
+        return min(train, key=lambda p: abs(p[0] - step))[1]
+
+    if train_at(last_step) >= train_at(best_step):
+        return None
+    return (
+        f"held-out loss rose from {best:.4f} (step {best_step}) to {last:.4f} (step {last_step}) while the "
+        f"training loss fell from {train_at(best_step):.4f} to {train_at(last_step):.4f}: the model is "
+        "memorising its examples; use fewer steps, more data or regularisation"
+    )
 
 
 def calibrate_step_time(trainer: Any, config: SFTRunConfig) -> float:
@@ -389,8 +441,19 @@ def loss_curve(log_history: Sequence[dict[str, Any]]) -> list[tuple[int, float]]
     return sorted(points.items())
 
 
-def plot_loss_curve(points: Sequence[tuple[int, float]], path: str | Path, title: str = "SFT loss") -> Path:
-    """Write the loss curve as a PNG (matplotlib's Agg canvas; no global backend is touched)."""
+def heldout_curve(log_history: Sequence[dict[str, Any]]) -> list[tuple[int, float]]:
+    """``(step, held-out loss)`` of every held-out evaluation, in step order."""
+    points = {int(e["step"]): float(e["heldout_loss"]) for e in log_history if "heldout_loss" in e}
+    return sorted(points.items())
+
+
+def plot_loss_curve(
+    points: Sequence[tuple[int, float]],
+    path: str | Path,
+    title: str = "SFT loss",
+    heldout: Sequence[tuple[int, float]] = (),
+) -> Path:
+    """Write the loss curve (and the held-out loss) as a PNG (matplotlib's Agg canvas)."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
     from matplotlib.ticker import MaxNLocator
@@ -400,9 +463,13 @@ def plot_loss_curve(points: Sequence[tuple[int, float]], path: str | Path, title
     ax = fig.add_subplot()
     if points:
         steps, losses = zip(*points, strict=True)
-        ax.plot(steps, losses, marker="." if len(points) < 50 else None, linewidth=1.2)
+        ax.plot(steps, losses, marker="." if len(points) < 50 else None, linewidth=1.2, label="training")
         if min(losses) > 0 and max(losses) / min(losses) > 20:
             ax.set_yscale("log")
+    if heldout:
+        steps, losses = zip(*heldout, strict=True)
+        ax.plot(steps, losses, marker="o", linewidth=1.6, color="#d62728", label="held-out")
+        ax.legend(loc="upper right")
     ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     ax.set_xlabel("optimizer step")
     ax.set_ylabel("training loss (per trained token)")
@@ -443,6 +510,10 @@ def _finish(
     trained = torch.as_tensor(trainer.coa_trained_tokens, device=trainer.args.device).reshape(1)
     trained_tokens = int(trainer.accelerator.gather(trained).sum().item())
     points = loss_curve(state.log_history)
+    heldout = heldout_curve(state.log_history)
+    warning = overfit_warning(points, heldout)
+    if warning:
+        log.warning("sft: %s", warning)
     png = out / LOSS_PNG
     result = SFTResult(
         model_dir=str(model_dir),
@@ -454,6 +525,9 @@ def _finish(
         global_step=state.global_step,
         final_loss=points[-1][1] if points else None,
         loss_curve=points,
+        heldout_loss_curve=heldout,
+        n_heldout=built.n_heldout,
+        overfit_warning=warning,
         tokens_seen=int(state.num_input_tokens_seen),
         session_tokens=session_tokens,
         trained_tokens=trained_tokens,
@@ -476,7 +550,7 @@ def _finish(
     )
     if trainer.is_world_process_zero():
         title = f"SFT loss: {state.global_step} steps, {result.tokens_seen:,} tokens"
-        plot_loss_curve(points, png, title=title)
+        plot_loss_curve(points, png, title=title, heldout=heldout)
         _write_json(out / RESULT_FILE, result.model_dump(mode="json"))
     return result
 
@@ -589,6 +663,51 @@ class _LogToLogger(TrainerCallback):
         if logs and state.is_world_process_zero:
             shown = {k: round(v, 5) if isinstance(v, float) else v for k, v in logs.items()}
             log.info("step %d/%d %s", state.global_step, state.max_steps, json.dumps(shown, sort_keys=True))
+
+
+class _HeldoutLoss(TrainerCallback):
+    """Every ``every`` optimizer steps (and at the last), the mean loss per trained token on the
+    held-out examples, appended to the trainer's log history (so it survives a resume)."""
+
+    def __init__(self, trainer: Any, heldout: EncodedExamples, every: int, batch_size: int) -> None:
+        self.trainer, self.heldout, self.every, self.batch_size = trainer, heldout, every, batch_size
+
+    def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        if state.global_step % self.every and state.global_step < state.max_steps:
+            return
+        loss = self.loss()
+        state.log_history.append({"step": state.global_step, "heldout_loss": round(loss, 6)})
+        log.info("step %d held-out loss %.4f", state.global_step, loss)
+
+    def loss(self) -> float:
+        import torch
+
+        model = self.trainer.model
+        was_training = model.training
+        model.eval()
+        pad = self.trainer.processing_class.pad_token_id or 0
+        total, count = 0.0, 0
+        with torch.no_grad():
+            for start in range(0, len(self.heldout.input_ids), self.batch_size):
+                ids = self.heldout.input_ids[start : start + self.batch_size]
+                labels = self.heldout.labels[start : start + self.batch_size]
+                width = max(len(x) for x in ids)
+                batch = torch.tensor([x + [pad] * (width - len(x)) for x in ids], device=model.device)
+                target = torch.tensor([y + [-100] * (width - len(y)) for y in labels], device=model.device)
+                mask = torch.tensor([[1] * len(x) + [0] * (width - len(x)) for x in ids], device=model.device)
+                logits = model(input_ids=batch, attention_mask=mask).logits[:, :-1].float()
+                shifted = target[:, 1:]
+                losses = torch.nn.functional.cross_entropy(
+                    logits.reshape(-1, logits.shape[-1]),
+                    shifted.reshape(-1),
+                    ignore_index=-100,
+                    reduction="sum",
+                )
+                total += float(losses)
+                count += int((shifted != -100).sum())
+        if was_training:
+            model.train()
+        return total / max(1, count)
 
 
 def _checkpoint_step(path: Path) -> int:

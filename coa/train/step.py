@@ -125,6 +125,9 @@ def _build(b: Build, callbacks: Sequence[Any]) -> None:
         tokens_seen=result.tokens_seen,
         tokens_per_s=result.tokens_per_s,
         device=result.device,
+        heldout_loss=result.heldout_loss_curve[-1][1] if result.heldout_loss_curve else None,
+        n_heldout=result.n_heldout,
+        overfit_warning=result.overfit_warning,
         loss_curve=[[s, v] for s, v in result.loss_curve[:: max(1, len(result.loss_curve) // 50)]],
     )
     b.cleanup.append(lambda: shutil.rmtree(out, ignore_errors=True))

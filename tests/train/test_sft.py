@@ -359,3 +359,38 @@ def test_cuda_deepspeed_zero3_config(tiny_model: Path, sft_rows: pa.Table, tmp_p
     assert launched["steps_run"] == 3 and launched["device"].startswith("cuda")
     tuned = AutoModelForCausalLM.from_pretrained(tmp_path / "out" / "model")  # gathered 16-bit weights
     assert tuned.config.vocab_size == AutoModelForCausalLM.from_pretrained(tiny_model).config.vocab_size
+
+
+def test_heldout_split_is_by_whole_task_and_deterministic(sft_rows: pa.Table) -> None:
+    from coa.train.sft import split_heldout
+
+    train, heldout = split_heldout(sft_rows, 0.1, 64)
+    again_train, again_heldout = split_heldout(sft_rows, 0.1, 64)
+    assert heldout.num_rows >= 1 and train.num_rows + heldout.num_rows == sft_rows.num_rows
+    assert heldout.column("example_id").to_pylist() == again_heldout.column("example_id").to_pylist()
+    assert not set(heldout.column("task_id").to_pylist()) & set(train.column("task_id").to_pylist())
+    assert split_heldout(sft_rows, 0.0, 64)[1].num_rows == 0
+    assert split_heldout(sft_rows, 0.5, 2)[1].num_rows <= 2
+
+
+def test_overfit_warning_when_heldout_rises_while_training_falls() -> None:
+    from coa.train.sft import overfit_warning
+
+    train = [(s, 2.0 - s / 100) for s in range(1, 101)]
+    rising = [(25, 1.5), (50, 1.2), (75, 1.4), (100, 1.6)]
+    assert "memorising" in (overfit_warning(train, rising) or "")
+    falling = [(25, 1.5), (50, 1.2), (75, 1.1), (100, 1.0)]
+    assert overfit_warning(train, falling) is None
+    assert overfit_warning(train, rising[:2]) is None  # too few points to tell
+
+
+def test_heldout_loss_is_measured_and_plotted(tiny_model: Path, sft_rows: pa.Table, tmp_path: Path) -> None:
+    config = SFTRunConfig(
+        base_model=str(tiny_model), max_steps=4, learning_rate=3e-3, batch_size=8, max_length=256,
+        logging_steps=1, save_steps=2, heldout_fraction=0.1, eval_steps=2,
+    )  # fmt: skip
+    result = run_sft(sft_rows, config, tmp_path / "run")
+    assert result.n_heldout >= 1 and result.n_examples == sft_rows.num_rows - result.n_heldout
+    assert [s for s, _ in result.heldout_loss_curve] == [2, 4]
+    assert all(0 < v < 20 for _, v in result.heldout_loss_curve)
+    assert Path(result.loss_curve_png).stat().st_size > 0
