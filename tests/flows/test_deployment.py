@@ -136,7 +136,14 @@ def test_deploy_run_and_collect_artifacts(
     assert len(demo) == 1, [(r["name"], r["state_type"]) for r in runs]
     arts = httpx.post(f"{api}/artifacts/filter", json={}, timeout=10).json()
     by_key = {a["key"]: a for a in arts if a.get("key")}
-    assert {"pipeline-row-counts", "pipeline-summary", "collect-summary", "curate-summary"} <= set(by_key)
+    expected = {
+        "pipeline-row-counts",
+        "pipeline-summary",
+        "collect-summary",
+        "curate-headline",
+        "curate-report",
+    }
+    assert expected <= set(by_key)
     rows = by_key["pipeline-row-counts"]["data"]
     rows = json.loads(rows) if isinstance(rows, str) else rows
     collect_row = next(r for r in rows if r["stage"] == "collect")
