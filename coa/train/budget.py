@@ -101,7 +101,10 @@ class TimeBudget(TrainerCallback):
         now = self.clock()
         self._ends.append(now)
         done = int(state.global_step) - self._first_step
-        if self.replan and done % self.replan_every == 0:
+        # A plan that has ended stays ended: transformers' own flow callback runs first and has
+        # already stopped training at the step the plan in force ends on, so extending it here would
+        # leave the run one plan short of the steps it reports.
+        if self.replan and done % self.replan_every == 0 and state.global_step < self.plan.steps:
             self._replan(int(state.global_step), now)
         state.max_steps = self.plan.steps
         if state.global_step >= self.plan.steps:

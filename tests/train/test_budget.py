@@ -87,3 +87,22 @@ def test_a_fixed_plan_is_enforced_but_not_changed() -> None:
 def test_a_plan_needs_a_step() -> None:
     with pytest.raises(ValueError, match="at least one step"):
         StepPlan(0)
+
+
+def test_a_plan_that_has_ended_is_not_extended_after_transformers_stopped() -> None:
+    """transformers' flow callback runs before ours and stops at the plan in force; a re-plan at that
+    very step must not extend the plan (the run would end one plan short of what it reports)."""
+    clock = FakeClock()
+    budget = TimeBudget(10.0, StepPlan(100), cap=125, clock=clock, replan_every=5)
+    state = SimpleNamespace(global_step=0, max_steps=125)
+    args = SimpleNamespace(save_strategy="steps")
+    control = SimpleNamespace(should_training_stop=False, should_log=False, should_save=False)
+    budget.on_train_begin(args, state, control)
+    seconds = [1.0] * 5 + [0.2] * 1000  # slow at first: cut to 10 steps at step 5; fast afterwards
+    while not control.should_training_stop:
+        clock.now += seconds[state.global_step]
+        state.global_step += 1
+        if state.global_step >= state.max_steps:  # what DefaultFlowCallback.on_step_end does first
+            control.should_training_stop = True
+        budget.on_step_end(args, state, control)
+    assert state.global_step == budget.plan.steps == 10  # the steps run are the plan in force
