@@ -1,0 +1,91 @@
+"""An OpenAI-compatible ``/completions`` server (vLLM) as a policy: token ids in, token ids out.
+
+Each request sends the prompt as a list of token ids and asks for the sampled ids and their
+logprobs back (vLLM >= 0.10: ``return_token_ids`` gives ``token_ids`` per choice; ``logprobs: 1``
+gives ``logprobs.token_logprobs``). Stops are sent as ``stop_token_ids`` when every stop tag is one
+token of the tokenizer, else as ``stop`` strings with ``include_stop_str_in_output``; the returned
+ids are cut like any generation (:meth:`Codec.cut`), and the text is never used. One
+``httpx.AsyncClient`` per engine run, its connection pool sized to the concurrency.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from typing import Any
+
+from coa.llm.config import EndpointConfig
+from coa.rollout.policy import STOP_TAGS, Codec, Generation, Sampling
+
+
+class EndpointPolicy:
+    """Token-level completions from a vLLM-style server."""
+
+    def __init__(self, endpoint: EndpointConfig, codec: Codec, *, max_connections: int | None = None) -> None:
+        self.endpoint = endpoint
+        self.codec = codec
+        self.name = endpoint.model
+        self.url = f"{endpoint.resolved_base_url()}/completions"
+        self.max_connections = max_connections or endpoint.max_concurrency
+        self._client: Any = None
+
+    async def start(self) -> None:
+        import httpx
+
+        headers = {}
+        key = os.environ.get(self.endpoint.api_key_env) if self.endpoint.api_key_env else None
+        if key:
+            headers["Authorization"] = f"Bearer {key}"
+        limits = httpx.Limits(max_connections=self.max_connections, max_keepalive_connections=self.max_connections)
+        self._client = httpx.AsyncClient(headers=headers, timeout=self.endpoint.timeout_s, limits=limits)
+
+    async def stop(self) -> None:
+        if self._client is not None:
+            await self._client.aclose()
+            self._client = None
+
+    def body(self, prompt_ids: Sequence[int], max_new_tokens: int, sampling: Sampling) -> dict[str, Any]:
+        """The request body for one generation."""
+        body: dict[str, Any] = {
+            "model": self.endpoint.model,
+            "prompt": list(prompt_ids),
+            "max_tokens": max_new_tokens,
+            "temperature": sampling.temperature,
+            "top_p": sampling.top_p,
+            "logprobs": 1,
+            "return_token_ids": True,
+            "skip_special_tokens": False,
+        }
+        if sampling.top_k:
+            body["top_k"] = sampling.top_k
+        if self.codec.single_token_stops:
+            body["stop_token_ids"] = sorted(self.codec.stop_ids)
+        else:
+            body |= {"stop": list(STOP_TAGS), "include_stop_str_in_output": True}
+        return body
+
+    async def generate(self, prompt_ids: Sequence[int], max_new_tokens: int, sampling: Sampling) -> Generation:
+        import httpx
+
+        if self._client is None:
+            raise RuntimeError("EndpointPolicy.generate before start(): run it through the rollout engine")
+        try:
+            response = await self._client.post(self.url, json=self.body(prompt_ids, max_new_tokens, sampling))
+        except httpx.HTTPError as e:
+            raise RuntimeError(f"completion endpoint {self.url} unreachable: {type(e).__name__}: {e}") from e
+        if response.status_code != 200:
+            raise RuntimeError(f"completion endpoint {self.url} answered {response.status_code}: {response.text[:300]}")
+        choice = response.json()["choices"][0]
+        ids = choice.get("token_ids")
+        if ids is None:
+            raise RuntimeError(f"completion endpoint {self.url} returned no token_ids (needs vLLM >= 0.10)")
+        logprobs = list((choice.get("logprobs") or {}).get("token_logprobs") or [])
+        if len(logprobs) != len(ids):
+            raise RuntimeError(f"completion endpoint {self.url}: {len(ids)} token ids but {len(logprobs)} logprobs")
+        generation = self.codec.cut(ids, logprobs, max_new_tokens)
+        if generation.finish == "length" and choice.get("finish_reason") == "stop":
+            matched = choice.get("stop_reason")  # a stop string the ids did not show, or EOS
+            if isinstance(matched, str) and matched in STOP_TAGS:
+                return Generation(generation.ids, generation.logprobs, "stop", matched)
+            return Generation(generation.ids, generation.logprobs, "eos")
+        return generation
