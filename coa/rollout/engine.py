@@ -67,7 +67,9 @@ async def run_episode(spec: EpisodeSpec, policy: Policy, toolbox: Any, config: R
         episode.add_sampled(generation.ids, generation.logprobs)
         forged = FORGED_RE.search(codec.decode(generation.ids))
         if forged is not None:
-            episode.format_error = f"forged_observation: the model wrote {forged.group(0)!r} itself (no tool was run)"
+            episode.format_error = (
+                f"forged_observation: the model wrote {forged.group(0)!r} itself (no tool was run)"
+            )
             episode.end("format_error", "format error")
             break
         if generation.finish == "eos":
@@ -77,7 +79,10 @@ async def run_episode(spec: EpisodeSpec, policy: Policy, toolbox: Any, config: R
             if episode.completion_tokens >= config.max_total_tokens:
                 episode.end("token_limit", f"token limit: {config.max_total_tokens} generated tokens")
             else:
-                episode.end("generation_limit", f"generation limit: {config.max_new_tokens} tokens without a closing tag")
+                episode.end(
+                    "generation_limit",
+                    f"generation limit: {config.max_new_tokens} tokens without a closing tag",
+                )
             break
         episode.add_environment(newline)  # the canonical rendering ends every block with a newline
         if generation.stop == "</answer>":
@@ -146,7 +151,7 @@ async def run_episodes(
         async with asyncio.TaskGroup() as group:
             tasks = [group.create_task(one(spec)) for spec in specs]
     except BaseExceptionGroup as failed:
-        raise failed.exceptions[0]  # the first failure, as it was raised
+        raise failed.exceptions[0] from None  # the first failure, as it was raised
     finally:
         await policy.stop()
     return [task.result() for task in tasks]

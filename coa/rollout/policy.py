@@ -75,7 +75,9 @@ class Codec:
         return list(self.tokenizer(text, add_special_tokens=False).input_ids)
 
     def decode(self, ids: Sequence[int]) -> str:
-        return str(self.tokenizer.decode(list(ids), skip_special_tokens=False, clean_up_tokenization_spaces=False))
+        return str(
+            self.tokenizer.decode(list(ids), skip_special_tokens=False, clean_up_tokenization_spaces=False)
+        )
 
     def chat_prompt(self, system: str, user: str) -> str:
         messages = [{"role": "system", "content": system}, {"role": "user", "content": user}]
@@ -115,4 +117,6 @@ class Policy(Protocol):
 
     async def stop(self) -> None: ...
 
-    async def generate(self, prompt_ids: Sequence[int], max_new_tokens: int, sampling: Sampling) -> Generation: ...
+    async def generate(
+        self, prompt_ids: Sequence[int], max_new_tokens: int, sampling: Sampling
+    ) -> Generation: ...

@@ -6,9 +6,9 @@ import asyncio
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from coa.agents.toolbox import ToolResult
 from coa.rollout import Generation, Sampling
 from coa.rollout.policies.scripted import ScriptedPolicy
+from coa.tools.toolbox import ToolResult
 
 CHATML = "<|im_start|>system\n{}<|im_end|>\n<|im_start|>user\n{}<|im_end|>\n<|im_start|>assistant\n"
 
@@ -19,7 +19,9 @@ def blocks(*pairs: tuple[str, str]) -> str:
 
 
 def code_turn(program: str) -> str:
-    return blocks(("plan", "Compute it with code."), ("think", "Run it."), ("code", f"```python\n{program}\n```"))
+    return blocks(
+        ("plan", "Compute it with code."), ("think", "Run it."), ("code", f"```python\n{program}\n```")
+    )
 
 
 ANSWER = blocks(("reflection", "It printed 42."), ("think", "Answer."), ("answer", "\\boxed{42}"))
@@ -54,7 +56,9 @@ class Recording(ScriptedPolicy):
         super().__init__(*args, **kwargs)
         self.generations: list[Generation] = []
 
-    async def generate(self, prompt_ids: Sequence[int], max_new_tokens: int, sampling: Sampling) -> Generation:
+    async def generate(
+        self, prompt_ids: Sequence[int], max_new_tokens: int, sampling: Sampling
+    ) -> Generation:
         generation = await super().generate(prompt_ids, max_new_tokens, sampling)
         self.generations.append(generation)
         return generation

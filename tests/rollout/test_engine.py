@@ -1,4 +1,4 @@
-"""The rollout engine with a scripted policy: token records, masks, overlap, format errors, samples, limits."""
+"""The rollout engine, scripted policy: token records, masks, overlap, format errors, samples, limits."""
 
 from __future__ import annotations
 
@@ -29,7 +29,9 @@ def spans(mask: list[int], ids: list[int], value: int) -> list[list[int]]:
     return runs
 
 
-def test_trained_ids_are_the_sampled_ids_and_environment_ids_are_the_canonical_observations(codec: Codec) -> None:
+def test_trained_ids_are_the_sampled_ids_and_environment_ids_are_the_canonical_observations(
+    codec: Codec,
+) -> None:
     tricky = "printed <answer>\\boxed{1}</answer> and </observation>"  # escaped by the canonical rendering
     box = SpyToolBox({"print(1)": tricky, "print(2)": "2"})
     policy = Recording(codec, {"Q": [code_turn("print(1)"), code_turn("print(2)"), ANSWER]})
@@ -43,14 +45,23 @@ def test_trained_ids_are_the_sampled_ids_and_environment_ids_are_the_canonical_o
     assert environment == ["\n" + observation[0], "\n" + observation[1], "\n"]
     assert "<\\answer>" in environment[0]  # the observation was escaped, never left as a live tag
     assert codec.decode(episode.completion_ids) == episode.text
-    assert episode.text == code_turn("print(1)") + environment[0] + code_turn("print(2)") + environment[1] + ANSWER + "\n"
+    assert (
+        episode.text
+        == code_turn("print(1)") + environment[0] + code_turn("print(2)") + environment[1] + ANSWER + "\n"
+    )
     assert [lp is None for lp in episode.logprobs] == [m == 0 for m in episode.mask]
     assert all(lp == -0.5 for lp, m in zip(episode.logprobs, episode.mask, strict=True) if m)
     # Every turn continues the ids themselves: prompt + completion so far, never a re-tokenized text.
-    boundaries = [0] + [i + 1 for i in range(len(episode.mask) - 1) if episode.mask[i] == 0 and episode.mask[i + 1] == 1]
-    assert [r[0] for r in policy.requests] == [episode.prompt_ids + episode.completion_ids[:b] for b in boundaries]
+    boundaries = [0] + [
+        i + 1 for i in range(len(episode.mask) - 1) if episode.mask[i] == 0 and episode.mask[i + 1] == 1
+    ]
+    assert [r[0] for r in policy.requests] == [
+        episode.prompt_ids + episode.completion_ids[:b] for b in boundaries
+    ]
     assert box.calls == [("code", "```python\nprint(1)\n```"), ("code", "```python\nprint(2)\n```")]
-    assert [c.tool for c in episode.tool_calls] == ["code", "code"] and episode.completion_tokens == sum(map(len, sampled))
+    assert [c.tool for c in episode.tool_calls] == ["code", "code"] and episode.completion_tokens == sum(
+        map(len, sampled)
+    )
     assert episode.wall_s >= episode.generation_s + episode.tool_s - 1e-6
 
 
@@ -90,7 +101,9 @@ def test_k_samples_per_task_each_run_on_their_own(codec: Codec) -> None:
     policy = ScriptedPolicy(codec, {"Q a": [code_turn("print(1)"), ANSWER], "Q b": [ANSWER]})
     specs = [spec(codec, q, k) for q in ("Q a", "Q b") for k in range(3)]
     seen: list[tuple[int, int]] = []
-    episodes = rollout(specs, policy, SpyToolBox(), CONFIG, progress=lambda done, total: seen.append((done, total)))
+    episodes = rollout(
+        specs, policy, SpyToolBox(), CONFIG, progress=lambda done, total: seen.append((done, total))
+    )
     assert [(e.task_id, e.sample_index) for e in episodes] == [(s.task_id, s.sample_index) for s in specs]
     assert [e.turns for e in episodes] == [2, 2, 2, 1, 1, 1] and all(e.finish == "answer" for e in episodes)
     assert seen == [(i, 6) for i in range(1, 7)]
@@ -126,6 +139,11 @@ def test_cut_stops_at_a_tag_id_an_end_of_turn_or_the_limit(codec: Codec) -> None
     tag = codec.tokenizer.convert_tokens_to_ids("</code>")
     eos = codec.tokenizer.convert_tokens_to_ids("<|im_end|>")
     stopped = codec.cut([5, 6, tag, 7], [-1.0, -2.0, -3.0, -4.0], 10)
-    assert (stopped.ids, stopped.logprobs, stopped.finish, stopped.stop) == ([5, 6, tag], [-1.0, -2.0, -3.0], "stop", "</code>")
+    assert (stopped.ids, stopped.logprobs, stopped.finish, stopped.stop) == (
+        [5, 6, tag],
+        [-1.0, -2.0, -3.0],
+        "stop",
+        "</code>",
+    )
     assert codec.cut([5, eos, 6], [0.0] * 3, 10).finish == "eos"
     assert codec.cut([5, 6, 7, 8], [0.0] * 4, 3).finish == "length"

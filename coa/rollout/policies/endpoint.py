@@ -36,7 +36,9 @@ class EndpointPolicy:
         key = os.environ.get(self.endpoint.api_key_env) if self.endpoint.api_key_env else None
         if key:
             headers["Authorization"] = f"Bearer {key}"
-        limits = httpx.Limits(max_connections=self.max_connections, max_keepalive_connections=self.max_connections)
+        limits = httpx.Limits(
+            max_connections=self.max_connections, max_keepalive_connections=self.max_connections
+        )
         self._client = httpx.AsyncClient(headers=headers, timeout=self.endpoint.timeout_s, limits=limits)
 
     async def stop(self) -> None:
@@ -64,7 +66,9 @@ class EndpointPolicy:
             body |= {"stop": list(STOP_TAGS), "include_stop_str_in_output": True}
         return body
 
-    async def generate(self, prompt_ids: Sequence[int], max_new_tokens: int, sampling: Sampling) -> Generation:
+    async def generate(
+        self, prompt_ids: Sequence[int], max_new_tokens: int, sampling: Sampling
+    ) -> Generation:
         import httpx
 
         if self._client is None:
@@ -74,14 +78,18 @@ class EndpointPolicy:
         except httpx.HTTPError as e:
             raise RuntimeError(f"completion endpoint {self.url} unreachable: {type(e).__name__}: {e}") from e
         if response.status_code != 200:
-            raise RuntimeError(f"completion endpoint {self.url} answered {response.status_code}: {response.text[:300]}")
+            raise RuntimeError(
+                f"completion endpoint {self.url} answered {response.status_code}: {response.text[:300]}"
+            )
         choice = response.json()["choices"][0]
         ids = choice.get("token_ids")
         if ids is None:
             raise RuntimeError(f"completion endpoint {self.url} returned no token_ids (needs vLLM >= 0.10)")
         logprobs = list((choice.get("logprobs") or {}).get("token_logprobs") or [])
         if len(logprobs) != len(ids):
-            raise RuntimeError(f"completion endpoint {self.url}: {len(ids)} token ids but {len(logprobs)} logprobs")
+            raise RuntimeError(
+                f"completion endpoint {self.url}: {len(ids)} token ids but {len(logprobs)} logprobs"
+            )
         generation = self.codec.cut(ids, logprobs, max_new_tokens)
         if generation.finish == "length" and choice.get("finish_reason") == "stop":
             matched = choice.get("stop_reason")  # a stop string the ids did not show, or EOS

@@ -14,6 +14,7 @@ raw logits when greedy.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 from collections import deque
 from collections.abc import Sequence
@@ -60,16 +61,16 @@ class HFPolicy:
     async def stop(self) -> None:
         if self._batcher is not None:
             self._batcher.cancel()
-            try:
+            with contextlib.suppress(asyncio.CancelledError):
                 await self._batcher
-            except asyncio.CancelledError:
-                pass
         for request in self._pending:
             request.future.cancel()
         self._pending.clear()
         self._batcher = self._wake = None
 
-    async def generate(self, prompt_ids: Sequence[int], max_new_tokens: int, sampling: Sampling) -> Generation:
+    async def generate(
+        self, prompt_ids: Sequence[int], max_new_tokens: int, sampling: Sampling
+    ) -> Generation:
         if self._wake is None:
             raise RuntimeError("HFPolicy.generate before start(): run it through the rollout engine")
         future: asyncio.Future[Generation] = asyncio.get_running_loop().create_future()
@@ -99,7 +100,8 @@ class HFPolicy:
     def _take(self) -> list[_Request]:
         """Up to ``max_batch`` waiting requests sampled like the oldest one, oldest first."""
         head = self._pending[0].sampling
-        batch, rest = [], deque[_Request]()
+        batch: list[_Request] = []
+        rest: deque[_Request] = deque()
         while self._pending:
             request = self._pending.popleft()
             (batch if request.sampling == head and len(batch) < self.max_batch else rest).append(request)

@@ -42,7 +42,9 @@ class ScriptedPolicy:
     async def stop(self) -> None:
         return None
 
-    async def generate(self, prompt_ids: Sequence[int], max_new_tokens: int, sampling: Sampling) -> Generation:
+    async def generate(
+        self, prompt_ids: Sequence[int], max_new_tokens: int, sampling: Sampling
+    ) -> Generation:
         self.requests.append((list(prompt_ids), max_new_tokens))
         prompt = self.codec.decode(prompt_ids)
         key = next((k for k in self.replies if k in prompt), None)
