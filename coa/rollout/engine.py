@@ -34,7 +34,7 @@ from coa.format.codec import render_segment
 from coa.format.segments import ENV_TAGS, TOOL_TAGS
 from coa.rollout.config import RolloutConfig
 from coa.rollout.episode import Episode, ToolCall
-from coa.rollout.policy import Policy
+from coa.rollout.policy import Codec, Generation, Policy
 
 FORGED_RE = re.compile("|".join(f"</?{t}>" for t in ENV_TAGS))
 _T = TypeVar("_T")
@@ -53,55 +53,65 @@ class EpisodeSpec:
 async def run_episode(spec: EpisodeSpec, policy: Policy, toolbox: Any, config: RolloutConfig) -> Episode:
     """Drive one episode to its end."""
     codec, sampling = policy.codec, config.sampling()
-    newline = codec.encode("\n")
     episode = Episode(spec.task_id, spec.sample_index, list(spec.prompt_ids), started_at=time.perf_counter())
     for _ in range(config.max_turns):
-        if episode.completion_tokens >= config.max_total_tokens:
-            episode.end("token_limit", f"token limit: {config.max_total_tokens} generated tokens")
+        budget = next_budget(episode, config)
+        if budget is None:
             break
-        budget = min(config.max_new_tokens, config.max_total_tokens - episode.completion_tokens)
         start = time.perf_counter()
         generation = await policy.generate(episode.prompt_ids + episode.completion_ids, budget, sampling)
         episode.generation_s += time.perf_counter() - start
-        episode.turns += 1
-        episode.add_sampled(generation.ids, generation.logprobs)
-        forged = FORGED_RE.search(codec.decode(generation.ids))
-        if forged is not None:
-            episode.format_error = (
-                f"forged_observation: the model wrote {forged.group(0)!r} itself (no tool was run)"
+        call = advance(episode, generation, codec, config)
+        if call is None:
+            break
+        await call_tool(episode, toolbox, codec, *call)
+    return close(episode, codec, config)
+
+
+def next_budget(episode: Episode, config: RolloutConfig) -> int | None:
+    """Tokens the next generation may produce; None (and the episode ended) at the total budget."""
+    if episode.completion_tokens >= config.max_total_tokens:
+        episode.end("token_limit", f"token limit: {config.max_total_tokens} generated tokens")
+        return None
+    return min(config.max_new_tokens, config.max_total_tokens - episode.completion_tokens)
+
+
+def advance(
+    episode: Episode, generation: Generation, codec: Codec, config: RolloutConfig
+) -> tuple[str, str] | None:
+    """Append one generation; the tool call ``(tool, argument)`` to run, or None when the episode ended."""
+    episode.turns += 1
+    episode.add_sampled(generation.ids, generation.logprobs)
+    forged = FORGED_RE.search(codec.decode(generation.ids))
+    if forged is not None:
+        episode.format_error = (
+            f"forged_observation: the model wrote {forged.group(0)!r} itself (no tool was run)"
+        )
+        episode.end("format_error", "format error")
+        return None
+    if generation.finish == "eos":
+        episode.end("eos")
+        return None
+    if generation.finish == "length":
+        if episode.completion_tokens >= config.max_total_tokens:
+            episode.end("token_limit", f"token limit: {config.max_total_tokens} generated tokens")
+        else:
+            episode.end(
+                "generation_limit", f"generation limit: {config.max_new_tokens} tokens without a closing tag"
             )
-            episode.end("format_error", "format error")
-            break
-        if generation.finish == "eos":
-            episode.end("eos")
-            break
-        if generation.finish == "length":
-            if episode.completion_tokens >= config.max_total_tokens:
-                episode.end("token_limit", f"token limit: {config.max_total_tokens} generated tokens")
-            else:
-                episode.end(
-                    "generation_limit",
-                    f"generation limit: {config.max_new_tokens} tokens without a closing tag",
-                )
-            break
-        episode.add_environment(newline)  # the canonical rendering ends every block with a newline
-        if generation.stop == "</answer>":
-            episode.end("answer")
-            if config.close_with_eos:
-                episode.add_environment([min(codec.eos_ids)])
-            break
-        call = _tool_call(codec.decode(episode.completion_ids), generation.stop)
-        if isinstance(call, str):
-            episode.format_error = call
-            episode.end("format_error", "format error")
-            break
-        observation = await _run_tool(episode, toolbox, *call)
-        episode.add_environment(codec.encode(render_segment(Segment("observation", observation))))
-    else:
-        episode.end("turn_limit", f"turn limit: {config.max_turns} generations without an answer")
-    episode.text = codec.decode(episode.completion_ids)
-    episode.ended_at = time.perf_counter()
-    return episode
+        return None
+    episode.add_environment(codec.encode("\n"))  # the canonical rendering ends every block with a newline
+    if generation.stop == "</answer>":
+        episode.end("answer")
+        if config.close_with_eos:
+            episode.add_environment([min(codec.eos_ids)])
+        return None
+    call = _tool_call(codec.decode(episode.completion_ids), generation.stop)
+    if isinstance(call, str):
+        episode.format_error = call
+        episode.end("format_error", "format error")
+        return None
+    return call
 
 
 def _tool_call(text: str, stop: str | None) -> tuple[str, str] | str:
@@ -115,13 +125,24 @@ def _tool_call(text: str, stop: str | None) -> tuple[str, str] | str:
     return last.tag, last.content
 
 
-async def _run_tool(episode: Episode, toolbox: Any, tool: str, argument: str) -> str:
+async def call_tool(episode: Episode, toolbox: Any, codec: Codec, tool: str, argument: str) -> None:
+    """Run the tool and append its observation, rendered canonically and encoded on its own."""
     start = time.perf_counter()
     result = await toolbox.call(tool, argument)
     seconds = time.perf_counter() - start
     episode.tool_s += seconds
     episode.tool_calls.append(ToolCall(tool, argument, result.error, seconds, start))
-    return str(result.observation or "(no output)")
+    observation = render_segment(Segment("observation", str(result.observation or "(no output)")))
+    episode.add_environment(codec.encode(observation))
+
+
+def close(episode: Episode, codec: Codec, config: RolloutConfig) -> Episode:
+    """End an episode still running at the turn limit; set its text and end time."""
+    if episode.finish is None:
+        episode.end("turn_limit", f"turn limit: {config.max_turns} generations without an answer")
+    episode.text = codec.decode(episode.completion_ids)
+    episode.ended_at = time.perf_counter()
+    return episode
 
 
 async def run_episodes(

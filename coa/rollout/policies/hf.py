@@ -87,7 +87,12 @@ class HFPolicy:
             await asyncio.sleep(self.window_s)  # let the other ready episodes queue their requests
             batch = self._take()
             try:
-                results = await asyncio.to_thread(self.generate_batch, batch)
+                results = await asyncio.to_thread(
+                    self.generate_batch,
+                    [r.prompt_ids for r in batch],
+                    [r.max_new_tokens for r in batch],
+                    batch[0].sampling,
+                )
             except Exception as e:  # noqa: BLE001 - handed to the episodes that asked
                 for request in batch:
                     if not request.future.done():
@@ -108,21 +113,22 @@ class HFPolicy:
         self._pending.extendleft(reversed(rest))
         return batch
 
-    def generate_batch(self, batch: Sequence[_Request]) -> list[Generation]:
-        """One left-padded ``generate`` call for ``batch`` (all with the same sampling)."""
+    def generate_batch(
+        self, prompts: Sequence[Sequence[int]], max_new_tokens: Sequence[int], sampling: Sampling
+    ) -> list[Generation]:
+        """One left-padded ``generate`` call: a generation per prompt, each cut at its own budget."""
         import torch
 
         self.calls += 1
-        codec, sampling = self.codec, batch[0].sampling
-        width = max(len(r.prompt_ids) for r in batch)
-        input_ids = torch.full((len(batch), width), codec.pad_id, dtype=torch.long)
-        attention = torch.zeros((len(batch), width), dtype=torch.long)
-        for row, request in enumerate(batch):
-            n = len(request.prompt_ids)
-            input_ids[row, width - n :] = torch.tensor(request.prompt_ids, dtype=torch.long)
-            attention[row, width - n :] = 1
+        codec = self.codec
+        width = max(len(p) for p in prompts)
+        input_ids = torch.full((len(prompts), width), codec.pad_id, dtype=torch.long)
+        attention = torch.zeros((len(prompts), width), dtype=torch.long)
+        for row, prompt in enumerate(prompts):
+            input_ids[row, width - len(prompt) :] = torch.tensor(list(prompt), dtype=torch.long)
+            attention[row, width - len(prompt) :] = 1
         kwargs: dict[str, Any] = {
-            "max_new_tokens": max(r.max_new_tokens for r in batch),
+            "max_new_tokens": max(max_new_tokens),
             "eos_token_id": sorted(codec.eos_ids | set(codec.stop_ids)),
             "pad_token_id": codec.pad_id,
             "return_dict_in_generate": True,
@@ -145,6 +151,6 @@ class HFPolicy:
                 torch.log_softmax(logits.float() / scale, dim=-1).gather(1, new[:, t : t + 1]).squeeze(1)
                 for t, logits in enumerate(out.logits)
             ]
-            logprobs = torch.stack(steps, dim=1).tolist() if steps else [[] for _ in batch]
+            logprobs = torch.stack(steps, dim=1).tolist() if steps else [[] for _ in prompts]
         ids = new.tolist()
-        return [codec.cut(i, lp, r.max_new_tokens) for i, lp, r in zip(ids, logprobs, batch, strict=True)]
+        return [codec.cut(i, lp, n) for i, lp, n in zip(ids, logprobs, max_new_tokens, strict=True)]
