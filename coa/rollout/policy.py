@@ -57,6 +57,7 @@ class Codec:
 
     def __init__(self, tokenizer: Any, extra_eos_ids: Iterable[int] = ()) -> None:
         self.tokenizer = tokenizer
+        self._fast = getattr(tokenizer, "backend_tokenizer", None)  # the Rust tokenizer, no wrapper cost
         vocab = tokenizer.get_vocab()
         self.stop_ids: dict[int, str] = {vocab[t]: t for t in STOP_TAGS if t in vocab}
         self.single_token_stops = len(self.stop_ids) == len(STOP_TAGS)
@@ -72,9 +73,13 @@ class Codec:
         return cls(AutoTokenizer.from_pretrained(name))
 
     def encode(self, text: str) -> list[int]:
+        if self._fast is not None:
+            return list(self._fast.encode(text, add_special_tokens=False).ids)
         return list(self.tokenizer(text, add_special_tokens=False).input_ids)
 
     def decode(self, ids: Sequence[int]) -> str:
+        if self._fast is not None:
+            return str(self._fast.decode(list(ids), skip_special_tokens=False))
         return str(
             self.tokenizer.decode(list(ids), skip_special_tokens=False, clean_up_tokenization_spaces=False)
         )

@@ -1,7 +1,8 @@
 """A fake vLLM ``/v1/completions`` server speaking token ids: for tests (a thread) and the bench (a process).
 
-A plain ASGI app under uvicorn on 127.0.0.1. It answers a prompt given as token ids with the ids
-of a :class:`TurnScript` (picked by how many observations the prompt holds), after a fixed
+A minimal HTTP/1.1 keep-alive server on asyncio streams (127.0.0.1), cheap enough per request
+that a benchmark measures the client, not the fake. It answers a prompt given as token ids with the
+ids of a :class:`TurnScript` (picked by how many observations the prompt holds), after a fixed
 latency; it honours ``max_tokens`` (finish ``length``) and ``stop_token_ids`` (finish ``stop``, the
 id in ``stop_reason``), and returns ``token_ids``, ``prompt_token_ids`` and
 ``logprobs.token_logprobs`` (:func:`fake_logprob`, so a client can check the round trip). It has no
@@ -15,11 +16,8 @@ import dataclasses
 import json
 import socket
 import threading
-import time
 from collections.abc import Sequence
 from typing import Any
-
-import uvicorn
 
 
 def fake_logprob(position: int, token: int) -> float:
@@ -39,8 +37,8 @@ class TurnScript:
         return list(self.turns[min(k, len(self.turns) - 1)])
 
 
-class FakeCompletionsApp:
-    """The ASGI app: ``POST /v1/completions`` only."""
+class FakeCompletions:
+    """The protocol side: ``complete(body)`` builds a response body; ``handle`` serves one connection."""
 
     def __init__(self, script: TurnScript, latency_s: float = 0.0) -> None:
         self.script = script
@@ -48,29 +46,6 @@ class FakeCompletionsApp:
         self.requests: list[dict[str, Any]] = []
         self.in_flight = 0
         self.max_in_flight = 0
-
-    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
-        if scope["type"] != "http":
-            return
-        chunks = []
-        while True:
-            message = await receive()
-            chunks.append(message.get("body", b""))
-            if not message.get("more_body"):
-                break
-        if scope["path"] != "/v1/completions" or scope["method"] != "POST":
-            await _send(send, 404, {"error": "not found"})
-            return
-        body = json.loads(b"".join(chunks))
-        self.requests.append(body)
-        self.in_flight += 1
-        self.max_in_flight = max(self.max_in_flight, self.in_flight)
-        try:
-            if self.latency_s > 0:
-                await asyncio.sleep(self.latency_s)
-            await _send(send, 200, self.complete(body))
-        finally:
-            self.in_flight -= 1
 
     def complete(self, body: dict[str, Any]) -> dict[str, Any]:
         prompt = body["prompt"]
@@ -93,12 +68,44 @@ class FakeCompletionsApp:
         return {"id": "cmpl-fake", "object": "text_completion", "model": body["model"], "choices": [choice],
                 "usage": usage | {"total_tokens": len(prompt) + len(ids)}}  # fmt: skip
 
+    async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            while True:
+                head = await reader.readuntil(b"\r\n\r\n")
+                lines = head.decode("latin-1").split("\r\n")
+                method, path, _ = lines[0].split(" ", 2)
+                headers = dict(line.split(":", 1) for line in lines[1:] if ":" in line)
+                length = int(next((v for k, v in headers.items() if k.lower() == "content-length"), "0"))
+                raw = await reader.readexactly(length)
+                status, payload = await self._answer(method, path, raw)
+                data = json.dumps(payload).encode()
+                reason = "OK" if status == 200 else "Error"
+                head = f"HTTP/1.1 {status} {reason}\r\ncontent-type: application/json\r\n"
+                writer.write(f"{head}content-length: {len(data)}\r\n\r\n".encode() + data)
+                await writer.drain()
+        except (asyncio.IncompleteReadError, ConnectionError):
+            pass
+        finally:
+            writer.close()
 
-async def _send(send: Any, status: int, payload: dict[str, Any]) -> None:
-    data = json.dumps(payload).encode()
-    headers = [(b"content-type", b"application/json"), (b"content-length", str(len(data)).encode())]
-    await send({"type": "http.response.start", "status": status, "headers": headers})
-    await send({"type": "http.response.body", "body": data})
+    async def _answer(self, method: str, path: str, raw: bytes) -> tuple[int, dict[str, Any]]:
+        if method != "POST" or path != "/v1/completions":
+            return 404, {"error": f"no route {method} {path}"}
+        try:
+            body = json.loads(raw)
+        except ValueError as e:
+            return 400, {"error": str(e)}
+        self.requests.append(body)
+        self.in_flight += 1
+        self.max_in_flight = max(self.max_in_flight, self.in_flight)
+        try:
+            if self.latency_s > 0:
+                await asyncio.sleep(self.latency_s)
+            return 200, self.complete(body)
+        except (KeyError, ValueError) as e:
+            return 400, {"error": f"{type(e).__name__}: {e}"}
+        finally:
+            self.in_flight -= 1
 
 
 def bind() -> socket.socket:
@@ -108,35 +115,35 @@ def bind() -> socket.socket:
     return sock
 
 
-def serve(app: FakeCompletionsApp, sock: socket.socket) -> uvicorn.Server:
-    """A uvicorn server for ``app`` on ``sock`` (call ``.run(sockets=[sock])`` to serve)."""
-    config = uvicorn.Config(app, log_level="warning", lifespan="off", access_log=False, backlog=2048)
-    return uvicorn.Server(config)
+async def serve(app: FakeCompletions, sock: socket.socket, stop: asyncio.Event) -> None:
+    """Serve ``app`` on the bound ``sock`` until ``stop`` is set."""
+    server = await asyncio.start_server(app.handle, sock=sock, backlog=4096)
+    async with server:
+        await stop.wait()
 
 
 class FakeCompletionsServer:
-    """The app in a background thread; ``url`` is the OpenAI-style base URL (``.../v1``)."""
+    """The fake in a background thread (its own event loop); ``url`` is the base URL (``.../v1``)."""
 
     def __init__(self, script: TurnScript, latency_s: float = 0.0) -> None:
-        self.app = FakeCompletionsApp(script, latency_s)
+        self.app = FakeCompletions(script, latency_s)
         self.url = ""
-        self._server: uvicorn.Server | None = None
+        self._loop = asyncio.new_event_loop()
+        self._stop = asyncio.Event()
         self._thread: threading.Thread | None = None
 
     def __enter__(self) -> FakeCompletionsServer:
         sock = bind()
-        self._server = serve(self.app, sock)
-        self._thread = threading.Thread(target=self._server.run, kwargs={"sockets": [sock]}, daemon=True)
-        self._thread.start()
-        deadline = time.monotonic() + 10
-        while not self._server.started:
-            if time.monotonic() > deadline or not self._thread.is_alive():
-                raise RuntimeError("fake completions server did not start")
-            time.sleep(0.01)
+        sock.listen()
         self.url = f"http://127.0.0.1:{sock.getsockname()[1]}/v1"
+        self._thread = threading.Thread(
+            target=self._loop.run_until_complete, args=(serve(self.app, sock, self._stop),), daemon=True
+        )
+        self._thread.start()
         return self
 
     def __exit__(self, *exc: object) -> None:
-        if self._server is not None and self._thread is not None:
-            self._server.should_exit = True
+        if self._thread is not None:
+            self._loop.call_soon_threadsafe(self._stop.set)
             self._thread.join(timeout=10)
+        self._loop.close()

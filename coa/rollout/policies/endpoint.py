@@ -4,8 +4,13 @@ Each request sends the prompt as a list of token ids and asks for the sampled id
 logprobs back (vLLM >= 0.10: ``return_token_ids`` gives ``token_ids`` per choice; ``logprobs: 1``
 gives ``logprobs.token_logprobs``). Stops are sent as ``stop_token_ids`` when every stop tag is one
 token of the tokenizer, else as ``stop`` strings with ``include_stop_str_in_output``; the returned
-ids are cut like any generation (:meth:`Codec.cut`), and the text is never used. One
-``httpx.AsyncClient`` per engine run, its connection pool sized to the concurrency.
+ids are cut like any generation (:meth:`Codec.cut`), and the text is never used.
+
+Connections: ``max_connections`` in all (the engine's concurrency), opened per engine run, spread
+over several ``httpx.AsyncClient`` of :data:`CONNECTIONS_PER_CLIENT` each; a request goes to the
+client with the fewest requests in flight. One client with a large pool costs CPU in proportion to
+its size on every request (httpcore scans all its connections), which at 64 connections and more
+spends more time in the pool than in everything else.
 """
 
 from __future__ import annotations
@@ -17,6 +22,8 @@ from typing import Any
 from coa.llm.config import EndpointConfig
 from coa.rollout.policy import STOP_TAGS, Codec, Generation, Sampling
 
+CONNECTIONS_PER_CLIENT = 8
+
 
 class EndpointPolicy:
     """Token-level completions from a vLLM-style server."""
@@ -27,7 +34,8 @@ class EndpointPolicy:
         self.name = endpoint.model
         self.url = f"{endpoint.resolved_base_url()}/completions"
         self.max_connections = max_connections or endpoint.max_concurrency
-        self._client: Any = None
+        self._clients: list[Any] = []
+        self._in_flight: list[int] = []
 
     async def start(self) -> None:
         import httpx
@@ -36,15 +44,19 @@ class EndpointPolicy:
         key = os.environ.get(self.endpoint.api_key_env) if self.endpoint.api_key_env else None
         if key:
             headers["Authorization"] = f"Bearer {key}"
-        limits = httpx.Limits(
-            max_connections=self.max_connections, max_keepalive_connections=self.max_connections
-        )
-        self._client = httpx.AsyncClient(headers=headers, timeout=self.endpoint.timeout_s, limits=limits)
+        per = CONNECTIONS_PER_CLIENT
+        limits = httpx.Limits(max_connections=per, max_keepalive_connections=per)
+        n = -(-self.max_connections // per)
+        self._clients = [
+            httpx.AsyncClient(headers=headers, timeout=self.endpoint.timeout_s, limits=limits)
+            for _ in range(n)
+        ]
+        self._in_flight = [0] * n
 
     async def stop(self) -> None:
-        if self._client is not None:
-            await self._client.aclose()
-            self._client = None
+        for client in self._clients:
+            await client.aclose()
+        self._clients, self._in_flight = [], []
 
     def body(self, prompt_ids: Sequence[int], max_new_tokens: int, sampling: Sampling) -> dict[str, Any]:
         """The request body for one generation."""
@@ -71,12 +83,17 @@ class EndpointPolicy:
     ) -> Generation:
         import httpx
 
-        if self._client is None:
+        if not self._clients:
             raise RuntimeError("EndpointPolicy.generate before start(): run it through the rollout engine")
+        k = self._in_flight.index(min(self._in_flight))
+        self._in_flight[k] += 1
         try:
-            response = await self._client.post(self.url, json=self.body(prompt_ids, max_new_tokens, sampling))
+            body = self.body(prompt_ids, max_new_tokens, sampling)
+            response = await self._clients[k].post(self.url, json=body)
         except httpx.HTTPError as e:
             raise RuntimeError(f"completion endpoint {self.url} unreachable: {type(e).__name__}: {e}") from e
+        finally:
+            self._in_flight[k] -= 1
         if response.status_code != 200:
             raise RuntimeError(
                 f"completion endpoint {self.url} answered {response.status_code}: {response.text[:300]}"
