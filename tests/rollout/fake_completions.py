@@ -80,8 +80,8 @@ class FakeCompletions:
                 status, payload = await self._answer(method, path, raw)
                 data = json.dumps(payload).encode()
                 reason = "OK" if status == 200 else "Error"
-                head = f"HTTP/1.1 {status} {reason}\r\ncontent-type: application/json\r\n"
-                writer.write(f"{head}content-length: {len(data)}\r\n\r\n".encode() + data)
+                status_line = f"HTTP/1.1 {status} {reason}\r\ncontent-type: application/json\r\n"
+                writer.write(f"{status_line}content-length: {len(data)}\r\n\r\n".encode() + data)
                 await writer.drain()
         except (asyncio.IncompleteReadError, ConnectionError):
             pass
