@@ -28,14 +28,23 @@ CONNECTIONS_PER_CLIENT = 8
 class EndpointPolicy:
     """Token-level completions from a vLLM-style server."""
 
-    def __init__(self, endpoint: EndpointConfig, codec: Codec, *, max_connections: int | None = None) -> None:
+    def __init__(
+        self,
+        endpoint: EndpointConfig,
+        codec: Codec,
+        *,
+        max_connections: int | None = None,
+        connections_per_client: int = CONNECTIONS_PER_CLIENT,
+    ) -> None:
         self.endpoint = endpoint
         self.codec = codec
         self.name = endpoint.model
         self.url = f"{endpoint.resolved_base_url()}/completions"
         self.max_connections = max_connections or endpoint.max_concurrency
+        self.connections_per_client = connections_per_client
         self._clients: list[Any] = []
         self._in_flight: list[int] = []
+        self._tls: Any = None
 
     async def start(self) -> None:
         import httpx
@@ -44,11 +53,15 @@ class EndpointPolicy:
         key = os.environ.get(self.endpoint.api_key_env) if self.endpoint.api_key_env else None
         if key:
             headers["Authorization"] = f"Bearer {key}"
-        per = CONNECTIONS_PER_CLIENT
+        per = self.connections_per_client
         limits = httpx.Limits(max_connections=per, max_keepalive_connections=per)
         n = -(-self.max_connections // per)
+        if self._tls is None:  # building one costs ~10 ms of CPU: once, shared by every client
+            self._tls = httpx.create_ssl_context()
         self._clients = [
-            httpx.AsyncClient(headers=headers, timeout=self.endpoint.timeout_s, limits=limits)
+            httpx.AsyncClient(
+                headers=headers, timeout=self.endpoint.timeout_s, limits=limits, verify=self._tls
+            )
             for _ in range(n)
         ]
         self._in_flight = [0] * n
