@@ -32,11 +32,11 @@ import time
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
-from coa.agents.toolbox import ToolResult
 from coa.rollout import Codec, Episode, EpisodeSpec, Generation, RolloutConfig, run_episodes
 from coa.rollout.engine import advance, call_tool, close, next_budget
 from coa.rollout.policies.endpoint import EndpointPolicy
 from coa.rollout.policies.scripted import ScriptedPolicy
+from coa.tools.toolbox import ToolResult
 from tests.rollout.fake_completions import FakeCompletions, TurnScript, bind, serve
 
 CHATML = "<|im_start|>system\n{}<|im_end|>\n<|im_start|>user\n{}<|im_end|>\n<|im_start|>assistant\n"
@@ -228,7 +228,7 @@ def bench_hf(quick: bool) -> None:
     from coa.model.tiny import TinyModelConfig, init_model
     from coa.rollout.policies.hf import HFPolicy
     from coa.synthetic import SyntheticConfig, generate_all
-    from coa.teacher import ToolsConfig, build_toolbox
+    from coa.tools.config import ToolsConfig, build_toolbox
 
     torch.set_num_threads(1)
     heldout = {"arithmetic": 100, "multihop": 50, "programming": 50}

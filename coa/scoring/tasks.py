@@ -1,8 +1,8 @@
 """Scoring a prediction against its ``task.v1`` row: the answer checks evaluation and RL rewards share.
 
-:func:`tests_of` turns a task's ``test_cases`` into the sandbox's tests; :func:`score_prediction`
-scores one final answer the way curation scores the teacher: math and QA answers by rule
-(:func:`coa.scoring.score_answer`), programs by the task's tests in the sandbox.
+:func:`score_prediction` scores one final answer the way curation scores the teacher's runs: math
+and QA answers by rule (:func:`coa.scoring.score_answer`), programs by the task's tests in the
+sandbox (:func:`coa.scoring.runs.tests_of`).
 """
 
 from __future__ import annotations
@@ -11,22 +11,13 @@ from collections.abc import Mapping
 from typing import Any
 
 from coa.scoring import ScoringError, score_answer
-from coa.tools.code import io_tests, run_tests
+from coa.scoring.runs import SCORING_SANDBOX, tests_of
+from coa.tools.code import run_tests
 from coa.tools.sandbox import SandboxConfig
-
-SANDBOX = SandboxConfig(cpu_seconds=5, wall_seconds=10)
-"""The sandbox a program answer's tests run in."""
-
-
-def tests_of(case: Mapping[str, Any]) -> list[Any]:
-    """The sandbox tests of a task's ``test_cases`` (one functional test, or stdin/expected pairs)."""
-    if case["kind"] == "functional":
-        return [case["functional"]]
-    return list(io_tests(case["stdin"], case["expected_output"]))
 
 
 def score_prediction(
-    task: Mapping[str, Any], prediction: str | None, sandbox: SandboxConfig = SANDBOX
+    task: Mapping[str, Any], prediction: str | None, sandbox: SandboxConfig = SCORING_SANDBOX
 ) -> tuple[bool, float]:
     """``(correct, score)`` of ``prediction`` (an answer segment's content, or None) for ``task``."""
     if prediction is None:
