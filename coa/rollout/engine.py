@@ -104,7 +104,7 @@ def advance(
     if generation.stop == "</answer>":
         episode.end("answer")
         if config.close_with_eos:
-            episode.add_environment([min(codec.eos_ids)])
+            episode.add_environment([codec.eos_id])
         return None
     call = _tool_call(codec.decode(episode.completion_ids), generation.stop)
     if isinstance(call, str):

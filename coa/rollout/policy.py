@@ -61,6 +61,7 @@ class Codec:
         vocab = tokenizer.get_vocab()
         self.stop_ids: dict[int, str] = {vocab[t]: t for t in STOP_TAGS if t in vocab}
         self.single_token_stops = len(self.stop_ids) == len(STOP_TAGS)
+        self.eos_id: int = int(tokenizer.eos_token_id)  # what a scripted reply or a closed episode ends with
         eos = {tokenizer.eos_token_id, *extra_eos_ids}
         self.eos_ids: frozenset[int] = frozenset(i for i in eos if i is not None)
         pad = tokenizer.pad_token_id

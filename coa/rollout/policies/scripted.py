@@ -34,7 +34,6 @@ class ScriptedPolicy:
         self.latency_s = latency_s
         self.logprob = logprob
         self.requests: list[tuple[list[int], int]] = []
-        self._observation = "</observation>"
 
     async def start(self) -> None:
         return None
@@ -50,12 +49,12 @@ class ScriptedPolicy:
         key = next((k for k in self.replies if k in prompt), None)
         if key is None:
             raise KeyError(f"no scripted reply for a prompt ending {prompt[-80:]!r}")
-        turn = prompt.count(self._observation)
+        turn = prompt.count("</observation>")  # observations are escaped: only real ones are live tags
         text = self.replies[key][min(turn, len(self.replies[key]) - 1)]
         delay = self.latency_s if isinstance(self.latency_s, float | int) else self.latency_s.get(key, 0.0)
         if delay > 0:
             await asyncio.sleep(delay)
         ids = self.codec.encode(text)
         if not any(id_ in self.codec.stop_ids for id_ in ids):
-            ids.append(min(self.codec.eos_ids))
+            ids.append(self.codec.eos_id)
         return self.codec.cut(ids, [self.logprob] * len(ids), max_new_tokens)
