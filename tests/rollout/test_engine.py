@@ -6,7 +6,7 @@ import pytest
 
 from coa.format import Segment
 from coa.format.codec import render_segment
-from coa.rollout import Codec, EpisodeSpec, RolloutConfig, rollout
+from coa.rollout import Codec, EpisodeSpec, RolloutConfig, Sampling, rollout
 from coa.rollout.policies.scripted import ScriptedPolicy
 
 from .helpers import ANSWER, CHATML, Recording, SpyToolBox, blocks, code_turn
@@ -147,3 +147,31 @@ def test_cut_stops_at_a_tag_id_an_end_of_turn_or_the_limit(codec: Codec) -> None
     )
     assert codec.cut([5, eos, 6], [0.0] * 3, 10).finish == "eos"
     assert codec.cut([5, 6, 7, 8], [0.0] * 4, 3).finish == "length"
+
+
+def test_a_tokenizer_without_tag_tokens_stops_on_the_tag_text() -> None:
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    from coa.llm.config import EndpointConfig
+    from coa.rollout.policies.endpoint import EndpointPolicy
+
+    raw = Tokenizer(models.BPE())
+    raw.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    raw.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=300, special_tokens=["<|im_end|>"], initial_alphabet=pre_tokenizers.ByteLevel.alphabet()
+    )
+    raw.train_from_iterator([code_turn("print(1)"), ANSWER] * 20, trainer)
+    codec = Codec(PreTrainedTokenizerFast(tokenizer_object=raw, eos_token="<|im_end|>"))
+    assert not codec.single_token_stops
+    ids = codec.encode(code_turn("print(1)") + "\nand more text")
+    generation = codec.cut(ids, [-0.1] * len(ids), 200)
+    assert (generation.finish, generation.stop) == ("stop", "</code>")
+    text = codec.decode(generation.ids)
+    assert "</code>" in text and "more" not in text and len(generation.ids) < len(ids)
+    assert "</code>" not in codec.decode(generation.ids[:-1])  # cut right after the id that completes it
+    endpoint = EndpointConfig(name="vllm", base_url="http://127.0.0.1:9/v1", model="m")
+    body = EndpointPolicy(endpoint, codec).body([1, 2], 16, Sampling())
+    assert body["include_stop_str_in_output"] is True and "</answer>" in body["stop"]
+    assert "stop_token_ids" not in body
