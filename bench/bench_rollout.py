@@ -9,9 +9,11 @@
    latency varying per task) and the same tools with variable latency (mostly fast, a fifth slow):
    episodes/s of the engine over the baseline's.
 3. **HF on CPU (the demo's evaluation).** The engine (micro-batched ``generate``) and the lockstep
-   baseline (one ``generate`` call per chunk, as before) on the same tiny random student of the
-   demo's shape, the demo's held-out tasks, the real tools (sandboxed code, local search), the
-   demo's limits; wall time ratio, and how many episodes came out with identical ids.
+   baseline (one ``generate`` call per chunk, as before) on the same tiny student of the demo's
+   shape, the demo's held-out tasks, the real tools, the demo's limits; wall time ratio, and how
+   many episodes came out with identical ids. Two students: random weights (what the evaluation
+   before SFT sees: one turn to the token limit), and the same model made to write a two-turn
+   script with a sandboxed code call (:class:`ForcedScript`, a stand-in for the trained student).
 
 The baseline, :func:`lockstep`, is the schedule of the earlier ``coa.evaluate.inference.run_loop``:
 every round, all unfinished episodes go through the policy in chunks of ``batch_size``; a chunk
@@ -220,8 +222,40 @@ def bench_overlap(latency_s: float, quick: bool) -> None:
     print(f"{'engine':>9} {n:>8} {c:>9} {new_wall:>7.2f} {n / new_wall:>8.1f} {old_wall / new_wall:>6.2f}")
 
 
+class ForcedScript:
+    """A logits processor that makes any model write a fixed two-turn CoA script per task.
+
+    A stand-in for the demo's trained student (no trained weights here): turn 1 plans and calls the
+    code tool, turn 2 reflects and answers; generation, stops, tools and batching run for real,
+    only the argmax is dictated. The turn is read from the ids (observations so far), the task from
+    the prompt ids before the assistant header.
+    """
+
+    def __init__(self, codec: Codec, scripts: dict[tuple[int, ...], list[list[int]]]) -> None:
+        self.scripts = scripts
+        self.eos, self.pad = codec.eos_id, codec.pad_id
+        self.observation = codec.tokenizer.convert_tokens_to_ids("</observation>")
+        self.header = codec.encode("<|im_start|>assistant\n")
+
+    def __call__(self, input_ids: Any, scores: Any) -> Any:
+        forced = scores.new_full(scores.shape, float("-inf"))
+        for row, seq in enumerate(input_ids.tolist()):
+            start = len(seq) - seq[::-1].index(self.header[0]) - 1 + len(self.header)
+            turns = self.scripts[tuple(t for t in seq[:start] if t != self.pad)]
+            done = seq[start:]
+            seen = done.count(self.observation)
+            begin = start + len(done) - done[::-1].index(self.observation) + 1 if seen else start
+            script = turns[min(seen, len(turns) - 1)]
+            k = len(seq) - begin
+            forced[row, script[k] if k < len(script) else self.eos] = 0.0
+        return forced
+
+
 def bench_hf(quick: bool) -> None:
+    import functools
+
     import torch
+    from transformers import LogitsProcessorList
 
     from coa.evaluate.inference import variant_of
     from coa.format import system_prompt
@@ -241,44 +275,54 @@ def bench_hf(quick: bool) -> None:
     )
     toolbox = build_toolbox(ToolsConfig(enabled=("code", "web_search"), record="off"), None)
     config = RolloutConfig(max_turns=6, max_new_tokens=256, max_total_tokens=768, concurrency=128)
+    print(
+        f"\n3) HF generate on CPU: tiny student of the demo's shape ({shape.num_layers} layers, vocab 2048)"
+    )
+    print(f"   {len(rows)} demo held-out tasks, real tools (sandboxed code), batch 32")
+    print(f"{'student':>9} {'loop':>9} {'wall s':>7} {'generates':>9} {'turns':>6} {'tools':>6} {'ratio':>6}")
     with tempfile.TemporaryDirectory() as folder:
         texts = [r["question"] for r in rows] + [CODE_TURN, ANSWER] * 20
         model = init_model(texts, shape, f"{folder}/model")
         policy = HFPolicy(str(model), device="cpu", max_batch=32)
         codec = policy.codec
-        specs = []
+        specs, scripts = [], {}
         for row in rows:
             system, _ = system_prompt(variant_of(row["family"], {}), "brief")
-            specs.append(EpisodeSpec(row["task_id"], codec.chat_prompt_ids(system, row["question"])))
+            spec = EpisodeSpec(row["task_id"], codec.chat_prompt_ids(system, row["question"]))
+            specs.append(spec)
+            program = CODE_TURN.replace("6 * 7", f"len({row['task_id']!r})")
+            scripts[tuple(spec.prompt_ids)] = [codec.encode(program), codec.encode(ANSWER)]
 
         async def batch_chunk(prompts: Sequence[Sequence[int]], budgets: Sequence[int]) -> list[Generation]:
             return await asyncio.to_thread(policy.generate_batch, prompts, budgets, config.sampling())
 
-        print(f"\n3) HF generate on CPU: random tiny student ({shape.num_layers} layers, vocab 2048), "
-              f"{len(rows)} demo held-out tasks, real tools, batch 32")  # fmt: skip
-        print(
-            f"{'loop':>9} {'wall s':>7} {'generate calls':>14} {'turns':>6} {'tool calls':>10} {'ratio':>6}"
-        )
         policy.generate_batch([specs[0].prompt_ids], [8], config.sampling())  # warm up before timing
-        runs = {
-            "lockstep": lambda: lockstep(specs, batch_chunk, codec, toolbox, config, 32),
-            "engine": lambda: run_episodes(specs, policy, toolbox, config),
-        }
-        best: dict[str, tuple[float, int, list[Episode]]] = {}
-        for _ in range(1 if quick else 2):  # alternate, keep each one's best (the machine is shared)
-            for name, run in runs.items():
-                calls, wall = policy.calls, time.perf_counter()
-                episodes = asyncio.run(run())
-                wall = time.perf_counter() - wall
-                if name not in best or wall < best[name][0]:
-                    best[name] = (wall, policy.calls - calls, episodes)
-        old_wall, old = best["lockstep"][0], best["lockstep"][2]
-        new = best["engine"][2]
-        for name, (wall, calls, eps) in best.items():
-            turns, tools = sum(e.turns for e in eps), sum(len(e.tool_calls) for e in eps)
-            print(f"{name:>9} {wall:>7.2f} {calls:>14} {turns:>6} {tools:>10} {old_wall / wall:>6.2f}")
-        same = sum(a.completion_ids == b.completion_ids for a, b in zip(old, new, strict=True))
-        print(f"identical episodes: {same}/{len(rows)} (batches differ: float noise may flip a greedy pick)")
+        generate = policy.model.generate
+        for student in ("random", "scripted"):
+            if student == "scripted":
+                forced = LogitsProcessorList([ForcedScript(codec, scripts)])
+                policy.model.generate = functools.partial(generate, logits_processor=forced)
+            runs = {
+                "lockstep": lambda: lockstep(specs, batch_chunk, codec, toolbox, config, 32),
+                "engine": lambda: run_episodes(specs, policy, toolbox, config),
+            }
+            best: dict[str, tuple[float, int, list[Episode]]] = {}
+            for _ in range(1 if quick else 2):  # alternate, keep each one's best (the machine is shared)
+                for name, run in runs.items():
+                    calls, wall = policy.calls, time.perf_counter()
+                    episodes = asyncio.run(run())
+                    wall = time.perf_counter() - wall
+                    if name not in best or wall < best[name][0]:
+                        best[name] = (wall, policy.calls - calls, episodes)
+            old_wall, old = best["lockstep"][0], best["lockstep"][2]
+            for name, (wall, calls, eps) in best.items():
+                turns, tools = sum(e.turns for e in eps), sum(len(e.tool_calls) for e in eps)
+                counts = f"{calls:>9} {turns:>6} {tools:>6}"
+                print(f"{student:>9} {name:>9} {wall:>7.2f} {counts} {old_wall / wall:>6.2f}")
+            same = sum(
+                a.completion_ids == b.completion_ids for a, b in zip(old, best["engine"][2], strict=True)
+            )
+            print(f"{'':>9} identical episodes: {same}/{len(rows)}")
 
 
 def main() -> None:
