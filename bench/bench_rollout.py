@@ -14,6 +14,8 @@
    many episodes came out with identical ids. Two students: random weights (what the evaluation
    before SFT sees: one turn to the token limit), and the same model made to write a two-turn
    script with a sandboxed code call (:class:`ForcedScript`, a stand-in for the trained student).
+   ``CPU s`` is this process's CPU time: equal work on both sides; the wall ratio moves with
+   whatever else the machine runs (best of two runs each).
 
 The baseline, :func:`lockstep`, is the schedule of the earlier ``coa.evaluate.inference.run_loop``:
 every round, all unfinished episodes go through the policy in chunks of ``batch_size``; a chunk
@@ -279,7 +281,8 @@ def bench_hf(quick: bool) -> None:
         f"\n3) HF generate on CPU: tiny student of the demo's shape ({shape.num_layers} layers, vocab 2048)"
     )
     print(f"   {len(rows)} demo held-out tasks, real tools (sandboxed code), batch 32")
-    print(f"{'student':>9} {'loop':>9} {'wall s':>7} {'generates':>9} {'turns':>6} {'tools':>6} {'ratio':>6}")
+    head = f"{'student':>9} {'loop':>9} {'wall s':>7} {'CPU s':>6} {'generates':>9} {'turns':>6} {'tools':>6}"
+    print(f"{head} {'ratio':>6}")
     with tempfile.TemporaryDirectory() as folder:
         texts = [r["question"] for r in rows] + [CODE_TURN, ANSWER] * 20
         model = init_model(texts, shape, f"{folder}/model")
@@ -306,21 +309,21 @@ def bench_hf(quick: bool) -> None:
                 "lockstep": lambda: lockstep(specs, batch_chunk, codec, toolbox, config, 32),
                 "engine": lambda: run_episodes(specs, policy, toolbox, config),
             }
-            best: dict[str, tuple[float, int, list[Episode]]] = {}
+            best: dict[str, tuple[float, float, int, list[Episode]]] = {}
             for _ in range(1 if quick else 2):  # alternate, keep each one's best (the machine is shared)
                 for name, run in runs.items():
-                    calls, wall = policy.calls, time.perf_counter()
+                    calls, cpu, wall = policy.calls, time.process_time(), time.perf_counter()
                     episodes = asyncio.run(run())
-                    wall = time.perf_counter() - wall
+                    wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
                     if name not in best or wall < best[name][0]:
-                        best[name] = (wall, policy.calls - calls, episodes)
-            old_wall, old = best["lockstep"][0], best["lockstep"][2]
-            for name, (wall, calls, eps) in best.items():
+                        best[name] = (wall, cpu, policy.calls - calls, episodes)
+            old_wall, old = best["lockstep"][0], best["lockstep"][3]
+            for name, (wall, cpu, calls, eps) in best.items():
                 turns, tools = sum(e.turns for e in eps), sum(len(e.tool_calls) for e in eps)
-                counts = f"{calls:>9} {turns:>6} {tools:>6}"
+                counts = f"{cpu:>6.2f} {calls:>9} {turns:>6} {tools:>6}"
                 print(f"{student:>9} {name:>9} {wall:>7.2f} {counts} {old_wall / wall:>6.2f}")
             same = sum(
-                a.completion_ids == b.completion_ids for a, b in zip(old, best["engine"][2], strict=True)
+                a.completion_ids == b.completion_ids for a, b in zip(old, best["engine"][3], strict=True)
             )
             print(f"{'':>9} identical episodes: {same}/{len(rows)}")
 
