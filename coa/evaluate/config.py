@@ -30,8 +30,19 @@ class EvalConfig(StrictModel):
         default=1536, ge=1, description="Generated tokens per task over all turns (observations not counted)."
     )
     batch_size: int = Field(
-        default=32, ge=1, description="Runs generated together (hf) or in flight (endpoint)."
+        default=32, ge=1, description="hf: most generations batched into one `generate` call."
     )
+    concurrency: int = Field(
+        default=128,
+        ge=1,
+        description="Episodes in flight at once, each advancing on its own (hf: their generations are "
+        "micro-batched up to batch_size; endpoint: requests in flight, the connection pool size).",
+    )
+    samples: int = Field(
+        default=1, ge=1, description="Episodes per task (sample_index 0..samples-1); 1 = one greedy run."
+    )
+    temperature: float = Field(default=1.0, gt=0, description="Sampling temperature when samples > 1.")
+    top_p: float = Field(default=1.0, gt=0, le=1, description="Nucleus sampling mass when samples > 1.")
     prompt_style: PromptStyle = Field(
         default="full",
         description="System prompt style; must match the convert stage the model was trained on.",

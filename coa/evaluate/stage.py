@@ -1,28 +1,29 @@
 """The evaluation core: a CoA model on ``task.v1`` tasks → scored runs (``eval.v1``) and their metrics.
 
 Each task is prompted like the training examples (the variant's system prompt in the configured
-style, the question as the user turn, the model's chat template), run through
-:func:`coa.evaluate.inference.run_loop`, checked against the variant's grammar, and scored the way
-curation scores the teacher: math and QA answers by rule, programs by the task's tests in the
-sandbox (:func:`coa.scoring.runs.tests_of`).
+style, the question as the user turn, the model's chat template) and run by the rollout engine
+(:func:`coa.evaluate.inference.run_tasks`, ``samples`` episodes per task), checked against the
+variant's grammar, and scored the way curation scores the teacher: math and QA answers by rule,
+programs by the task's tests in the sandbox (:func:`coa.scoring.tasks.score_prediction`).
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
-import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import pyarrow as pa
 
 from coa.evaluate.config import EvalConfig
-from coa.evaluate.generation import EndpointGenerator, Generator, HFGenerator
-from coa.evaluate.inference import CoaRun, LoopLimits, run_loop
-from coa.format import FormatError, extract_answer, parse, system_prompt, validate
-from coa.format.from_run import FAMILY_VARIANT
+from coa.evaluate.generation import open_policy
+from coa.evaluate.inference import model_text, run_tasks, variant_of
+from coa.format import FormatError, extract_answer, parse, validate
+from coa.rollout import Policy
+
+__all__ = ["evaluate_tasks", "open_generator", "read_metrics", "score_runs", "select_tasks", "variant_of"]
 
 EVAL_TABLE = "eval"
 METRICS_FILE = "metrics.json"
@@ -45,79 +46,62 @@ def select_tasks(tasks: pa.Table, config: EvalConfig) -> list[dict[str, Any]]:
     return rows
 
 
-def variant_of(family: str, variants: Mapping[str, str]) -> str:
-    """The CoA variant of a family (``variants`` overrides, as in the convert stage)."""
-    chosen = variants.get(family, "auto")
-    return FAMILY_VARIANT[family] if chosen == "auto" else chosen
-
-
 def model_fingerprint(name: str) -> str:
     return hashlib.sha256(name.encode()).hexdigest()[:12]
 
 
 def evaluate_tasks(
     tasks: pa.Table,
-    generator: Generator,
+    policy: Policy,
     toolbox: Any,
     config: EvalConfig,
     progress: Callable[[int, int], None] | None = None,
 ) -> pa.Table:
-    """Run ``generator`` on the selected tasks; an ``eval.v1`` table, one row per task."""
+    """Run ``policy`` on the selected tasks; an ``eval.v1`` table, one row per task and sample."""
     import schemas
 
     rows = select_tasks(tasks, config)
-    runs = []
-    for row in rows:
-        variant = variant_of(row["family"], config.variants)
-        system, _ = system_prompt(variant, config.prompt_style)
-        runs.append(CoaRun(row["task_id"], variant, generator.chat_prompt(system, row["question"])))
-    limits = LoopLimits(config.max_turns, config.max_new_tokens, config.max_total_tokens, config.batch_size)
-    finished = [0]
-
-    def advance(n: int) -> None:
-        finished[0] += n
-        if progress is not None:
-            progress(finished[0], len(runs))
-
-    start = time.perf_counter()
-    run_loop(runs, generator, toolbox, limits, advance)
-    elapsed = time.perf_counter() - start
-    scores = score_runs(rows, runs)
-    fingerprint = model_fingerprint(generator.name)
+    episodes = run_tasks(rows, policy, toolbox, config, progress)
+    task_rows = [row for row in rows for _ in range(config.samples)]
+    texts = [model_text(e, policy) for e in episodes]
+    scores = score_runs(task_rows, texts)
+    fingerprint = model_fingerprint(policy.name)
     out = []
-    for row, run, (prediction, correct, score) in zip(rows, runs, scores, strict=True):
-        valid, error = check_format(run)
+    for row, episode, text, (prediction, correct, score) in zip(
+        task_rows, episodes, texts, scores, strict=True
+    ):
+        valid, error = check_format(text, variant_of(row["family"], config.variants), episode.format_error)
         out.append(
             {
-                "eval_id": f"{fingerprint}:{row['task_id']}:0",
-                "model": generator.name,
+                "eval_id": f"{fingerprint}:{row['task_id']}:{episode.sample_index}",
+                "model": policy.name,
                 "task_id": row["task_id"],
                 "benchmark": row["source"],
                 "family": row["family"],
-                "sample_index": 0,
+                "sample_index": episode.sample_index,
                 "prediction": prediction,
                 "correct": correct,
                 "score": score,
                 "format_valid": valid,
                 "format_error": error,
-                "n_turns": run.turns,
-                "n_tool_calls": run.tool_calls,
-                "prompt_tokens": generator.count_tokens(run.prompt),
-                "completion_tokens": run.completion_tokens,
-                "latency_s": elapsed / max(1, len(runs)),  # batched: the mean share of the wall time
-                "text": run.text,
-                "error": run.error,
+                "n_turns": episode.turns,
+                "n_tool_calls": len(episode.tool_calls),
+                "prompt_tokens": len(episode.prompt_ids),
+                "completion_tokens": episode.completion_tokens,
+                "latency_s": episode.wall_s,
+                "text": text,
+                "error": episode.error,
             }
         )
     return schemas.EVAL.from_rows(out)
 
 
-def check_format(run: CoaRun) -> tuple[bool, str | None]:
-    """Whether the run's text is a complete, valid trajectory of its variant, else the first violation."""
-    if run.format_error is not None:
-        return False, run.format_error
+def check_format(text: str, variant: str, format_error: str | None = None) -> tuple[bool, str | None]:
+    """Whether ``text`` is a complete, valid trajectory of ``variant``, else the first violation."""
+    if format_error is not None:
+        return False, format_error
     try:
-        result = validate(parse(run.text), run.variant)
+        result = validate(parse(text), variant)
     except FormatError as e:
         return False, f"{e.rule}: {e}"
     if not result.ok:
@@ -126,44 +110,23 @@ def check_format(run: CoaRun) -> tuple[bool, str | None]:
     return True, None
 
 
-def score_runs(rows: list[dict[str, Any]], runs: list[CoaRun]) -> list[tuple[str | None, bool, float]]:
-    """``(prediction, correct, score)`` per run, as curation scores the teacher's answers."""
-    from coa.scoring import ScoringError, score_answer
-    from coa.scoring.runs import tests_of
-    from coa.tools.code import run_tests
-    from coa.tools.sandbox import SandboxConfig
+def score_runs(rows: Sequence[dict[str, Any]], texts: Sequence[str]) -> list[tuple[str | None, bool, float]]:
+    """``(prediction, correct, score)`` per run text and its task row, as curation scores the teacher."""
+    from coa.scoring.tasks import score_prediction
 
-    sandbox = SandboxConfig(cpu_seconds=5, wall_seconds=10)
-
-    def one(pair: tuple[dict[str, Any], CoaRun]) -> tuple[str | None, bool, float]:
-        row, run = pair
-        prediction = extract_answer(run.text) if "<answer>" in run.text else None
-        if prediction is None:
-            return None, False, 0.0
-        if row["family"] == "code":
-            if not row.get("test_cases"):
-                return prediction, False, 0.0
-            report = run_tests(prediction, tests_of(row["test_cases"]), config=sandbox, fail_fast=True)
-            return prediction, report.all_passed, float(report.all_passed)
-        golds = list(row.get("gold_answers") or [])
-        if not golds:
-            return prediction, False, 0.0
-        try:
-            verdict = score_answer(prediction, golds, row["family"])
-        except (ScoringError, ImportError):
-            return prediction, False, 0.0
-        return prediction, verdict.correct, float(verdict.value)
+    def one(pair: tuple[dict[str, Any], str]) -> tuple[str | None, bool, float]:
+        row, text = pair
+        prediction = extract_answer(text) if "<answer>" in text else None
+        correct, score = score_prediction(row, prediction)
+        return prediction, correct, score
 
     with ThreadPoolExecutor(max_workers=SCORING_WORKERS) as pool:
-        return list(pool.map(one, zip(rows, runs, strict=True)))
+        return list(pool.map(one, zip(rows, texts, strict=True)))
 
 
-def open_generator(config: EvalConfig, model: str) -> Generator:
-    """The generator of ``config.backend`` for ``model`` (a local folder, or the endpoint's tokenizer)."""
-    if config.backend == "endpoint":
-        assert config.endpoint is not None
-        return EndpointGenerator(config.endpoint, tokenizer=model, temperature=0.0)
-    return HFGenerator(model)
+def open_generator(config: EvalConfig, model: str) -> Policy:
+    """The policy of ``config.backend`` for ``model`` (see :func:`coa.evaluate.generation.open_policy`)."""
+    return open_policy(config, model)
 
 
 def read_metrics(ref: Any) -> dict[str, Any]:

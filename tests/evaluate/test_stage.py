@@ -1,18 +1,18 @@
-"""Evaluation with real generators: the tiny random model in process, a completions endpoint, the artifact."""
+"""Evaluation with real policies: the tiny random model in process, a completions endpoint."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from coa.evaluate import EndpointGenerator, EvalConfig, HFGenerator, evaluate_tasks
-from coa.evaluate.generation import STOP_TAGS
+from coa.evaluate import EvalConfig, evaluate_tasks, open_policy
 from coa.llm.config import EndpointConfig
 from coa.model import TinyModelConfig, init_model, sft_corpus
+from coa.rollout import STOP_TAGS, Codec
+from coa.rollout.policies.hf import HFPolicy
 from coa.tools.config import ToolsConfig, build_toolbox
-from tests.llm.fake_server import FakeLLMServer, Reply
+from tests.rollout.fake_completions import FakeCompletionsServer, TurnScript
 from tests.train.rows import arith_rows
 
 from .test_inference import PLAN, SpyToolBox, task, tasks_table
@@ -28,85 +28,43 @@ def tiny_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def test_random_tiny_model_runs_end_to_end_within_its_limits(tiny_model: Path) -> None:
-    generator = HFGenerator(str(tiny_model))
-    assert generator.single_token_stops  # every CoA tag is one token of the tiny vocabulary
+    policy = HFPolicy(str(tiny_model), max_batch=2)
+    assert policy.codec.single_token_stops  # every CoA tag is one token of the tiny vocabulary
     config = EvalConfig(
         max_turns=3, max_new_tokens=24, max_total_tokens=40, batch_size=2, prompt_style="brief"
     )
     tasks = tasks_table(task(0, "What is 12 + 30?"), task(1, "What is 50 - 8?"), task(2, "What is 6 * 7?"))
-    table = evaluate_tasks(tasks, generator, SpyToolBox(), config)
+    table = evaluate_tasks(tasks, policy, SpyToolBox(), config)
     assert table.num_rows == 3
     for row in table.to_pylist():
-        assert 1 <= row["n_turns"] <= 3 and 0 < row["completion_tokens"] <= 40
+        assert 1 <= row["n_turns"] <= 3 and 0 < row["completion_tokens"] <= 40 and row["prompt_tokens"] > 0
+        assert "<|im_end|>" not in row["text"]  # an end of turn ends the run, outside the text
         assert (
-            row["prompt_tokens"]
-            == generator.count_tokens(generator.chat_prompt("x", "y"))
-            - 2
-            + len(generator.tokenizer(row["text"][:0] + "", add_special_tokens=False).input_ids)
-            or row["prompt_tokens"] > 0
+            row["error"] is not None
+            or row["text"].endswith(tuple(f"{t}\n" for t in STOP_TAGS))
+            or (
+                row["n_turns"] >= 1 and not row["text"].endswith("\n")  # ended its turn mid-block
+            )
         )
-        assert row["error"] is not None or row["text"].endswith(tuple(f"{t}\n" for t in STOP_TAGS))
 
 
-def test_hf_generation_stops_at_a_tag_token(tiny_model: Path) -> None:
-    generator = HFGenerator(str(tiny_model))
-    tag = generator.tokenizer.convert_tokens_to_ids("</code>")
-    completion = generator._completion([5, 6, tag, 7, 8], limit=10)
-    assert completion.reason == "stop" and completion.stop == "</code>" and completion.n_tokens == 3
-    assert completion.text.endswith("</code>")
-    eos = generator.tokenizer.convert_tokens_to_ids("<|im_end|>")
-    ended = generator._completion([5, eos, 6], limit=10)
-    assert (ended.reason, ended.n_tokens) == ("eos", 2) and "<|im_end|>" not in ended.text
-    assert generator._completion([5, 6, 7, 8], limit=3).reason == "length"
-
-
-@pytest.fixture()
-def completions_server() -> Iterator[FakeLLMServer]:
-    server = FakeLLMServer()
-    server.app.add_api_route("/v1/completions", server._handle, methods=["POST"])
-    server.start()
-    try:
-        yield server
-    finally:
-        server.stop()
-
-
-def _completion_body(text: str, finish: str, stop_reason: str | None, tokens: int) -> dict[str, object]:
-    return {
-        "id": "cmpl", "object": "text_completion", "model": "student",
-        "choices": [{"index": 0, "text": text, "finish_reason": finish, "stop_reason": stop_reason}],
-        "usage": {"prompt_tokens": 30, "completion_tokens": tokens, "total_tokens": 30 + tokens},
-    }  # fmt: skip
-
-
-def test_endpoint_generator_against_a_completions_server(completions_server: FakeLLMServer) -> None:
+def test_endpoint_policy_against_a_completions_server(tiny_model: Path) -> None:
+    codec = Codec.from_pretrained(str(tiny_model))
     after = "<reflection>\nok\n</reflection>\n<think>\nAnswer.\n</think>\n<answer>\n\\boxed{42}\n</answer>"
-    completions_server.push(
-        Reply(body=_completion_body(PLAN.removesuffix("</code>"), "stop", "</code>", 12)),
-        Reply(body=_completion_body(after.removesuffix("</answer>"), "stop", "</answer>", 9)),
+    script = TurnScript(
+        [codec.encode(PLAN), codec.encode(after)], codec.tokenizer.convert_tokens_to_ids("</observation>")
     )
-    endpoint = EndpointConfig(name="vllm", base_url=completions_server.url, model="student", max_retries=0)
-    generator = EndpointGenerator(endpoint)
     box = SpyToolBox(build_toolbox(ToolsConfig(enabled=("code",), record="off"), None))
-    row = evaluate_tasks(
-        tasks_table(task(0, "What is 6 * 7?")), generator, box, EvalConfig(prompt_style="brief")
-    )
-    generator.close()
-    result = row.to_pylist()[0]
-    assert (result["correct"], result["format_valid"], result["completion_tokens"]) == (True, True, 21)
-    first, second = (r.body for r in completions_server.requests)
-    assert first["model"] == "student" and set(first["stop"]) == set(STOP_TAGS)
-    assert first["prompt"].startswith("<|im_start|>system\n") and first["prompt"].endswith(
-        "<|im_start|>assistant\n"
-    )
-    assert second["prompt"].startswith(first["prompt"]) and "<observation>\n[EXECUTED]" in second["prompt"]
-
-
-def test_unreachable_endpoint_names_the_url() -> None:
-    endpoint = EndpointConfig(
-        name="down", base_url="http://127.0.0.1:9/v1", model="m", max_retries=0, timeout_s=2
-    )
-    generator = EndpointGenerator(endpoint)
-    with pytest.raises(RuntimeError, match=r"http://127.0.0.1:9/v1/completions unreachable"):
-        generator.generate(["hi"], [4])
-    generator.close()
+    with FakeCompletionsServer(script) as server:
+        endpoint = EndpointConfig(name="vllm", base_url=server.url, model="student", max_retries=0)
+        config = EvalConfig(prompt_style="brief", backend="endpoint", endpoint=endpoint)
+        policy = open_policy(config, str(tiny_model))
+        row = evaluate_tasks(tasks_table(task(0, "What is 6 * 7?")), policy, box, config).to_pylist()[0]
+    tokens = len(codec.encode(PLAN)) + len(codec.encode(after))
+    assert (row["correct"], row["format_valid"], row["completion_tokens"]) == (True, True, tokens)
+    first, second = server.app.requests
+    assert first["model"] == "student" and set(first["stop_token_ids"]) == set(codec.stop_ids)
+    assert codec.decode(first["prompt"]).startswith("<|im_start|>system\n")
+    assert codec.decode(first["prompt"]).endswith("<|im_start|>assistant\n")
+    assert second["prompt"][: len(first["prompt"])] == first["prompt"]
+    assert "<observation>\n[EXECUTED]" in codec.decode(second["prompt"])

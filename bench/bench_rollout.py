@@ -1,0 +1,343 @@
+"""Benchmark: the rollout engine against its ideal, and against the lockstep loop it replaced.
+
+1. **Endpoint.** The engine drives the fake vLLM completions server (its own process, so its CPU is
+   not counted) with a fixed latency L; each episode is K = 2 generations and one instant tool
+   call. Episodes/s as a ratio of the ideal C / (K * L) at C episodes in flight, and this
+   process's CPU time per generation; ``pool`` is the connections per httpx client (one row puts
+   all of them in one client, the baseline for spreading them over clients of 8).
+2. **Overlap.** The engine and the lockstep baseline on the same scripted policy (generation
+   latency varying per task) and the same tools with variable latency (mostly fast, a fifth slow):
+   episodes/s of the engine over the baseline's.
+3. **HF on CPU (the demo's evaluation).** The engine (micro-batched ``generate``) and the lockstep
+   baseline (one ``generate`` call per chunk, as before) on the same tiny student of the demo's
+   shape, the demo's held-out tasks, the real tools, the demo's limits; wall time ratio, and how
+   many episodes came out with identical ids. Two students: random weights (what the evaluation
+   before SFT sees: one turn to the token limit), and the same model made to write a two-turn
+   script with a sandboxed code call (:class:`ForcedScript`, a stand-in for the trained student).
+   ``CPU s`` is this process's CPU time: equal work on both sides; the wall ratio moves with
+   whatever else the machine runs (best of two runs each).
+
+The baseline, :func:`lockstep`, is the schedule of the earlier ``coa.evaluate.inference.run_loop``:
+every round, all unfinished episodes go through the policy in chunks of ``batch_size``; a chunk
+waits for its slowest generation, then runs its tools together and waits for the slowest, then the
+next chunk starts. It applies the engine's own turn steps, so both give the same episodes.
+
+Run: ``PYTHONPATH=. python bench/bench_rollout.py [--latency-ms 50] [--quick]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import multiprocessing
+import random
+import tempfile
+import time
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any
+
+from coa.rollout import Codec, Episode, EpisodeSpec, Generation, RolloutConfig, run_episodes
+from coa.rollout.engine import advance, call_tool, close, next_budget
+from coa.rollout.policies.endpoint import EndpointPolicy
+from coa.rollout.policies.scripted import ScriptedPolicy
+from coa.tools.toolbox import ToolResult
+from tests.rollout.fake_completions import FakeCompletions, TurnScript, bind, serve
+
+CHATML = "<|im_start|>system\n{}<|im_end|>\n<|im_start|>user\n{}<|im_end|>\n<|im_start|>assistant\n"
+CODE_TURN = (
+    "<plan>\nCompute it with code.\n</plan>\n<think>\nRun it.\n</think>\n"
+    "<code>\n```python\nprint(6 * 7)\n```\n</code>"
+)
+ANSWER = (
+    "<reflection>\nIt printed 42.\n</reflection>\n<think>\nAnswer.\n</think>\n"
+    "<answer>\n\\boxed{42}\n</answer>"
+)
+
+GenerateChunk = Callable[[Sequence[Sequence[int]], Sequence[int]], Awaitable[list[Generation]]]
+
+
+async def lockstep(
+    specs: Sequence[EpisodeSpec],
+    generate_chunk: GenerateChunk,
+    codec: Codec,
+    toolbox: Any,
+    config: RolloutConfig,
+    batch_size: int,
+) -> list[Episode]:
+    """The earlier evaluation loop's schedule (see the module docstring), on token ids."""
+    episodes = [
+        Episode(s.task_id, s.sample_index, list(s.prompt_ids), started_at=time.perf_counter()) for s in specs
+    ]
+    for _ in range(config.max_turns):
+        budgets = {id(e): next_budget(e, config) for e in episodes if e.finish is None}
+        active = [e for e in episodes if e.finish is None and budgets[id(e)] is not None]
+        if not active:
+            break
+        for start in range(0, len(active), batch_size):
+            chunk = active[start : start + batch_size]
+            prompts = [e.prompt_ids + e.completion_ids for e in chunk]
+            generations = await generate_chunk(prompts, [budgets[id(e)] or 0 for e in chunk])
+            calls = [advance(e, g, codec, config) for e, g in zip(chunk, generations, strict=True)]
+            await asyncio.gather(
+                *(
+                    call_tool(e, toolbox, codec, *c)
+                    for e, c in zip(chunk, calls, strict=True)
+                    if c is not None
+                )
+            )
+    return [close(e, codec, config) for e in episodes]
+
+
+class DelayedTools:
+    """Answers ``42`` after ``fast`` seconds, or ``slow`` one time in five (drawn per argument, seeded)."""
+
+    def __init__(self, fast: float = 0.0, slow: float = 0.0, seed: int = 0) -> None:
+        self.fast, self.slow, self.seed = fast, slow, seed
+
+    @property
+    def tools(self) -> tuple[str, ...]:
+        return ("code",)
+
+    async def call(self, name: str, argument: str) -> ToolResult:
+        slow = random.Random(f"{self.seed}:{argument}").random() < 0.2
+        delay = self.slow if slow else self.fast
+        if delay > 0:
+            await asyncio.sleep(delay)
+        return ToolResult("42")
+
+
+def bench_codec() -> Codec:
+    from coa.model.tiny import TinyModelConfig, train_tokenizer
+
+    texts = [CODE_TURN, ANSWER, "What is 6 * 7? Solve it with code and answer."] * 50
+    return Codec(train_tokenizer(texts, TinyModelConfig(vocab_size=512)))
+
+
+def specs_for(codec: Codec, n: int, tag: str = "Q") -> list[EpisodeSpec]:
+    return [
+        EpisodeSpec(f"{tag}{i}", codec.encode(CHATML.format("Solve it.", f"{tag}{i} What is 6 * 7?")))
+        for i in range(n)
+    ]
+
+
+def _serve(script: TurnScript, latency_s: float, conn: Any) -> None:
+    sock = bind()
+    sock.listen()
+    conn.send(sock.getsockname()[1])
+
+    async def forever() -> None:
+        await serve(FakeCompletions(script, latency_s), sock, asyncio.Event())
+
+    asyncio.run(forever())
+
+
+def bench_endpoint(latencies_s: Sequence[float], quick: bool) -> None:
+    from coa.llm.config import EndpointConfig
+
+    codec = bench_codec()
+    observation = codec.tokenizer.convert_tokens_to_ids("</observation>")
+    script = TurnScript([codec.encode(CODE_TURN), codec.encode(ANSWER)], observation)
+    print("\n1) endpoint: fake vLLM completions server (own process), latency L, K = 2 generations, 1 tool")
+    head = f"{'L ms':>5} {'in flight':>9} {'pool':>5} {'episodes':>8} {'eps/s':>8} {'ideal':>8} {'ratio':>6}"
+    print(f"{head} {'CPU ms/gen':>11}")
+    for latency_s in latencies_s:
+        ctx = multiprocessing.get_context("spawn")
+        parent, child = ctx.Pipe()
+        server = ctx.Process(target=_serve, args=(script, latency_s, child), daemon=True)
+        server.start()
+        url = f"http://127.0.0.1:{parent.recv()}/v1"
+        endpoint = EndpointConfig(name="fake", base_url=url, model="fake", max_retries=0)
+        try:
+            _wait_for(url)
+            rows = [(16, 8), (64, 8)] if quick else [(64, 8), (256, 8)]
+            if latency_s == latencies_s[0] and not quick:
+                rows.append((64, 64))  # the baseline: one httpx client holding every connection
+            for c, per in rows:
+                n = c * (3 if quick else 6 if latency_s < 0.2 else 2)
+                config = RolloutConfig(max_turns=4, max_new_tokens=256, max_total_tokens=1024, concurrency=c)
+                policy = EndpointPolicy(endpoint, codec, max_connections=c, connections_per_client=per)
+                asyncio.run(run_episodes(specs_for(codec, c, "warm"), policy, DelayedTools(), config))
+                cpu, wall = time.process_time(), time.perf_counter()
+                episodes = asyncio.run(run_episodes(specs_for(codec, n), policy, DelayedTools(), config))
+                wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
+                assert all(e.finish == "answer" and e.turns == 2 for e in episodes)
+                ideal = c / (2 * latency_s)
+                print(
+                    f"{latency_s * 1000:>5.0f} {c:>9} {per:>5} {n:>8} {n / wall:>8.1f} {ideal:>8.1f} "
+                    f"{n / wall / ideal:>6.2f} {1000 * cpu / (2 * n):>11.2f}"
+                )
+        finally:
+            server.terminate()
+            server.join(timeout=10)
+
+
+def _wait_for(url: str) -> None:
+    import httpx
+
+    deadline = time.monotonic() + 30
+    while True:
+        try:
+            httpx.post(f"{url}/completions", json={"model": "x", "prompt": [1], "max_tokens": 1}, timeout=5)
+            return
+        except httpx.HTTPError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.2)
+
+
+def bench_overlap(latency_s: float, quick: bool) -> None:
+    codec = bench_codec()
+    n, c = (64, 32) if quick else (256, 64)
+    rng = random.Random(0)
+    specs = specs_for(codec, n)
+    latency = {s.task_id + " ": rng.uniform(0.4, 1.6) * latency_s for s in specs}
+    replies = {  # each task's programs name it, so each tool call draws its own latency
+        s.task_id + " ": [CODE_TURN.replace("6 * 7", f"6 * 7  # {s.task_id} {k}") for k in (1, 2)] + [ANSWER]
+        for s in specs
+    }
+    tools = DelayedTools(fast=0.2 * latency_s, slow=6 * latency_s)
+    config = RolloutConfig(max_turns=4, max_new_tokens=256, max_total_tokens=1024, concurrency=c)
+    ms = 1000 * latency_s
+    print(
+        f"\n2) overlap: scripted policy (L {0.4 * ms:.0f}-{1.6 * ms:.0f} ms a task), tools {0.2 * ms:.0f} ms"
+    )
+    print(f"   or 1 in 5 {6 * ms:.0f} ms; 3 generations and 2 tool calls per episode")
+    print(f"{'loop':>9} {'episodes':>8} {'in flight':>9} {'wall s':>7} {'eps/s':>8} {'ratio':>6}")
+    policy = ScriptedPolicy(codec, replies, latency_s=latency)
+
+    async def gather_chunk(prompts: Sequence[Sequence[int]], budgets: Sequence[int]) -> list[Generation]:
+        return list(
+            await asyncio.gather(
+                *(policy.generate(p, b, config.sampling()) for p, b in zip(prompts, budgets, strict=True))
+            )
+        )
+
+    wall = time.perf_counter()
+    old = asyncio.run(lockstep(specs, gather_chunk, codec, tools, config, c))
+    old_wall = time.perf_counter() - wall
+    wall = time.perf_counter()
+    new = asyncio.run(run_episodes(specs, policy, tools, config))
+    new_wall = time.perf_counter() - wall
+    assert [e.completion_ids for e in old] == [e.completion_ids for e in new]
+    assert all(e.finish == "answer" for e in new)
+    print(f"{'lockstep':>9} {n:>8} {c:>9} {old_wall:>7.2f} {n / old_wall:>8.1f} {1.0:>6.2f}")
+    print(f"{'engine':>9} {n:>8} {c:>9} {new_wall:>7.2f} {n / new_wall:>8.1f} {old_wall / new_wall:>6.2f}")
+
+
+class ForcedScript:
+    """A logits processor that makes any model write a fixed two-turn CoA script per task.
+
+    A stand-in for the demo's trained student (no trained weights here): turn 1 plans and calls the
+    code tool, turn 2 reflects and answers; generation, stops, tools and batching run for real,
+    only the argmax is dictated. The turn is read from the ids (observations so far), the task from
+    the prompt ids before the assistant header.
+    """
+
+    def __init__(self, codec: Codec, scripts: dict[tuple[int, ...], list[list[int]]]) -> None:
+        self.scripts = scripts
+        self.eos, self.pad = codec.eos_id, codec.pad_id
+        self.observation = codec.tokenizer.convert_tokens_to_ids("</observation>")
+        self.header = codec.encode("<|im_start|>assistant\n")
+
+    def __call__(self, input_ids: Any, scores: Any) -> Any:
+        forced = scores.new_full(scores.shape, float("-inf"))
+        for row, seq in enumerate(input_ids.tolist()):
+            start = len(seq) - seq[::-1].index(self.header[0]) - 1 + len(self.header)
+            turns = self.scripts[tuple(t for t in seq[:start] if t != self.pad)]
+            done = seq[start:]
+            seen = done.count(self.observation)
+            begin = start + len(done) - done[::-1].index(self.observation) + 1 if seen else start
+            script = turns[min(seen, len(turns) - 1)]
+            k = len(seq) - begin
+            forced[row, script[k] if k < len(script) else self.eos] = 0.0
+        return forced
+
+
+def bench_hf(quick: bool) -> None:
+    import functools
+
+    import torch
+    from transformers import LogitsProcessorList
+
+    from coa.evaluate.inference import variant_of
+    from coa.format import system_prompt
+    from coa.model.tiny import TinyModelConfig, init_model
+    from coa.rollout.policies.hf import HFPolicy
+    from coa.synthetic import SyntheticConfig, generate_all
+    from coa.tools.config import ToolsConfig, build_toolbox
+
+    torch.set_num_threads(1)
+    heldout = {"arithmetic": 100, "multihop": 50, "programming": 50}
+    if quick:
+        heldout = {k: v // 5 for k, v in heldout.items()}
+    synthetic = SyntheticConfig(train={}, heldout=heldout, arithmetic_templates=("chain",))  # type: ignore[arg-type]
+    rows = generate_all(synthetic)["heldout"].to_pylist()
+    shape = TinyModelConfig(
+        vocab_size=2048, hidden_size=128, num_layers=2, num_heads=4, num_kv_heads=4, intermediate_size=384
+    )
+    toolbox = build_toolbox(ToolsConfig(enabled=("code", "web_search"), record="off"), None)
+    config = RolloutConfig(max_turns=6, max_new_tokens=256, max_total_tokens=768, concurrency=128)
+    print(
+        f"\n3) HF generate on CPU: tiny student of the demo's shape ({shape.num_layers} layers, vocab 2048)"
+    )
+    print(f"   {len(rows)} demo held-out tasks, real tools (sandboxed code), batch 32")
+    head = f"{'student':>9} {'loop':>9} {'wall s':>7} {'CPU s':>6} {'generates':>9} {'turns':>6} {'tools':>6}"
+    print(f"{head} {'ratio':>6}")
+    with tempfile.TemporaryDirectory() as folder:
+        texts = [r["question"] for r in rows] + [CODE_TURN, ANSWER] * 20
+        model = init_model(texts, shape, f"{folder}/model")
+        policy = HFPolicy(str(model), device="cpu", max_batch=32)
+        codec = policy.codec
+        specs, scripts = [], {}
+        for row in rows:
+            system, _ = system_prompt(variant_of(row["family"], {}), "brief")
+            spec = EpisodeSpec(row["task_id"], codec.chat_prompt_ids(system, row["question"]))
+            specs.append(spec)
+            program = CODE_TURN.replace("6 * 7", f"len({row['task_id']!r})")
+            scripts[tuple(spec.prompt_ids)] = [codec.encode(program), codec.encode(ANSWER)]
+
+        async def batch_chunk(prompts: Sequence[Sequence[int]], budgets: Sequence[int]) -> list[Generation]:
+            return await asyncio.to_thread(policy.generate_batch, prompts, budgets, config.sampling())
+
+        policy.generate_batch([specs[0].prompt_ids], [8], config.sampling())  # warm up before timing
+        generate = policy.model.generate
+        for student in ("random", "scripted"):
+            if student == "scripted":
+                forced = LogitsProcessorList([ForcedScript(codec, scripts)])
+                policy.model.generate = functools.partial(generate, logits_processor=forced)
+            runs = {
+                "lockstep": lambda: lockstep(specs, batch_chunk, codec, toolbox, config, 32),
+                "engine": lambda: run_episodes(specs, policy, toolbox, config),
+            }
+            best: dict[str, tuple[float, float, int, list[Episode]]] = {}
+            for _ in range(1 if quick else 2):  # alternate, keep each one's best (the machine is shared)
+                for name, run in runs.items():
+                    calls, cpu, wall = policy.calls, time.process_time(), time.perf_counter()
+                    episodes = asyncio.run(run())
+                    wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
+                    if name not in best or wall < best[name][0]:
+                        best[name] = (wall, cpu, policy.calls - calls, episodes)
+            old_wall, old = best["lockstep"][0], best["lockstep"][3]
+            for name, (wall, cpu, calls, eps) in best.items():
+                turns, tools = sum(e.turns for e in eps), sum(len(e.tool_calls) for e in eps)
+                counts = f"{cpu:>6.2f} {calls:>9} {turns:>6} {tools:>6}"
+                print(f"{student:>9} {name:>9} {wall:>7.2f} {counts} {old_wall / wall:>6.2f}")
+            same = sum(
+                a.completion_ids == b.completion_ids for a, b in zip(old, best["engine"][3], strict=True)
+            )
+            print(f"{'':>9} identical episodes: {same}/{len(rows)}")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--latency-ms", type=float, default=50.0)
+    parser.add_argument("--quick", action="store_true", help="a fast smoke run")
+    args = parser.parse_args()
+    latency = args.latency_ms / 1000
+    bench_endpoint([latency] if args.quick else [latency, 10 * latency], args.quick)
+    bench_overlap(latency, args.quick)
+    bench_hf(args.quick)
+
+
+if __name__ == "__main__":
+    main()

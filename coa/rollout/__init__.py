@@ -1,0 +1,32 @@
+"""coa.rollout: one async, token-level rollout engine for evaluation and RL.
+
+* :mod:`~coa.rollout.episode`: :class:`Episode` (prompt ids, completion ids as sampled, logprobs,
+  loss mask, text, tool calls, finish, timings);
+* :mod:`~coa.rollout.policy`: the :class:`Policy` protocol, :class:`Codec` (tokenizer side of the
+  format), :class:`Sampling`, :class:`Generation`;
+* :mod:`~coa.rollout.engine`: :func:`run_episodes` / :func:`rollout` (every episode its own task,
+  tools overlapping generation, under a concurrency bound);
+* :mod:`~coa.rollout.policies`: HF ``generate`` (micro-batched), a completions server, a script.
+"""
+
+from coa.rollout.config import RolloutConfig
+from coa.rollout.engine import EpisodeSpec, rollout, run_episode, run_episodes, run_sync
+from coa.rollout.episode import Episode, ToolCall
+from coa.rollout.policy import GREEDY, STOP_TAGS, Codec, Generation, Policy, Sampling
+
+__all__ = [
+    "GREEDY",
+    "STOP_TAGS",
+    "Codec",
+    "Episode",
+    "EpisodeSpec",
+    "Generation",
+    "Policy",
+    "RolloutConfig",
+    "Sampling",
+    "ToolCall",
+    "rollout",
+    "run_episode",
+    "run_episodes",
+    "run_sync",
+]

@@ -1,0 +1,211 @@
+"""The rollout engine: every episode advances on its own; tools run while other episodes generate.
+
+Each episode is an asyncio task under a concurrency bound (a semaphore), so there is no batch
+barrier: an episode waiting on a slow tool holds up nobody (a policy that batches, like HF
+``generate``, batches whatever requests are waiting). One turn of an episode:
+
+1. stop at the token budget (``max_total_tokens`` generated), else generate at most
+   ``min(max_new_tokens, budget left)`` ids from ``prompt_ids + completion_ids``; they are kept as
+   sampled (mask 1);
+2. a generation that writes an environment tag (``<observation>``) ends the episode as a format
+   error and runs no tool; so do EOS (``eos``, no error) and running out of tokens;
+3. otherwise it stopped on a closing tag: the newline that ends a canonical block is appended
+   (environment); ``</answer>`` ends the episode; a tool tag is parsed through the format module
+   (text that does not parse, or a tag that closes another block, is a format error, no tool run),
+   the tool runs through the toolbox, and its observation is appended as the ids of
+   ``render_segment(Segment("observation", ...))`` encoded on its own (environment).
+
+After ``max_turns`` generations without an end the episode stops at the turn limit. These are the
+semantics of the earlier lockstep evaluation loop, token for token.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import threading
+import time
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+from coa.format import FormatError, Segment, parse
+from coa.format.codec import render_segment
+from coa.format.segments import ENV_TAGS, TOOL_TAGS
+from coa.rollout.config import RolloutConfig
+from coa.rollout.episode import Episode, ToolCall
+from coa.rollout.policy import Codec, Generation, Policy
+
+FORGED_RE = re.compile("|".join(f"</?{t}>" for t in ENV_TAGS))
+_T = TypeVar("_T")
+Progress = Callable[[int, int], None]
+
+
+@dataclass(frozen=True)
+class EpisodeSpec:
+    """What to run: a task's prompt ids, and which of its samples this is."""
+
+    task_id: str
+    prompt_ids: Sequence[int]
+    sample_index: int = 0
+
+
+async def run_episode(spec: EpisodeSpec, policy: Policy, toolbox: Any, config: RolloutConfig) -> Episode:
+    """Drive one episode to its end."""
+    codec, sampling = policy.codec, config.sampling()
+    episode = Episode(spec.task_id, spec.sample_index, list(spec.prompt_ids), started_at=time.perf_counter())
+    for _ in range(config.max_turns):
+        budget = next_budget(episode, config)
+        if budget is None:
+            break
+        start = time.perf_counter()
+        generation = await policy.generate(episode.prompt_ids + episode.completion_ids, budget, sampling)
+        episode.generation_s += time.perf_counter() - start
+        call = advance(episode, generation, codec, config)
+        if call is None:
+            break
+        await call_tool(episode, toolbox, codec, *call)
+    return close(episode, codec, config)
+
+
+def next_budget(episode: Episode, config: RolloutConfig) -> int | None:
+    """Tokens the next generation may produce; None (and the episode ended) at the total budget."""
+    if episode.completion_tokens >= config.max_total_tokens:
+        episode.end("token_limit", f"token limit: {config.max_total_tokens} generated tokens")
+        return None
+    return min(config.max_new_tokens, config.max_total_tokens - episode.completion_tokens)
+
+
+def advance(
+    episode: Episode, generation: Generation, codec: Codec, config: RolloutConfig
+) -> tuple[str, str] | None:
+    """Append one generation; the tool call ``(tool, argument)`` to run, or None when the episode ended."""
+    episode.turns += 1
+    episode.add_sampled(generation.ids, generation.logprobs)
+    forged = FORGED_RE.search(codec.decode(generation.ids))
+    if forged is not None:
+        episode.format_error = (
+            f"forged_observation: the model wrote {forged.group(0)!r} itself (no tool was run)"
+        )
+        episode.end("format_error", "format error")
+        return None
+    if generation.finish == "eos":
+        episode.end("eos")
+        return None
+    if generation.finish == "length":
+        if episode.completion_tokens >= config.max_total_tokens:
+            episode.end("token_limit", f"token limit: {config.max_total_tokens} generated tokens")
+        else:
+            episode.end(
+                "generation_limit", f"generation limit: {config.max_new_tokens} tokens without a closing tag"
+            )
+        return None
+    episode.add_environment(codec.encode("\n"))  # the canonical rendering ends every block with a newline
+    if generation.stop == "</answer>":
+        episode.end("answer")
+        if config.close_with_eos:
+            episode.add_environment([codec.eos_id])
+        return None
+    call = _tool_call(codec.decode(episode.completion_ids), generation.stop)
+    if isinstance(call, str):
+        episode.format_error = call
+        episode.end("format_error", "format error")
+        return None
+    return call
+
+
+def _tool_call(text: str, stop: str | None) -> tuple[str, str] | str:
+    """The ``(tool, argument)`` the text's last block calls, else the format error (no tool is run)."""
+    try:
+        last = parse(text, strict=False).segments[-1]
+    except (FormatError, IndexError) as e:
+        return f"{getattr(e, 'rule', 'layout')}: {e} (the tool call was not run)"
+    if last.tag not in TOOL_TAGS:
+        return f"layout: {stop} closes <{last.tag}> (the tool call was not run)"
+    return last.tag, last.content
+
+
+async def call_tool(episode: Episode, toolbox: Any, codec: Codec, tool: str, argument: str) -> None:
+    """Run the tool and append its observation, rendered canonically and encoded on its own."""
+    start = time.perf_counter()
+    result = await toolbox.call(tool, argument)
+    seconds = time.perf_counter() - start
+    episode.tool_s += seconds
+    episode.tool_calls.append(ToolCall(tool, argument, result.error, seconds, start))
+    observation = render_segment(Segment("observation", str(result.observation or "(no output)")))
+    episode.add_environment(codec.encode(observation))
+
+
+def close(episode: Episode, codec: Codec, config: RolloutConfig) -> Episode:
+    """End an episode still running at the turn limit; set its text and end time."""
+    if episode.finish is None:
+        episode.end("turn_limit", f"turn limit: {config.max_turns} generations without an answer")
+    episode.text = codec.decode(episode.completion_ids)
+    episode.ended_at = time.perf_counter()
+    return episode
+
+
+async def run_episodes(
+    specs: Sequence[EpisodeSpec],
+    policy: Policy,
+    toolbox: Any,
+    config: RolloutConfig,
+    progress: Progress | None = None,
+) -> list[Episode]:
+    """Run every episode, at most ``config.concurrency`` at once; episodes in the order of ``specs``.
+
+    A policy error (an unreachable server) cancels the others and is raised.
+    """
+    gate = asyncio.Semaphore(config.concurrency)
+    done = [0]
+
+    async def one(spec: EpisodeSpec) -> Episode:
+        async with gate:
+            episode = await run_episode(spec, policy, toolbox, config)
+        done[0] += 1
+        if progress is not None:
+            progress(done[0], len(specs))
+        return episode
+
+    await policy.start()
+    try:
+        async with asyncio.TaskGroup() as group:
+            tasks = [group.create_task(one(spec)) for spec in specs]
+    except BaseExceptionGroup as failed:
+        raise failed.exceptions[0] from None  # the first failure, as it was raised
+    finally:
+        await policy.stop()
+    return [task.result() for task in tasks]
+
+
+def rollout(
+    specs: Sequence[EpisodeSpec],
+    policy: Policy,
+    toolbox: Any,
+    config: RolloutConfig,
+    progress: Progress | None = None,
+) -> list[Episode]:
+    """:func:`run_episodes` from sync code."""
+    return run_sync(lambda: run_episodes(specs, policy, toolbox, config, progress))
+
+
+def run_sync(make: Callable[[], Awaitable[_T]]) -> _T:
+    """Run a coroutine to completion from sync code, also when this thread already runs a loop."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return asyncio.run(make())  # type: ignore[arg-type]
+    box: dict[str, Any] = {}
+
+    def target() -> None:
+        try:
+            box["value"] = asyncio.run(make())  # type: ignore[arg-type]
+        except BaseException as e:  # noqa: BLE001 - re-raised in the caller's thread
+            box["error"] = e
+
+    thread = threading.Thread(target=target)
+    thread.start()
+    thread.join()
+    if "error" in box:
+        raise box["error"]
+    return box["value"]  # type: ignore[no-any-return]

@@ -1,0 +1,156 @@
+"""Hugging Face ``generate`` as a policy: concurrent episodes' requests micro-batched into one call.
+
+Requests wait in a queue; a batcher task takes up to ``max_batch`` of them with the same sampling
+parameters (after a short ``window_s`` for the others to arrive), left-pads their prompt ids into
+one ``generate`` call that runs in a worker thread, and hands each request its own ids. While a
+batch generates, tools run and new requests queue, so the next batch starts full.
+
+Generation stops on the single-token stop tags (each tag is one id of the CoA tokenizers) and on
+the end-of-turn ids; a tokenizer without tag tokens stops on the stop strings. Logprobs are those
+of the sampled ids under the distribution they were drawn from: ``log_softmax(logits / T)``, or the
+raw logits when greedy.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+from collections import deque
+from collections.abc import Sequence
+from typing import Any
+
+from coa.rollout.policy import STOP_TAGS, Codec, Generation, Sampling
+
+
+@dataclasses.dataclass
+class _Request:
+    prompt_ids: list[int]
+    max_new_tokens: int
+    sampling: Sampling
+    future: asyncio.Future[Generation]
+
+
+class HFPolicy:
+    """A local ``transformers`` causal LM (CPU or GPU), batched across episodes."""
+
+    def __init__(
+        self, model: str, *, device: str | None = None, max_batch: int = 32, window_s: float = 0.002
+    ) -> None:
+        import torch
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+
+        self.name = model
+        self.device = device or ("cuda" if torch.cuda.is_available() else "cpu")
+        dtype = torch.bfloat16 if self.device == "cuda" else torch.float32
+        loaded: Any = AutoModelForCausalLM.from_pretrained(model, dtype=dtype)
+        self.model = loaded.to(self.device).eval()
+        eos = self.model.generation_config.eos_token_id
+        self.codec = Codec(AutoTokenizer.from_pretrained(model), eos if isinstance(eos, list) else [eos])
+        self.max_batch = max_batch
+        self.window_s = window_s
+        self.calls = 0
+        self._pending: deque[_Request] = deque()
+        self._wake: asyncio.Event | None = None
+        self._batcher: asyncio.Task[None] | None = None
+
+    async def start(self) -> None:
+        self._wake = asyncio.Event()
+        self._batcher = asyncio.create_task(self._serve())
+
+    async def stop(self) -> None:
+        if self._batcher is not None:
+            self._batcher.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._batcher
+        for request in self._pending:
+            request.future.cancel()
+        self._pending.clear()
+        self._batcher = self._wake = None
+
+    async def generate(
+        self, prompt_ids: Sequence[int], max_new_tokens: int, sampling: Sampling
+    ) -> Generation:
+        if self._wake is None:
+            raise RuntimeError("HFPolicy.generate before start(): run it through the rollout engine")
+        future: asyncio.Future[Generation] = asyncio.get_running_loop().create_future()
+        self._pending.append(_Request(list(prompt_ids), max_new_tokens, sampling, future))
+        self._wake.set()
+        return await future
+
+    async def _serve(self) -> None:
+        assert self._wake is not None
+        while True:
+            if not self._pending:
+                await self._wake.wait()
+                self._wake.clear()
+            await asyncio.sleep(self.window_s)  # let the other ready episodes queue their requests
+            batch = self._take()
+            try:
+                results = await asyncio.to_thread(
+                    self.generate_batch,
+                    [r.prompt_ids for r in batch],
+                    [r.max_new_tokens for r in batch],
+                    batch[0].sampling,
+                )
+            except Exception as e:  # noqa: BLE001 - handed to the episodes that asked
+                for request in batch:
+                    if not request.future.done():
+                        request.future.set_exception(e)
+                continue
+            for request, result in zip(batch, results, strict=True):
+                if not request.future.done():
+                    request.future.set_result(result)
+
+    def _take(self) -> list[_Request]:
+        """Up to ``max_batch`` waiting requests sampled like the oldest one, oldest first."""
+        head = self._pending[0].sampling
+        batch: list[_Request] = []
+        rest: deque[_Request] = deque()
+        while self._pending:
+            request = self._pending.popleft()
+            (batch if request.sampling == head and len(batch) < self.max_batch else rest).append(request)
+        self._pending.extendleft(reversed(rest))
+        return batch
+
+    def generate_batch(
+        self, prompts: Sequence[Sequence[int]], max_new_tokens: Sequence[int], sampling: Sampling
+    ) -> list[Generation]:
+        """One left-padded ``generate`` call: a generation per prompt, each cut at its own budget."""
+        import torch
+
+        self.calls += 1
+        codec = self.codec
+        width = max(len(p) for p in prompts)
+        input_ids = torch.full((len(prompts), width), codec.pad_id, dtype=torch.long)
+        attention = torch.zeros((len(prompts), width), dtype=torch.long)
+        for row, prompt in enumerate(prompts):
+            input_ids[row, width - len(prompt) :] = torch.tensor(list(prompt), dtype=torch.long)
+            attention[row, width - len(prompt) :] = 1
+        kwargs: dict[str, Any] = {
+            "max_new_tokens": max(max_new_tokens),
+            "eos_token_id": sorted(codec.eos_ids | set(codec.stop_ids)),
+            "pad_token_id": codec.pad_id,
+            "return_dict_in_generate": True,
+            "output_logits": True,
+        }
+        if not codec.single_token_stops:
+            kwargs |= {"stop_strings": list(STOP_TAGS), "tokenizer": codec.tokenizer}
+        if sampling.greedy:
+            kwargs |= {"do_sample": False, "temperature": None, "top_p": None, "top_k": None}
+        else:
+            kwargs |= {"do_sample": True, "temperature": sampling.temperature}
+            kwargs |= {"top_p": sampling.top_p, "top_k": sampling.top_k}  # 0 = no top-k cut
+        with torch.inference_mode():
+            out = self.model.generate(
+                input_ids=input_ids.to(self.device), attention_mask=attention.to(self.device), **kwargs
+            )
+            new = out.sequences[:, width:]
+            scale = 1.0 if sampling.greedy else sampling.temperature
+            steps = [
+                torch.log_softmax(logits.float() / scale, dim=-1).gather(1, new[:, t : t + 1]).squeeze(1)
+                for t, logits in enumerate(out.logits)
+            ]
+            logprobs = torch.stack(steps, dim=1).tolist() if steps else [[] for _ in prompts]
+        ids = new.tolist()
+        return [codec.cut(i, lp, n) for i, lp, n in zip(ids, logprobs, max_new_tokens, strict=True)]
