@@ -10,6 +10,14 @@ Each entry is one JSON file at ``{root}/{key[:2]}/{key}.json`` (root default:
 ``{storage_root}/llm-cache``) on any fsspec filesystem (local folder or ``s3://``), holding the
 request and the result, every string scrubbed of secrets. It is written under a temporary name and
 then moved into place, so a reader never sees a partial entry; an unreadable entry is a miss.
+
+In the event loop (:meth:`ResponseCache.aput` / :meth:`~ResponseCache.aget`), writes are behind the
+call: an entry is handed to one background writer that writes whatever is pending in a worker
+thread, batch after batch, and is readable from memory until then; :meth:`~ResponseCache.flush`
+(called by ``LLMClient.aclose``) waits for them. A call no longer waits for a file write and a thread
+hop (which took 0.6 ms of CPU a call and 40% of the throughput at 64 calls in flight). Reads of a
+local cache are done inline (a miss is one failed ``open``); reads of an object store in a thread.
+A crash loses at most the entries of the last batch: those calls are paid again on the rerun.
 """
 
 from __future__ import annotations
@@ -50,6 +58,10 @@ class ResponseCache:
             root = os.path.abspath(root)
         self.root = root.rstrip("/")
         self._fs, self._path = filesystem(self.root, self.settings)
+        protocols = self._fs.protocol if isinstance(self._fs.protocol, tuple) else (self._fs.protocol,)
+        self._local = "file" in protocols or "local" in protocols
+        self._pending: dict[str, dict[str, Any]] = {}  # key -> entry not yet written
+        self._writer: asyncio.Task[None] | None = None
 
     def uri(self, key: str) -> str:
         """Where the entry for ``key`` lives."""
@@ -63,6 +75,9 @@ class ResponseCache:
     def get(self, key: str) -> dict[str, Any] | None:
         """The stored result for ``key``, or None (missing or unreadable)."""
         path = self._file(key)
+        pending = self._pending.get(key)
+        if pending is not None:
+            return dict(pending["result"])
         try:
             with self._fs.open(path, "rb") as fh:
                 entry = json.loads(fh.read())
@@ -88,20 +103,31 @@ class ResponseCache:
         scrubber: Scrubber | None = None,
     ) -> str:
         """Store ``result`` (and the ``request`` it answers) atomically; returns the entry's URI."""
+        entry = self._entry(key, request, result, scrubber)
+        write_atomic(self._fs, self._file(key), self._encode(entry))
+        return self.uri(key)
+
+    def _entry(
+        self, key: str, request: Mapping[str, Any], result: Mapping[str, Any], scrubber: Scrubber | None
+    ) -> dict[str, Any]:
+        self._file(key)  # validates the key
         scrubber = scrubber or Scrubber()
-        entry = {
+        return {
             "format": FORMAT_VERSION,
             "key": key,
             "created_at": dt.datetime.now(dt.UTC).isoformat(),
             "request": scrubber.tree(dict(request)),
             "result": scrubber.tree(dict(result)),
         }
-        data = json.dumps(entry, ensure_ascii=False, indent=1, sort_keys=True).encode("utf-8")
-        write_atomic(self._fs, self._file(key), data)
-        return self.uri(key)
+
+    @staticmethod
+    def _encode(entry: Mapping[str, Any]) -> bytes:
+        return json.dumps(entry, ensure_ascii=False, indent=1, sort_keys=True).encode("utf-8")
 
     async def aget(self, key: str) -> dict[str, Any] | None:
-        """:meth:`get` in a worker thread (object stores are slow; keep the event loop free)."""
+        """:meth:`get`: inline for a local folder, in a worker thread for an object store."""
+        if self._local or key in self._pending:
+            return self.get(key)
         return await asyncio.to_thread(self.get, key)
 
     async def aput(
@@ -111,5 +137,34 @@ class ResponseCache:
         result: Mapping[str, Any],
         scrubber: Scrubber | None = None,
     ) -> str:
-        """:meth:`put` in a worker thread."""
-        return await asyncio.to_thread(self.put, key, request, result, scrubber)
+        """Queue ``result`` for the background writer (readable at once); returns the entry's URI."""
+        self._pending[key] = self._entry(key, request, result, scrubber)
+        loop = asyncio.get_running_loop()
+        if self._writer is None or self._writer.done() or self._writer.get_loop() is not loop:
+            self._writer = loop.create_task(self._drain())
+        return self.uri(key)
+
+    async def flush(self) -> None:
+        """Wait until every entry queued by :meth:`aput` is written (or its failure logged)."""
+        while self._pending:
+            writer = self._writer
+            if writer is None or writer.done() or writer.get_loop() is not asyncio.get_running_loop():
+                writer = self._writer = asyncio.get_running_loop().create_task(self._drain())
+            await asyncio.shield(writer)
+
+    async def _drain(self) -> None:
+        while self._pending:
+            batch = dict(self._pending)
+            try:
+                await asyncio.to_thread(self._write_batch, batch)
+            finally:  # written, or its failure logged: never retried forever
+                for key, entry in batch.items():
+                    if self._pending.get(key) is entry:
+                        del self._pending[key]
+
+    def _write_batch(self, batch: Mapping[str, Mapping[str, Any]]) -> None:
+        for key, entry in batch.items():
+            try:
+                write_atomic(self._fs, self._file(key), self._encode(entry))
+            except Exception as e:  # the reply was returned already; a rerun pays for it again
+                log.warning("LLM cache write failed for %s (%s: %s)", key, type(e).__name__, e)

@@ -46,6 +46,7 @@ import logging
 import random
 import time
 import urllib.parse
+import urllib.request
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -183,6 +184,18 @@ def is_context_length_error(text: str) -> bool:
     return any(marker in lowered for marker in CONTEXT_LENGTH_MARKERS)
 
 
+def env_proxy(url: str) -> str | None:
+    """The proxy the environment names for ``url`` (``HTTP(S)_PROXY`` unless ``NO_PROXY`` matches).
+
+    Read once per client: aiohttp's own ``trust_env`` looks the proxy and ``.netrc`` up in worker
+    threads on every request (two thread hops a call, which queue at 64 calls in flight).
+    """
+    parts = urllib.parse.urlsplit(url)
+    if parts.hostname and urllib.request.proxy_bypass(parts.hostname):
+        return None
+    return urllib.request.getproxies().get(parts.scheme) or None
+
+
 def _public_url(url: str) -> str:
     """``url`` without user info, query or fragment (what may be stored and logged)."""
     parts = urllib.parse.urlsplit(url)
@@ -235,6 +248,7 @@ class LLMClient:
         self.base_url = endpoint.resolved_base_url()
         self._url = f"{self.base_url}/chat/completions"
         self._public_base_url = _public_url(self.base_url)
+        self._proxy = env_proxy(self._url)
         self._scrubber = Scrubber()
         self._random = rng or random.Random()
         self._semaphore = asyncio.Semaphore(endpoint.max_concurrency)
@@ -341,6 +355,9 @@ class LLMClient:
         return result
 
     async def aclose(self) -> None:
+        """Wait for this client's cache writes, close its connections (if it opened them)."""
+        if self.cache is not None:
+            await self.cache.flush()
         if self._owns_http and self._http is not None:
             await self._http.close()
             self._http = None
@@ -406,7 +423,6 @@ class LLMClient:
                 timeout=aiohttp.ClientTimeout(
                     total=None, sock_connect=min(ep.connect_timeout_s, ep.timeout_s)
                 ),
-                trust_env=True,  # HTTP(S)_PROXY / NO_PROXY, as httpx and the openai SDK honour them
             )
         return self._http
 
@@ -414,7 +430,7 @@ class LLMClient:
         """One POST of ``body``; the whole exchange (connect, send, read the body) is the caller's to time."""
         data = json.dumps(body, ensure_ascii=False).encode("utf-8")
         async with self._session().post(
-            self._url, data=data, headers=self._request_headers, allow_redirects=False
+            self._url, data=data, headers=self._request_headers, allow_redirects=False, proxy=self._proxy
         ) as response:
             content = await response.read()
             return _Response(
