@@ -122,7 +122,8 @@ class ResponseCache:
 
     @staticmethod
     def _encode(entry: Mapping[str, Any]) -> bytes:
-        return json.dumps(entry, ensure_ascii=False, indent=1, sort_keys=True).encode("utf-8")
+        # no indent: json then uses its C encoder (4x faster than the pure-Python one indent needs)
+        return json.dumps(entry, ensure_ascii=False, sort_keys=True).encode("utf-8")
 
     async def aget(self, key: str) -> dict[str, Any] | None:
         """:meth:`get`: inline for a local folder, in a worker thread for an object store."""
