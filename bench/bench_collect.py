@@ -6,8 +6,9 @@ with a reply scripted by role so the real multi-agent loop completes each task i
 costs ~0.05 ms of CPU a request, so it serves 256 connections at once; FastAPI + uvicorn (h11) cost
 ~1 ms, enough to be the bottleneck on a 2-core machine. Measured, in this process:
 
-0. the fake alone: a minimal raw-socket client (persistent connections, no JSON) at C in flight;
-   its ratio to the ideal C / L is the ceiling this machine and the fake allow, reported beside;
+0. the fake alone: a minimal raw-socket client (persistent connections, no JSON) making the same
+   number of calls at C in flight; its ratio to the ideal C / L is the ceiling that this machine
+   (its other load included) and the fake allow, reported beside each row as ``ceiling``;
 1. the LLM client alone: N calls at C in flight; throughput as a ratio to the ideal C / L, and
    the process CPU time per call (``time.process_time`` / calls);
 2. collection: ``collect_runs`` over T tasks at concurrency C with the real runtime, endpoint
@@ -306,7 +307,7 @@ def main() -> None:
                 )
             print("\n2) collection (real multi-agent runtime, endpoint backend, checkpoints)")
             head = f"{'in flight':>9} {'L ms':>5} {'tasks':>6} {'K calls':>8} {'tasks/s':>8} {'ideal':>7}"
-            print(f"{head} {'ratio':>6} {'CPU ms/call':>12}")
+            print(f"{head} {'ratio':>6} {'ceiling':>8} {'CPU ms/call':>12}")
             for c in levels:
                 latency = _latency(c, base, args.max_rate)
                 url = fake.url(latency)
@@ -315,9 +316,10 @@ def main() -> None:
                 k = calls / tasks
                 ideal = c / (k * latency)
                 rate = tasks / wall
+                ceiling = calls / asyncio.run(bench_raw(fake.port, calls, c)) / (c / latency)
                 print(
                     f"{c:>9} {1000 * latency:>5.0f} {tasks:>6} {k:>8.1f} {rate:>8.2f} {ideal:>7.2f} "
-                    f"{rate / ideal:>6.2f} {1000 * cpu / calls:>12.2f}"
+                    f"{rate / ideal:>6.2f} {ceiling:>8.2f} {1000 * cpu / calls:>12.2f}"
                 )
     finally:
         fake.stop()

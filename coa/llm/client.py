@@ -508,9 +508,7 @@ class LLMClient:
         ep = self.endpoint
         status = response.status_code
         if status in RETRY_STATUSES or status >= 500:
-            raise _Retryable(
-                f"HTTP {status}: {_error_detail(response)}", parse_retry_after(response.headers)
-            )
+            raise _Retryable(f"HTTP {status}: {_error_detail(response)}", parse_retry_after(response.headers))
         if status >= 300:
             detail = self._scrubber.text(_error_detail(response))
             where = f"LLM endpoint {ep.name!r} (model {ep.model})"

@@ -2,7 +2,9 @@
 
 Replies are scripted: each request takes the next :class:`Reply` from the queue, or the default one
 when the queue is empty (so a loop in the client can never hang the test on an unscripted request).
-Every request is recorded (arrival time, headers, JSON body), as is the most requests ever in flight.
+Every request is recorded (arrival time, headers, JSON body, the client's address: one per TCP
+connection), as is the most requests ever in flight. uvicorn sets no concurrency limit, so it holds
+hundreds of requests at once (the scale tests use 256).
 """
 
 from __future__ import annotations
@@ -64,6 +66,7 @@ class Recorded:
     at: float
     headers: dict[str, str]
     body: dict[str, Any]
+    peer: str = ""  # "host:port" of the client's connection
 
 
 class FakeLLMServer:
@@ -133,7 +136,8 @@ class FakeLLMServer:
     async def _handle(self, request: Request) -> Response:
         body = await request.json()
         with self._lock:
-            self.requests.append(Recorded(time.monotonic(), dict(request.headers), body))
+            peer = f"{request.client.host}:{request.client.port}" if request.client else ""
+            self.requests.append(Recorded(time.monotonic(), dict(request.headers), body, peer))
             reply = self.script.popleft() if self.script else self.default
             self.in_flight += 1
             self.max_in_flight = max(self.max_in_flight, self.in_flight)
