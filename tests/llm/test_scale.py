@@ -162,3 +162,26 @@ def test_client_sends_through_the_proxy_the_environment_names(
     with pytest.raises(LLMRetriesExhausted, match="connection error"):
         run(chat_once(endpoint(fake, max_retries=0)))
     assert fake.hits == 0  # the request went to the proxy, not straight to the server
+
+
+def test_credentials_in_the_url_never_reach_errors_or_logs(caplog: pytest.LogCaptureFixture) -> None:
+    """aiohttp's connection errors name host and port only; ours use the URL without user info."""
+    import socket
+
+    from coa.llm import EndpointConfig
+
+    with socket.socket() as s:  # a port nobody listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    password = "pw-in-url-93f1c2"
+    ep = EndpointConfig(
+        name="down",
+        base_url=f"http://user:{password}@127.0.0.1:{port}/v1",
+        model="m",
+        max_retries=1,
+        backoff_base_s=0.01,
+    )
+    with caplog.at_level(logging.DEBUG), pytest.raises(LLMRetriesExhausted) as info:
+        run(chat_once(ep))
+    assert f"127.0.0.1:{port}" in str(info.value)
+    assert password not in str(info.value) + repr(info.value) and password not in caplog.text
