@@ -196,6 +196,19 @@ def env_proxy(url: str) -> str | None:
     return urllib.request.getproxies().get(parts.scheme) or None
 
 
+def _proxy_and_auth(proxy: str | None, scrubber: Scrubber) -> tuple[str | None, aiohttp.BasicAuth | None]:
+    """A proxy URL without its user info, and that user info as basic auth (its password scrubbed)."""
+    if not proxy:
+        return None, None
+    parts = urllib.parse.urlsplit(proxy)
+    if parts.username is None:
+        return proxy, None
+    password = urllib.parse.unquote(parts.password or "")
+    scrubber.add(password, parts.password)
+    auth = aiohttp.BasicAuth(urllib.parse.unquote(parts.username), password)
+    return _public_url(proxy), auth
+
+
 def _public_url(url: str) -> str:
     """``url`` without user info, query or fragment (what may be stored and logged)."""
     parts = urllib.parse.urlsplit(url)
@@ -248,8 +261,8 @@ class LLMClient:
         self.base_url = endpoint.resolved_base_url()
         self._url = f"{self.base_url}/chat/completions"
         self._public_base_url = _public_url(self.base_url)
-        self._proxy = env_proxy(self._url)
         self._scrubber = Scrubber()
+        self._proxy, self._proxy_auth = _proxy_and_auth(env_proxy(self._url), self._scrubber)
         self._random = rng or random.Random()
         self._semaphore = asyncio.Semaphore(endpoint.max_concurrency)
         self._rpm = (
@@ -430,7 +443,12 @@ class LLMClient:
         """One POST of ``body``; the whole exchange (connect, send, read the body) is the caller's to time."""
         data = json.dumps(body, ensure_ascii=False).encode("utf-8")
         async with self._session().post(
-            self._url, data=data, headers=self._request_headers, allow_redirects=False, proxy=self._proxy
+            self._url,
+            data=data,
+            headers=self._request_headers,
+            allow_redirects=False,
+            proxy=self._proxy,
+            proxy_auth=self._proxy_auth,
         ) as response:
             content = await response.read()
             return _Response(

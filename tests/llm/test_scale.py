@@ -185,3 +185,43 @@ def test_credentials_in_the_url_never_reach_errors_or_logs(caplog: pytest.LogCap
         run(chat_once(ep))
     assert f"127.0.0.1:{port}" in str(info.value)
     assert password not in str(info.value) + repr(info.value) and password not in caplog.text
+
+
+def test_proxy_credentials_go_in_proxy_authorization(monkeypatch: pytest.MonkeyPatch) -> None:
+    """An ``HTTP_PROXY`` with user info: the request goes to the proxy in absolute form, with the
+    user info as basic auth in ``Proxy-Authorization``."""
+    import base64
+    import re
+
+    from coa.llm import EndpointConfig
+    from tests.llm.fake_server import completion
+
+    heads: list[str] = []
+
+    async def proxy(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        head = await reader.readuntil(b"\r\n\r\n")
+        match = re.search(rb"(?i)content-length: *(\d+)", head)
+        await reader.readexactly(int(match.group(1)) if match else 0)
+        heads.append(head.decode("latin-1"))
+        body = json.dumps(completion("via proxy")).encode()
+        writer.write(b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\n")
+        writer.write(b"content-length: %d\r\nconnection: close\r\n\r\n%s" % (len(body), body))
+        await writer.drain()
+        writer.close()
+
+    for name in ("no_proxy", "NO_PROXY", "http_proxy"):
+        monkeypatch.delenv(name, raising=False)
+
+    async def go() -> str:
+        server = await asyncio.start_server(proxy, "127.0.0.1", 0)
+        port = server.sockets[0].getsockname()[1]
+        monkeypatch.setenv("HTTP_PROXY", f"http://puser:pw%2Fproxy-5150@127.0.0.1:{port}")
+        ep = EndpointConfig(name="p", base_url="http://llm.invalid/v1", model="m", max_retries=0)
+        async with server, LLMClient(ep) as client:
+            return (await client.chat(HI)).text
+
+    assert run(go()) == "via proxy"
+    (head,) = heads
+    assert head.startswith("POST http://llm.invalid/v1/chat/completions HTTP/1.1")
+    token = base64.b64encode(b"puser:pw/proxy-5150").decode()
+    assert f"proxy-authorization: basic {token}".lower() in head.lower()
