@@ -28,6 +28,7 @@ def test_packed_batch_keeps_per_example_labels(
     max_length = 512  # room for two or three ~180-token examples per packed row
     config = SFTRunConfig(
         base_model=str(tiny_model), max_steps=1, batch_size=2, max_length=max_length, packing=True,
+        heldout_fraction=0.0,  # every example in the packed rows
     )  # fmt: skip
     built = build_trainer(sft_rows, config, tmp_path)
     assert built.trainer.padding_free  # TRL 1.16: bfd packing implies padding-free collation
