@@ -12,7 +12,6 @@ from coa.collect.runs import (
     collect_runs,
     plan_runs,
     summarize,
-    summary_markdown,
 )
 
 __all__ = [
@@ -23,5 +22,4 @@ __all__ = [
     "collect_runs",
     "plan_runs",
     "summarize",
-    "summary_markdown",
 ]

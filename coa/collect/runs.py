@@ -17,7 +17,6 @@ import asyncio
 import collections
 import dataclasses
 import hashlib
-import json
 import posixpath
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -292,32 +291,6 @@ def summarize(table: pa.Table) -> dict[str, Any]:
         "cost_usd": sum(costs) if costs else None,
         "errors_by_kind": dict(errors),
     }
-
-
-def summary_markdown(summary: dict[str, Any], uri: str) -> str:
-    lines = [
-        "# Collection",
-        "",
-        f"Artifact: `{uri}`",
-        "",
-        "| metric | value |",
-        "|---|---|",
-    ]
-    for key in (
-        "runs",
-        "completed",
-        "completion_rate",
-        "accuracy",
-        "prompt_tokens",
-        "completion_tokens",
-        "cost_usd",
-    ):
-        value = summary[key]
-        lines.append(f"| {key} | {value:.3f} |" if isinstance(value, float) else f"| {key} | {value} |")
-    lines.append(f"| statuses | {json.dumps(summary['statuses'])} |")
-    lines.append(f"| tool calls | {json.dumps(summary['tool_calls'])} |")
-    lines.append(f"| errors by kind | {json.dumps(summary['errors_by_kind'])} |")
-    return "\n".join(lines)
 
 
 class CollectionIncomplete(CheckFailed, RuntimeError):

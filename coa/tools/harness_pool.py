@@ -43,6 +43,7 @@ from coa.tools.sandbox import (
     _build,
     _infer_reason,
     _select_mode,
+    spawn,
 )
 
 __all__ = [
@@ -98,21 +99,7 @@ class HarnessSandbox:
         if mode is None:
             raise SandboxUnavailable(f"refusing to run code without a sandbox: {message}")
         cmd, plan = _build(self.config, mode, b"", harness=_harness_source())
-        try:
-            self._proc = subprocess.Popen(
-                cmd,
-                stdin=subprocess.PIPE,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.PIPE,
-                pass_fds=plan.fds,
-                start_new_session=True,
-                env={"PATH": "/usr/bin:/bin", "LC_ALL": "C.UTF-8"},
-            )
-        except BaseException:
-            plan.close()
-            plan.sandbox_pid()
-            raise
-        plan.close()
+        self._proc = spawn(cmd, plan)
         assert self._proc.stdin and self._proc.stdout and self._proc.stderr
         self._in, self._out = self._proc.stdin.fileno(), self._proc.stdout.fileno()
         os.set_blocking(self._in, False)

@@ -77,7 +77,7 @@ import sys
 import threading
 import time
 from collections.abc import Iterable, Sequence
-from typing import Literal
+from typing import Any, Literal
 
 from coa.errors import InfraError
 
@@ -680,21 +680,7 @@ class _Capture:
 def _execute(cmd: list[str], plan: _Plan, stdin: bytes, config: SandboxConfig) -> SandboxResult:
     start = time.monotonic()
     deadline = start + config.wall_seconds
-    try:
-        proc = subprocess.Popen(
-            cmd,
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            pass_fds=plan.fds,
-            start_new_session=True,
-            env={"PATH": "/usr/bin:/bin", "LC_ALL": "C.UTF-8"},
-        )
-    except BaseException:
-        plan.close()
-        plan.sandbox_pid()
-        raise
-    plan.close()
+    proc = spawn(cmd, plan)
     assert proc.stdin is not None and proc.stdout is not None and proc.stderr is not None
     out, err = _Capture(config.max_output_bytes), _Capture(config.max_output_bytes)
     captures = {proc.stdout.fileno(): out, proc.stderr.fileno(): err}
@@ -923,3 +909,24 @@ def run_python(code: str, stdin: str = "", config: SandboxConfig | None = None) 
         raise SandboxUnavailable(f"refusing to run code without a sandbox: {message}")
     cmd, plan = _build(config, mode, code.encode("utf-8", errors="surrogatepass"))
     return _execute(cmd, plan, stdin.encode("utf-8", errors="surrogatepass"), config)
+
+
+def spawn(cmd: list[str], plan: Any) -> subprocess.Popen[bytes]:
+    """Start a built sandbox command with pipes, its own session and a minimal environment; the
+    plan's file descriptors are closed in this process once the child holds them (also on failure)."""
+    try:
+        proc = subprocess.Popen(
+            cmd,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            pass_fds=plan.fds,
+            start_new_session=True,
+            env={"PATH": "/usr/bin:/bin", "LC_ALL": "C.UTF-8"},
+        )
+    except BaseException:
+        plan.close()
+        plan.sandbox_pid()
+        raise
+    plan.close()
+    return proc
