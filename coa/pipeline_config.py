@@ -22,6 +22,7 @@ from coa.convert.config import ConvertConfig
 from coa.curate.config import CurateConfig
 from coa.evaluate.config import EvalConfig
 from coa.model.config import StudentConfig
+from coa.registry.config import PromotionConfig
 from coa.steps import ModelInput, Step, Upstream
 from coa.synthetic import SyntheticConfig
 from coa.tasksets.config import TasksConfig
@@ -89,6 +90,10 @@ class PipelineConfig(StrictModel):
         "teacher's cost on them; null = skip.",
     )
 
+    promotion: PromotionConfig | None = Field(
+        default=None,
+        description="Nightly retraining (flows/nightly.py): the registry name, the SFT start, the promotion gate.",
+    )
     dispatch: DispatchConfig = Field(
         default_factory=DispatchConfig,
         description="Inline (one process) or GPU steps dispatched to a work pool's deployment.",

@@ -42,19 +42,19 @@ def pipeline(
                     step, done, cfg.dispatch.deployment, config_path, overrides or [], cfg.dispatch.timeout_s
                 )
             except CoaError as e:
-                _publish_summary(cfg, steps, done, failed=(step.name, describe(e)))
+                publish_summary(cfg, steps, done, failed=(step.name, describe(e)))
                 return Failed(message=f"{step.name}: {describe(e)}")
             continue
         state = run_step_task(step, done, run_it, return_state=True)
         if state.is_failed():
-            _publish_summary(cfg, steps, done, failed=(step.name, state.message or "failed"))
+            publish_summary(cfg, steps, done, failed=(step.name, state.message or "failed"))
             return Failed(message=f"{step.name}: {state.message}")
         done[step.name] = state.result()
-    _publish_lineage(done)
-    return _publish_summary(cfg, steps, done)
+    publish_lineage(done)
+    return publish_summary(cfg, steps, done)
 
 
-def _publish_lineage(done: dict[str, StepResult]) -> None:
+def publish_lineage(done: dict[str, StepResult]) -> None:
     """The lineage graph of the run's last artifact (the report reads every other) as an artifact."""
     if not done:
         return
@@ -86,7 +86,7 @@ def stage_rows(cfg: PipelineConfig, steps: list[Step], done: dict[str, StepResul
     return out
 
 
-def _publish_summary(
+def publish_summary(
     cfg: PipelineConfig,
     steps: list[Step],
     done: dict[str, StepResult],

@@ -23,58 +23,12 @@ import dataclasses
 from collections.abc import Mapping
 from typing import Any
 
-from pydantic import Field
-
 from coa import io
-from coa.config import StrictModel
-from coa.evaluate.compare import ALL, METRICS, compare
+from coa.evaluate.compare import ALL, compare
 from coa.lineage import Graph, trace
+from coa.registry.config import GateConfig
 from coa.registry.store import Champion, Registry
 from coa.settings import Settings
-
-
-class GateConfig(StrictModel):
-    """Thresholds of the promotion gate."""
-
-    margin: float = Field(
-        default=0.02,
-        ge=0.0,
-        le=1.0,
-        description="Largest tolerated regression per benchmark, at the lower bound of the paired interval.",
-    )
-    metric: str = Field(
-        default="correct", description="Metric checked for regressions (correct|score|format_valid)."
-    )
-    primary_benchmark: str = Field(
-        default=ALL, description="Benchmark that must gain ('all' = every evaluated pair together)."
-    )
-    primary_metric: str = Field(
-        default="correct", description="Metric that must gain (correct|score|format_valid)."
-    )
-    min_gain: float = Field(
-        default=0.0,
-        ge=0.0,
-        description="Smallest point gain on the primary metric; the gain must also be > 0.",
-    )
-    significant_gain: bool = Field(
-        default=False, description="Also require the primary gain's interval lower bound to be above 0."
-    )
-    bootstrap_samples: int = Field(
-        default=2000, ge=100, le=200_000, description="Paired bootstrap resamples."
-    )
-    confidence: float = Field(
-        default=0.95, gt=0.5, lt=1.0, description="Two-sided confidence of the interval."
-    )
-    seed: int = Field(default=0, description="Seed of the bootstrap (verdicts are reproducible).")
-    require_curation: bool = Field(
-        default=True,
-        description="Refuse a candidate whose lineage holds no curation step (no data-quality gate).",
-    )
-
-    def model_post_init(self, _context: Any) -> None:
-        for value in (self.metric, self.primary_metric):
-            if value not in METRICS:
-                raise ValueError(f"gate metric must be one of {METRICS}, got {value!r}")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -219,8 +173,20 @@ def apply(
     verdict: Verdict,
     evaluations: Mapping[str, str],
 ) -> Champion | None:
-    """Record the verdict: promote on a pass (the new champion), else a history entry (None)."""
+    """Record the verdict: promote on a pass (the new champion), else a history entry (None).
+
+    Idempotent: a verdict already on record for ``model_uri`` (a rerun of the same night) is not
+    recorded again, and a model rolled back since is not promoted again by it.
+    """
     record = verdict.as_dict()
+    for entry in registry.history(name):
+        if (
+            entry.model_uri == model_uri
+            and entry.event in ("promote", "candidate")
+            and entry.verdict == record
+        ):
+            current = registry.champion(name)
+            return current if verdict.promote and current and current.model_uri == model_uri else None
     if verdict.promote:
         return registry.promote(name, model_uri, record, evaluations, verdict.reasons)
     registry.record(name, model_uri, record, evaluations, verdict.reasons)
