@@ -20,6 +20,7 @@ or a ``candidate`` entry with the reasons); the champion moves only on a passing
 from __future__ import annotations
 
 import dataclasses
+import json
 from collections.abc import Mapping
 from typing import Any
 
@@ -178,7 +179,7 @@ def apply(
     Idempotent: a verdict already on record for ``model_uri`` (a rerun of the same night) is not
     recorded again, and a model rolled back since is not promoted again by it.
     """
-    record = verdict.as_dict()
+    record = json.loads(json.dumps(verdict.as_dict(), default=str))  # as the history stores it
     for entry in registry.history(name):
         if (
             entry.model_uri == model_uri
