@@ -92,7 +92,7 @@ class PipelineConfig(StrictModel):
 
     promotion: PromotionConfig | None = Field(
         default=None,
-        description="Nightly retraining (flows/nightly.py): the registry name, the SFT start, the promotion gate.",
+        description="Nightly retraining (flows/nightly.py): registry name, SFT start, promotion gate.",
     )
     dispatch: DispatchConfig = Field(
         default_factory=DispatchConfig,
