@@ -420,17 +420,27 @@ def sft(
 @app.command()
 def evaluate(
     model: Annotated[str, typer.Option("--model", help="Model folder, hub id or model artifact to evaluate")],
-    tasks: Annotated[str, typer.Option("--tasks", help="task.v1 artifact (e.g. from `coa tasks synthetic`)")],
-    table: Annotated[str, typer.Option(help="Table of the task artifact")] = "heldout",
+    tasks: Annotated[
+        str | None,
+        typer.Option(
+            "--tasks",
+            help="task.v1 artifact (`coa tasks import` / `coa tasks synthetic`); "
+            "default: the benchmarks of evaluate.benchmarks",
+        ),
+    ] = None,
+    table: Annotated[str | None, typer.Option(help="Table of the task artifact (default: its first)")] = None,
+    limit: Annotated[int | None, typer.Option(help="First N tasks of each benchmark", min=1)] = None,
+    samples: Annotated[int | None, typer.Option(help="Episodes per task (pass@k, maj@k)", min=1)] = None,
     overrides: Annotated[
-        list[str] | None, typer.Argument(help="Overrides, e.g. evaluate.limit_per_family=20")
+        list[str] | None, typer.Argument(help="Overrides, e.g. evaluate.temperature=0.6")
     ] = None,
     config: Annotated[
         Path, typer.Option("--config", "-c", help="YAML profile with an evaluate section")
     ] = Path("configs/demo.yaml"),
 ) -> None:
-    """Run a CoA model on tasks with the real tools; write eval.v1 and print format-valid rate,
-    accuracy, tokens and tool calls per family."""
+    """Run a CoA model on tasks with the real tools; write eval.v1 and metrics.json, and print
+    pass@1 ± its standard error, pass@k, maj@K, format-valid rate, tokens and tool calls per
+    benchmark and per family."""
     from coa.evaluate import EvalConfig, format_metrics_table
     from coa.evaluate import step as eval_step
     from coa.pipeline_config import eval_tools
@@ -438,9 +448,17 @@ def evaluate(
 
     cfg = _config(config, overrides)
     eval_cfg = cfg.evaluate or EvalConfig()
-    task_input = _table(tasks, table, "coa tasks synthetic | coa tasks import")
+    update: dict[str, Any] = {}
+    if limit is not None:
+        update["limit_per_benchmark"] = limit
+    if samples is not None:
+        update["samples"] = samples
+    eval_cfg = eval_cfg.model_copy(update=update)
+    task_input = _table(tasks, table, "coa tasks import | coa tasks synthetic") if tasks else None
     result = _run(eval_step.step(eval_cfg, eval_tools(cfg), task_input, ModelInput.parse(model)))
     typer.echo(f"eval: {result.ref.uri}")
+    typer.echo(format_metrics_table(result.summary["benchmarks"], "benchmark"))
+    typer.echo("")
     typer.echo(format_metrics_table(result.summary["metrics"]))
 
 
