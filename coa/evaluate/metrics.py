@@ -11,7 +11,8 @@ Every group is summarised by :func:`summarize` (rows are (task, sample) runs; a 
 * ``maj@K``: a task is solved when its most frequent answer is a correct one (math answers grouped
   by math-verify equivalence, QA answers by their normalised text; ties go to the class seen first;
   runs without an answer do not vote); ``None`` for code, whose programs are not compared;
-* ``format_valid``, ``tokens_per_task`` (mean generated tokens of a run), ``tool_calls_per_task``,
+* ``format_valid``, ``tokens_per_task`` (mean generated tokens of a run), ``total_tokens_per_task``
+  (mean tokens of the run's one pass: prompt, generated and observations), ``tool_calls_per_task``,
   ``tokens_per_solved`` (all generated tokens over all correct runs), ``leak_rate`` (runs whose
   observations held the gold answer);
 * ``cost_per_task`` and ``cost_of_pass`` (expected dollars per solved task: mean cost of a run over
@@ -165,6 +166,9 @@ def summarize(
         "tokens_per_task": tokens / n,
         "tool_calls_per_task": sum(int(r["n_tool_calls"]) for r in rows) / n,
         "tokens_per_solved": tokens / solved if solved else None,
+        "total_tokens_per_task": (
+            sum(int(r["total_tokens"]) for r in rows) / n if all("total_tokens" in r for r in rows) else None
+        ),
         "leak_rate": sum(bool(r.get("gold_in_observation")) for r in rows) / n,
     }
     if prices:
@@ -192,7 +196,7 @@ def _cost(row: Mapping[str, Any], prices: Mapping[str, TokenPrice]) -> float | N
 
 
 def _rows(table: pa.Table) -> list[dict[str, Any]]:
-    columns = [c for c in (*COLUMNS, "gold_in_observation") if c in table.column_names]
+    columns = [c for c in (*COLUMNS, "total_tokens", "gold_in_observation") if c in table.column_names]
     return list(table.select(columns).to_pylist())
 
 
