@@ -56,6 +56,11 @@ model_app = typer.Typer(help="Student models: build the tiny local student.", no
 app.add_typer(model_app, name="model")
 format_app = typer.Typer(help="The Chain-of-Agents format: check trajectories against a grammar variant.")
 app.add_typer(format_app, name="format")
+models_app = typer.Typer(
+    help="The model registry: champions (what `--model champion:NAME` names) and their history.",
+    no_args_is_help=True,
+)
+app.add_typer(models_app, name="models")
 console = Console()
 err = Console(stderr=True)
 
@@ -383,7 +388,10 @@ def sft(
     data: Annotated[str, typer.Option("--data", help="Artifact from `coa convert` (its sft table)")],
     model: Annotated[
         str | None,
-        typer.Option("--model", help="Base model: folder, hub id or model artifact (default: the config's)"),
+        typer.Option(
+            "--model",
+            help="Base model: folder, hub id, model artifact or champion:NAME (default: the config's)",
+        ),
     ] = None,
     overrides: Annotated[list[str] | None, typer.Argument(help="Overrides, e.g. sft.max_steps=200")] = None,
     config: Annotated[
@@ -419,7 +427,10 @@ def sft(
 
 @app.command()
 def evaluate(
-    model: Annotated[str, typer.Option("--model", help="Model folder, hub id or model artifact to evaluate")],
+    model: Annotated[
+        str,
+        typer.Option("--model", help="Model folder, hub id, model artifact or champion:NAME (the registry)"),
+    ],
     tasks: Annotated[
         str | None,
         typer.Option(
@@ -717,6 +728,104 @@ def _clip(row: dict[str, Any], limit: int = 300) -> str:
         return v
 
     return json.dumps(clip(row), default=str, ensure_ascii=False)
+
+
+# -- coa models / coa lineage ------------------------------------------------------------------
+
+
+@models_app.command("list")
+def models_list() -> None:
+    """Every registered model name with its champion and the number of history entries."""
+    from coa.registry import Registry
+
+    reg = Registry()
+    table = Table(title=f"models in {reg.uri}")
+    for col in ("name", "champion", "since", "entries"):
+        table.add_column(col)
+    for name in reg.names():
+        current = reg.champion(name)
+        table.add_row(
+            name,
+            current.model_uri if current else "-",
+            current.since if current else "-",
+            str(len(reg.history(name))),
+        )
+    console.print(table)
+
+
+@models_app.command("show")
+def models_show(name: Annotated[str, typer.Argument(help="Registered model name")]) -> None:
+    """The champion of NAME, the champions before it, and every history entry with its reasons."""
+    from coa.registry import Registry
+
+    reg = Registry()
+    current, history = reg.champion(name), reg.history(name)
+    if current is None and not history:
+        raise UserError(f"no model {name!r} in the registry ({', '.join(reg.names()) or 'empty'})")
+    console.print(f"champion: {current.model_uri if current else '(none)'}", highlight=False)
+    if current is not None:
+        for uri, _ in reversed(current.previous):
+            console.print(f"  before: {uri}", highlight=False)
+    table = Table(title=f"history of {name}")
+    for col in ("when", "event", "model", "reasons"):
+        table.add_column(col)
+    for e in history:
+        table.add_row(e.at, e.event, e.model_uri, "\n".join(e.reasons))
+    console.print(table)
+
+
+@models_app.command("promote")
+def models_promote(
+    name: Annotated[str, typer.Argument(help="Registered model name")],
+    model_uri: Annotated[
+        str, typer.Argument(help="Model artifact URI (or folder / hub id) to make champion")
+    ],
+    reason: Annotated[str, typer.Option(help="Why (kept in the history)")] = "manual promotion",
+) -> None:
+    """Make MODEL_URI the champion of NAME by hand (no gate; the history records it)."""
+    from coa.registry import Registry
+
+    ref = io.lookup(model_uri)
+    if ref is None and "://" in model_uri:
+        raise UserError(f"no committed artifact at {model_uri}")
+    if ref is not None and ref.kind != "model":
+        raise UserError(f"{model_uri} is a {ref.kind} artifact, not a model")
+    champion = Registry().promote(name, ref.uri if ref else model_uri, reasons=[reason])
+    console.print(f"{name}: champion is now {champion.model_uri}", highlight=False)
+
+
+@models_app.command("rollback")
+def models_rollback(
+    name: Annotated[str, typer.Argument(help="Registered model name")],
+    reason: Annotated[str, typer.Option(help="Why (kept in the history)")] = "manual rollback",
+) -> None:
+    """Restore the champion NAME had before the current one."""
+    from coa.registry import Registry
+
+    champion = Registry().rollback(name, reason)
+    console.print(f"{name}: champion restored to {champion.model_uri}", highlight=False)
+
+
+@app.command()
+def lineage(
+    uri: Annotated[str, typer.Argument(help="Any committed artifact (model, eval, report…), local or s3://")],
+    html: Annotated[
+        str | None, typer.Option("--html", help="Also write a page with a picture of the DAG")
+    ] = None,
+    as_json: Annotated[
+        bool, typer.Option("--json", help="Print the graph as JSON instead of a tree")
+    ] = False,
+) -> None:
+    """The lineage graph of an artifact back to its task sources, configs and code versions."""
+    from coa.lineage import format_tree, trace, write_html
+
+    graph = trace(uri)
+    if as_json:
+        typer.echo(json.dumps(graph.to_dict(), indent=2, default=str))
+    else:
+        typer.echo(format_tree(graph))
+    if html:
+        err.print(f"lineage page: {write_html(graph, html)}", highlight=False)
 
 
 def main() -> None:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Literal
 
 from pydantic import Field, model_validator
 
@@ -21,11 +22,38 @@ from coa.convert.config import ConvertConfig
 from coa.curate.config import CurateConfig
 from coa.evaluate.config import EvalConfig
 from coa.model.config import StudentConfig
+from coa.registry.config import PromotionConfig
 from coa.steps import ModelInput, Step, Upstream
 from coa.synthetic import SyntheticConfig
 from coa.tasksets.config import TasksConfig
 from coa.tools.config import ToolsConfig
 from coa.train.config import SFTStageConfig
+
+
+class DispatchConfig(StrictModel):
+    """Where the steps run: all in the flow's process, or the GPU steps on their own work pool."""
+
+    mode: Literal["inline", "deployment"] = Field(
+        default="inline",
+        description="inline: every step in the pipeline flow's process (no worker needed); deployment: the "
+        "steps named in gpu_steps run as the `run-one-step` flow of `deployment` (e.g. on the gpu pool).",
+    )
+    deployment: str = Field(
+        default="run-one-step/gpu",
+        description="The deployment ('flow-name/deployment-name') that runs one step on the GPU pool.",
+    )
+    gpu_steps: tuple[str, ...] = Field(
+        default=("sft", "rl"),
+        description="Stages dispatched to the deployment (a stage covers its sub-steps, e.g. rl.*).",
+    )
+    timeout_s: float | None = Field(
+        default=None, gt=0, description="Longest wait for a dispatched step's flow run; None = no limit."
+    )
+
+    def dispatches(self, step_name: str) -> bool:
+        """Whether ``step_name`` runs on the deployment."""
+        stage = step_name.split(".")[0]
+        return self.mode == "deployment" and (step_name in self.gpu_steps or stage in self.gpu_steps)
 
 
 class PipelineConfig(StrictModel):
@@ -60,6 +88,15 @@ class PipelineConfig(StrictModel):
         default=None,
         description="Evaluate the student on the held-out synthetic tasks before and after SFT, beside the "
         "teacher's cost on them; null = skip.",
+    )
+
+    promotion: PromotionConfig | None = Field(
+        default=None,
+        description="Nightly retraining (flows/nightly.py): registry name, SFT start, promotion gate.",
+    )
+    dispatch: DispatchConfig = Field(
+        default_factory=DispatchConfig,
+        description="Inline (one process) or GPU steps dispatched to a work pool's deployment.",
     )
 
     @model_validator(mode="after")

@@ -36,6 +36,7 @@ from coa.errors import CheckFailed, UserError
 from coa.io import ArtifactRef
 
 FAILED_MARKER = "_FAILED.json"
+CHAMPION_PREFIX = "champion:"
 Progress = Callable[[int, int], None]
 
 
@@ -95,7 +96,12 @@ class ModelInput:
 
     @classmethod
     def parse(cls, value: str) -> ModelInput:
-        """A model given on the command line: a committed model artifact URI, else a folder/hub id."""
+        """A model given on the command line: ``champion:NAME`` (the registry's champion), a committed
+        model artifact URI, else a folder/hub id."""
+        if value.startswith(CHAMPION_PREFIX):
+            from coa.registry import Registry
+
+            value = Registry().resolve(value.removeprefix(CHAMPION_PREFIX))
         ref = io.lookup(value)
         return cls(ref=ref) if ref is not None else cls(external=value)
 

@@ -3,7 +3,9 @@
 ``plan(config)`` (:mod:`coa.pipeline_config`) lists the steps: task sets → collect → curate →
 convert → student → SFT → evaluate before/after beside the teacher → report. Each runs in the one
 Prefect task for steps (reused when its artifact is committed); ``only`` runs a slice (the steps in
-front of it are reused, never built). Publishes a summary and the rows per stage as Prefect
+front of it are reused, never built). With ``dispatch.mode: deployment`` the GPU steps run as the
+``run-one-step`` flow of the GPU pool's deployment (:mod:`tasks.dispatch`); the rest stay here.
+Publishes a summary, the rows per stage and the lineage graph of the run's last artifact as Prefect
 artifacts; a failed step fails the flow run with its one-line reason.
 """
 
@@ -15,8 +17,11 @@ from prefect import flow, get_run_logger
 from prefect.artifacts import create_markdown_artifact, create_table_artifact
 from prefect.states import Failed
 
+from coa.errors import CoaError, describe
+from coa.lineage import to_markdown, trace
 from coa.pipeline_config import PipelineConfig, load_pipeline_config, not_planned, plan
 from coa.steps import Step, StepResult, select
+from tasks.dispatch import run_on_pool
 from tasks.steps import run_step_task
 
 
@@ -31,12 +36,34 @@ def pipeline(
     logger.info("pipeline %r: %s", cfg.run_name, " → ".join(s.name for s in steps))
     done: dict[str, StepResult] = {}
     for step, run_it in select(steps, only):
+        if run_it and cfg.dispatch.dispatches(step.name):
+            try:
+                done[step.name] = run_on_pool(
+                    step, done, cfg.dispatch.deployment, config_path, overrides or [], cfg.dispatch.timeout_s
+                )
+            except CoaError as e:
+                publish_summary(cfg, steps, done, failed=(step.name, describe(e)))
+                return Failed(message=f"{step.name}: {describe(e)}")
+            continue
         state = run_step_task(step, done, run_it, return_state=True)
         if state.is_failed():
-            _publish_summary(cfg, steps, done, failed=(step.name, state.message or "failed"))
+            publish_summary(cfg, steps, done, failed=(step.name, state.message or "failed"))
             return Failed(message=f"{step.name}: {state.message}")
         done[step.name] = state.result()
-    return _publish_summary(cfg, steps, done)
+    publish_lineage(done)
+    return publish_summary(cfg, steps, done)
+
+
+def publish_lineage(done: dict[str, StepResult]) -> None:
+    """The lineage graph of the run's last artifact (the report reads every other) as an artifact."""
+    if not done:
+        return
+    last = list(done.values())[-1]
+    create_markdown_artifact(
+        key="pipeline-lineage",
+        markdown=to_markdown(trace(last.ref.uri)),
+        description=f"Lineage of {last.step}: every artifact back to the task sources",
+    )
 
 
 def stage_rows(cfg: PipelineConfig, steps: list[Step], done: dict[str, StepResult]) -> list[dict[str, Any]]:
@@ -59,7 +86,7 @@ def stage_rows(cfg: PipelineConfig, steps: list[Step], done: dict[str, StepResul
     return out
 
 
-def _publish_summary(
+def publish_summary(
     cfg: PipelineConfig,
     steps: list[Step],
     done: dict[str, StepResult],

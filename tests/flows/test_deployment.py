@@ -1,9 +1,11 @@
-"""End to end through a real Prefect server: deploy prefect.yaml, run a worker, trigger a run.
+"""End to end through a real Prefect server: deploy prefect.yaml, run workers, trigger runs.
 
-Starts ``prefect server`` on 127.0.0.1 (free port, private PREFECT_HOME), creates the ``cpu``
-process work pool, deploys with ``prefect deploy --all``, starts a worker, triggers
+Starts ``prefect server`` on 127.0.0.1 (free port, private PREFECT_HOME), creates the ``cpu`` and
+``gpu`` process work pools, deploys with ``prefect deploy --all``, starts workers, triggers
 ``prefect deployment run 'pipeline/demo'``, waits for Completed, checks the Prefect artifacts and
-the storage artifact, then stops everything it started.
+the storage artifacts, then stops everything it started. The second test dispatches the SFT step
+to the ``gpu`` pool's worker (``dispatch.mode=deployment``) and checks the pipeline continued with
+the artifact that worker committed.
 """
 
 from __future__ import annotations
@@ -95,14 +97,19 @@ def _prefect(env: dict[str, str], *args: str, timeout: int = 120) -> str:
     return out.stdout
 
 
+def _deploy(env: dict[str, str]) -> None:
+    for pool in ("cpu", "gpu"):
+        _prefect(env, "work-pool", "create", pool, "--type", "process")
+    _prefect(env, "--no-prompt", "deploy", "--all")
+
+
 def test_deploy_run_and_collect_artifacts(
     prefect_env: dict[str, str], tmp_path: Path, storage_root: Path
 ) -> None:
     env = prefect_env
-    _prefect(env, "work-pool", "create", "cpu", "--type", "process")
-    _prefect(env, "--no-prompt", "deploy", "--all")
+    _deploy(env)
     listing = _prefect(env, "deployment", "ls")
-    assert "pipeline/demo" in listing and "pipeline/nightly" in listing
+    assert "pipeline/demo" in listing and "nightly/nightly" in listing and "run-one-step/gpu" in listing
 
     worker = _start([str(BIN / "prefect"), "worker", "start", "--pool", "cpu"], env, tmp_path / "worker.log")
     try:
@@ -151,3 +158,66 @@ def test_deploy_run_and_collect_artifacts(
     # the storage artifact the run produced is committed and readable through its contract
     assert io.read_table(collect_row["artifact"]).num_rows == 10
     assert collect_row["artifact"].startswith(str(storage_root))
+
+
+def test_sft_step_runs_on_the_gpu_pool_worker(
+    prefect_env: dict[str, str], tmp_path: Path, storage_root: Path
+) -> None:
+    env = prefect_env
+    _deploy(env)
+    workers = [
+        _start(
+            [str(BIN / "prefect"), "worker", "start", "--pool", pool], env, tmp_path / f"{pool}-worker.log"
+        )
+        for pool in ("cpu", "gpu")
+    ]
+    try:
+        small = json.dumps(
+            [
+                "synthetic.train={arithmetic: 4, multihop: 4, programming: 2}",
+                "synthetic.heldout={arithmetic: 1, multihop: 1, programming: 1}",
+                "curate.gate.correctness_floor=0.3",
+                *TINY_TRAINING,
+                "dispatch.mode=deployment",
+            ]
+        )
+        out = _prefect(
+            env,
+            "deployment",
+            "run",
+            "pipeline/demo",
+            "--param",
+            f"overrides={small}",
+            "--watch",
+            "--watch-timeout",
+            "240",
+            timeout=300,
+        )
+        logs = "".join((tmp_path / f"{p}-worker.log").read_text()[-3000:] for p in ("cpu", "gpu"))
+        assert "Completed" in out, out + logs
+    finally:
+        for worker in workers:
+            _stop(worker)
+
+    api = env["PREFECT_API_URL"]
+    flows = {f["id"]: f["name"] for f in httpx.post(f"{api}/flows/filter", json={}, timeout=10).json()}
+    runs = httpx.post(f"{api}/flow_runs/filter", json={}, timeout=10).json()
+    by_flow = {flows[r["flow_id"]]: r for r in runs}
+    parent, child = by_flow["pipeline"], by_flow["run-one-step"]
+    assert parent["state_type"] == child["state_type"] == "COMPLETED"
+    assert parent["work_pool_name"] == "cpu" and child["work_pool_name"] == "gpu"
+    assert child["name"] == "sft" and child["parameters"]["step_name"] == "sft"
+    assert child["parent_task_run_id"] is not None  # linked into the pipeline run as its subflow
+    assert child["infrastructure_pid"] and child["infrastructure_pid"] != parent["infrastructure_pid"]
+    assert child["id"] in (tmp_path / "gpu-worker.log").read_text()  # the gpu worker ran it
+    assert child["id"] not in (tmp_path / "cpu-worker.log").read_text()
+
+    arts = httpx.post(f"{api}/artifacts/filter", json={}, timeout=10).json()
+    rows = next(a for a in arts if a.get("key") == "pipeline-row-counts")["data"]
+    rows = json.loads(rows) if isinstance(rows, str) else rows
+    by_stage = {r["stage"]: r for r in rows}
+    sft = by_stage["sft"]["artifact"]
+    assert by_stage["sft"]["status"] == "built" and io.read_lineage(sft)["steps_run"] == 4
+    after = io.read_lineage(by_stage["evaluate.after"]["artifact"])
+    assert after["inputs"]["model"]["uri"] == sft  # the pipeline continued with the gpu worker's artifact
+    assert any(a.get("key") == "pipeline-lineage" for a in arts)

@@ -1,0 +1,11 @@
+"""The model registry and the promotion gate.
+
+* :mod:`coa.registry.store`: per model name a champion alias (one small JSON, moved atomically) and
+  an append-only history of every candidate with its evaluation, gate verdict and reasons.
+* :mod:`coa.registry.gate`: the promotion gate (lineage checks, decontamination, per-benchmark
+  non-regression at a paired-bootstrap lower bound, a gain on the primary metric).
+"""
+
+from coa.registry.store import Champion, Entry, Registry, RegistryError
+
+__all__ = ["Champion", "Entry", "Registry", "RegistryError"]

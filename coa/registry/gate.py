@@ -1,0 +1,194 @@
+"""The promotion gate: may a candidate model replace the champion?
+
+:func:`decide` reads a candidate's evaluation artifact (and the champion's evaluation on the same
+tasks, if there is a champion) and returns a :class:`Verdict`. The candidate is promoted only when
+
+1. **contracts and checks**: no artifact in its lineage recorded a failed check;
+2. **data quality**: the lineage holds a curation step and every curation gate in it passed;
+3. **decontamination**: no evaluated task (by id or by normalized question) is among the
+   trajectories it was trained on;
+4. **steps run = steps planned** for every training step in the lineage;
+5. per benchmark, **no regression**: the lower bound of the paired bootstrap interval of
+   ``candidate - champion`` is above ``-margin`` (:mod:`coa.evaluate.compare`);
+6. a **gain** on the primary benchmark's primary metric of at least ``min_gain`` (the point delta;
+   with ``significant_gain`` its interval's lower bound must be above 0 too).
+
+With no champion yet, checks 1-4 decide. :func:`apply` records the verdict in the registry (promote,
+or a ``candidate`` entry with the reasons); the champion moves only on a passing verdict.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from collections.abc import Mapping
+from typing import Any
+
+from coa import io
+from coa.evaluate.compare import ALL, compare
+from coa.lineage import Graph, trace
+from coa.registry.config import GateConfig
+from coa.registry.store import Champion, Registry
+from coa.settings import Settings
+
+
+@dataclasses.dataclass(frozen=True)
+class Verdict:
+    """The gate's decision, why, and the evidence."""
+
+    promote: bool
+    reasons: tuple[str, ...]
+    checks: dict[str, bool]
+    per_benchmark: dict[str, dict[str, Any]]
+
+    def as_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+def lineage_checks(graph: Graph, config: GateConfig) -> tuple[dict[str, bool], list[str]]:
+    """Checks 1-4 on the candidate's lineage: (check → passed, reasons for each failure)."""
+    reasons: list[str] = []
+    failures = [n for n in graph.nodes.values() if n.checks.get("failure")]
+    for n in failures:
+        reasons.append(f"check failed in {n.step or n.kind} ({n.uri}): {n.checks['failure']}")
+    curated = [n for n in graph.nodes.values() if n.kind == "curated"]
+    gate_ok = bool(curated) or not config.require_curation
+    if not curated and config.require_curation:
+        reasons.append("no curation step in the lineage: the data-quality gate never ran")
+    for n in curated:
+        gate = n.checks.get("gate") or {}
+        if not gate.get("success"):
+            gate_ok = False
+            reasons.append(
+                f"data-quality gate failed in {n.uri}: {', '.join(gate.get('failed', [])) or 'unknown'}"
+            )
+    steps_ok = True
+    for n in graph.nodes.values():
+        if "steps_run" in n.checks and n.checks["steps_run"] != n.checks.get("steps_planned"):
+            steps_ok = False
+            reasons.append(
+                f"{n.step or n.kind} ran {n.checks['steps_run']} of {n.checks.get('steps_planned')} "
+                f"planned steps ({n.uri})"
+            )
+    overlap = contamination(graph)
+    if overlap:
+        reasons.append(
+            f"decontamination: {len(overlap)} evaluated task(s) were in the training data, e.g. {overlap[0]}"
+        )
+    checks = {
+        "contracts": not failures,
+        "data_quality": gate_ok,
+        "steps": steps_ok,
+        "decontamination": not overlap,
+    }
+    return checks, reasons
+
+
+def contamination(graph: Graph) -> list[str]:
+    """Evaluated tasks (by id or normalized question) present in the curated training trajectories."""
+    from coa.curate.text import normalize
+
+    evaluated_ids: set[str] = set()
+    evaluated_q: dict[str, str] = {}
+    for n in graph.nodes.values():
+        if n.kind != "eval":
+            continue
+        tasks = (n.lineage.get("inputs") or {}).get("tasks") or {}
+        if not tasks.get("uri"):
+            continue
+        table = io.read_table(tasks["uri"], tasks.get("table"), columns=["task_id", "question"]).to_pydict()
+        evaluated_ids.update(table["task_id"])
+        evaluated_q.update(
+            {normalize(q): t for t, q in zip(table["task_id"], table["question"], strict=True)}
+        )
+    hits: list[str] = []
+    for n in graph.nodes.values():
+        if n.kind != "curated" or "trajectories" not in n.tables:
+            continue
+        seen = io.read_table(n.uri, "trajectories", columns=["task_id", "question"]).to_pydict()
+        for task_id, question in zip(seen["task_id"], seen["question"], strict=True):
+            if task_id in evaluated_ids:
+                hits.append(f"task {task_id}")
+            elif normalize(question) in evaluated_q:
+                hits.append(f"question of {evaluated_q[normalize(question)]} (as {task_id})")
+    return sorted(set(hits))
+
+
+def decide(
+    config: GateConfig,
+    candidate_eval: str,
+    champion_eval: str | None,
+    settings: Settings | None = None,
+) -> Verdict:
+    """The verdict on the candidate evaluated in ``candidate_eval`` against ``champion_eval``."""
+    graph = trace(candidate_eval, settings)
+    checks, reasons = lineage_checks(graph, config)
+    per: dict[str, dict[str, Any]] = {}
+    if champion_eval is None:
+        if all(checks.values()):
+            reasons.append("no champion yet: the first candidate that passes the checks is promoted")
+        return Verdict(all(checks.values()), tuple(reasons), checks, per)
+    cand = io.read_table(candidate_eval, "eval", settings)
+    champ = io.read_table(champion_eval, "eval", settings)
+    kwargs = {"samples": config.bootstrap_samples, "confidence": config.confidence, "seed": config.seed}
+    deltas = compare(cand, champ, config.metric, **kwargs)  # type: ignore[arg-type]
+    if not deltas:
+        reasons.append("no (task_id, sample_index) pair evaluated by both the candidate and the champion")
+        checks["no_regression"] = checks["gain"] = False
+        return Verdict(False, tuple(reasons), checks, per)
+    regressed = False
+    for bench, d in deltas.items():
+        per[bench] = {**d.as_dict(), "regression": d.low < -config.margin}
+        if bench != ALL and d.low < -config.margin:
+            regressed = True
+            reasons.append(
+                f"regression on {bench}: {config.metric} {d.baseline:.3f} → {d.candidate:.3f} "
+                f"(delta {d.delta:+.3f}, {d.confidence:.0%} interval [{d.low:+.3f}, {d.high:+.3f}]) "
+                f"below -{config.margin}"
+            )
+    primary = compare(cand, champ, config.primary_metric, **kwargs).get(config.primary_benchmark)  # type: ignore[arg-type]
+    if primary is None:
+        gain = False
+        reasons.append(f"primary benchmark {config.primary_benchmark!r} was not evaluated on both models")
+    else:
+        gain = primary.delta > 0 and primary.delta >= config.min_gain
+        gain = gain and (primary.low > 0 or not config.significant_gain)
+        what = (
+            f"{config.primary_metric} on {config.primary_benchmark}: {primary.baseline:.3f} → "
+            f"{primary.candidate:.3f} (delta {primary.delta:+.3f}, "
+            f"interval [{primary.low:+.3f}, {primary.high:+.3f}])"
+        )
+        reasons.append(
+            ("gain " if gain else "no gain ")
+            + what
+            + ("" if gain else f"; needs ≥ {config.min_gain} and > 0")
+        )
+    checks["no_regression"], checks["gain"] = not regressed, gain
+    return Verdict(all(checks.values()), tuple(reasons), checks, per)
+
+
+def apply(
+    registry: Registry,
+    name: str,
+    model_uri: str,
+    verdict: Verdict,
+    evaluations: Mapping[str, str],
+) -> Champion | None:
+    """Record the verdict: promote on a pass (the new champion), else a history entry (None).
+
+    Idempotent: a verdict already on record for ``model_uri`` (a rerun of the same night) is not
+    recorded again, and a model rolled back since is not promoted again by it.
+    """
+    record = json.loads(json.dumps(verdict.as_dict(), default=str))  # as the history stores it
+    for entry in registry.history(name):
+        if (
+            entry.model_uri == model_uri
+            and entry.event in ("promote", "candidate")
+            and entry.verdict == record
+        ):
+            current = registry.champion(name)
+            return current if verdict.promote and current and current.model_uri == model_uri else None
+    if verdict.promote:
+        return registry.promote(name, model_uri, record, evaluations, verdict.reasons)
+    registry.record(name, model_uri, record, evaluations, verdict.reasons)
+    return None

@@ -1,0 +1,238 @@
+"""The model registry over the artifact store (a local folder or ``s3://``).
+
+Layout under ``{root}/registry/{model name}/``:
+
+* ``history/{time}-{id}.json``: one file per event (a candidate with its verdict, a promotion, a
+  rollback), written once and never rewritten: the append-only history;
+* ``champion.json``: the alias, the one file that says which model is in production. It holds the
+  current champion and the stack of the champions before it (what :meth:`Registry.rollback`
+  restores). It is replaced whole in one write (``write_atomic``'s rename on a local root, a single
+  PUT on S3), so a reader sees the old alias or the new one, never a mix.
+
+A promotion writes its history entry first, then the alias. A crash between the two leaves the old
+champion in place (the entry exists, but :meth:`Registry.champion` reads only the alias), so there is
+always exactly one champion; the entry says ``promote`` and :meth:`Registry.list` shows it was never
+the champion.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import posixpath
+import re
+import uuid
+from collections.abc import Mapping, Sequence
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from coa import io
+from coa.errors import UserError
+from coa.settings import Settings
+
+ALIAS_FILE = "champion.json"
+HISTORY_DIR = "history"
+_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")
+
+
+class RegistryError(UserError):
+    """A registry operation that cannot be done (unknown name, nothing to roll back, a bad name)."""
+
+
+class Entry(BaseModel):
+    """One event in a model's history (never rewritten)."""
+
+    model_config = ConfigDict(frozen=True)
+    id: str = Field(description="Unique id: UTC time and a random suffix (sorts by time).")
+    name: str = Field(description="Registered model name.")
+    event: Literal["candidate", "promote", "rollback"] = Field(
+        description="candidate: gated, not promoted; promote: became champion; rollback: alias moved back."
+    )
+    model_uri: str = Field(description="The model artifact (or folder / hub id) this event is about.")
+    at: str = Field(description="When (ISO 8601, UTC).")
+    evaluations: dict[str, str] = Field(
+        default_factory=dict, description="Benchmark or role → eval.v1 artifact URI the verdict read."
+    )
+    verdict: dict[str, Any] | None = Field(
+        default=None,
+        description="The gate's verdict (promote, reasons, per-benchmark deltas); None if manual.",
+    )
+    reasons: tuple[str, ...] = Field(
+        default=(), description="Why (the gate's reasons, or the operator's note)."
+    )
+    previous: str | None = Field(default=None, description="The champion's model URI before this event.")
+
+
+class Champion(BaseModel):
+    """The alias: the model in production, and the champions before it (newest last)."""
+
+    model_config = ConfigDict(frozen=True)
+    name: str
+    model_uri: str
+    entry: str = Field(description="Id of the history entry that made it champion.")
+    since: str
+    previous: tuple[tuple[str, str], ...] = Field(
+        default=(), description="(model URI, entry id) of earlier champions, oldest first."
+    )
+
+
+class Registry:
+    """Champion aliases and histories under ``{store root}/registry``."""
+
+    def __init__(self, root: str | None = None, settings: Settings | None = None) -> None:
+        store = io.Store(root, settings)
+        self.settings = store.settings
+        self.uri = io.join(store.root, "registry")
+        self.fs, self.path = io.filesystem(self.uri, self.settings)
+
+    # -- reading ------------------------------------------------------------------------------
+    def names(self) -> list[str]:
+        """Every registered model name."""
+        if not self.fs.exists(self.path):
+            return []
+        return sorted(
+            posixpath.basename(p.rstrip("/")) for p in self.fs.ls(self.path, detail=False) if self.fs.isdir(p)
+        )
+
+    def champion(self, name: str) -> Champion | None:
+        """The current champion of ``name`` (None before the first promotion)."""
+        _check_name(name)
+        try:
+            with self.fs.open(self._alias(name), "rb") as fh:
+                return Champion.model_validate_json(fh.read())
+        except FileNotFoundError:
+            return None
+
+    def history(self, name: str) -> list[Entry]:
+        """Every event of ``name``, oldest first."""
+        _check_name(name)
+        folder = posixpath.join(self.path, name, HISTORY_DIR)
+        if not self.fs.exists(folder):
+            return []
+        files = sorted(p for p in self.fs.ls(folder, detail=False) if p.endswith(".json"))
+        out = []
+        for path in files:
+            if posixpath.basename(path).startswith("."):
+                continue
+            with self.fs.open(path, "rb") as fh:
+                out.append(Entry.model_validate_json(fh.read()))
+        return out
+
+    def resolve(self, name: str) -> str:
+        """The champion's model URI; a clear error when ``name`` has none."""
+        current = self.champion(name)
+        if current is None:
+            known = ", ".join(self.names()) or "none"
+            raise RegistryError(
+                f"model {name!r} has no champion yet (registered: {known}); `coa models promote`"
+            )
+        return current.model_uri
+
+    # -- writing ------------------------------------------------------------------------------
+    def record(
+        self,
+        name: str,
+        model_uri: str,
+        verdict: Mapping[str, Any] | None = None,
+        evaluations: Mapping[str, str] | None = None,
+        reasons: Sequence[str] = (),
+    ) -> Entry:
+        """Append a candidate that was not promoted (its verdict and reasons) to the history."""
+        current = self.champion(name)
+        return self._append(
+            name,
+            "candidate",
+            model_uri,
+            verdict,
+            evaluations,
+            reasons,
+            current.model_uri if current else None,
+        )
+
+    def promote(
+        self,
+        name: str,
+        model_uri: str,
+        verdict: Mapping[str, Any] | None = None,
+        evaluations: Mapping[str, str] | None = None,
+        reasons: Sequence[str] = (),
+    ) -> Champion:
+        """Make ``model_uri`` the champion of ``name``: history entry first, then the alias."""
+        current = self.champion(name)
+        entry = self._append(
+            name, "promote", model_uri, verdict, evaluations, reasons, current.model_uri if current else None
+        )
+        previous = current.previous + ((current.model_uri, current.entry),) if current else ()
+        new = Champion(name=name, model_uri=model_uri, entry=entry.id, since=entry.at, previous=previous)
+        self._write_alias(new)
+        return new
+
+    def rollback(self, name: str, reason: str = "rollback") -> Champion:
+        """Restore the champion before the current one (an error when there is none)."""
+        current = self.champion(name)
+        if current is None or not current.previous:
+            raise RegistryError(f"model {name!r} has no earlier champion to roll back to")
+        model_uri, entry_id = current.previous[-1]
+        entry = self._append(name, "rollback", model_uri, None, None, (reason,), current.model_uri)
+        restored = Champion(
+            name=name, model_uri=model_uri, entry=entry_id, since=entry.at, previous=current.previous[:-1]
+        )
+        self._write_alias(restored)
+        return restored
+
+    # -- internals ----------------------------------------------------------------------------
+    def _alias(self, name: str) -> str:
+        return posixpath.join(self.path, name, ALIAS_FILE)
+
+    def _append(
+        self,
+        name: str,
+        event: Literal["candidate", "promote", "rollback"],
+        model_uri: str,
+        verdict: Mapping[str, Any] | None,
+        evaluations: Mapping[str, str] | None,
+        reasons: Sequence[str],
+        previous: str | None,
+    ) -> Entry:
+        _check_name(name)
+        now = dt.datetime.now(dt.UTC)
+        entry_id = f"{now.strftime('%Y%m%dT%H%M%S%fZ')}-{uuid.uuid4().hex[:8]}"
+        entry = Entry(
+            id=entry_id,
+            name=name,
+            event=event,
+            model_uri=model_uri,
+            at=now.isoformat(),
+            evaluations=dict(evaluations or {}),
+            verdict=dict(verdict) if verdict is not None else None,
+            reasons=tuple(reasons),
+            previous=previous,
+        )
+        path = posixpath.join(self.path, name, HISTORY_DIR, f"{entry_id}.json")
+        self._put(path, entry.model_dump_json(indent=2).encode())
+        return entry
+
+    def _write_alias(self, champion: Champion) -> None:
+        self._put(self._alias(champion.name), champion.model_dump_json(indent=2).encode())
+
+    def _put(self, path: str, data: bytes) -> None:
+        if _is_local(self.fs):
+            io.write_atomic(self.fs, path, data)
+        else:  # an object store: one PUT replaces the object whole (readers never see a part)
+            self.fs.pipe_file(path, data)
+
+
+def _is_local(fs: Any) -> bool:
+    protocol = fs.protocol if isinstance(fs.protocol, tuple) else (fs.protocol,)
+    return "file" in protocol or "local" in protocol
+
+
+def _check_name(name: str) -> None:
+    if not _NAME.match(name):
+        raise RegistryError(f"invalid model name {name!r}: letters, digits, '.', '_' and '-' only")
+
+
+def to_json(value: BaseModel) -> str:
+    """A registry record as indented JSON (for the CLI)."""
+    return json.dumps(value.model_dump(mode="json"), indent=2)
