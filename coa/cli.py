@@ -473,6 +473,35 @@ def evaluate(
     typer.echo(format_metrics_table(result.summary["metrics"]))
 
 
+@app.command("eval-report")
+def eval_report(
+    candidate: Annotated[str, typer.Argument(help="eval artifact (from `coa evaluate`)")],
+    baseline: Annotated[
+        str | None, typer.Option(help="eval artifact of the baseline (e.g. the model in production)")
+    ] = None,
+    teacher: Annotated[
+        str | None, typer.Option(help="trajectory artifact: the teacher's runs on the same tasks")
+    ] = None,
+    tasks: Annotated[
+        str | None, typer.Option(help="task artifact the teacher ran on (with --teacher)")
+    ] = None,
+) -> None:
+    """HTML evaluation report: pass@1 with intervals and pass@k per benchmark, accuracy against tokens
+    beside the teacher, and per-benchmark deltas against a baseline with paired bootstrap intervals."""
+    from coa.evaluate.step import eval_report_step
+
+    step = eval_report_step(
+        "eval-report",
+        _table(candidate, "eval", "coa evaluate"),
+        teacher=_table(teacher, None, "coa collect") if teacher else None,
+        tasks=_table(tasks, None, "coa tasks import") if tasks else None,
+        baseline=_table(baseline, "eval", "coa evaluate") if baseline else None,
+    )
+    result = _run(step)
+    typer.echo(result.summary["headline"])
+    typer.echo(f"report: {result.summary['report']}")
+
+
 @app.command("export")
 def export_cmd(
     uri: Annotated[str, typer.Argument(help="Artifact from `coa convert`")],

@@ -4,7 +4,10 @@
   (``EvalConfig.benchmarks``: imported ``task.v1`` artifacts, each with its own limit and sample
   count) → ``eval`` (eval.v1) and ``metrics.json`` (per family and per benchmark); its key hashes
   the config, the tools, the task tables and the model (its artifact when the pipeline built it,
-  else its name). Search and crawl run behind the leak guard (blocked benchmark hosts).
+  else its name). Search and crawl run behind the leak guard (blocked benchmark hosts). The artifact
+  also holds ``report.html`` (:mod:`coa.evaluate.eval_report`) and its headline.
+* :func:`eval_report_step`: the HTML evaluation report of an evaluation, beside the teacher on the
+  same tasks and a paired comparison with a baseline evaluation (its headline: ``summary``).
 * :func:`report_step`: the HTML training report: the student before and after SFT beside the
   teacher's accuracy and token cost on the same held-out tasks.
 """
@@ -20,12 +23,14 @@ import schemas
 from coa import io
 from coa.errors import UserError
 from coa.evaluate.config import EvalConfig
+from coa.evaluate.eval_report import headline, render_eval_report
 from coa.evaluate.metrics import metrics_document
 from coa.evaluate.stage import EVAL_TABLE, METRICS_FILE, evaluate_tasks, open_generator, select_tasks
 from coa.steps import Build, Step, StepInput, TableInput
 from coa.tools.config import ToolsConfig, build_toolbox
 
 BENCHMARK_INPUT = "benchmark{}"
+REPORT_FILE = "report.html"
 
 
 def step(
@@ -118,9 +123,88 @@ def _build(b: Build) -> None:
     document = metrics_document(result, config.prices)
     b.writer.write_table(EVAL_TABLE, result, schemas.EVAL)
     b.writer.write_file(METRICS_FILE, json.dumps(document, indent=2, sort_keys=True))
+    b.writer.write_file(
+        REPORT_FILE,
+        render_eval_report(
+            title=f"Evaluation: {model.name}",
+            student=document["benchmarks"],
+            facts={"model": model.name, "samples per task": config.samples, "families": _families(document)},
+        ),
+    )
     b.writer.extra_lineage["model"] = model.name
     b.summary["metrics"] = document["families"]
     b.summary["benchmarks"] = document["benchmarks"]
+    b.summary["headline"] = headline(model.name, document["benchmarks"])
+    b.summary["report"] = io.join(b.writer.uri, REPORT_FILE)
+
+
+def _families(document: dict[str, Any]) -> str:
+    return ", ".join(f for f in document["families"] if f != "all")
+
+
+def eval_report_step(
+    name: str,
+    candidate: StepInput,
+    teacher: StepInput | None = None,
+    tasks: StepInput | None = None,
+    baseline: StepInput | None = None,
+    bootstrap_samples: int = 2000,
+) -> Step:
+    """The evaluation report of ``candidate`` (eval.v1), beside the ``teacher``'s runs
+    (trajectory.v1) on the same ``tasks`` and a paired comparison with a ``baseline`` evaluation."""
+    if teacher is not None and tasks is None:
+        raise UserError("the teacher's runs need the task table they ran on (tasks)")
+    return Step(
+        name=name,
+        kind="eval-report",
+        artifact=name,
+        config={"bootstrap_samples": bootstrap_samples},
+        build=_build_eval_report,
+        inputs={"candidate": candidate, "teacher": teacher, "tasks": tasks, "baseline": baseline},
+        describe="HTML evaluation report (benchmarks, pass@k, tokens vs the teacher, baseline deltas)",
+        expects={
+            "candidate": "eval.v1",
+            "teacher": "trajectory.v1",
+            "tasks": "task.v1",
+            "baseline": "eval.v1",
+        },
+    )
+
+
+def _build_eval_report(b: Build) -> None:
+    from coa.evaluate.compare import compare
+    from coa.evaluate.metrics import benchmark_metrics
+    from coa.evaluate.teacher import teacher_eval_table, token_comparison
+
+    candidate = b.table("candidate")
+    rows = candidate.read()
+    model = str(rows.column("model")[0]) if rows.num_rows else candidate.uri
+    student = benchmark_metrics(rows)
+    teacher = comparison = None
+    if (runs := b.optional("teacher")) is not None:
+        tasks = b.table("tasks").read()
+        teacher = benchmark_metrics(teacher_eval_table(runs.read(), tasks))  # type: ignore[union-attr]
+        comparison = token_comparison(student, teacher)
+    deltas = None
+    if (base := b.optional("baseline")) is not None:
+        found = compare(rows, base.read(), samples=b.step.config["bootstrap_samples"])  # type: ignore[union-attr]
+        deltas = {k: d.as_dict() for k, d in found.items()}
+    facts = {"candidate": candidate.uri}
+    if base is not None:
+        facts["baseline"] = base.ref.uri if isinstance(base, TableInput) else str(base)
+    page = render_eval_report(
+        title=f"Evaluation report: {model}", student=student, teacher=teacher,
+        comparison=comparison or (), deltas=deltas, facts=facts,
+    )  # fmt: skip
+    b.writer.write_file(REPORT_FILE, page)
+    b.writer.write_file(
+        "comparison.json",
+        json.dumps(
+            {"student": student, "teacher": teacher, "tokens": comparison, "baseline": deltas}, indent=2
+        ),
+    )
+    b.summary["headline"] = headline(model, student, comparison or (), deltas)
+    b.summary["report"] = io.join(b.writer.uri, REPORT_FILE)
 
 
 def report_step(
