@@ -41,10 +41,9 @@ def test_report_with_teacher_and_baseline(
     rows = tasks.to_pylist()
 
     def replies(right: set[int]) -> dict[str, list[str]]:
-        return {
-            r["question"][:60]: [blocks(("think", "Known."), ("answer", r["gold_answers"][0] if i in right else "0"))]
-            for i, r in enumerate(rows)
-        }  # fmt: skip
+        gold = [r["gold_answers"][0] if i in right else "0" for i, r in enumerate(rows)]
+        answers = {r["question"][:60]: g for r, g in zip(rows, gold, strict=True)}
+        return {q: [blocks(("think", "Known."), ("answer", a))] for q, a in answers.items()}
 
     config = EvalConfig(max_turns=2, max_new_tokens=96, max_total_tokens=192, prompt_style="brief", samples=4)
     nonzero = {i for i, r in enumerate(rows) if r["family"] != "code" and r["gold_answers"][0] != "0"}
