@@ -3,8 +3,7 @@
 1. **Endpoint.** The engine drives the fake vLLM completions server (its own process, so its CPU is
    not counted) with a fixed latency L; each episode is K = 2 generations and one instant tool
    call. Episodes/s as a ratio of the ideal C / (K * L) at C episodes in flight, and this
-   process's CPU time per generation; ``pool`` is the connections per httpx client (one row puts
-   all of them in one client, the baseline for spreading them over clients of 8).
+   process's CPU time per generation (the policy's transport is one aiohttp session).
 2. **Overlap.** The engine and the lockstep baseline on the same scripted policy (generation
    latency varying per task) and the same tools with variable latency (mostly fast, a fifth slow):
    episodes/s of the engine over the baseline's.
@@ -138,8 +137,8 @@ def bench_endpoint(latencies_s: Sequence[float], quick: bool) -> None:
     observation = codec.tokenizer.convert_tokens_to_ids("</observation>")
     script = TurnScript([codec.encode(CODE_TURN), codec.encode(ANSWER)], observation)
     print("\n1) endpoint: fake vLLM completions server (own process), latency L, K = 2 generations, 1 tool")
-    head = f"{'L ms':>5} {'in flight':>9} {'pool':>5} {'episodes':>8} {'eps/s':>8} {'ideal':>8} {'ratio':>6}"
-    print(f"{head} {'CPU ms/gen':>11}")
+    head = f"{'L ms':>5} {'in flight':>9} {'episodes':>8} {'eps/s':>8} {'ideal':>8} {'ratio':>6}"
+    print(f"{head} {'CPU ms/gen':>11} {'ceiling eps/s':>13} {'of ceiling':>10}")
     for latency_s in latencies_s:
         ctx = multiprocessing.get_context("spawn")
         parent, child = ctx.Pipe()
@@ -149,26 +148,48 @@ def bench_endpoint(latencies_s: Sequence[float], quick: bool) -> None:
         endpoint = EndpointConfig(name="fake", base_url=url, model="fake", max_retries=0)
         try:
             _wait_for(url)
-            rows = [(16, 8), (64, 8)] if quick else [(64, 8), (256, 8)]
-            if latency_s == latencies_s[0] and not quick:
-                rows.append((64, 64))  # the baseline: one httpx client holding every connection
-            for c, per in rows:
+            for c in [16, 64] if quick else [64, 256]:
                 n = c * (3 if quick else 6 if latency_s < 0.2 else 2)
                 config = RolloutConfig(max_turns=4, max_new_tokens=256, max_total_tokens=1024, concurrency=c)
-                policy = EndpointPolicy(endpoint, codec, max_connections=c, connections_per_client=per)
+                policy = EndpointPolicy(endpoint, codec, max_connections=c)
                 asyncio.run(run_episodes(specs_for(codec, c, "warm"), policy, DelayedTools(), config))
                 cpu, wall = time.process_time(), time.perf_counter()
                 episodes = asyncio.run(run_episodes(specs_for(codec, n), policy, DelayedTools(), config))
                 wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
                 assert all(e.finish == "answer" and e.turns == 2 for e in episodes)
                 ideal = c / (2 * latency_s)
+                body = policy.body(specs_for(codec, 1)[0].prompt_ids, 256, RolloutConfig().sampling())
+                ceiling = asyncio.run(_ceiling(url, body, c, 2 * n)) / 2  # two requests an episode
                 print(
-                    f"{latency_s * 1000:>5.0f} {c:>9} {per:>5} {n:>8} {n / wall:>8.1f} {ideal:>8.1f} "
-                    f"{n / wall / ideal:>6.2f} {1000 * cpu / (2 * n):>11.2f}"
+                    f"{latency_s * 1000:>5.0f} {c:>9} {n:>8} {n / wall:>8.1f} {ideal:>8.1f} "
+                    f"{n / wall / ideal:>6.2f} {1000 * cpu / (2 * n):>11.2f} {ceiling:>13.1f} "
+                    f"{n / wall / ceiling:>10.2f}"
                 )
         finally:
             server.terminate()
             server.join(timeout=10)
+
+
+async def _ceiling(url: str, body: dict[str, Any], in_flight: int, n: int) -> float:
+    """Requests/s of a bare aiohttp loop (no engine, no tokenizer) on the fake at ``in_flight``: what
+    this machine's fake and network stack allow, the ceiling beside the ideal on a loaded host."""
+    import json
+
+    import aiohttp
+
+    data = json.dumps(body).encode()
+    gate = asyncio.Semaphore(in_flight)
+    connector = aiohttp.TCPConnector(limit=in_flight, limit_per_host=0)
+    async with aiohttp.ClientSession(connector=connector) as session:
+
+        async def one() -> None:
+            async with gate, session.post(f"{url}/completions", data=data) as response:
+                await response.read()
+
+        await asyncio.gather(*(one() for _ in range(in_flight)))  # warm the connections
+        start = time.perf_counter()
+        await asyncio.gather(*(one() for _ in range(n)))
+        return n / (time.perf_counter() - start)
 
 
 def _wait_for(url: str) -> None:

@@ -431,17 +431,27 @@ def evaluate(
         str,
         typer.Option("--model", help="Model folder, hub id, model artifact or champion:NAME (the registry)"),
     ],
-    tasks: Annotated[str, typer.Option("--tasks", help="task.v1 artifact (e.g. from `coa tasks synthetic`)")],
-    table: Annotated[str, typer.Option(help="Table of the task artifact")] = "heldout",
+    tasks: Annotated[
+        str | None,
+        typer.Option(
+            "--tasks",
+            help="task.v1 artifact (`coa tasks import` / `coa tasks synthetic`); "
+            "default: the benchmarks of evaluate.benchmarks",
+        ),
+    ] = None,
+    table: Annotated[str | None, typer.Option(help="Table of the task artifact (default: its first)")] = None,
+    limit: Annotated[int | None, typer.Option(help="First N tasks of each benchmark", min=1)] = None,
+    samples: Annotated[int | None, typer.Option(help="Episodes per task (pass@k, maj@k)", min=1)] = None,
     overrides: Annotated[
-        list[str] | None, typer.Argument(help="Overrides, e.g. evaluate.limit_per_family=20")
+        list[str] | None, typer.Argument(help="Overrides, e.g. evaluate.temperature=0.6")
     ] = None,
     config: Annotated[
         Path, typer.Option("--config", "-c", help="YAML profile with an evaluate section")
     ] = Path("configs/demo.yaml"),
 ) -> None:
-    """Run a CoA model on tasks with the real tools; write eval.v1 and print format-valid rate,
-    accuracy, tokens and tool calls per family."""
+    """Run a CoA model on tasks with the real tools; write eval.v1 and metrics.json, and print
+    pass@1 ± its standard error, pass@k, maj@K, format-valid rate, tokens and tool calls per
+    benchmark and per family."""
     from coa.evaluate import EvalConfig, format_metrics_table
     from coa.evaluate import step as eval_step
     from coa.pipeline_config import eval_tools
@@ -449,10 +459,47 @@ def evaluate(
 
     cfg = _config(config, overrides)
     eval_cfg = cfg.evaluate or EvalConfig()
-    task_input = _table(tasks, table, "coa tasks synthetic | coa tasks import")
+    update: dict[str, Any] = {}
+    if limit is not None:
+        update["limit_per_benchmark"] = limit
+    if samples is not None:
+        update["samples"] = samples
+    eval_cfg = eval_cfg.model_copy(update=update)
+    task_input = _table(tasks, table, "coa tasks import | coa tasks synthetic") if tasks else None
     result = _run(eval_step.step(eval_cfg, eval_tools(cfg), task_input, ModelInput.parse(model)))
     typer.echo(f"eval: {result.ref.uri}")
+    typer.echo(format_metrics_table(result.summary["benchmarks"], "benchmark"))
+    typer.echo("")
     typer.echo(format_metrics_table(result.summary["metrics"]))
+
+
+@app.command("eval-report")
+def eval_report(
+    candidate: Annotated[str, typer.Argument(help="eval artifact (from `coa evaluate`)")],
+    baseline: Annotated[
+        str | None, typer.Option(help="eval artifact of the baseline (e.g. the model in production)")
+    ] = None,
+    teacher: Annotated[
+        str | None, typer.Option(help="trajectory artifact: the teacher's runs on the same tasks")
+    ] = None,
+    tasks: Annotated[
+        str | None, typer.Option(help="task artifact the teacher ran on (with --teacher)")
+    ] = None,
+) -> None:
+    """HTML evaluation report: pass@1 with intervals and pass@k per benchmark, accuracy against tokens
+    beside the teacher, and per-benchmark deltas against a baseline with paired bootstrap intervals."""
+    from coa.evaluate.step import eval_report_step
+
+    step = eval_report_step(
+        "eval-report",
+        _table(candidate, "eval", "coa evaluate"),
+        teacher=_table(teacher, None, "coa collect") if teacher else None,
+        tasks=_table(tasks, None, "coa tasks import") if tasks else None,
+        baseline=_table(baseline, "eval", "coa evaluate") if baseline else None,
+    )
+    result = _run(step)
+    typer.echo(result.summary["headline"])
+    typer.echo(f"report: {result.summary['report']}")
 
 
 @app.command("export")

@@ -1,7 +1,10 @@
 """``eval.v1``: one model run on one evaluation task: prediction, correctness, format, cost.
 
-One row per (model, task, sample); ``sample_index`` supports pass@k. Token counts make accuracy
-comparable with token efficiency (the CoA paper's claim).
+One row per (model, task, sample); ``sample_index`` (the sample) supports pass@k and maj@k. Token
+counts (``completion_tokens``: what the model generated; ``total_tokens``: the one pass it reads and
+writes) come from the model's own tokenizer and make accuracy comparable with token efficiency (the
+CoA paper's claim); ``n_tool_calls`` counts tool calls; ``gold_in_observation`` is the leak guard's
+flag.
 """
 
 import pyarrow as pa
@@ -31,6 +34,16 @@ EVAL = Contract(
         Column("n_tool_calls", pa.int32(), "Tool calls executed."),
         Column("prompt_tokens", pa.int64(), "Prompt tokens."),
         Column("completion_tokens", pa.int64(), "Generated tokens (observations excluded)."),
+        Column(
+            "total_tokens",
+            pa.int64(),
+            "Prompt + every completion token, observations included: the tokens of the single pass.",
+        ),
+        Column(
+            "gold_in_observation",
+            pa.bool_(),
+            "Leak guard: a search or crawl observation of the run contained the task's gold answer.",
+        ),
         Column("latency_s", pa.float64(), "Wall time of the run in seconds."),
         Column("text", pa.string(), "The full generated trajectory text."),
         Column("error", pa.string(), "Error that ended the run, if any.", nullable=True),

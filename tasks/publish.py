@@ -103,6 +103,27 @@ def _evaluate(step: Step, result: StepResult) -> None:
         table=[{"family": f, **{k: show(v) for k, v in m.items()}} for f, m in metrics.items()],
         description=f"Evaluation `{step.name}` of {step.inputs.get('model')}: {result.ref.uri}",
     )
+    benchmarks: Mapping[str, Mapping[str, Any]] = result.summary.get("benchmarks", {})
+    if benchmarks:
+        create_table_artifact(
+            key=artifact_key(step.name, "benchmarks"),
+            table=[{"benchmark": b, **{k: show(v) for k, v in m.items()}} for b, m in benchmarks.items()],
+            description=f"Evaluation `{step.name}` per benchmark (pass@1 ± SE, pass@k, maj@K, tokens)",
+        )
+    _headline(step, result, "Evaluation")
+
+
+def _headline(step: Step, result: StepResult, what: str) -> None:
+    """The report's headline as a markdown artifact, with a link to the HTML report."""
+    text = result.summary.get("headline")
+    if not text:
+        return
+    report = result.summary.get("report")
+    create_markdown_artifact(
+        key=artifact_key(step.name, "headline"),
+        markdown=text + (f"\n\n[{what} report]({link(str(report))})" if report else ""),
+        description=f"{what} `{step.name}`: {result.ref.uri}",
+    )
 
 
 def _report(step: Step, result: StepResult) -> None:
@@ -123,6 +144,7 @@ PUBLISHERS: dict[str, Callable[[Step, StepResult], None]] = {
     "trajectories": _collect,
     "curated": _curate,
     "eval": _evaluate,
+    "eval-report": lambda step, result: _headline(step, result, "Evaluation report"),
     "report": _report,
 }
 

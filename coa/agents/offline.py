@@ -26,9 +26,10 @@ from pydantic import Field
 
 from coa.agents import prompts
 from coa.agents.backend import Message, ModelError, ModelReply, current_run_id
+from coa.agents.tokens import qwen_token_count
 from coa.config import StrictModel
 from coa.format.code import render_code
-from coa.llm.tokens import approx_token_count, estimate_prompt_tokens
+from coa.llm.tokens import estimate_prompt_tokens
 from coa.synthetic import arithmetic, multihop, programming
 
 
@@ -112,8 +113,8 @@ class RuleBasedBackend:
         self._calls[run] = self._calls.get(run, 0) + 1
         return ModelReply(
             text=text,
-            prompt_tokens=estimate_prompt_tokens(messages, approx_token_count),
-            completion_tokens=approx_token_count(text),
+            prompt_tokens=estimate_prompt_tokens(messages, qwen_token_count),
+            completion_tokens=qwen_token_count(text),
             latency_s=0.0,
         )
 

@@ -8,8 +8,65 @@ from pydantic import Field, model_validator
 
 from coa.config import StrictModel
 from coa.format.prompts import PromptStyle
-from coa.llm.config import EndpointConfig
+from coa.llm.config import EndpointConfig, LLMConfig
 from coa.tools.config import ToolsConfig
+
+DEFAULT_BLOCKED_HOSTS: tuple[str, ...] = (
+    "huggingface.co/datasets",
+    "hf.co/datasets",
+    "huggingface.co/gaia-benchmark",
+    "huggingface.co/spaces/gaia-benchmark",
+    "github.com/openai/simple-evals",
+    "github.com/centerforaisafety/hle",
+    "lastexam.ai",
+    "github.com/livecodebench",
+    "livecodebench.github.io",
+    "github.com/alibaba-nlp/webagent",
+    "github.com/hendrycks/math",
+    "github.com/openbmb/olympiadbench",
+    "github.com/oppo-personalai/agent_foundation_models",
+    "artofproblemsolving.com/wiki",
+    "kaggle.com/datasets",
+    "paperswithcode.com/dataset",
+)
+"""Where benchmark questions and answers are hosted: dataset hubs, the benchmarks' repositories and
+answer wikis. ``host/path-prefix``, case-insensitive; a host matches its subdomains too."""
+
+
+class TokenPrice(StrictModel):
+    """What a model's tokens cost, for cost-of-pass."""
+
+    input_per_mtok: float = Field(ge=0, description="Dollars per million prompt tokens.")
+    output_per_mtok: float = Field(ge=0, description="Dollars per million generated tokens.")
+
+    def dollars(self, prompt_tokens: int, completion_tokens: int) -> float:
+        return (prompt_tokens * self.input_per_mtok + completion_tokens * self.output_per_mtok) / 1e6
+
+
+class BenchmarkSpec(StrictModel):
+    """One benchmark to evaluate on: an imported ``task.v1`` artifact and how much of it."""
+
+    uri: str = Field(description="The task artifact (from `coa tasks import`).")
+    table: str = Field(default="tasks", description="Its table.")
+    limit: int | None = Field(default=None, ge=1, description="First N tasks of each benchmark only.")
+    samples: int | None = Field(
+        default=None, ge=1, description="Episodes per task here; null = the evaluation's `samples`."
+    )
+
+
+class LeakGuardConfig(StrictModel):
+    """Evaluation-time protection against reading a benchmark's answers on the web."""
+
+    blocked_hosts: tuple[str, ...] = Field(
+        default=DEFAULT_BLOCKED_HOSTS,
+        description="Search hits and crawled pages at these `host/path-prefix` locations are dropped "
+        "(a host matches its subdomains); empty = no blocking.",
+    )
+    flag_gold: bool = Field(
+        default=True,
+        description="Flag a run (eval.v1 `gold_in_observation`) whose search or crawl observation "
+        "contains the task's gold answer.",
+    )
 
 
 class EvalConfig(StrictModel):
@@ -54,6 +111,26 @@ class EvalConfig(StrictModel):
         default=None, description="Evaluate only these families; null = all."
     )
     limit_per_family: int | None = Field(default=None, ge=1, description="First N tasks of each family only.")
+    limit_per_benchmark: int | None = Field(
+        default=None, ge=1, description="First N tasks of each benchmark (task.v1 source) only."
+    )
+    benchmarks: tuple[BenchmarkSpec, ...] = Field(
+        default=(),
+        description="Benchmark task artifacts to evaluate on (each with its own limit and samples); "
+        "empty = the stage's task input.",
+    )
+    prices: dict[str, TokenPrice] = Field(
+        default_factory=dict,
+        description="Model name (eval.v1 `model`) → token prices; a priced model gets cost-of-pass.",
+    )
+    leak_guard: LeakGuardConfig = Field(
+        default_factory=LeakGuardConfig, description="Blocked benchmark hosts and the gold-answer flag."
+    )
+    judge: LLMConfig | None = Field(
+        default=None,
+        description="LLM judge endpoint for open web answers that do not match exactly (verdicts cached "
+        "in the LLM response cache under the store); null = token-F1 fallback.",
+    )
     tools: ToolsConfig | None = Field(
         default=None, description="The tools the model calls; null = the collect section's tools."
     )

@@ -7,10 +7,11 @@ with the loss curve, a before/after chart and the table; :func:`format_compariso
 table on a terminal.
 
 **Token cost.** The teacher's cost is every token its agents send and receive over all their LLM
-calls (a multi-agent system re-sends context at every call); the student's is one pass over its
-single trajectory: prompt, generated tokens and the observations it reads. Both are counted with
-the same approximate counter (:func:`coa.llm.tokens.approx_token_count`, ~4 bytes per token), since
-the offline teacher has no tokenizer of its own and the student's vocabulary is not comparable.
+calls (a multi-agent system re-sends context at every call): the endpoint's ``usage``, or for the
+offline teacher the Qwen2.5 vocabulary (:func:`coa.agents.tokens.qwen_token_count`). The student's
+is one pass over its single trajectory: prompt, generated tokens and the observations it reads, as
+its own tokenizer counted them in the evaluation (``eval.v1`` ``total_tokens``). No bytes/token
+estimate is involved.
 """
 
 from __future__ import annotations
@@ -22,7 +23,6 @@ import pyarrow as pa
 
 from coa import reporting
 from coa.evaluate.metrics import aligned_table, cell
-from coa.llm.tokens import approx_token_count
 
 ALL = "all"
 METRIC_LABELS = {
@@ -55,13 +55,13 @@ def teacher_metrics(runs: pa.Table) -> dict[str, dict[str, float]]:
     return out
 
 
-def student_token_cost(eval_rows: pa.Table, prompts: Mapping[str, str]) -> dict[str, float]:
-    """Per family (and ``all``): mean approximate tokens of prompt + trajectory per task."""
+def student_token_cost(eval_rows: pa.Table) -> dict[str, float]:
+    """Per family (and ``all``): mean tokens of the student's one pass per run (``total_tokens``:
+    prompt, generated tokens and observations, in the student's own tokenizer)."""
     groups: dict[str, list[int]] = {ALL: []}
-    for row in eval_rows.select(["task_id", "family", "text"]).to_pylist():
-        cost = approx_token_count(prompts.get(row["task_id"], "")) + approx_token_count(row["text"] or "")
-        groups[ALL].append(cost)
-        groups.setdefault(row["family"], []).append(cost)
+    for row in eval_rows.select(["family", "total_tokens"]).to_pylist():
+        groups[ALL].append(row["total_tokens"])
+        groups.setdefault(row["family"], []).append(row["total_tokens"])
     return {family: sum(v) / len(v) for family, v in groups.items() if v}
 
 
@@ -88,6 +88,7 @@ def comparison_rows(
                 "format_valid_after": a.get("format_valid"),
                 "accuracy_before": b.get("accuracy"),
                 "accuracy_after": a.get("accuracy"),
+                "accuracy_after_se": a.get("pass@1_se"),
                 "tokens_per_task_before": b.get("tokens_per_task"),
                 "tokens_per_task_after": a.get("tokens_per_task"),
                 "teacher_accuracy": t.get("accuracy"),
@@ -104,6 +105,7 @@ COLUMNS = (
     ("format_valid_after", "valid after", "{:.0%}"),
     ("accuracy_before", "acc. before", "{:.0%}"),
     ("accuracy_after", "acc. after", "{:.0%}"),
+    ("accuracy_after_se", "± se", "{:.1%}"),
     ("tokens_per_task_after", "student tok/task", "{:,.0f}"),
     ("teacher_accuracy", "teacher acc.", "{:.0%}"),
     ("teacher_tokens_per_task", "teacher tok/task", "{:,.0f}"),
@@ -193,8 +195,7 @@ def write_training_report(b: Any) -> list[dict[str, Any]]:
     import json
 
     from coa import io
-    from coa.evaluate.stage import EVAL_TABLE, read_metrics, variant_of
-    from coa.format import system_prompt
+    from coa.evaluate.stage import EVAL_TABLE, read_metrics
     from coa.scoring.runs import score_runs
 
     tasks = b.table("tasks")
@@ -208,19 +209,9 @@ def write_training_report(b: Any) -> list[dict[str, Any]]:
     if teacher_input is not None:
         teacher = teacher_metrics(score_runs(teacher_input.read(), task_table))
     final_ref = after_ref or before_ref
-    eval_config = io.read_lineage(final_ref)["config"]["config"]
-    questions = {r["task_id"]: r for r in task_table.to_pylist()}
 
     def cost(ref: Any) -> dict[str, float]:
-        rows = io.read_table(ref, EVAL_TABLE)
-        prompts = {}
-        for task_id in rows.column("task_id").to_pylist():
-            task = questions[task_id]
-            variant = variant_of(task["family"], eval_config.get("variants") or {})
-            prompts[task_id] = (
-                system_prompt(variant, eval_config["prompt_style"])[0] + "\n" + task["question"]
-            )
-        return student_token_cost(rows, prompts)
+        return student_token_cost(io.read_table(ref, EVAL_TABLE))
 
     def with_cost(ref: Any) -> dict[str, dict[str, Any]]:
         tokens = cost(ref)
@@ -252,9 +243,11 @@ def write_training_report(b: Any) -> list[dict[str, Any]]:
         }
     notes = [
         "Held-out tasks never appear in training (the synthetic generator keeps the splits apart).",
-        "Token cost: teacher = every token its agents send and receive over all LLM calls; student = one "
-        "pass over prompt, trajectory and observations; both by the ~4 bytes/token approximation.",
-        "Accuracy is pass@1 with greedy decoding; math answers are checked with math-verify, programs "
+        "Token cost: teacher = every token its agents send and receive over all LLM calls (endpoint usage, "
+        "or the Qwen2.5 vocabulary for the offline teacher); student = one pass over prompt, trajectory "
+        "and observations in its own tokenizer. Real tokenizers, no bytes/token estimate.",
+        "Accuracy is pass@1 (± its standard error over tasks) with greedy decoding; math answers are "
+        "checked with math-verify, programs "
         "by the task's tests in the sandbox, multi-hop answers by exact match.",
     ]
     run_name = b.step.config["run_name"]

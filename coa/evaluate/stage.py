@@ -20,8 +20,9 @@ import pyarrow as pa
 from coa.evaluate.config import EvalConfig
 from coa.evaluate.generation import open_policy
 from coa.evaluate.inference import model_text, run_tasks, variant_of
+from coa.evaluate.leak import gold_in_observations
 from coa.format import FormatError, extract_answer, parse, validate
-from coa.rollout import Policy
+from coa.rollout import Episode, Policy
 
 __all__ = ["evaluate_tasks", "open_generator", "read_metrics", "score_runs", "select_tasks", "variant_of"]
 
@@ -31,19 +32,25 @@ SCORING_WORKERS = 4
 
 
 def select_tasks(tasks: pa.Table, config: EvalConfig) -> list[dict[str, Any]]:
-    """The tasks to run: the configured families, the first ``limit_per_family`` of each."""
+    """The tasks to run: the configured families, the first ``limit_per_family`` of each family and
+    the first ``limit_per_benchmark`` of each benchmark (task.v1 ``source``)."""
     rows = tasks.to_pylist()
     if config.families is not None:
         rows = [r for r in rows if r["family"] in config.families]
-    if config.limit_per_family is not None:
-        seen: dict[str, int] = {}
-        kept = []
-        for row in rows:
-            seen[row["family"]] = seen.get(row["family"], 0) + 1
-            if seen[row["family"]] <= config.limit_per_family:
-                kept.append(row)
-        rows = kept
-    return rows
+    rows = _first(rows, "family", config.limit_per_family)
+    return _first(rows, "source", config.limit_per_benchmark)
+
+
+def _first(rows: list[dict[str, Any]], column: str, limit: int | None) -> list[dict[str, Any]]:
+    if limit is None:
+        return rows
+    seen: dict[str, int] = {}
+    kept = []
+    for row in rows:
+        seen[row[column]] = seen.get(row[column], 0) + 1
+        if seen[row[column]] <= limit:
+            kept.append(row)
+    return kept
 
 
 def model_fingerprint(name: str) -> str:
@@ -56,21 +63,38 @@ def evaluate_tasks(
     toolbox: Any,
     config: EvalConfig,
     progress: Callable[[int, int], None] | None = None,
+    samples: Sequence[int] | None = None,
+    judge: Any = None,
 ) -> pa.Table:
-    """Run ``policy`` on the selected tasks; an ``eval.v1`` table, one row per task and sample."""
+    """Run ``policy`` on the selected tasks; an ``eval.v1`` table, one row per task and sample.
+
+    ``samples`` gives the episodes of each selected task (default: ``config.samples`` for all);
+    tasks with one sample run greedily, the others at the configured temperature / top-p. ``judge``
+    scores open web answers that do not match exactly (:class:`coa.scoring.judge.LLMJudge`).
+    """
     import schemas
 
     rows = select_tasks(tasks, config)
-    episodes = run_tasks(rows, policy, toolbox, config, progress)
-    task_rows = [row for row in rows for _ in range(config.samples)]
-    texts = [model_text(e, policy) for e in episodes]
-    scores = score_runs(task_rows, texts)
+    counts = list(samples) if samples is not None else [config.samples] * len(rows)
+    if len(counts) != len(rows):
+        raise ValueError(f"{len(counts)} sample counts for {len(rows)} tasks")
+    episodes: dict[tuple[int, int], Episode] = {}
+    for k in sorted(set(counts)):  # one engine run per sample count: greedy and sampled runs apart
+        chosen = [i for i, c in enumerate(counts) if c == k]
+        run = run_tasks([rows[i] for i in chosen], policy, toolbox, config.model_copy(update={"samples": k}),
+                        progress)  # fmt: skip
+        for n, episode in enumerate(run):
+            episodes[(chosen[n // k], episode.sample_index)] = episode
+    order = sorted(episodes)
+    task_rows = [rows[i] for i, _ in order]
+    runs = [episodes[key] for key in order]
+    texts = [model_text(e, policy) for e in runs]
+    scores = score_runs(task_rows, texts, judge)
     fingerprint = model_fingerprint(policy.name)
     out = []
-    for row, episode, text, (prediction, correct, score) in zip(
-        task_rows, episodes, texts, scores, strict=True
-    ):
+    for row, episode, text, (prediction, correct, score) in zip(task_rows, runs, texts, scores, strict=True):
         valid, error = check_format(text, variant_of(row["family"], config.variants), episode.format_error)
+        leaked = config.leak_guard.flag_gold and row["family"] != "code"
         out.append(
             {
                 "eval_id": f"{fingerprint}:{row['task_id']}:{episode.sample_index}",
@@ -88,6 +112,9 @@ def evaluate_tasks(
                 "n_tool_calls": len(episode.tool_calls),
                 "prompt_tokens": len(episode.prompt_ids),
                 "completion_tokens": episode.completion_tokens,
+                "total_tokens": len(episode.prompt_ids) + len(episode.completion_ids),
+                "gold_in_observation": leaked
+                and gold_in_observations(text, list(row.get("gold_answers") or [])),
                 "latency_s": episode.wall_s,
                 "text": text,
                 "error": episode.error,
@@ -110,14 +137,16 @@ def check_format(text: str, variant: str, format_error: str | None = None) -> tu
     return True, None
 
 
-def score_runs(rows: Sequence[dict[str, Any]], texts: Sequence[str]) -> list[tuple[str | None, bool, float]]:
+def score_runs(
+    rows: Sequence[dict[str, Any]], texts: Sequence[str], judge: Any = None
+) -> list[tuple[str | None, bool, float]]:
     """``(prediction, correct, score)`` per run text and its task row, as curation scores the teacher."""
     from coa.scoring.tasks import score_prediction
 
     def one(pair: tuple[dict[str, Any], str]) -> tuple[str | None, bool, float]:
         row, text = pair
         prediction = extract_answer(text) if "<answer>" in text else None
-        correct, score = score_prediction(row, prediction)
+        correct, score = score_prediction(row, prediction, judge=judge)
         return prediction, correct, score
 
     with ThreadPoolExecutor(max_workers=SCORING_WORKERS) as pool:
@@ -129,8 +158,13 @@ def open_generator(config: EvalConfig, model: str) -> Policy:
     return open_policy(config, model)
 
 
-def read_metrics(ref: Any) -> dict[str, Any]:
-    """The ``metrics.json`` of an ``eval`` artifact."""
+def read_eval_metrics(ref: Any) -> dict[str, Any]:
+    """The whole ``metrics.json`` of an ``eval`` artifact: ``{"families": …, "benchmarks": …}``."""
     from coa import io
 
     return dict(json.loads(io.read_file(ref, METRICS_FILE)))
+
+
+def read_metrics(ref: Any) -> dict[str, Any]:
+    """The per-family metrics (family → metrics, ending with ``all``) of an ``eval`` artifact."""
+    return dict(read_eval_metrics(ref)["families"])

@@ -1,8 +1,13 @@
-"""The evaluation steps: a model on a task table (→ ``eval`` artifact), and the training report.
+"""The evaluation steps: a model on task tables (→ ``eval`` artifact), and the training report.
 
-* :func:`step`: run the model with real tools on ``tasks`` → ``eval`` (eval.v1) and
-  ``metrics.json``; its key hashes the config, the tools, the task table and the model (its artifact
-  when the pipeline built it, else its name).
+* :func:`step`: run the model with real tools on ``tasks`` and on every benchmark the config names
+  (``EvalConfig.benchmarks``: imported ``task.v1`` artifacts, each with its own limit and sample
+  count) → ``eval`` (eval.v1) and ``metrics.json`` (per family and per benchmark); its key hashes
+  the config, the tools, the task tables and the model (its artifact when the pipeline built it,
+  else its name). Search and crawl run behind the leak guard (blocked benchmark hosts). The artifact
+  also holds ``report.html`` (:mod:`coa.evaluate.eval_report`) and its headline.
+* :func:`eval_report_step`: the HTML evaluation report of an evaluation, beside the teacher on the
+  same tasks and a paired comparison with a baseline evaluation (its headline: ``summary``).
 * :func:`report_step`: the HTML training report: the student before and after SFT beside the
   teacher's accuracy and token cost on the same held-out tasks.
 """
@@ -10,51 +15,196 @@
 from __future__ import annotations
 
 import json
+from typing import Any
+
+import pyarrow as pa
 
 import schemas
 from coa import io
+from coa.errors import UserError
 from coa.evaluate.config import EvalConfig
-from coa.evaluate.metrics import eval_metrics
-from coa.evaluate.stage import EVAL_TABLE, METRICS_FILE, evaluate_tasks, open_generator
-from coa.steps import Build, Step, StepInput
+from coa.evaluate.eval_report import headline, render_eval_report
+from coa.evaluate.metrics import metrics_document
+from coa.evaluate.stage import EVAL_TABLE, METRICS_FILE, evaluate_tasks, open_generator, select_tasks
+from coa.steps import Build, Step, StepInput, TableInput
 from coa.tools.config import ToolsConfig, build_toolbox
+
+BENCHMARK_INPUT = "benchmark{}"
+REPORT_FILE = "report.html"
 
 
 def step(
-    config: EvalConfig, tools: ToolsConfig, tasks: StepInput, model: StepInput, name: str = "evaluate"
+    config: EvalConfig,
+    tools: ToolsConfig,
+    tasks: StepInput | None,
+    model: StepInput,
+    name: str = "evaluate",
 ) -> Step:
-    """Evaluate ``model`` on ``tasks`` with ``tools``."""
+    """Evaluate ``model`` on ``tasks`` (may be None when the config names benchmarks) with ``tools``."""
+    if tasks is None and not config.benchmarks:
+        raise UserError("evaluate: no tasks (give a task table or name benchmarks in evaluate.benchmarks)")
+    inputs: dict[str, StepInput | None] = {"tasks": tasks, "model": model}
+    expects = {"tasks": "task.v1"}
+    for i, spec in enumerate(config.benchmarks):
+        ref = io.lookup(spec.uri)
+        if ref is None:
+            raise UserError(
+                f"evaluate.benchmarks[{i}]: no committed artifact at {spec.uri} (coa tasks import)"
+            )
+        inputs[BENCHMARK_INPUT.format(i)] = TableInput(ref, spec.table)
+        expects[BENCHMARK_INPUT.format(i)] = "task.v1"
+    identity: dict[str, Any] = {"tools": tools.model_dump(mode="json")}
+    if config.judge is not None:
+        from coa.scoring.judge import judge_prompt
+
+        identity["judge_prompt"] = judge_prompt()["version"]
     return Step(
         name=name,
         kind="eval",
         artifact=config.name,
         config=config,
         build=_build,
-        inputs={"tasks": tasks, "model": model},
-        identity={"tools": tools.model_dump(mode="json")},
+        inputs=inputs,
+        identity=identity,
         describe="the model on the tasks with real tools",
-        expects={"tasks": "task.v1"},
+        expects=expects,
         produces={EVAL_TABLE: "eval.v1"},
     )
+
+
+def task_plan(b: Build, config: EvalConfig) -> tuple[pa.Table, list[int]]:
+    """All tasks to run (the stage's table, then each benchmark's) and each one's sample count."""
+    tables, counts = [], []
+    main = b.optional("tasks")
+    if isinstance(main, TableInput):
+        table = main.read()
+        tables.append(table)
+        counts += [config.samples] * len(select_tasks(table, config))
+    for i, spec in enumerate(config.benchmarks):
+        table = b.table(BENCHMARK_INPUT.format(i)).read()
+        if spec.limit is not None:
+            table = _first_per_source(table, spec.limit)
+        tables.append(table)
+        counts += [spec.samples or config.samples] * len(select_tasks(table, config))
+    return pa.concat_tables(tables, promote_options="default"), counts
+
+
+def _first_per_source(table: pa.Table, limit: int) -> pa.Table:
+    seen: dict[str, int] = {}
+    keep = []
+    for source in table.column("source").to_pylist():
+        seen[source] = seen.get(source, 0) + 1
+        keep.append(seen[source] <= limit)
+    return table.filter(pa.array(keep))
 
 
 def _build(b: Build) -> None:
     config: EvalConfig = b.step.config
     tools = ToolsConfig.model_validate(b.step.identity["tools"])
     model = b.model("model")
+    tasks, counts = task_plan(b, config)
     generator = open_generator(config, model.local_path())
-    toolbox = build_toolbox(tools, b.store.root if "://" not in b.store.root else None)
+    root = b.store.root if "://" not in b.store.root else None
+    toolbox = build_toolbox(tools, root, config.leak_guard.blocked_hosts)
+    judge = None
+    if config.judge is not None:
+        from coa.scoring.judge import LLMJudge, judge_prompt
+
+        judge = LLMJudge(config.judge)
+        b.writer.extra_lineage["judge"] = {"model": judge.model, "prompt_version": judge_prompt()["version"]}
     try:
-        result = evaluate_tasks(b.table("tasks").read(), generator, toolbox, config, b.progress)
+        result = evaluate_tasks(tasks, generator, toolbox, config, b.progress, counts, judge)
     finally:
         close = getattr(generator, "close", None)
         if close is not None:
             close()
-    metrics = eval_metrics(result)
+        if judge is not None:
+            judge.close()
+    document = metrics_document(result, config.prices)
     b.writer.write_table(EVAL_TABLE, result, schemas.EVAL)
-    b.writer.write_file(METRICS_FILE, json.dumps(metrics, indent=2, sort_keys=True))
+    b.writer.write_file(METRICS_FILE, json.dumps(document, indent=2, sort_keys=True))
+    b.writer.write_file(
+        REPORT_FILE,
+        render_eval_report(
+            title=f"Evaluation: {model.name}",
+            student=document["benchmarks"],
+            facts={"model": model.name, "samples per task": config.samples, "families": _families(document)},
+        ),
+    )
     b.writer.extra_lineage["model"] = model.name
-    b.summary["metrics"] = metrics
+    b.summary["metrics"] = document["families"]
+    b.summary["benchmarks"] = document["benchmarks"]
+    b.summary["headline"] = headline(model.name, document["benchmarks"])
+    b.summary["report"] = io.join(b.writer.uri, REPORT_FILE)
+
+
+def _families(document: dict[str, Any]) -> str:
+    return ", ".join(f for f in document["families"] if f != "all")
+
+
+def eval_report_step(
+    name: str,
+    candidate: StepInput,
+    teacher: StepInput | None = None,
+    tasks: StepInput | None = None,
+    baseline: StepInput | None = None,
+    bootstrap_samples: int = 2000,
+) -> Step:
+    """The evaluation report of ``candidate`` (eval.v1), beside the ``teacher``'s runs
+    (trajectory.v1) on the same ``tasks`` and a paired comparison with a ``baseline`` evaluation."""
+    if teacher is not None and tasks is None:
+        raise UserError("the teacher's runs need the task table they ran on (tasks)")
+    return Step(
+        name=name,
+        kind="eval-report",
+        artifact=name,
+        config={"bootstrap_samples": bootstrap_samples},
+        build=_build_eval_report,
+        inputs={"candidate": candidate, "teacher": teacher, "tasks": tasks, "baseline": baseline},
+        describe="HTML evaluation report (benchmarks, pass@k, tokens vs the teacher, baseline deltas)",
+        expects={
+            "candidate": "eval.v1",
+            "teacher": "trajectory.v1",
+            "tasks": "task.v1",
+            "baseline": "eval.v1",
+        },
+    )
+
+
+def _build_eval_report(b: Build) -> None:
+    from coa.evaluate.compare import compare
+    from coa.evaluate.metrics import benchmark_metrics
+    from coa.evaluate.teacher import teacher_eval_table, token_comparison
+
+    candidate = b.table("candidate")
+    rows = candidate.read()
+    model = str(rows.column("model")[0]) if rows.num_rows else candidate.uri
+    student = benchmark_metrics(rows)
+    teacher = comparison = None
+    if (runs := b.optional("teacher")) is not None:
+        tasks = b.table("tasks").read()
+        teacher = benchmark_metrics(teacher_eval_table(runs.read(), tasks))  # type: ignore[union-attr]
+        comparison = token_comparison(student, teacher)
+    deltas = None
+    if (base := b.optional("baseline")) is not None:
+        found = compare(rows, base.read(), samples=b.step.config["bootstrap_samples"])  # type: ignore[union-attr]
+        deltas = {k: d.as_dict() for k, d in found.items()}
+    facts = {"candidate": candidate.uri}
+    if base is not None:
+        facts["baseline"] = base.ref.uri if isinstance(base, TableInput) else str(base)
+    page = render_eval_report(
+        title=f"Evaluation report: {model}", student=student, teacher=teacher,
+        comparison=comparison or (), deltas=deltas, facts=facts,
+    )  # fmt: skip
+    b.writer.write_file(REPORT_FILE, page)
+    b.writer.write_file(
+        "comparison.json",
+        json.dumps(
+            {"student": student, "teacher": teacher, "tokens": comparison, "baseline": deltas}, indent=2
+        ),
+    )
+    b.summary["headline"] = headline(model, student, comparison or (), deltas)
+    b.summary["report"] = io.join(b.writer.uri, REPORT_FILE)
 
 
 def report_step(

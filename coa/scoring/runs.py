@@ -14,6 +14,7 @@ from typing import Any
 import pyarrow as pa
 
 from coa.scoring import ScoringError, score_answer
+from coa.scoring.code import program_and_tests
 from coa.tools.code import io_tests, run_tests_batch
 from coa.tools.sandbox import SandboxConfig
 
@@ -49,7 +50,8 @@ def fill_correct(table: pa.Table, score: AnswerScorer) -> tuple[pa.Table, list[s
 
 
 def tests_of(case: Mapping[str, Any]) -> list[Any]:
-    """The tests of a ``task.v1`` ``test_cases`` struct: stdin/stdout pairs or one functional test."""
+    """The tests of a ``task.v1`` ``test_cases`` struct: stdin/stdout pairs or one functional test
+    (bare: :func:`coa.scoring.code.program_and_tests` adds the ``fn_name`` harness)."""
     if case["kind"] == "functional":
         return [case["functional"]]
     return list(io_tests(case["stdin"], case["expected_output"]))
@@ -90,7 +92,7 @@ def score_code(
         if not answer:
             correct[i] = False
             continue
-        todo[i] = (answer, tests_of(tests[task_id]))
+        todo[i] = program_and_tests(answer, tests[task_id])
     if todo:
         # One warm sandbox per worker scores many runs, each test a fresh process and /tmp (~3 ms a
         # test against ~28 ms a sandbox start): bench/bench_sandbox.py.

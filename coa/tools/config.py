@@ -7,6 +7,8 @@ builds the :class:`~coa.tools.toolbox.FunctionToolBox` that collection, evaluati
 
 from __future__ import annotations
 
+import hashlib
+from collections.abc import Sequence
 from typing import Any, Literal
 
 from pydantic import Field
@@ -16,6 +18,7 @@ from coa.tools.code import make_code_tool
 from coa.tools.crawl import CrawlConfig, make_crawl_tool
 from coa.tools.sandbox import SandboxConfig
 from coa.tools.search import (
+    BlockingSearch,
     LocalBM25Search,
     SearchConfig,
     build_search_provider,
@@ -57,8 +60,15 @@ class ToolsConfig(StrictModel):
     )
 
 
-def build_toolbox(config: ToolsConfig, storage_root: str | None) -> FunctionToolBox:
-    """The agents' tools, with the observation store under ``storage_root`` unless record=off."""
+def build_toolbox(
+    config: ToolsConfig, storage_root: str | None, blocked_hosts: Sequence[str] = ()
+) -> FunctionToolBox:
+    """The agents' tools, with the observation store under ``storage_root`` unless record=off.
+
+    ``blocked_hosts`` (the evaluation's leak guard): search hits and crawls at these
+    ``host/path-prefix`` locations are dropped; the providers' names (the observation store's keys)
+    then carry a hash of the list, so an unguarded recording is never replayed.
+    """
     functions: dict[str, Any] = {}
     providers: dict[str, str] = {}
     local: LocalBM25Search | None = None
@@ -75,8 +85,10 @@ def build_toolbox(config: ToolsConfig, storage_root: str | None) -> FunctionTool
 
     def provider_for(search: SearchConfig) -> Any:
         if search.provider == "local_bm25" and search.index_dir is None:
-            return local_collection()
-        return build_search_provider(search)
+            provider: Any = local_collection()
+        else:
+            provider = build_search_provider(search)
+        return BlockingSearch(provider, blocked_hosts) if blocked_hosts else provider
 
     corpus = f"synthetic-encyclopedia(seed={config.encyclopedia_seed},n={config.encyclopedia_entities})"
     if "web_search" in config.enabled:
@@ -90,7 +102,9 @@ def build_toolbox(config: ToolsConfig, storage_root: str | None) -> FunctionTool
             ":" + corpus if config.wiki.provider == "local_bm25" else ""
         )
     if "crawl_page" in config.enabled:
-        functions["crawl_page"] = make_crawl_tool(config=config.crawl, local_docs=local_collection())
+        functions["crawl_page"] = make_crawl_tool(
+            config=config.crawl, local_docs=local_collection(), blocked=tuple(blocked_hosts)
+        )
         providers["crawl_page"] = f"crawl:{corpus}"
     if "code" in config.enabled:
         sandbox = SandboxConfig(
@@ -100,6 +114,11 @@ def build_toolbox(config: ToolsConfig, storage_root: str | None) -> FunctionTool
         )
         functions["code"] = make_code_tool(sandbox, config.code.max_chars)
         providers["code"] = "bwrap-sandbox"
+    if blocked_hosts:
+        guard = hashlib.sha256("\n".join(blocked_hosts).encode()).hexdigest()[:8]
+        for name in ("web_search", "wiki_search", "crawl_page"):
+            if name in providers:
+                providers[name] += f"+blocked:{guard}"
     store = None
     if config.record != "off" and storage_root is not None:
         store = ObservationStore(storage_root, mode=config.record)

@@ -26,7 +26,7 @@ import re
 import time
 import urllib.parse
 import urllib.request
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -36,6 +36,7 @@ from pydantic import Field
 from coa.config import StrictModel
 from coa.errors import CoaError
 from coa.settings import scrub
+from coa.tools.search import blocked_url
 
 log = logging.getLogger(__name__)
 
@@ -385,14 +386,22 @@ def crawl_pages(
     summarise: Summariser | None = None,
     local_docs: LocalStore | Mapping[str, Any] | None = None,
     count_tokens: TokenCounter | None = None,
+    blocked: Sequence[str] = (),
 ) -> str:
-    """The ``crawl_page`` observation for a tool argument (AFM §5.2 layout); never raises."""
+    """The ``crawl_page`` observation for a tool argument (AFM §5.2 layout); never raises.
+
+    Urls at a ``blocked`` location (:func:`coa.tools.search.blocked_url`, the evaluation's leak
+    guard) are not fetched.
+    """
     config = config or CrawlConfig()
     urls = parse_urls(argument)
     if not urls:
         return not_accessible("no url given")
     blocks = []
     for i, url in enumerate(urls, start=1):
+        if blocked_url(url, blocked):
+            blocks.append(f"Page {i} [{url}]: {not_accessible('blocked during evaluation (benchmark host)')}")
+            continue
         try:
             page = fetch_page(url, config, local_docs)
         except PageError as e:
@@ -412,8 +421,14 @@ def make_crawl_tool(
     summarise: Summariser | None = None,
     local_docs: LocalStore | Mapping[str, Any] | None = None,
     count_tokens: TokenCounter | None = None,
+    blocked: Sequence[str] = (),
 ) -> Callable[[str], str]:
     """A ``str -> str`` tool function (argument ``url1 | url2``) for a tool box."""
     return lambda argument: crawl_pages(
-        argument, config=config, summarise=summarise, local_docs=local_docs, count_tokens=count_tokens
+        argument,
+        config=config,
+        summarise=summarise,
+        local_docs=local_docs,
+        count_tokens=count_tokens,
+        blocked=blocked,
     )

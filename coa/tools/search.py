@@ -123,6 +123,42 @@ def format_wiki_results(hits: Sequence[SearchHit]) -> str:
     return "\n\n".join(parts).strip()
 
 
+def blocked_url(url: str, blocked: Sequence[str]) -> bool:
+    """Whether ``url`` is at one of the ``host/path-prefix`` locations in ``blocked`` (the leak guard).
+
+    Case-insensitive; a leading ``www.`` is ignored and a host matches its subdomains
+    (``huggingface.co/datasets`` blocks ``https://www.huggingface.co/datasets/x``).
+    """
+    if not blocked:
+        return False
+    parsed = urllib.parse.urlsplit(url.strip() if "://" in url else f"https://{url.strip()}")
+    host = (parsed.hostname or "").lower().removeprefix("www.")
+    path = parsed.path.lower().rstrip("/")
+    for entry in blocked:
+        b_host, _, b_path = entry.lower().removeprefix("www.").partition("/")
+        if not (host == b_host or host.endswith("." + b_host)):
+            continue
+        b_path = "/" + b_path.rstrip("/") if b_path else ""
+        if not b_path or path == b_path or path.startswith(b_path + "/"):
+            return True
+    return False
+
+
+class BlockingSearch:
+    """A provider whose hits at blocked locations are dropped (counted in ``blocked``)."""
+
+    def __init__(self, provider: SearchProvider, blocked: Sequence[str]) -> None:
+        self.provider = provider
+        self.hosts = tuple(blocked)
+        self.blocked = 0
+
+    def search(self, query: str, top_k: int = 10) -> list[SearchHit]:
+        hits = self.provider.search(query, top_k)
+        kept = [h for h in hits if not blocked_url(h.url, self.hosts)]
+        self.blocked += len(hits) - len(kept)
+        return kept
+
+
 def web_search(provider: SearchProvider, query: str, top_k: int = 10) -> str:
     """Run ``query`` and format the result as a ``web_search`` observation; never raises."""
     try:

@@ -30,8 +30,40 @@ def test_step_commits_an_eval_artifact_and_reuses_it(tiny_model: Path, tmp_path:
     built = run_step(step, store)
     ref, metrics = built.ref, built.summary["metrics"]
     assert ref.kind == "eval" and ref.rows("eval") == 2 and not built.reused
-    assert json.loads(io.read_file(ref, "metrics.json")) == metrics
+    document = json.loads(io.read_file(ref, "metrics.json"))
+    assert document["families"] == metrics and document["benchmarks"] == built.summary["benchmarks"]
     assert set(metrics) == {"math", "mhqa", "all"} and metrics["all"]["n"] == 2
     assert io.read_lineage(ref)["model"] == str(tiny_model)
     again = run_step(step, store)
     assert again.reused and again.ref.uri == ref.uri and again.summary["metrics"] == metrics
+
+
+def test_benchmarks_named_in_the_config_with_their_limits_and_samples(
+    tiny_model: Path,  # noqa: F811
+    tmp_path: Path,
+) -> None:
+    from coa.evaluate.config import BenchmarkSpec
+    from coa.tasksets import TasksConfig
+    from coa.tasksets import step as tasksets
+    from coa.tasksets.config import TaskSourceConfig
+    from tests.conftest import FIXTURES
+
+    store = io.Store(str(tmp_path / "store"))
+    sources = tuple(TaskSourceConfig(path=str(FIXTURES / f)) for f in ("aime24.parquet", "math500.parquet"))
+    imported = run_step(tasksets.step(TasksConfig(name="bench", sources=sources)), store).ref
+    config = EvalConfig(
+        max_turns=2, max_new_tokens=8, max_total_tokens=16, prompt_style="brief",
+        benchmarks=(BenchmarkSpec(uri=imported.uri, limit=2, samples=3),),
+    )  # fmt: skip
+    tools = ToolsConfig(enabled=("code",), record="off")
+    built = run_step(eval_step.step(config, tools, None, ModelInput(external=str(tiny_model))), store)
+    rows = io.read_table(built.ref, "eval").to_pylist()
+    per_bench: dict[str, set[str]] = {}
+    for r in rows:
+        per_bench.setdefault(r["benchmark"], set()).add(r["task_id"])
+    assert {b: len(t) for b, t in per_bench.items()} == {"aime24": 2, "math500": 2} and len(rows) == 12
+    assert (
+        built.summary["benchmarks"]["aime24"]["samples"] == 3
+        and "pass@2" in built.summary["benchmarks"]["all"]
+    )
+    assert "report.html" in built.ref.files and "pass@1" in built.summary["headline"]

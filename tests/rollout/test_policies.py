@@ -68,6 +68,28 @@ def test_endpoint_policy_reports_the_token_limit(codec: Codec) -> None:
     assert episode.finish == "generation_limit" and episode.completion_ids == long[:64]
 
 
+def test_endpoint_policy_keeps_its_connections_busy(codec: Codec, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("HTTP_PROXY", "http://proxy.invalid:3128")  # NO_PROXY covers the server
+    monkeypatch.setenv("NO_PROXY", "127.0.0.1")
+    script = TurnScript([codec.encode(ANSWER)], codec.tokenizer.convert_tokens_to_ids("</observation>"))
+    with FakeCompletionsServer(script, latency_s=0.2) as server:
+        policy = EndpointPolicy(endpoint(server.url), codec, max_connections=16)
+        wide = CONFIG.model_copy(update={"concurrency": 16})
+        episodes = rollout([spec(codec, f"Q {i}") for i in range(32)], policy, SpyToolBox(), wide)
+    assert all(e.finish == "answer" for e in episodes)
+    assert server.app.max_in_flight == 16  # every connection busy at once, none beyond the bound
+
+
+def test_env_proxy_is_read_once_with_its_credentials_apart(monkeypatch: pytest.MonkeyPatch) -> None:
+    from coa.rollout.policies.endpoint import env_proxy
+
+    monkeypatch.setenv("HTTP_PROXY", "http://user:p%40ss@proxy.local:3128")
+    monkeypatch.setenv("NO_PROXY", "vllm.internal")
+    proxy, auth = env_proxy("http://gpu-box:8000/v1/completions")
+    assert proxy == "http://proxy.local:3128" and (auth.login, auth.password) == ("user", "p@ss")
+    assert env_proxy("http://vllm.internal:8000/v1/completions") == (None, None)
+
+
 def test_unreachable_endpoint_names_the_url(codec: Codec) -> None:
     down = EndpointConfig(
         name="down", base_url="http://127.0.0.1:9/v1", model="m", max_retries=0, timeout_s=2

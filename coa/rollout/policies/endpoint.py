@@ -6,70 +6,78 @@ gives ``logprobs.token_logprobs``). Stops are sent as ``stop_token_ids`` when ev
 token of the tokenizer, else as ``stop`` strings with ``include_stop_str_in_output``; the returned
 ids are cut like any generation (:meth:`Codec.cut`), and the text is never used.
 
-Connections: ``max_connections`` in all (the engine's concurrency), opened per engine run, spread
-over several ``httpx.AsyncClient`` of :data:`CONNECTIONS_PER_CLIENT` each; a request goes to the
-client with the fewest requests in flight. One client with a large pool costs CPU in proportion to
-its size on every request (httpcore scans all its connections), which at 64 connections and more
-spends more time in the pool than in everything else.
+Transport: one ``aiohttp.ClientSession`` per engine run, its connector holding
+``max_connections`` connections (the engine's concurrency). aiohttp's pool is constant-time per
+request and its HTTP parser is C; httpx's pool scans every connection on every request, which at
+64 connections and more cost more client CPU than everything else (``bench/bench_rollout.py``).
+The environment's proxy (``HTTP(S)_PROXY`` unless ``NO_PROXY`` matches the server) is read once
+per run, its credentials sent as proxy authorisation.
 """
 
 from __future__ import annotations
 
+import json
 import os
+import urllib.parse
+import urllib.request
 from collections.abc import Sequence
 from typing import Any
 
 from coa.llm.config import EndpointConfig
 from coa.rollout.policy import STOP_TAGS, Codec, Generation, Sampling
 
-CONNECTIONS_PER_CLIENT = 8
+
+def env_proxy(url: str) -> tuple[str | None, Any]:
+    """The proxy the environment names for ``url`` without its user info, and that user info as
+    ``aiohttp.BasicAuth`` (None, None when the server is reached directly)."""
+    import aiohttp
+
+    parts = urllib.parse.urlsplit(url)
+    if parts.hostname and urllib.request.proxy_bypass(parts.hostname):
+        return None, None
+    proxy = urllib.request.getproxies().get(parts.scheme)
+    if not proxy:
+        return None, None
+    p = urllib.parse.urlsplit(proxy)
+    if not p.username:
+        return proxy, None
+    auth = aiohttp.BasicAuth(urllib.parse.unquote(p.username), urllib.parse.unquote(p.password or ""))
+    host = p.hostname or ""
+    netloc = f"{host}:{p.port}" if p.port else host
+    return urllib.parse.urlunsplit((p.scheme, netloc, p.path, p.query, p.fragment)), auth
 
 
 class EndpointPolicy:
     """Token-level completions from a vLLM-style server."""
 
-    def __init__(
-        self,
-        endpoint: EndpointConfig,
-        codec: Codec,
-        *,
-        max_connections: int | None = None,
-        connections_per_client: int = CONNECTIONS_PER_CLIENT,
-    ) -> None:
+    def __init__(self, endpoint: EndpointConfig, codec: Codec, *, max_connections: int | None = None) -> None:
         self.endpoint = endpoint
         self.codec = codec
         self.name = endpoint.model
         self.url = f"{endpoint.resolved_base_url()}/completions"
         self.max_connections = max_connections or endpoint.max_concurrency
-        self.connections_per_client = connections_per_client
-        self._clients: list[Any] = []
-        self._in_flight: list[int] = []
-        self._tls: Any = None
+        self._session: Any = None
+        self._proxy: str | None = None
+        self._proxy_auth: Any = None
 
     async def start(self) -> None:
-        import httpx
+        import aiohttp
 
-        headers = {}
+        headers = {"Content-Type": "application/json"}
         key = os.environ.get(self.endpoint.api_key_env) if self.endpoint.api_key_env else None
         if key:
             headers["Authorization"] = f"Bearer {key}"
-        per = self.connections_per_client
-        limits = httpx.Limits(max_connections=per, max_keepalive_connections=per)
-        n = -(-self.max_connections // per)
-        if self._tls is None:  # building one costs ~10 ms of CPU: once, shared by every client
-            self._tls = httpx.create_ssl_context()
-        self._clients = [
-            httpx.AsyncClient(
-                headers=headers, timeout=self.endpoint.timeout_s, limits=limits, verify=self._tls
-            )
-            for _ in range(n)
-        ]
-        self._in_flight = [0] * n
+        self._proxy, self._proxy_auth = env_proxy(self.url)
+        self._session = aiohttp.ClientSession(
+            connector=aiohttp.TCPConnector(limit=self.max_connections, limit_per_host=0),
+            headers=headers,
+            timeout=aiohttp.ClientTimeout(total=self.endpoint.timeout_s),
+        )
 
     async def stop(self) -> None:
-        for client in self._clients:
-            await client.aclose()
-        self._clients, self._in_flight = [], []
+        if self._session is not None:
+            await self._session.close()
+        self._session = None
 
     def body(self, prompt_ids: Sequence[int], max_new_tokens: int, sampling: Sampling) -> dict[str, Any]:
         """The request body for one generation."""
@@ -94,24 +102,22 @@ class EndpointPolicy:
     async def generate(
         self, prompt_ids: Sequence[int], max_new_tokens: int, sampling: Sampling
     ) -> Generation:
-        import httpx
+        import aiohttp
 
-        if not self._clients:
+        if self._session is None:
             raise RuntimeError("EndpointPolicy.generate before start(): run it through the rollout engine")
-        k = self._in_flight.index(min(self._in_flight))
-        self._in_flight[k] += 1
+        data = json.dumps(self.body(prompt_ids, max_new_tokens, sampling)).encode()
         try:
-            body = self.body(prompt_ids, max_new_tokens, sampling)
-            response = await self._clients[k].post(self.url, json=body)
-        except httpx.HTTPError as e:
+            async with self._session.post(
+                self.url, data=data, proxy=self._proxy, proxy_auth=self._proxy_auth
+            ) as response:
+                status, raw = response.status, await response.read()
+        except (TimeoutError, aiohttp.ClientError) as e:
             raise RuntimeError(f"completion endpoint {self.url} unreachable: {type(e).__name__}: {e}") from e
-        finally:
-            self._in_flight[k] -= 1
-        if response.status_code != 200:
-            raise RuntimeError(
-                f"completion endpoint {self.url} answered {response.status_code}: {response.text[:300]}"
-            )
-        choice = response.json()["choices"][0]
+        if status != 200:
+            text = raw[:300].decode("utf-8", "replace")
+            raise RuntimeError(f"completion endpoint {self.url} answered {status}: {text}")
+        choice = json.loads(raw)["choices"][0]
         ids = choice.get("token_ids")
         if ids is None:
             raise RuntimeError(f"completion endpoint {self.url} returned no token_ids (needs vLLM >= 0.10)")
