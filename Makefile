@@ -9,7 +9,7 @@ STAMP  := $(VENV)/.installed
 export PREFECT_SERVER_ANALYTICS_ENABLED ?= false
 export PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS ?= 90
 
-.PHONY: demo test test-fast golden lint typecheck bench sysdeps venv clean
+.PHONY: demo test test-fast golden lint typecheck bench sysdeps uideps venv clean
 
 venv: $(STAMP)
 
@@ -27,10 +27,17 @@ sysdeps:
 	  if [ "$$(id -u)" = 0 ]; then apt-get update -qq && apt-get install -y -qq bubblewrap >/dev/null; \
 	  else echo "note: bubblewrap (bwrap) is missing; sandbox tests need it: sudo apt-get install bubblewrap"; fi; }
 
+# Headless Chromium for the Prefect UI check of the slow tier (skipped with the reason without it).
+uideps:
+	@command -v chromium >/dev/null 2>&1 || { \
+	  if [ "$$(id -u)" = 0 ]; then (apt-get update -qq && apt-get install -y -qq chromium >/dev/null) \
+	    || echo "note: could not install chromium; the Prefect UI check will be skipped"; \
+	  else echo "note: chromium is missing; the Prefect UI check needs it: sudo apt-get install chromium"; fi; }
+
 demo: $(STAMP) sysdeps
 	$(BIN)/coa run --config configs/demo.yaml
 
-test: $(STAMP) sysdeps
+test: $(STAMP) sysdeps uideps
 	$(BIN)/python -m pytest -q
 
 # Development: skip the slow end-to-end tier (Prefect server + worker, CLI subprocess runs).

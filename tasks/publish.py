@@ -96,12 +96,18 @@ def _sft(step: Step, result: StepResult) -> None:
     )
 
 
+def _model_of(result: StepResult) -> str:
+    """The model an evaluation ran, as its lineage records it (an artifact URI or a folder/hub id)."""
+    model = io.read_lineage(result.ref).get("inputs", {}).get("model") or {}
+    return str(model.get("model") or model.get("uri") or "the model")
+
+
 def _evaluate(step: Step, result: StepResult) -> None:
     metrics: Mapping[str, Mapping[str, Any]] = result.summary.get("metrics", {})
     create_table_artifact(
         key=artifact_key(step.name, "metrics"),
         table=[{"family": f, **{k: show(v) for k, v in m.items()}} for f, m in metrics.items()],
-        description=f"Evaluation `{step.name}` of {step.inputs.get('model')}: {result.ref.uri}",
+        description=f"Evaluation `{step.name}` of {_model_of(result)}: {result.ref.uri}",
     )
     benchmarks: Mapping[str, Mapping[str, Any]] = result.summary.get("benchmarks", {})
     if benchmarks:

@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import json
 import os
+import re
+import shutil
 import signal
 import socket
 import subprocess
@@ -67,8 +69,11 @@ def prefect_env(tmp_path: Path, storage_root: Path) -> Iterator[dict[str, str]]:
         COA_STORAGE_ROOT=str(storage_root),
         PATH=f"{BIN}:{os.environ.get('PATH', '')}",
     )
+    # The UI is served too (the headless-browser check below); on a non-default port it must be told
+    # where its API is (the README's recipe).
+    env["PREFECT_UI_API_URL"] = f"http://127.0.0.1:{port}/api"
     server = _start(
-        [str(BIN / "prefect"), "server", "start", "--host", "127.0.0.1", "--port", str(port), "--no-ui"],
+        [str(BIN / "prefect"), "server", "start", "--host", "127.0.0.1", "--port", str(port)],
         env,
         tmp_path / "server.log",
     )
@@ -158,6 +163,50 @@ def test_deploy_run_and_collect_artifacts(
     # the storage artifact the run produced is committed and readable through its contract
     assert io.read_table(collect_row["artifact"]).num_rows == 10
     assert collect_row["artifact"].startswith(str(storage_root))
+    _check_ui(env, tmp_path, demo[0]["id"], sorted(by_key))
+
+
+def _page_text(url: str, screenshot: Path | None = None) -> str:
+    """The visible text of a page after its scripts ran (headless Chromium), and a screenshot."""
+    chromium = shutil.which("chromium") or shutil.which("chromium-browser")
+    assert chromium is not None
+    flags = [chromium, "--headless=new", "--no-sandbox", "--disable-gpu", "--virtual-time-budget=20000"]
+    if screenshot is not None:
+        subprocess.run([*flags, "--window-size=1400,1000", f"--screenshot={screenshot}", url],
+                       capture_output=True, timeout=90)  # fmt: skip
+    dom = subprocess.run([*flags, "--dump-dom", url], capture_output=True, text=True, timeout=90).stdout
+    dom = re.sub(r"<(script|style)[^>]*>.*?</\1>", "", dom, flags=re.S)
+    return " ".join(re.sub(r"<[^>]+>", " ", dom).split())
+
+
+def _check_ui(env: dict[str, str], tmp_path: Path, flow_run_id: str, keys: list[str]) -> None:
+    """What a user sees in the Prefect UI: the deployments with their schedule, the flow run, and
+    the run's artifacts, rendered by the real UI in headless Chromium."""
+    if shutil.which("chromium") is None and shutil.which("chromium-browser") is None:
+        pytest.skip(
+            "the UI check needs headless Chromium: apt-get install chromium (make test does, as root)"
+        )
+    ui = env["PREFECT_API_URL"].removesuffix("/api")
+    shots = Path(os.environ.get("COA_UI_SCREENSHOTS", tmp_path))
+    shots.mkdir(parents=True, exist_ok=True)
+    deployments = _page_text(f"{ui}/deployments", shots / "deployments.png")
+    assert "demo" in deployments and "nightly" in deployments and "run-one-step" in deployments
+    nightly = _page_text(f"{ui}/deployments/deployment/{_deployment_id(env, 'nightly', 'nightly')}")
+    assert "0 3 * * *" in nightly or "03:00" in nightly or "3:00 AM" in nightly, nightly[:1500]
+    run = _page_text(f"{ui}/runs/flow-run/{flow_run_id}", shots / "flow-run.png")
+    assert "Completed" in run and "pipeline" in run
+    artifacts = _page_text(f"{ui}/artifacts", shots / "artifacts.png")
+    for key in ("pipeline-summary", "pipeline-row-counts", "collect-summary", "curate-headline",
+                "pipeline-lineage", "evaluate-before-metrics", "report-comparison"):  # fmt: skip
+        assert key in keys, key
+        assert key in artifacts, (key, artifacts[:2000])
+    summary = _page_text(f"{ui}/artifacts/key/pipeline-summary", shots / "pipeline-summary.png")
+    assert "Pipeline summary" in summary
+
+
+def _deployment_id(env: dict[str, str], flow: str, name: str) -> str:
+    api = env["PREFECT_API_URL"]
+    return str(httpx.get(f"{api}/deployments/name/{flow}/{name}", timeout=10).json()["id"])
 
 
 def test_sft_step_runs_on_the_gpu_pool_worker(
