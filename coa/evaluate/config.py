@@ -81,6 +81,18 @@ class EvalConfig(StrictModel):
     endpoint: EndpointConfig | None = Field(
         default=None, description="The completions server for backend=endpoint (its `model` is sent)."
     )
+    duplicate_calls: Literal["run", "refuse"] = Field(
+        default="refuse",
+        description="A search/crawl call repeating an earlier one of the episode: refused with a canned "
+        "observation (AFM's guard) or run again.",
+    )
+    max_context_tokens: int | None = Field(
+        default=None,
+        ge=64,
+        description="AFM's context management: cut what the model sees to this many tokens, keeping the "
+        "prompt, the plan and reflection pieces and the most recent pieces (32768 in AFM's web-agent "
+        "evaluation); None = never cut.",
+    )
     max_turns: int = Field(default=8, ge=1, description="Model generations per task (one per tool call + 1).")
     max_new_tokens: int = Field(default=256, ge=1, description="Tokens one generation may produce.")
     max_total_tokens: int = Field(

@@ -35,6 +35,8 @@ def rollout_config(config: EvalConfig) -> RolloutConfig:
         concurrency=config.concurrency,
         temperature=config.temperature if sampled else 0.0,
         top_p=config.top_p if sampled else 1.0,
+        duplicate_calls=config.duplicate_calls,
+        max_context_tokens=config.max_context_tokens,
     )
 
 

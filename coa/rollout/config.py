@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Literal
+
 from pydantic import Field
 
 from coa.config import StrictModel
@@ -32,6 +34,20 @@ class RolloutConfig(StrictModel):
         default=False,
         description="Append the end-of-turn id (environment, mask 0) after a final answer, so a trainer "
         "that treats a completion not ending in EOS as truncated (TRL) counts it as finished.",
+    )
+
+    duplicate_calls: Literal["run", "refuse"] = Field(
+        default="refuse",
+        description="A search or crawl call identical to an earlier one in the same episode: refuse "
+        "(AFM's guard: not run, a canned observation says it was done before) or run it again. Code "
+        "calls always run.",
+    )
+    max_context_tokens: int | None = Field(
+        default=None,
+        ge=64,
+        description="AFM's context management: when prompt + completion + the next generation would pass "
+        "this many tokens, the policy sees the prompt, every piece holding a <plan> or <reflection>, and "
+        "the most recent pieces that fit (the episode's record keeps everything). None = never cut.",
     )
 
     def sampling(self) -> Sampling:

@@ -17,6 +17,13 @@ barrier: an episode waiting on a slow tool holds up nobody (a policy that batche
 
 After ``max_turns`` generations without an end the episode stops at the turn limit. These are the
 semantics of the earlier lockstep evaluation loop, token for token.
+
+AFM-comparable options (:class:`~coa.rollout.config.RolloutConfig`): ``duplicate_calls: refuse``
+(default) does not run a search or crawl call identical to an earlier one of the episode and
+answers with a canned observation, as AFM's rollouts do; ``max_context_tokens`` cuts what the policy
+sees, keeping the prompt, the pieces that hold a plan or a reflection and the most recent pieces that
+fit, as AFM's web-agent evaluation keeps its plan and reflection blocks (it cuts at block level; the
+engine at the level of its pieces: one generation, one observation).
 """
 
 from __future__ import annotations
@@ -59,13 +66,46 @@ async def run_episode(spec: EpisodeSpec, policy: Policy, toolbox: Any, config: R
         if budget is None:
             break
         start = time.perf_counter()
-        generation = await policy.generate(episode.prompt_ids + episode.completion_ids, budget, sampling)
+        generation = await policy.generate(context(episode, codec, config, budget), budget, sampling)
         episode.generation_s += time.perf_counter() - start
         call = advance(episode, generation, codec, config)
         if call is None:
             break
-        await call_tool(episode, toolbox, codec, *call)
+        await call_tool(episode, toolbox, codec, *call, config)
     return close(episode, codec, config)
+
+
+def context(episode: Episode, codec: Codec, config: RolloutConfig, budget: int) -> list[int]:
+    """The ids the policy continues from: prompt + completion, cut to ``max_context_tokens`` if set.
+
+    The cut keeps the prompt, every piece holding a ``<plan>`` or ``<reflection>``, then the most
+    recent other pieces that fit; the episode's own record is never cut.
+    """
+    full = episode.prompt_ids + episode.completion_ids
+    limit = config.max_context_tokens
+    if limit is None or len(full) + budget <= limit:
+        return full
+    room = limit - budget - len(episode.prompt_ids)
+    pieces = [episode.completion_ids[a:b] for a, b in episode.pieces]
+    keep = [any(tag in codec.decode(ids) for tag in _KEPT_TAGS) for ids in pieces]
+    room -= sum(len(ids) for ids, kept in zip(pieces, keep, strict=True) if kept)
+    for i in range(len(pieces) - 1, -1, -1):
+        if not keep[i] and len(pieces[i]) <= room:
+            keep[i], room = True, room - len(pieces[i])
+        elif not keep[i]:
+            break  # the most recent ones only: no gaps filled with older pieces
+    episode.context_cuts += 1
+    return episode.prompt_ids + [t for ids, kept in zip(pieces, keep, strict=True) if kept for t in ids]
+
+
+_KEPT_TAGS = ("<plan>", "<reflection>")
+GUARDED_TOOLS = frozenset({"web_search", "wiki_search", "crawl_page"})
+DUPLICATE_OBSERVATION = {
+    "crawl_page": "I have crawled this URL before; its content is above. Use it, or crawl another page.",
+}
+DUPLICATE_SEARCH = (
+    "I have performed a search with the same query before; its results are above. Search differently."
+)
 
 
 def next_budget(episode: Episode, config: RolloutConfig) -> int | None:
@@ -125,8 +165,26 @@ def _tool_call(text: str, stop: str | None) -> tuple[str, str] | str:
     return last.tag, last.content
 
 
-async def call_tool(episode: Episode, toolbox: Any, codec: Codec, tool: str, argument: str) -> None:
-    """Run the tool and append its observation, rendered canonically and encoded on its own."""
+async def call_tool(
+    episode: Episode,
+    toolbox: Any,
+    codec: Codec,
+    tool: str,
+    argument: str,
+    config: RolloutConfig | None = None,
+) -> None:
+    """Run the tool and append its observation, rendered canonically and encoded on its own.
+
+    A search or crawl repeating an earlier call of the episode is refused with a canned observation
+    when ``config.duplicate_calls`` is ``refuse`` (AFM's guard); it is not run and not counted.
+    """
+    if config is not None and config.duplicate_calls == "refuse" and tool in GUARDED_TOOLS:
+        asked = " ".join(argument.split())
+        if any(c.tool == tool and " ".join(c.argument.split()) == asked for c in episode.tool_calls):
+            episode.duplicate_calls += 1
+            text = DUPLICATE_OBSERVATION.get(tool, DUPLICATE_SEARCH)
+            episode.add_environment(codec.encode(render_segment(Segment("observation", text))))
+            return
     start = time.perf_counter()
     result = await toolbox.call(tool, argument)
     seconds = time.perf_counter() - start

@@ -36,9 +36,15 @@ class Episode:
     completion_ids: list[int] = dataclasses.field(default_factory=list)
     logprobs: list[float | None] = dataclasses.field(default_factory=list)
     mask: list[int] = dataclasses.field(default_factory=list)
+    pieces: list[tuple[int, int]] = dataclasses.field(default_factory=list)
+    """``[start, end)`` of each generation and each environment piece in ``completion_ids``."""
     text: str = ""
     turns: int = 0
     tool_calls: list[ToolCall] = dataclasses.field(default_factory=list)
+    duplicate_calls: int = 0
+    """Search/crawl calls refused as repeats of an earlier call (``duplicate_calls: refuse``)."""
+    context_cuts: int = 0
+    """Generations that saw a cut context (``max_context_tokens``)."""
     finish: EpisodeFinish | None = None
     error: str | None = None
     format_error: str | None = None
@@ -59,11 +65,13 @@ class Episode:
     def add_sampled(self, ids: Sequence[int], logprobs: Sequence[float]) -> None:
         if len(ids) != len(logprobs):
             raise ValueError(f"{len(ids)} sampled ids but {len(logprobs)} logprobs")
+        self.pieces.append((len(self.completion_ids), len(self.completion_ids) + len(ids)))
         self.completion_ids.extend(ids)
         self.logprobs.extend(logprobs)
         self.mask.extend([1] * len(ids))
 
     def add_environment(self, ids: Sequence[int]) -> None:
+        self.pieces.append((len(self.completion_ids), len(self.completion_ids) + len(ids)))
         self.completion_ids.extend(ids)
         self.logprobs.extend([None] * len(ids))
         self.mask.extend([0] * len(ids))

@@ -175,3 +175,48 @@ def test_a_tokenizer_without_tag_tokens_stops_on_the_tag_text() -> None:
     body = EndpointPolicy(endpoint, codec).body([1, 2], 16, Sampling())
     assert body["include_stop_str_in_output"] is True and "</answer>" in body["stop"]
     assert "stop_token_ids" not in body
+
+
+def search_turn(query: str) -> str:
+    return blocks(("think", "Look it up."), ("web_search", query))
+
+
+def test_a_repeated_search_is_refused_with_a_canned_observation(codec: Codec) -> None:
+    from coa.rollout.engine import DUPLICATE_SEARCH
+
+    replies = [search_turn("Who founded Zorvak?"), search_turn("Who  founded Zorvak?"), ANSWER]
+    box = SpyToolBox({"Zorvak": "Mira Tolen founded Zorvak."})
+    config = CONFIG.model_copy(update={"max_turns": 4})
+    (refused,) = rollout([spec(codec, "Q")], ScriptedPolicy(codec, {"Q": replies}), box, config)
+    assert box.calls == [("web_search", "Who founded Zorvak?")]  # the repeat never reached the tool
+    assert refused.duplicate_calls == 1 and len(refused.tool_calls) == 1 and refused.finish == "answer"
+    assert render_segment(Segment("observation", DUPLICATE_SEARCH)) in refused.text
+    again = SpyToolBox({"Zorvak": "Mira Tolen founded Zorvak."})
+    run = config.model_copy(update={"duplicate_calls": "run"})
+    (ran,) = rollout([spec(codec, "Q")], ScriptedPolicy(codec, {"Q": replies}), again, run)
+    assert len(again.calls) == 2 and ran.duplicate_calls == 0
+
+
+def test_the_context_cut_keeps_the_prompt_plan_reflection_and_the_latest_pieces(codec: Codec) -> None:
+    from coa.rollout.engine import context
+    from coa.rollout.episode import Episode
+
+    episode = Episode("t", 0, codec.encode(CHATML.format("Solve it.", "Q")))
+    pieces = [
+        blocks(("plan", "1. Search. 2. Answer.")),
+        blocks(("think", "old thought " * 20)),
+        blocks(("reflection", "The search found nothing.")),
+        blocks(("think", "middle " * 20)),
+        blocks(("think", "latest")),
+    ]
+    for text in pieces:
+        ids = codec.encode(text)
+        episode.add_sampled(ids, [-0.1] * len(ids))
+    full = episode.prompt_ids + episode.completion_ids
+    assert context(episode, codec, CONFIG, 16) == full  # no limit: everything
+    sizes = [len(codec.encode(p)) for p in pieces]
+    limit = len(episode.prompt_ids) + sizes[0] + sizes[2] + sizes[4] + 16 + 1
+    cut = context(episode, codec, CONFIG.model_copy(update={"max_context_tokens": limit}), 16)
+    assert codec.decode(cut) == codec.decode(episode.prompt_ids) + pieces[0] + pieces[2] + pieces[4]
+    assert len(cut) + 16 <= limit and episode.context_cuts == 1
+    assert episode.completion_ids == full[len(episode.prompt_ids) :]  # the record itself is never cut
