@@ -20,7 +20,7 @@ from prefect.states import Failed
 from coa.errors import CoaError, describe
 from coa.lineage import to_markdown, trace
 from coa.pipeline_config import PipelineConfig, load_pipeline_config, not_planned, plan
-from coa.steps import Step, StepResult, select
+from coa.steps import Step, StepResult, Upstream, select
 from tasks.dispatch import run_on_pool
 from tasks.steps import run_step_task
 
@@ -45,13 +45,20 @@ def pipeline(
                 publish_summary(cfg, steps, done, failed=(step.name, describe(e)))
                 return Failed(message=f"{step.name}: {describe(e)}")
             continue
-        state = run_step_task(step, done, run_it, return_state=True)
+        # only what the step reads, so Prefect's run graph shows the plan's real edges
+        state = run_step_task(step, upstream_of(step, done), run_it, return_state=True)
         if state.is_failed():
             publish_summary(cfg, steps, done, failed=(step.name, state.message or "failed"))
             return Failed(message=f"{step.name}: {state.message}")
         done[step.name] = state.result()
     publish_lineage(done)
     return publish_summary(cfg, steps, done)
+
+
+def upstream_of(step: Step, done: dict[str, StepResult]) -> dict[str, StepResult]:
+    """The results of the steps ``step`` reads (its :class:`~coa.steps.Upstream` inputs)."""
+    names = {value.step for value in step.inputs.values() if isinstance(value, Upstream)}
+    return {name: result for name, result in done.items() if name in names}
 
 
 def publish_lineage(done: dict[str, StepResult]) -> None:
