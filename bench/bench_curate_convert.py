@@ -135,7 +135,8 @@ def _tail(key: str) -> str:
 
 
 def _teacher_runs(tasks: pa.Table, samples: int, concurrency: int = 8) -> list[dict[str, Any]]:
-    from coa.teacher import CollectConfig, open_teacher
+    from coa.collect.config import CollectConfig
+    from coa.collect.teacher import open_teacher
 
     async def run() -> list[dict[str, Any]]:
         config = CollectConfig(backend="offline", tools={"record": "off"})  # type: ignore[arg-type]
@@ -328,36 +329,42 @@ def phase_scan(path: str, repeat: int = 3) -> dict[str, Any]:
 
 
 def _warm_curate() -> None:
-    import coa.curate.runner  # noqa: F401
     import datasketch  # noqa: F401
     import great_expectations  # noqa: F401
     import polars  # noqa: F401
 
     import coa.curate.expectations  # noqa: F401
+    import coa.curate.step  # noqa: F401
     import coa.scoring  # noqa: F401
 
 
 def phase_curate(root: str, raw: Any, tasks: Any, bench_uri: str, profile: bool) -> dict[str, Any]:
-    from coa.curate.stage import CurateGateError
-
     from coa import io
-    from coa.curate import runner
+    from coa.curate import step as curate_step
     from coa.curate.config import CurateConfig, DecontamConfig, DedupConfig, FilterConfig, GateConfig
+    from coa.steps import StepCheckFailed, TableInput, run_step
 
     _warm_curate()
     rss0 = _status_mb("VmRSS")
     code = {"runs": 0, "seconds": 0.0}
-    original = runner._score_code
+    original_score = curate_step.score_code
+    original_curate = curate_step.curate
+    results: list[Any] = []
 
-    def timed_score_code(batch: pa.Table, tests: Any, sandbox: Any) -> pa.Table:
+    def timed_score_code(batch: pa.Table, tests: Any, *args: Any) -> pa.Table:
         n = sum(1 for f in batch.column("family").to_pylist() if f == "code")
         t = time.perf_counter()
-        out = original(batch, tests, sandbox)
+        out = original_score(batch, tests, *args)
         code["seconds"] += time.perf_counter() - t
         code["runs"] += n
         return out
 
-    runner._score_code = timed_score_code  # type: ignore[assignment]
+    def kept_curate(*args: Any, **kwargs: Any) -> Any:
+        results.append(original_curate(*args, **kwargs))
+        return results[-1]
+
+    curate_step.score_code = timed_score_code  # type: ignore[assignment]
+    curate_step.curate = kept_curate  # type: ignore[assignment]
     # configs/demo.yaml's curate section (the settings for the synthetic families) + decontamination
     config = CurateConfig(
         name="bench-curated",
@@ -368,20 +375,19 @@ def phase_curate(root: str, raw: Any, tasks: Any, bench_uri: str, profile: bool)
     )
     store = io.Store(root)
     gate_failed: list[str] = []
+    step = curate_step.step(config, TableInput(raw, "trajectories"), TableInput(tasks, "train"))
     t0 = time.perf_counter()
 
-    def run() -> tuple[Any, Any]:
+    def run() -> Any:
         try:
-            return runner.run_curate_stage(config, raw, tasks, "train", store)
-        except CurateGateError as e:  # committed anyway; measure on
-            gate_failed.extend(f"{c['suite']}.{c['check']}" for c in e.result.failed_expectations)
-            writer = store.writer(
-                "curated", config.name, config.model_dump(mode="json"), upstream=[raw, tasks]
-            )
-            return writer.existing(), e.result
+            return run_step(step, store).ref
+        except StepCheckFailed as e:  # committed anyway; measure on
+            gate_failed.append(e.message)
+            return io.open_artifact(e.uri)
 
-    (ref, result), prof = _profiled(profile, run)
+    ref, prof = _profiled(profile, run)
     seconds = time.perf_counter() - t0
+    result = results[-1]
     return {
         "seconds": seconds,
         "ref": ref,
@@ -399,25 +405,26 @@ def phase_curate(root: str, raw: Any, tasks: Any, bench_uri: str, profile: bool)
 
 
 def phase_convert(root: str, curated: Any, tasks: Any, profile: bool) -> dict[str, Any]:
-    import coa.curate.runner  # noqa: F401  (the stage imports it, with great_expectations, for a name)
-    from coa.convert.stage import ConvertConfig, run_convert_stage, token_counter
-
+    import coa.curate.step  # noqa: F401  (the convert step imports it for a name)
     from coa import io
+    from coa.convert import step as convert_step
+    from coa.convert.config import ConvertConfig
+    from coa.convert.core import token_counter
+    from coa.steps import TableInput, run_step
 
     config = ConvertConfig(name="bench-coa")
     token_counter(config.tokenizer)("warm up")  # tokenizer load is not part of the throughput
     rss0 = _status_mb("VmRSS")
     store = io.Store(root)
+    step = convert_step.step(config, TableInput(curated, "trajectories"), TableInput(tasks, "train"))
     t0 = time.perf_counter()
-    (ref, counts), prof = _profiled(
-        profile, lambda: run_convert_stage(config, curated, tasks, "train", store)
-    )
+    result, prof = _profiled(profile, lambda: run_step(step, store))
     seconds = time.perf_counter() - t0
-    sft = io.read_table(ref, "sft", columns=["n_tokens"])
+    sft = io.read_table(result.ref, "sft", columns=["n_tokens"])
     return {
         "seconds": seconds,
         "rows_in": curated.rows("trajectories"),
-        "counts": counts,
+        "counts": dict(result.summary),
         "sft_tokens": int(pc.sum(sft.column("n_tokens")).as_py() or 0),
         "rss_start_mb": rss0,
         "profile": prof,
