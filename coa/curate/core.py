@@ -26,12 +26,13 @@ from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import polars as pl
 import pyarrow as pa
 
 from coa.curate.config import CurateConfig
 from coa.curate.decontam import BenchmarkIndex
-from coa.curate.dedup import Deduplicator, content_hash
+from coa.curate.dedup import Deduplicator, content_hashes
 from coa.curate.expectations import Gate, steps_for_gate
 from coa.curate.filters import CoaCheck, Rejection, Score, check_coa, vector_checks
 from coa.curate.frames import step_frame
@@ -143,14 +144,10 @@ class _Curator:
         table, score_errors = fill_correct(table, self.score)
         verdicts = vector_checks(table, cfg.filters, score_errors)
         alive = [i for i, v in enumerate(verdicts) if v is None]
-        need_rows = cfg.filters.require_valid_coa or cfg.dedup.exact
-        rows: dict[int, dict[str, Any]] = {}
-        if alive and need_rows:
-            pylist = table.take(pa.array(alive, pa.int64())).to_pylist()
-            rows = dict(zip(alive, pylist, strict=True))
         if alive and cfg.filters.require_valid_coa:
             assert self.coa_check is not None
-            for i, v in zip(alive, check_coa([rows[i] for i in alive], self.coa_check), strict=True):
+            pylist = table.take(pa.array(alive, pa.int64())).to_pylist()
+            for i, v in zip(alive, check_coa(pylist, self.coa_check), strict=True):
                 verdicts[i] = v
             alive = [i for i in alive if verdicts[i] is None]
         questions = normalize_many(table.column("question").to_pylist())
@@ -159,10 +156,13 @@ class _Curator:
             for i, v in zip(alive, self.index.check(sub, [questions[i] for i in alive]), strict=True):
                 verdicts[i] = v
             alive = [i for i in alive if verdicts[i] is None]
-        task_ids = table.column("task_id").to_pylist()
-        for i in alive:
-            h = content_hash(rows[i]) if i in rows else 0
-            verdicts[i] = self.dedup.check(str(task_ids[i]), questions[i], h)
+        if alive:
+            sub = table.take(pa.array(alive, pa.int64()))
+            hashes = content_hashes(sub) if cfg.dedup.exact else np.zeros(len(alive), np.uint64)
+            task_ids = [str(t) for t in sub.column("task_id").to_pylist()]
+            found = self.dedup.check_many(task_ids, [questions[i] for i in alive], hashes)
+            for i, v in zip(alive, found, strict=True):
+                verdicts[i] = v
         return table, verdicts
 
 
