@@ -169,9 +169,10 @@ def phase_generate(root: str, opt: Options) -> dict[str, Any]:
     templates_tasks = synth["train"]
     runs = _teacher_runs(templates_tasks, opt.samples)
     teacher_s = time.perf_counter() - t0
-    from coa.curate.dedup import content_hash
+    from coa.curate.dedup import content_hashes
 
-    seen = {(r["task_id"], content_hash(r)) for r in runs}
+    hashes = content_hashes(schemas.TRAJECTORY.from_rows(runs)).tolist()
+    seen = {(r["task_id"], h) for r, h in zip(runs, hashes, strict=True)}
     same_samples = len(runs) - len(seen)  # samples identical to an earlier sample of their task
 
     store = io.Store(root)
@@ -329,7 +330,6 @@ def phase_scan(path: str, repeat: int = 3) -> dict[str, Any]:
 
 
 def _warm_curate() -> None:
-    import datasketch  # noqa: F401
     import great_expectations  # noqa: F401
     import polars  # noqa: F401
 
@@ -407,13 +407,27 @@ def phase_curate(root: str, raw: Any, tasks: Any, bench_uri: str, profile: bool)
 def phase_convert(root: str, curated: Any, tasks: Any, profile: bool) -> dict[str, Any]:
     import coa.curate.step  # noqa: F401  (the convert step imports it for a name)
     from coa import io
+    from coa.convert import core as convert_core
     from coa.convert import step as convert_step
     from coa.convert.config import ConvertConfig
-    from coa.convert.core import token_counter
+    from coa.convert.core import batch_token_counter, token_counter
     from coa.steps import TableInput, run_step
 
     config = ConvertConfig(name="bench-coa")
     token_counter(config.tokenizer)("warm up")  # tokenizer load is not part of the throughput
+    batch_token_counter(config.tokenizer)(["warm up"])
+    texts: list[str] = []
+    tok = {"seconds": 0.0}
+    original = convert_core.count_tokens
+
+    def timed_count(batch: Any, kind: str) -> list[int]:
+        t = time.perf_counter()
+        out = original(batch, kind)
+        tok["seconds"] += time.perf_counter() - t
+        texts.extend(batch)
+        return out
+
+    convert_core.count_tokens = timed_count  # type: ignore[assignment]
     rss0 = _status_mb("VmRSS")
     store = io.Store(root)
     step = convert_step.step(config, TableInput(curated, "trajectories"), TableInput(tasks, "train"))
@@ -421,6 +435,15 @@ def phase_convert(root: str, curated: Any, tasks: Any, profile: bool) -> dict[st
     result, prof = _profiled(profile, lambda: run_step(step, store))
     seconds = time.perf_counter() - t0
     sft = io.read_table(result.ref, "sft", columns=["n_tokens"])
+    # baseline: the bare fast tokenizer (tiktoken's batch encode) on the very same texts, in the
+    # same batches convert used (every text, repeats included)
+    encoding = convert_core._qwen()._tokenizer
+    bare = []
+    for _ in range(2):
+        t = time.perf_counter()
+        for lo in range(0, len(texts), 3000):
+            encoding.encode_batch(texts[lo : lo + 3000], allowed_special="all")
+        bare.append(time.perf_counter() - t)
     return {
         "seconds": seconds,
         "rows_in": curated.rows("trajectories"),
@@ -428,6 +451,9 @@ def phase_convert(root: str, curated: Any, tasks: Any, profile: bool) -> dict[st
         "sft_tokens": int(pc.sum(sft.column("n_tokens")).as_py() or 0),
         "rss_start_mb": rss0,
         "profile": prof,
+        "tok_s": tok["seconds"],
+        "tok_texts": len(texts),
+        "bare_tok_s": min(bare),
     }
 
 
@@ -529,6 +555,11 @@ def main(argv: list[str] | None = None) -> None:
             f"({scan_rate / (cur['rows_in'] / no_code_s):.1f}x scan/row)"
         )
     print(f"convert: {con['counts']}; {con['sft_tokens']} SFT tokens (qwen2.5)")
+    print(
+        f"convert tokenization: {con['tok_texts']} texts in {con['tok_s']:.2f}s; bare tiktoken "
+        f"encode_batch of the same texts {con['bare_tok_s']:.2f}s; ratio (bare time / convert time) "
+        f"{con['bare_tok_s'] / con['tok_s']:.2f}"
+    )
     print(
         f"ratio: rows={opt.rows} scan={scan['seconds']:.2f}s curate={cur['seconds']:.2f}s "
         f"convert={con['seconds']:.2f}s (curate+convert)/scan={total / scan['seconds']:.1f}x"

@@ -121,7 +121,7 @@ class _Curator:
     def __init__(
         self,
         config: CurateConfig,
-        score: Score,
+        score: Score | None,
         coa_check: CoaCheck | None,
         benchmarks: Mapping[str, pa.Table],
     ) -> None:
@@ -141,7 +141,9 @@ class _Curator:
     def verdicts(self, table: pa.Table) -> tuple[pa.Table, list[Rejection | None]]:
         """Score the batch and decide every run: None = kept, else why it is quarantined."""
         cfg = self.config
-        table, score_errors = fill_correct(table, self.score)
+        score_errors: list[str | None] | None = None
+        if self.score is not None:
+            table, score_errors = fill_correct(table, self.score)
         verdicts = vector_checks(table, cfg.filters, score_errors)
         alive = [i for i, v in enumerate(verdicts) if v is None]
         if alive and cfg.filters.require_valid_coa:
@@ -169,7 +171,7 @@ class _Curator:
 def curate(
     batches: Iterable[pa.Table | pa.RecordBatch],
     config: CurateConfig,
-    score: Score,
+    score: Score | None,
     coa_check: CoaCheck | None,
     benchmarks: Mapping[str, pa.Table],
     previous_summary: Mapping[str, Any] | None,
@@ -182,7 +184,8 @@ def curate(
 ) -> CurateResult:
     """Curate raw trajectories batch by batch; see the module docstring.
 
-    ``score`` fills ``correct`` (None = cannot score); ``coa_check`` returns None for a run that
+    ``score`` fills ``correct`` (it returns None where it cannot score; ``score=None``: the
+    batches come scored already and ``correct`` is taken as it is); ``coa_check`` returns None for a run that
     converts to a valid CoA trajectory, else the error (may be None when
     ``filters.require_valid_coa`` is off); ``benchmarks`` maps a benchmark name to a ``task.v1``
     table; ``previous_summary`` is the ``summary`` of the previous run (drift); ``out_dir`` is a

@@ -223,7 +223,6 @@ class BenchmarkIndex:
             row = rows[local_row]
             if row in out:
                 continue
-            grams: set[str] | None = None
             for pattern in found:
                 answer = pattern.strip()
                 if self.cfg.skip_own_answers and answer in own[row]:
@@ -231,10 +230,12 @@ class BenchmarkIndex:
                 for item in self.patterns[pattern]:
                     overlap = 1.0
                     if need > 0:
+                        # ``text`` is normalized (single spaces) and space-padded, so an n-gram
+                        # occurs as a word sequence exactly when " n-gram " is a substring: no
+                        # n-gram set of the (long) observation is ever built
                         theirs = self._partial_grams(item)
-                        if grams is None:
-                            grams = word_ngrams(text.split(), self.cfg.answer_ngram_size)
-                        overlap = len(theirs & grams) / len(theirs) if theirs else 0.0
+                        found_grams = sum(1 for g in theirs if f" {g} " in text)
+                        overlap = found_grams / len(theirs) if theirs else 0.0
                         if overlap < need:
                             continue
                     with_question = f", with {overlap:.0%} of its question's word n-grams" if need > 0 else ""

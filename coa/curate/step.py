@@ -105,7 +105,7 @@ def _build(b: Build) -> None:
                 result = curate(
                     scored_batches(),
                     config,
-                    lambda *_: None,  # already scored in scored_batches(); None keeps those values
+                    None,  # already scored in scored_batches()
                     coa_check,
                     benchmarks,
                     previous,
