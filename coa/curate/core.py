@@ -34,7 +34,7 @@ from coa.curate.config import CurateConfig
 from coa.curate.decontam import BenchmarkIndex
 from coa.curate.dedup import Deduplicator, content_hashes
 from coa.curate.expectations import Gate, steps_for_gate
-from coa.curate.filters import CoaCheck, Rejection, Score, check_coa, vector_checks
+from coa.curate.filters import CoaCheck, Rejection, RowView, Score, check_coa, vector_checks, view_rows
 from coa.curate.frames import step_frame
 from coa.curate.report import drift_rows, headline_markdown, render_report
 from coa.curate.summary import SummaryBuilder
@@ -124,6 +124,7 @@ class _Curator:
         score: Score | None,
         coa_check: CoaCheck | None,
         benchmarks: Mapping[str, pa.Table],
+        coa_row: RowView | None = None,
     ) -> None:
         if config.filters.require_valid_coa and coa_check is None:
             raise ValueError("filters.require_valid_coa is on but no coa_check was given")
@@ -135,6 +136,7 @@ class _Curator:
         self.config = config
         self.score = score
         self.coa_check = coa_check
+        self.coa_row = coa_row
         self.index = BenchmarkIndex(config.decontam, benchmarks)
         self.dedup = Deduplicator(config.dedup)
 
@@ -148,7 +150,7 @@ class _Curator:
         alive = [i for i, v in enumerate(verdicts) if v is None]
         if alive and cfg.filters.require_valid_coa:
             assert self.coa_check is not None
-            pylist = table.take(pa.array(alive, pa.int64())).to_pylist()
+            pylist = view_rows(table.take(pa.array(alive, pa.int64())), self.coa_row)
             for i, v in zip(alive, check_coa(pylist, self.coa_check), strict=True):
                 verdicts[i] = v
             alive = [i for i in alive if verdicts[i] is None]
@@ -181,6 +183,7 @@ def curate(
     *,
     source: str = "trajectory",
     report_link: str | None = None,
+    coa_row: RowView | None = None,
 ) -> CurateResult:
     """Curate raw trajectories batch by batch; see the module docstring.
 
@@ -191,11 +194,12 @@ def curate(
     table; ``previous_summary`` is the ``summary`` of the previous run (drift); ``out_dir`` is a
     local folder that receives ``report.html``, ``summary.json`` and ``data_docs/``; ``source``
     is recorded in the quarantine rows; ``report_link`` is where the report will be read from
-    (the committed artifact's URI; default: the local path in ``out_dir``).
+    (the committed artifact's URI; default: the local path in ``out_dir``); ``coa_row`` names
+    the columns and step fields ``coa_check`` reads (default: it gets whole rows).
     """
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    curator = _Curator(config, score, coa_check, benchmarks)
+    curator = _Curator(config, score, coa_check, benchmarks, coa_row)
     stats = SummaryBuilder()
     gate = Gate(config, out / DATA_DOCS_DIR) if config.gate.enabled else None
     rows_in = rows_kept = rows_quarantined = 0

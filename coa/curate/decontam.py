@@ -64,6 +64,31 @@ def _fmt_item(benchmark: str, task_id: str) -> str:
     return f"benchmark {benchmark!r} item {task_id!r}"
 
 
+def _overlap(grams: set[str], text: str, need: float, seen: dict[str, bool]) -> float:
+    """Share of ``grams`` that occur in ``text`` as word sequences; 0 when it cannot reach ``need``.
+
+    ``text`` is normalized (single spaces) and space-padded, so an n-gram occurs as a word
+    sequence exactly when `` n-gram `` is a substring: no n-gram set of the (long) observation is
+    built. The walk stops as soon as the misses rule ``need`` out; a share that reaches it is
+    counted in full (it goes into the quarantine detail). ``seen`` memoises per observation.
+    """
+    if not grams:
+        return 0.0
+    n = len(grams)
+    found = misses = 0
+    for g in grams:
+        hit = seen.get(g)
+        if hit is None:
+            hit = seen[g] = f" {g} " in text
+        if hit:
+            found += 1
+        else:
+            misses += 1
+            if (n - misses) / n < need:  # the same comparison the caller makes, at best
+                return 0.0
+    return found / n
+
+
 class BenchmarkIndex:
     """Question n-grams, questions and answers of the benchmark items; see the module docstring."""
 
@@ -223,6 +248,7 @@ class BenchmarkIndex:
             row = rows[local_row]
             if row in out:
                 continue
+            seen: dict[str, bool] = {}  # n-gram -> occurs in this observation
             for pattern in found:
                 answer = pattern.strip()
                 if self.cfg.skip_own_answers and answer in own[row]:
@@ -230,12 +256,7 @@ class BenchmarkIndex:
                 for item in self.patterns[pattern]:
                     overlap = 1.0
                     if need > 0:
-                        # ``text`` is normalized (single spaces) and space-padded, so an n-gram
-                        # occurs as a word sequence exactly when " n-gram " is a substring: no
-                        # n-gram set of the (long) observation is ever built
-                        theirs = self._partial_grams(item)
-                        found_grams = sum(1 for g in theirs if f" {g} " in text)
-                        overlap = found_grams / len(theirs) if theirs else 0.0
+                        overlap = _overlap(self._partial_grams(item), text, need, seen)
                         if overlap < need:
                             continue
                     with_question = f", with {overlap:.0%} of its question's word n-grams" if need > 0 else ""

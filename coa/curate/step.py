@@ -24,9 +24,17 @@ from coa import io
 from coa.curate.config import CurateConfig
 from coa.curate.core import REPORT_FILE, curate
 from coa.curate.decontam import load_benchmarks
+from coa.curate.filters import RowView
 from coa.format.from_run import coa_check
 from coa.scoring.runs import answer_scorer, code_tests, fill_correct, score_code
 from coa.steps import Build, Step, StepInput
+
+COA_CHECK_ROW = RowView(
+    columns=("run_id", "family", "final_answer", "steps"),
+    step_fields=("role", "text", "tool_name", "tool_args", "observation", "fields"),
+)
+"""What :func:`coa.format.from_run.coa_check` reads of a run (tests/curate/test_filters.py checks
+it against whole rows): the check gets only these, not timestamps and token counts."""
 
 TASK_STATS = "task_stats.json"
 """File of a curate artifact: task id -> [runs, correct runs] (the convert step reads it)."""
@@ -114,6 +122,7 @@ def _build(b: Build) -> None:
                     out_dir,
                     source=raw.uri,
                     report_link=committed_report,
+                    coa_row=COA_CHECK_ROW,
                 )
             for path in sorted(Path(out_dir).rglob("*")):
                 if path.is_file():
