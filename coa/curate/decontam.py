@@ -64,29 +64,10 @@ def _fmt_item(benchmark: str, task_id: str) -> str:
     return f"benchmark {benchmark!r} item {task_id!r}"
 
 
-def _overlap(grams: set[str], text: str, need: float, seen: dict[str, bool]) -> float:
-    """Share of ``grams`` that occur in ``text`` as word sequences; 0 when it cannot reach ``need``.
-
-    ``text`` is normalized (single spaces) and space-padded, so an n-gram occurs as a word
-    sequence exactly when `` n-gram `` is a substring: no n-gram set of the (long) observation is
-    built. The walk stops as soon as the misses rule ``need`` out; a share that reaches it is
-    counted in full (it goes into the quarantine detail). ``seen`` memoises per observation.
-    """
-    if not grams:
-        return 0.0
-    n = len(grams)
-    found = misses = 0
-    for g in grams:
-        hit = seen.get(g)
-        if hit is None:
-            hit = seen[g] = f" {g} " in text
-        if hit:
-            found += 1
-        else:
-            misses += 1
-            if (n - misses) / n < need:  # the same comparison the caller makes, at best
-                return 0.0
-    return found / n
+def _gram_tuples(words: Sequence[str], n: int) -> set[tuple[str, ...]]:
+    """The distinct word n-grams of ``words`` as tuples (``zip`` of shifted views: no string is
+    built per position, which is what makes long observations cheap)."""
+    return set(zip(*(words[i:] for i in range(n)), strict=False)) if len(words) >= n else set()
 
 
 class BenchmarkIndex:
@@ -102,6 +83,7 @@ class BenchmarkIndex:
         self._exact: dict[str, list[int]] = defaultdict(list)
         self._by_answer: dict[str, list[int]] = defaultdict(list)
         self._partial: dict[int, set[str]] = {}
+        self._partial_tuples: dict[int, set[tuple[str, ...]]] = {}
         self.patterns: dict[str, list[int]] = defaultdict(list)
         for name in sorted(benchmarks):
             self._add(name, benchmarks[name])
@@ -165,6 +147,13 @@ class BenchmarkIndex:
         if grams is None:
             grams = word_ngrams(self._questions[item].split(), self.cfg.answer_ngram_size)
             self._partial[item] = grams
+        return grams
+
+    def _partial_tuples_of(self, item: int) -> set[tuple[str, ...]]:
+        grams = self._partial_tuples.get(item)
+        if grams is None:
+            grams = _gram_tuples(self._questions[item].split(), self.cfg.answer_ngram_size)
+            self._partial_tuples[item] = grams
         return grams
 
     def answer_match(self, question: str, answers: Sequence[str]) -> tuple[int, str, float] | None:
@@ -248,7 +237,7 @@ class BenchmarkIndex:
             row = rows[local_row]
             if row in out:
                 continue
-            seen: dict[str, bool] = {}  # n-gram -> occurs in this observation
+            grams: set[tuple[str, ...]] | None = None
             for pattern in found:
                 answer = pattern.strip()
                 if self.cfg.skip_own_answers and answer in own[row]:
@@ -256,7 +245,10 @@ class BenchmarkIndex:
                 for item in self.patterns[pattern]:
                     overlap = 1.0
                     if need > 0:
-                        overlap = _overlap(self._partial_grams(item), text, need, seen)
+                        theirs = self._partial_tuples_of(item)
+                        if grams is None:
+                            grams = _gram_tuples(text.split(), self.cfg.answer_ngram_size)
+                        overlap = len(theirs & grams) / len(theirs) if theirs else 0.0
                         if overlap < need:
                             continue
                     with_question = f", with {overlap:.0%} of its question's word n-grams" if need > 0 else ""
@@ -276,4 +268,5 @@ class BenchmarkIndex:
         size += sum(sys.getsizeof(q) for q in self._questions)
         size += sum(sys.getsizeof(p) + 64 for p in self.patterns)
         size += sum(sum(sys.getsizeof(g) for g in s) for s in self._partial.values())
+        size += sum(sum(sys.getsizeof(g) for g in s) for s in self._partial_tuples.values())
         return size
