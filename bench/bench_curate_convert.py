@@ -294,7 +294,7 @@ def _profiled(enabled: bool, fn: Any) -> tuple[Any, str]:
     result = prof.runcall(fn)
     out = _io.StringIO()
     stats = pstats.Stats(prof, stream=out)
-    stats.sort_stats("cumulative").print_stats(r"coa/|schemas/|great_expectations/core|pyarrow/parquet", 22)
+    stats.sort_stats("cumulative").print_stats(r"coa/|schemas/|great_expectations/core|pyarrow/parquet", 45)
     stats.sort_stats("tottime").print_stats(25)
     return result, out.getvalue()
 

@@ -16,13 +16,16 @@ looked up against the state of the previous batches in one pass, then a short lo
 in order to settle what depends on the runs before them in the same batch. The state is compact
 arrays only: per kept run a 64-bit key (12 bytes with its slot), per kept task a 64-bit task key,
 a question key, a run count and its id's bytes, and, with ``near``, one band key + item per band
-(12 bytes each) and, with ``verify``, one ``uint32`` signature (4 bytes a permutation): about
-0.8 KB per kept task with the defaults, against ~7.5 KB with datasketch's dict-based LSH. It does
-not grow with the size of the trajectories.
+(12 bytes each): about 0.1-0.3 KB per kept task with the defaults, against ~7.5 KB with
+datasketch's dict-based LSH. With ``verify`` one ``uint32`` signature per kept task (4 bytes a
+permutation) goes to an anonymous temporary file, read back only for a batch's LSH candidates. It
+does not grow with the size of the trajectories.
 """
 
 from __future__ import annotations
 
+import os
+import tempfile
 from array import array
 from collections.abc import Sequence
 
@@ -88,24 +91,31 @@ class _Ids:
 
 
 class _Signatures:
-    """Signatures of kept tasks, one ``uint32`` row each, in an array grown by doubling."""
+    """Signatures of kept tasks, one ``uint32`` row each, appended to an anonymous temporary file
+    and read back (``pread``) only for the LSH candidates of a batch: they never sit in memory, so
+    the in-memory state per kept task stays at its keys and band entries."""
 
     def __init__(self, num_perm: int) -> None:
-        self.rows = np.empty((0, num_perm), dtype=np.uint32)
+        self.num_perm = num_perm
+        self.width = 4 * num_perm
+        self._file = tempfile.TemporaryFile(prefix="coa-minhash-")
         self.n = 0
 
     def append(self, sigs: np.ndarray) -> None:
-        need = self.n + len(sigs)
-        if need > len(self.rows):
-            grown = np.empty((max(need, 2 * len(self.rows), 64), self.rows.shape[1]), dtype=np.uint32)
-            grown[: self.n] = self.rows[: self.n]
-            self.rows = grown
-        self.rows[self.n : need] = sigs
-        self.n = need
+        data = np.ascontiguousarray(sigs, dtype="<u4").tobytes()
+        os.pwrite(self._file.fileno(), data, self.n * self.width)
+        self.n += len(sigs)
+
+    def take(self, rows: np.ndarray) -> np.ndarray:
+        """The signatures of ``rows`` (repeats allowed), each distinct row read once."""
+        unique, inverse = np.unique(rows, return_inverse=True)
+        fd, width = self._file.fileno(), self.width
+        data = b"".join(os.pread(fd, width, int(r) * width) for r in unique.tolist())
+        return np.frombuffer(data, dtype="<u4").reshape(len(unique), self.num_perm)[inverse]
 
     @property
-    def nbytes(self) -> int:
-        return int(self.rows.nbytes)
+    def disk_bytes(self) -> int:
+        return self.n * self.width
 
 
 class Deduplicator:
@@ -239,7 +249,7 @@ class Deduplicator:
         if len(query):
             pairs = np.unique(np.stack([query // self.bands, sig_row.astype(np.int64)], axis=1), axis=0)
             local, sig_row = pairs[:, 0], pairs[:, 1]
-            jac = self._jaccard(sigs[local], self._sigs.rows[sig_row]) if cfg.verify else None
+            jac = self._jaccard(sigs[local], self._sigs.take(sig_row)) if cfg.verify else None
             for k, (loc, srow) in enumerate(zip(local.tolist(), sig_row.tolist(), strict=True)):
                 j = nan if jac is None else float(jac[k])
                 if jac is None or j >= cfg.near_threshold:
@@ -329,7 +339,11 @@ class Deduplicator:
         return len(self._ids)
 
     def approx_bytes(self) -> int:
-        """Size of the state in bytes: the sorted key arrays, the ids, counts and signatures."""
+        """Size of the in-memory state in bytes: the sorted key arrays, the ids and counts."""
         maps = self._runs.nbytes + self._questions.nbytes + self._tasks.nbytes + self._bands.nbytes
         arrays = 4 * len(self._counts) + 4 * len(self._sig_task)
-        return maps + arrays + self._ids.nbytes + self._sigs.nbytes
+        return maps + arrays + self._ids.nbytes
+
+    def disk_bytes(self) -> int:
+        """Bytes of signatures kept in the temporary file (with ``verify``), not in memory."""
+        return self._sigs.disk_bytes
