@@ -226,6 +226,7 @@ def curate(
         del table, steps, kept_steps
         peak_state = max(peak_state, curator.dedup.approx_bytes() + stats.approx_bytes())
     assert rows_in == rows_kept + rows_quarantined, (rows_in, rows_kept, rows_quarantined)
+    curator.dedup.close()
 
     runs = stats.runs()
     gate_info: dict[str, Any] | None = None

@@ -98,7 +98,8 @@ class _Signatures:
     def __init__(self, num_perm: int) -> None:
         self.num_perm = num_perm
         self.width = 4 * num_perm
-        self._file = tempfile.TemporaryFile(prefix="coa-minhash-")
+        # lives as long as the index (closed by Deduplicator.close, or when collected)
+        self._file = tempfile.TemporaryFile(prefix="coa-minhash-")  # noqa: SIM115
         self.n = 0
 
     def append(self, sigs: np.ndarray) -> None:
@@ -116,6 +117,9 @@ class _Signatures:
     @property
     def disk_bytes(self) -> int:
         return self.n * self.width
+
+    def close(self) -> None:
+        self._file.close()
 
 
 class Deduplicator:
@@ -343,6 +347,10 @@ class Deduplicator:
         maps = self._runs.nbytes + self._questions.nbytes + self._tasks.nbytes + self._bands.nbytes
         arrays = 4 * len(self._counts) + 4 * len(self._sig_task)
         return maps + arrays + self._ids.nbytes
+
+    def close(self) -> None:
+        """Drop the signature file (the index cannot be queried afterwards)."""
+        self._sigs.close()
 
     def disk_bytes(self) -> int:
         """Bytes of signatures kept in the temporary file (with ``verify``), not in memory."""
