@@ -25,6 +25,7 @@ from coa.curate.config import CurateConfig
 from coa.curate.core import REPORT_FILE, curate
 from coa.curate.decontam import load_benchmarks
 from coa.curate.filters import RowView
+from coa.curate.task_stats import TaskStats
 from coa.format.from_run import coa_check
 from coa.scoring.runs import answer_scorer, code_tests, fill_correct, score_code
 from coa.steps import Build, Step, StepInput
@@ -88,17 +89,12 @@ def _build(b: Build) -> None:
 
         judge = LLMJudge(config.judge)
     score = answer_scorer(judge)
-    stats: dict[str, list[int]] = {}
+    stats = TaskStats()
 
     def scored_batches() -> Iterator[pa.Table]:
         for batch in io.iter_batches(raw.ref, raw.table, batch_rows=config.batch_rows):
             filled, _ = fill_correct(score_code(batch, tests), score)
-            for task_id, ok in zip(
-                filled.column("task_id").to_pylist(), filled.column("correct").to_pylist(), strict=True
-            ):
-                entry = stats.setdefault(task_id, [0, 0])
-                entry[0] += 1
-                entry[1] += int(bool(ok))
+            stats.add(filled)
             yield filled
 
     benchmarks = load_benchmarks(config.decontam.benchmarks)
@@ -127,7 +123,7 @@ def _build(b: Build) -> None:
             for path in sorted(Path(out_dir).rglob("*")):
                 if path.is_file():
                     b.writer.write_file(path.relative_to(out_dir).as_posix(), path.read_bytes())
-            b.writer.write_file(TASK_STATS, json.dumps(stats, sort_keys=True))
+            b.writer.write_file(TASK_STATS, stats.to_json())
     finally:
         if judge is not None:
             judge.close()
