@@ -209,3 +209,26 @@ def test_coa_check_reads_only_its_row_view(teacher_runs: list[dict[str, Any]]) -
         expected = [real_check(r) for r in t.to_pylist()]
         assert [real_check(r) for r in narrow] == expected
         assert any(e is not None for e in expected) and any(e is None for e in expected)
+
+
+def test_fill_correct_scores_each_distinct_answer_once() -> None:
+    calls: list[tuple[str | None, list[str], str]] = []
+
+    def counting(answer: str | None, golds: list[str], family: str) -> bool | None:
+        calls.append((answer, golds, family))
+        if answer == "boom":
+            raise ValueError("cannot parse")
+        return answer in golds
+
+    rows = [
+        run("a", question(1), "Mira Tolen"),
+        run("b", question(1), "Mira Tolen"),
+        run("c", question(1), "wrong"),
+        run("d", question(1), "boom"),
+        run("e", question(1), "boom"),
+        run("f", question(1), "Mira Tolen", gold=("Someone Else",)),
+    ]
+    filled, errors = fill_correct(table(rows), counting)
+    assert filled.column("correct").to_pylist() == [True, True, False, None, None, False]
+    assert errors == [None, None, None, "ValueError: cannot parse", "ValueError: cannot parse", None]
+    assert len(calls) == 4  # (Mira Tolen, gold), wrong, boom, (Mira Tolen, other gold)
