@@ -308,10 +308,11 @@ def phase_scan(path: str, repeat: int = 3) -> dict[str, Any]:
     what Arrow's memory pool keeps).
     """
     rss0 = _status_mb("VmRSS")
-    times = []
+    times: list[float] = []
+    cpu: list[float] = []
     first_peak = 0.0
     for _ in range(repeat):
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         pf = pq.ParquetFile(path)
         rows = touched = 0
         for batch in pf.iter_batches(batch_size=CHUNK_ROWS):
@@ -319,9 +320,11 @@ def phase_scan(path: str, repeat: int = 3) -> dict[str, Any]:
                 touched += column.nbytes
             rows += batch.num_rows
         times.append(time.perf_counter() - t0)
+        cpu.append(time.process_time() - c0)
         first_peak = first_peak or _status_mb("VmHWM")
     return {
         "seconds": min(times),
+        "cpu_s": min(cpu),
         "times": times,
         "rows": rows,
         "decoded_mb": touched / 1e6,
@@ -377,7 +380,7 @@ def phase_curate(root: str, raw: Any, tasks: Any, bench_uri: str, profile: bool)
     store = io.Store(root)
     gate_failed: list[str] = []
     step = curate_step.step(config, TableInput(raw, "trajectories"), TableInput(tasks, "train"))
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), time.process_time()
 
     def run() -> Any:
         try:
@@ -387,10 +390,11 @@ def phase_curate(root: str, raw: Any, tasks: Any, bench_uri: str, profile: bool)
             return io.open_artifact(e.uri)
 
     ref, prof = _profiled(profile, run)
-    seconds = time.perf_counter() - t0
+    seconds, cpu_s = time.perf_counter() - t0, time.process_time() - c0
     result = results[-1]
     return {
         "seconds": seconds,
+        "cpu_s": cpu_s,
         "ref": ref,
         "rows_in": result.rows_in,
         "kept": result.rows_kept,
@@ -435,9 +439,9 @@ def phase_convert(root: str, curated: Any, tasks: Any, profile: bool) -> dict[st
     rss0 = _status_mb("VmRSS")
     store = io.Store(root)
     step = convert_step.step(config, TableInput(curated, "trajectories"), TableInput(tasks, "train"))
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), time.process_time()
     result, prof = _profiled(profile, lambda: run_step(step, store))
-    seconds = time.perf_counter() - t0
+    seconds, cpu_s = time.perf_counter() - t0, time.process_time() - c0
     peak = _status_mb("VmHWM")  # before the tokenizer baseline below
     sft = io.read_table(result.ref, "sft", columns=["n_tokens"])
     # baseline: the bare fast tokenizer (tiktoken's batch encode) on the very same texts, in the
@@ -459,6 +463,7 @@ def phase_convert(root: str, curated: Any, tasks: Any, profile: bool) -> dict[st
     return {
         "ours_all_s": min(ours),
         "seconds": seconds,
+        "cpu_s": cpu_s,
         "rows_in": curated.rows("trajectories"),
         "counts": dict(result.summary),
         "sft_tokens": int(pc.sum(sft.column("n_tokens")).as_py() or 0),
@@ -571,6 +576,15 @@ def main(argv: list[str] | None = None) -> None:
             f"{no_code_s:.2f}s = {cur['rows_in'] / no_code_s:.0f} rows/s "
             f"({scan_rate / (cur['rows_in'] / no_code_s):.1f}x scan/row)"
         )
+    scan_cpu_rate = scan["rows"] / scan["cpu_s"]
+    cur_cpu_rate = cur["rows_in"] / cur["cpu_s"]
+    print(
+        f"CPU time (this process; the sandbox's subprocesses are not in it): scan {scan['cpu_s']:.2f}s, "
+        f"curate {cur['cpu_s']:.2f}s, convert {con['cpu_s']:.2f}s; curate throughput / scan throughput = "
+        f"{100 * cur_cpu_rate / scan_cpu_rate:.2f}% by CPU time, "
+        f"{100 * (cur['rows_in'] / no_code_s) / scan_rate:.2f}% by wall time without the sandbox; "
+        f"(curate+convert) CPU / scan CPU = {(cur['cpu_s'] + con['cpu_s']) / scan['cpu_s']:.1f}x"
+    )
     print(f"convert: {con['counts']}; {con['sft_tokens']} SFT tokens (qwen2.5)")
     print(
         f"convert tokenization: {con['tok_all_texts']} texts in {con['tok_all_s']:.2f}s of "
