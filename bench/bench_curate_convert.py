@@ -34,12 +34,19 @@ interpreter and imports; the RSS after imports is shown too) is its own:
 1. ``scan`` (baseline): ``pyarrow.parquet.ParquetFile(...).iter_batches`` over every row group of
    the raw file, all columns decoded and touched; best of 3 (curate and convert run once); its
    peak RSS is read (``VmHWM``) after the first pass;
-2. ``curate``: :func:`coa.curate.runner.run_curate_stage` with ``configs/demo.yaml``'s curate
-   settings (the ones for the synthetic families: scoring, filters incl. the CoA check, exact and
-   near dedup, the great-expectations gate, report) plus decontamination against the held-out
-   benchmark;
-3. ``convert``: :func:`coa.convert.stage.run_convert_stage` with the default ``ConvertConfig``
-   (Qwen2.5 token counts) on the curated artifact.
+2. ``curate``: the curate step (:func:`coa.curate.step.step` through :func:`coa.steps.run_step`)
+   with ``configs/demo.yaml``'s curate settings (the ones for the synthetic families: scoring,
+   filters incl. the CoA check, exact and near dedup, the great-expectations gate, report) plus
+   decontamination against the held-out benchmark;
+3. ``convert``: the convert step with the default ``ConvertConfig`` (Qwen2.5 token counts) on the
+   curated artifact; its peak RSS is read before the tokenizer baseline: the bare fast tokenizer
+   (tiktoken's ``encode_batch``) on a sample of the very texts convert counted, against convert's
+   own counting of them (each distinct text once) and its batch counter on every text.
+
+Figures: wall time and rows/s per phase against the scan, CPU time of each phase's process (the
+machine is shared, so CPU-time ratios are the steadier ones; the sandbox's subprocesses are not
+in them), curate throughput without sandbox scoring as a share of the scan's, the peak RSS per
+phase and the dedup + statistics state. For the memory slope, run it at several ``--rows``.
 
 Imports and the tokenizer load are done before each phase's clock starts. Run with
 ``python bench/bench_curate_convert.py [--rows N] [--quick] [--profile]``.
