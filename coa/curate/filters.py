@@ -22,6 +22,7 @@ from typing import Any
 
 import polars as pl
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from coa.curate.config import FilterConfig
 from coa.curate.frames import step_frame
@@ -251,6 +252,37 @@ def vector_checks(
         suffix = f" [also: {', '.join(others)}]" if others else ""
         result.append(Rejection(reason, f"{detail}{suffix}"))
     return result
+
+
+@dataclasses.dataclass(frozen=True)
+class RowView:
+    """The part of a ``trajectory.v1`` row an injected check reads: run columns and step fields.
+
+    Rows handed to the check are cut down to these with Arrow before they become Python dicts,
+    so the fields it never reads (timestamps, token counts, latencies…) are never converted.
+    """
+
+    columns: tuple[str, ...]
+    step_fields: tuple[str, ...]
+
+
+def view_rows(table: pa.Table, view: RowView | None) -> list[dict[str, Any]]:
+    """The rows of ``table`` as dicts, narrowed to ``view`` (None: every column and step field)."""
+    if view is None:
+        return table.to_pylist()
+    data: dict[str, pa.Array] = {}
+    for name in view.columns:
+        column = table.column(name)
+        array = column.combine_chunks() if column.num_chunks != 1 else column.chunk(0)
+        if name == "steps":
+            flat = pc.list_flatten(array)
+            narrow = pa.StructArray.from_arrays(
+                [pc.struct_field(flat, f) for f in view.step_fields], names=list(view.step_fields)
+            )
+            offsets = pc.subtract(array.offsets, array.offsets[0])
+            array = pa.ListArray.from_arrays(offsets, narrow, mask=array.is_null())
+        data[name] = array
+    return pa.table(data).to_pylist()
 
 
 def check_coa(rows: Sequence[dict[str, Any]], coa_check: CoaCheck) -> list[Rejection | None]:

@@ -24,9 +24,18 @@ from coa import io
 from coa.curate.config import CurateConfig
 from coa.curate.core import REPORT_FILE, curate
 from coa.curate.decontam import load_benchmarks
+from coa.curate.filters import RowView
+from coa.curate.task_stats import TaskStats
 from coa.format.from_run import coa_check
 from coa.scoring.runs import answer_scorer, code_tests, fill_correct, score_code
 from coa.steps import Build, Step, StepInput
+
+COA_CHECK_ROW = RowView(
+    columns=("run_id", "family", "final_answer", "steps"),
+    step_fields=("role", "text", "tool_name", "tool_args", "observation", "fields"),
+)
+"""What :func:`coa.format.from_run.coa_check` reads of a run (tests/curate/test_filters.py checks
+it against whole rows): the check gets only these, not timestamps and token counts."""
 
 TASK_STATS = "task_stats.json"
 """File of a curate artifact: task id -> [runs, correct runs] (the convert step reads it)."""
@@ -80,17 +89,12 @@ def _build(b: Build) -> None:
 
         judge = LLMJudge(config.judge)
     score = answer_scorer(judge)
-    stats: dict[str, list[int]] = {}
+    stats = TaskStats()
 
     def scored_batches() -> Iterator[pa.Table]:
         for batch in io.iter_batches(raw.ref, raw.table, batch_rows=config.batch_rows):
             filled, _ = fill_correct(score_code(batch, tests), score)
-            for task_id, ok in zip(
-                filled.column("task_id").to_pylist(), filled.column("correct").to_pylist(), strict=True
-            ):
-                entry = stats.setdefault(task_id, [0, 0])
-                entry[0] += 1
-                entry[1] += int(bool(ok))
+            stats.add(filled)
             yield filled
 
     benchmarks = load_benchmarks(config.decontam.benchmarks)
@@ -105,7 +109,7 @@ def _build(b: Build) -> None:
                 result = curate(
                     scored_batches(),
                     config,
-                    lambda *_: None,  # already scored in scored_batches(); None keeps those values
+                    None,  # already scored in scored_batches()
                     coa_check,
                     benchmarks,
                     previous,
@@ -114,11 +118,12 @@ def _build(b: Build) -> None:
                     out_dir,
                     source=raw.uri,
                     report_link=committed_report,
+                    coa_row=COA_CHECK_ROW,
                 )
             for path in sorted(Path(out_dir).rglob("*")):
                 if path.is_file():
                     b.writer.write_file(path.relative_to(out_dir).as_posix(), path.read_bytes())
-            b.writer.write_file(TASK_STATS, json.dumps(stats, sort_keys=True))
+            b.writer.write_file(TASK_STATS, stats.to_json())
     finally:
         if judge is not None:
             judge.close()

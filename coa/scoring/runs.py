@@ -29,7 +29,8 @@ def fill_correct(table: pa.Table, score: AnswerScorer) -> tuple[pa.Table, list[s
     """Set ``correct`` from ``score`` for every run; where it returns None the old value stays.
 
     Returns the table and, per run, the error raised by ``score`` (a raising scorer counts as
-    "cannot score" for that run, and the error is kept for the quarantine detail).
+    "cannot score" for that run, and the error is kept for the quarantine detail). ``score`` is
+    called once per distinct (answer, golds, family) of the batch.
     """
     answers = table.column("final_answer").to_pylist()
     golds = table.column("gold_answers").to_pylist()
@@ -37,13 +38,16 @@ def fill_correct(table: pa.Table, score: AnswerScorer) -> tuple[pa.Table, list[s
     old = table.column("correct").to_pylist()
     values: list[bool | None] = []
     errors: list[str | None] = []
+    seen: dict[tuple[str | None, tuple[str, ...], str], tuple[bool | None, str | None]] = {}
     for answer, gold, family, before in zip(answers, golds, families, old, strict=True):
-        try:
-            verdict = score(answer, list(gold or []), family)
-            errors.append(None)
-        except Exception as e:  # noqa: BLE001 - one bad row must not stop the stage
-            verdict = None
-            errors.append(f"{type(e).__name__}: {e}")
+        key = (answer, tuple(gold or ()), family)
+        if key not in seen:  # samples of a task often give the same answer: score it once a batch
+            try:
+                seen[key] = (score(answer, list(key[1]), family), None)
+            except Exception as e:  # noqa: BLE001 - one bad row must not stop the stage
+                seen[key] = (None, f"{type(e).__name__}: {e}")
+        verdict, error = seen[key]
+        errors.append(error)
         values.append(before if verdict is None else bool(verdict))
     idx = table.schema.get_field_index("correct")
     return table.set_column(idx, table.schema.field(idx), pa.array(values, pa.bool_())), errors

@@ -180,3 +180,55 @@ def test_config_rejects_inverted_ranges() -> None:
         CurateConfig.model_validate({"filters": {"min_tokens": 10, "max_tokens": 5}})
     with pytest.raises(pydantic.ValidationError, match="extra"):
         CurateConfig.model_validate({"filters": {"max_tokenz": 5}})
+
+
+def test_coa_check_reads_only_its_row_view(teacher_runs: list[dict[str, Any]]) -> None:
+    """The narrowed rows curate hands the CoA check give the very verdicts whole rows give."""
+    import copy
+
+    import pyarrow as pa
+
+    from coa.curate.filters import view_rows
+    from coa.curate.step import COA_CHECK_ROW
+    from coa.format.from_run import coa_check as real_check
+    from schemas.trajectory import TRAJECTORY
+
+    runs = copy.deepcopy(teacher_runs)
+    broken = copy.deepcopy(runs[0])
+    broken["run_id"] += "-noplan"
+    broken["steps"] = [s for s in broken["steps"] if s["role"] != "plan"]
+    no_answer = copy.deepcopy(runs[1])
+    no_answer["run_id"] += "-noanswer"
+    no_answer["final_answer"] = None
+    whole = TRAJECTORY.from_rows([*runs, broken, no_answer])
+    sliced = whole.slice(1)  # an offset into the steps' list array
+    for t in (whole, sliced, whole.take(pa.array([3, 0, len(runs)]))):
+        narrow = view_rows(t, COA_CHECK_ROW)
+        assert set(narrow[0]) == set(COA_CHECK_ROW.columns)
+        assert set(narrow[0]["steps"][0]) == set(COA_CHECK_ROW.step_fields)
+        expected = [real_check(r) for r in t.to_pylist()]
+        assert [real_check(r) for r in narrow] == expected
+        assert any(e is not None for e in expected) and any(e is None for e in expected)
+
+
+def test_fill_correct_scores_each_distinct_answer_once() -> None:
+    calls: list[tuple[str | None, list[str], str]] = []
+
+    def counting(answer: str | None, golds: list[str], family: str) -> bool | None:
+        calls.append((answer, golds, family))
+        if answer == "boom":
+            raise ValueError("cannot parse")
+        return answer in golds
+
+    rows = [
+        run("a", question(1), "Mira Tolen"),
+        run("b", question(1), "Mira Tolen"),
+        run("c", question(1), "wrong"),
+        run("d", question(1), "boom"),
+        run("e", question(1), "boom"),
+        run("f", question(1), "Mira Tolen", gold=("Someone Else",)),
+    ]
+    filled, errors = fill_correct(table(rows), counting)
+    assert filled.column("correct").to_pylist() == [True, True, False, None, None, False]
+    assert errors == [None, None, None, "ValueError: cannot parse", "ValueError: cannot parse", None]
+    assert len(calls) == 4  # (Mira Tolen, gold), wrong, boom, (Mira Tolen, other gold)
