@@ -439,7 +439,10 @@ def evaluate(
             "default: the benchmarks of evaluate.benchmarks",
         ),
     ] = None,
-    table: Annotated[str | None, typer.Option(help="Table of the task artifact (default: its first)")] = None,
+    table: Annotated[
+        str | None,
+        typer.Option(help="Table of the task artifact (default: heldout if it has one, else its first)"),
+    ] = None,
     limit: Annotated[int | None, typer.Option(help="First N tasks of each benchmark", min=1)] = None,
     samples: Annotated[int | None, typer.Option(help="Episodes per task (pass@k, maj@k)", min=1)] = None,
     overrides: Annotated[
@@ -465,6 +468,8 @@ def evaluate(
     if samples is not None:
         update["samples"] = samples
     eval_cfg = eval_cfg.model_copy(update=update)
+    if tasks and table is None and "heldout" in io.open_artifact(tasks).tables:
+        table = "heldout"  # a synthetic task set: never evaluate on its training split by default
     task_input = _table(tasks, table, "coa tasks import | coa tasks synthetic") if tasks else None
     result = _run(eval_step.step(eval_cfg, eval_tools(cfg), task_input, ModelInput.parse(model)))
     typer.echo(f"eval: {result.ref.uri}")
