@@ -1,0 +1,512 @@
+"""GRPO with DAPO's defaults on multi-turn CoA tool rollouts: TRL's ``GRPOTrainer`` + our rollouts.
+
+``run_rl(prompts, config, output_dir, resume)`` trains ``config.base_model`` (an SFT model) on an
+``rl_prompt.v1`` table and returns :class:`RLResult`. ``python -m coa.rl.grpo --config X.yaml``
+runs the same from a file, so a GPU worker runs it under ``accelerate launch``.
+
+**Rollouts.** TRL's ``rollout_func`` hook hands us the prompt ids of a generation batch (each
+repeated ``group_size`` times); :class:`~coa.rl.rollouts.RolloutSource` runs the episodes through
+the rollout engine with an HF policy on the trainer's own weights (eval mode, no gradient
+checkpointing: rl-feasibility.md pitfall 1), scores them, applies dynamic sampling and returns
+the kept groups. TRL trains on the ``prompt_ids`` / ``completion_ids`` we return, exactly the
+sampled ids; ``env_mask`` (popped by TRL as its tool mask) is 0 on every environment id, so
+observations carry no gradient and do not count in the token-mean. Text is never re-tokenized.
+The reward functions TRL calls only hand back the terms computed with the rollouts (one function
+per term, so each is logged as ``rewards/<term>/mean``).
+
+**Guards.** The entropy TRL logs each step is checked against ``entropy_floor``: a collapse stops
+the run with :class:`EntropyCollapse` (a failed check). A run that ends with another number of
+optimizer steps than its plan raises :class:`RLStepCountError` and writes no model.
+
+**Checkpoints and resume** as in SFT: ``checkpoints/checkpoint-N`` every ``save_steps``; a resumed
+run continues from the last one (the config must match, ``rl_plan.json``), and the rollout rows of
+steps after that checkpoint are discarded (they are generated again). Each generation batch's rows
+go to ``rollouts/step-NNNNNN.parquet`` as it is made; the finished run joins them into
+``rollouts.parquet`` (``rollout.v1``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import math
+import os
+import sys
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+from transformers import TrainerCallback
+
+from coa.rl.config import (
+    RESUME_FREE_FIELDS,
+    EntropyCollapse,
+    RLError,
+    RLResult,
+    RLRunConfig,
+    RLStepCountError,
+)
+from coa.rl.rewards import TERMS
+from coa.rl.rollouts import RolloutSource, train_mask
+from coa.rollout import Policy
+
+PolicyFactory = Callable[[Any, Any], Policy]
+log = logging.getLogger("coa.rl")
+
+CHECKPOINTS_DIR = "checkpoints"
+MODEL_DIR = "model"
+ROLLOUTS_DIR = "rollouts"
+ROLLOUTS_FILE = "rollouts.parquet"
+PLAN_FILE = "rl_plan.json"
+RESULT_FILE = "rl_result.json"
+CURVES_PNG = "rl_curves.png"
+CURVE_KEYS = (
+    "reward",
+    *(f"rewards/{t}/mean" for t in TERMS),
+    "entropy",
+    "dynamic/zero_variance_share",
+    "dynamic/shortfall_groups",
+    "clip_ratio/high_mean",
+    "clip_ratio/low_mean",
+    "rollout/truncated_share",
+    "rollout/tool_calls_mean",
+    "rollout/wall_s",
+    "step_time",
+)
+
+
+def select_prompts(prompts: pa.Table, families: Sequence[str] | None) -> list[dict[str, Any]]:
+    """The rows of the configured families; none left is an error."""
+    rows = prompts.to_pylist()
+    if families is not None:
+        rows = [r for r in rows if r["family"] in families]
+    if not rows:
+        present = sorted({r["family"] for r in prompts.to_pylist()})
+        raise RLError(f"no RL prompt of families {list(families or [])}; the prompts hold {present}")
+    return rows
+
+
+def run_rl(
+    prompts: pa.Table,
+    config: RLRunConfig,
+    output_dir: str | Path | None = None,
+    resume: bool = False,
+    callbacks: Sequence[Any] = (),
+    policy_factory: PolicyFactory | None = None,
+) -> RLResult:
+    """Train on ``rl_prompt.v1`` rows; :class:`EntropyCollapse` / :class:`RLStepCountError` on a failed check.
+
+    ``policy_factory(model, tokenizer)`` replaces the HF policy on the trainer's weights (tests drive
+    the trainer with scripted episodes through it).
+    """
+    chosen = output_dir if output_dir is not None else config.output_dir
+    if chosen is None:
+        raise RLError("no output folder: pass output_dir or set output_dir in the config")
+    out = Path(chosen)
+    last = last_checkpoint(out / CHECKPOINTS_DIR)
+    if last is not None and not resume:
+        raise RLError(
+            f"{out / CHECKPOINTS_DIR} already holds checkpoints (last: {last.name}); "
+            "resume, or use a new folder"
+        )
+    plan_path = out / PLAN_FILE
+    if last is not None:
+        if not plan_path.is_file():
+            raise RLError(f"{plan_path} is missing: cannot tell what plan {last} belongs to")
+        _check_resumable(json.loads(plan_path.read_text())["config"], config)
+    start_step = checkpoint_step(last) if last is not None else 0
+    _drop_rollouts_after(out / ROLLOUTS_DIR, start_step)
+
+    trainer, guard, counter, budget = build_trainer(prompts, config, out, callbacks, policy_factory)
+    if trainer.is_world_process_zero():
+        out.mkdir(parents=True, exist_ok=True)
+        plan_path.write_text(
+            json.dumps({"max_steps": config.max_steps, "config": config.model_dump(mode="json")}, indent=2)
+        )
+    t0 = time.perf_counter()
+    trainer.train(resume_from_checkpoint=str(last) if last is not None else None)
+    runtime = time.perf_counter() - t0
+    state = trainer.state
+    if guard.tripped is not None:
+        raise EntropyCollapse(guard.tripped)
+    planned = budget.plan.steps if budget is not None else config.max_steps
+    if counter.steps != planned - start_step or state.global_step != planned:
+        raise RLStepCountError(
+            f"RL took {counter.steps} optimizer steps in this run but the plan was {planned - start_step} "
+            f"(global step {state.global_step} of {planned}, resumed from {start_step}); "
+            "not reporting success. "
+            f"The checkpoints in {out / CHECKPOINTS_DIR} are kept; no final model was written."
+        )
+    return _finish(trainer, config, out, planned, start_step, counter.steps, runtime)
+
+
+def build_trainer(
+    prompts: pa.Table,
+    config: RLRunConfig,
+    out: Path,
+    callbacks: Sequence[Any] = (),
+    policy_factory: PolicyFactory | None = None,
+) -> tuple[Any, EntropyGuard, StepCounter, Any]:
+    """The ``GRPOTrainer`` of a run with its rollout function and guards, not yet trained."""
+    os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
+    import torch
+    from datasets import Dataset
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers.trainer_callback import PrinterCallback
+    from trl import GRPOConfig, GRPOTrainer
+
+    from coa.tools.config import build_toolbox
+    from coa.train.budget import StepPlan, TimeBudget
+
+    rows = select_prompts(prompts, config.families)
+    cuda = torch.cuda.is_available()
+    args = GRPOConfig(
+        output_dir=str(out / CHECKPOINTS_DIR),
+        max_steps=config.max_steps,
+        learning_rate=config.learning_rate,
+        lr_scheduler_type="constant",
+        max_grad_norm=config.max_grad_norm,
+        per_device_train_batch_size=config.episodes_per_generation // config.steps_per_generation,
+        gradient_accumulation_steps=1,
+        steps_per_generation=config.steps_per_generation,
+        num_generations=config.group_size,
+        num_iterations=1,
+        max_completion_length=config.max_total_tokens,
+        temperature=config.temperature,
+        loss_type=config.loss_type,
+        epsilon=config.epsilon_low,
+        epsilon_high=config.epsilon_high,
+        beta=config.beta,
+        scale_rewards=config.scale_rewards,
+        mask_truncated_completions=False,  # ours: only limit-cut episodes are masked (rollouts.train_mask)
+        reward_weights=[getattr(config.rewards, t) for t in TERMS],
+        activation_checkpointing=False,  # on, generate() inside the rollout gives garbage (pitfall 1)
+        use_cpu=not cuda,
+        bf16=bool(cuda and torch.cuda.is_bf16_supported()),
+        seed=config.seed,
+        data_seed=config.seed,
+        save_strategy="steps",
+        save_steps=config.save_steps,
+        save_total_limit=config.save_total_limit,
+        logging_steps=config.logging_steps,
+        report_to="none",
+        disable_tqdm=True,
+        dataloader_num_workers=0,
+    )
+    tokenizer = AutoTokenizer.from_pretrained(config.base_model)
+    if tokenizer.pad_token is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    model = AutoModelForCausalLM.from_pretrained(config.base_model, dtype=torch.float32)
+    toolbox = build_toolbox(config.tools, config.observation_root)
+    source = RolloutSource(rows, config, toolbox)
+    writer = _RolloutWriter(out / ROLLOUTS_DIR)
+    counter, guard = StepCounter(), EntropyGuard(config.entropy_floor, config.entropy_grace_steps)
+    trainer = GRPOTrainer(
+        model=model,
+        reward_funcs=[_term_reward(t) for t in TERMS],
+        args=args,
+        train_dataset=Dataset.from_list([{"prompt": r["prompt_id"]} for r in rows]),
+        processing_class=tokenizer,
+        rollout_func=lambda batch, tr: _rollouts(batch, tr, source, writer, config, policy_factory),
+        callbacks=[counter, guard, _LogToLogger(), *callbacks],
+    )
+    trainer.remove_callback(PrinterCallback)
+    budget = None
+    if config.time_budget_s is not None:
+        budget = TimeBudget(
+            config.time_budget_s, StepPlan(config.max_steps), cap=config.max_steps, replan_every=1
+        )
+        trainer.add_callback(budget)
+    return trainer, guard, counter, budget
+
+
+def _rollouts(
+    prompts: list[Any],
+    trainer: Any,
+    source: RolloutSource,
+    writer: _RolloutWriter,
+    config: RLRunConfig,
+    policy_factory: PolicyFactory | None,
+) -> dict[str, Any]:
+    """TRL's rollout hook: one completion per received prompt, in groups of ``group_size``."""
+    from coa.rollout.policies.hf import HFPolicy
+
+    model = trainer.accelerator.unwrap_model(trainer.model)
+    if policy_factory is not None:
+        policy = policy_factory(model, trainer.processing_class)
+    else:
+        policy = HFPolicy.from_model(model, trainer.processing_class, max_batch=config.generation_batch)
+    was_training = model.training
+    model.eval()
+    try:
+        batch = source.batch([str(p) for p in prompts], policy, int(trainer.state.global_step))
+    finally:
+        model.train(was_training)
+    if trainer.is_world_process_zero():
+        writer.write(int(trainer.state.global_step), batch.rows)
+    for key, value in batch.stats.items():
+        trainer._metrics["train"][key].append(value)
+    out: dict[str, list[Any]] = {k: [] for k in ("prompt_ids", "completion_ids", "logprobs", "env_mask")}
+    for name in TERMS:
+        out[f"reward_{name}"] = []
+    for group in batch.groups:
+        for episode, reward in zip(group.episodes, group.rewards, strict=True):
+            out["prompt_ids"].append(list(episode.prompt_ids))
+            out["completion_ids"].append(list(episode.completion_ids))
+            out["logprobs"].append([0.0 if lp is None else float(lp) for lp in episode.logprobs])
+            out["env_mask"].append(train_mask(episode, config.mask_truncated))
+            for name in TERMS:
+                out[f"reward_{name}"].append(reward.term(name))
+    return out
+
+
+def _term_reward(term: str) -> Any:
+    """A TRL reward function returning the precomputed ``term`` of each completion."""
+
+    def reward(prompts: Any, completions: Any, **kwargs: Any) -> list[float]:
+        return [float(v) for v in kwargs[f"reward_{term}"]]
+
+    reward.__name__ = term
+    return reward
+
+
+class _RolloutWriter:
+    """Each generation batch's ``rollout.v1`` rows to ``step-NNNNNN.parquet`` (written atomically)."""
+
+    def __init__(self, folder: Path) -> None:
+        self.folder = folder
+
+    def write(self, step: int, rows: list[dict[str, Any]]) -> None:
+        import pyarrow.parquet as pq
+
+        import schemas
+
+        self.folder.mkdir(parents=True, exist_ok=True)
+        path = self.folder / f"step-{step:06d}.parquet"
+        tmp = path.with_name(f".{path.name}.tmp")
+        pq.write_table(schemas.ROLLOUT.from_rows(rows), tmp)
+        tmp.replace(path)
+
+
+def read_rollouts(folder: Path) -> pa.Table:
+    """Every chunk of a run's rollout rows, in step order, as one ``rollout.v1`` table."""
+    import pyarrow.parquet as pq
+
+    import schemas
+
+    chunks = sorted(folder.glob("step-*.parquet"))
+    if not chunks:
+        return schemas.ROLLOUT.empty_table()
+    return schemas.ROLLOUT.conform(pa.concat_tables([pq.read_table(c) for c in chunks]))
+
+
+def _drop_rollouts_after(folder: Path, step: int) -> None:
+    """Remove the rollout chunks generated at or after ``step`` (a resumed run makes them again)."""
+    for chunk in folder.glob("step-*.parquet") if folder.is_dir() else []:
+        if int(chunk.stem.split("-")[1]) >= step:
+            chunk.unlink()
+
+
+class StepCounter(TrainerCallback):
+    """Counts optimizer steps taken in this process (a ``TrainerCallback``)."""
+
+    def __init__(self) -> None:
+        self.steps = 0
+
+    def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        self.steps += 1
+
+
+class EntropyGuard(TrainerCallback):
+    """Stops training when the logged mean token entropy falls below ``floor`` (a ``TrainerCallback``)."""
+
+    def __init__(self, floor: float | None, grace_steps: int) -> None:
+        self.floor, self.grace_steps = floor, grace_steps
+        self.tripped: str | None = None
+
+    def on_log(
+        self, args: Any, state: Any, control: Any, logs: dict[str, Any] | None = None, **kw: Any
+    ) -> None:
+        entropy = (logs or {}).get("entropy")
+        if self.floor is None or entropy is None or state.global_step <= self.grace_steps:
+            return
+        if entropy < self.floor:
+            zero = (logs or {}).get("dynamic/zero_variance_share")
+            share = f", {zero:.0%} of groups with equal rewards" if zero is not None else ""
+            self.tripped = (
+                f"entropy collapse: mean token entropy {entropy:.4f} nats fell below the floor "
+                f"{self.floor} at step {state.global_step}{share}; the run stopped instead of spending its "
+                "budget (lower the learning rate, raise the temperature or the floor's grace, or set "
+                "entropy_floor: null)"
+            )
+            control.should_training_stop = True
+
+
+class _LogToLogger(TrainerCallback):
+    """Training logs as one line each on the ``coa.rl`` logger."""
+
+    def on_log(
+        self, args: Any, state: Any, control: Any, logs: dict[str, Any] | None = None, **kw: Any
+    ) -> None:
+        if logs and state.is_world_process_zero:
+            shown = {
+                k: round(v, 4) if isinstance(v, float) else v for k, v in logs.items() if k in CURVE_KEYS
+            }
+            log.info(
+                "rl step %d/%d %s", state.global_step, state.max_steps, json.dumps(shown, sort_keys=True)
+            )
+
+
+def curves(log_history: Sequence[dict[str, Any]]) -> list[dict[str, float]]:
+    """One point per training log: the step and the curve keys present."""
+    points = []
+    for entry in log_history:
+        if "reward" not in entry:
+            continue
+        point = {"step": float(entry["step"])}
+        point |= {k: float(entry[k]) for k in CURVE_KEYS if isinstance(entry.get(k), int | float)}
+        points.append(point)
+    return points
+
+
+def plot_curves(points: Sequence[dict[str, float]], path: Path, title: str) -> Path:
+    """Reward (total and per term), entropy and zero-variance share against the step."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(9.0, 3.6), dpi=100)
+    FigureCanvasAgg(fig)
+    panels = (
+        ("reward", ["reward", *(f"rewards/{t}/mean" for t in TERMS)]),
+        ("entropy (nats/token)", ["entropy"]),
+        ("share of groups", ["dynamic/zero_variance_share"]),
+    )
+    for i, (label, keys) in enumerate(panels):
+        ax = fig.add_subplot(1, 3, i + 1)
+        for key in keys:
+            xs = [p["step"] for p in points if key in p]
+            if xs:
+                ax.plot(
+                    xs,
+                    [p[key] for p in points if key in p],
+                    marker=".",
+                    linewidth=1.2,
+                    label=key.split("/")[-2]
+                    if "/" in key and key.startswith("rewards")
+                    else key.split("/")[-1],
+                )
+        ax.set_xlabel("optimizer step")
+        ax.set_title(label, fontsize=9)
+        ax.grid(True, alpha=0.3)
+        if len(keys) > 1:
+            ax.legend(fontsize=6)
+    fig.suptitle(title, fontsize=10)
+    fig.tight_layout()
+    fig.savefig(str(path))
+    return path
+
+
+def last_checkpoint(folder: Path) -> Path | None:
+    """The newest complete ``checkpoint-N`` (one with its trainer state), or None."""
+    found = (
+        [p for p in folder.glob("checkpoint-*") if (p / "trainer_state.json").is_file()]
+        if folder.is_dir()
+        else []
+    )
+    return max(found, key=checkpoint_step, default=None)
+
+
+def checkpoint_step(path: Path) -> int:
+    try:
+        return int(path.name.rsplit("-", 1)[1])
+    except (IndexError, ValueError):
+        return -1
+
+
+def _check_resumable(saved: dict[str, Any], config: RLRunConfig) -> None:
+    now = config.model_dump(mode="json")
+    changed = sorted(
+        k for k in set(saved) | set(now) if k not in RESUME_FREE_FIELDS and saved.get(k) != now.get(k)
+    )
+    if changed:
+        diffs = ", ".join(f"{k}: {saved.get(k)!r} -> {now.get(k)!r}" for k in changed)
+        raise RLError(f"cannot resume with a changed RL config ({diffs}); use a new output folder")
+
+
+def _finish(
+    trainer: Any, config: RLRunConfig, out: Path, planned: int, start_step: int, steps: int, runtime: float
+) -> RLResult:
+    import pyarrow.parquet as pq
+
+    trainer.save_model(str(out / MODEL_DIR))
+    table = read_rollouts(out / ROLLOUTS_DIR)
+    pq.write_table(table, out / ROLLOUTS_FILE)
+    points = curves(trainer.state.log_history)
+    result = RLResult(
+        model_dir=str(out / MODEL_DIR),
+        output_dir=str(out),
+        steps_planned=planned,
+        steps_run=steps,
+        start_step=start_step,
+        global_step=int(trainer.state.global_step),
+        rollouts=table.num_rows,
+        rollouts_file=str(out / ROLLOUTS_FILE),
+        curves=points,
+        train_runtime_s=round(runtime, 3),
+        device=str(trainer.args.device),
+        time_budget_s=config.time_budget_s,
+        curves_png=str(out / CURVES_PNG),
+    )
+    if trainer.is_world_process_zero():
+        plot_curves(
+            points,
+            out / CURVES_PNG,
+            f"GRPO/DAPO: {trainer.state.global_step} steps, {table.num_rows} rollouts",
+        )
+        (out / RESULT_FILE).write_text(result.model_dump_json(indent=2))
+    return result
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``python -m coa.rl.grpo --config X.yaml [--output-dir DIR] [--resume] [k=v ...]``."""
+    from coa import io
+    from coa.config import ConfigError, load_config
+
+    parser = argparse.ArgumentParser(prog="python -m coa.rl.grpo", description=__doc__.split("\n")[0])
+    parser.add_argument("--config", required=True, help="YAML with the RLRunConfig fields")
+    parser.add_argument("--output-dir", help="output folder (overrides `output_dir`)")
+    parser.add_argument("--resume", action="store_true", help="continue from the last checkpoint if any")
+    parser.add_argument("overrides", nargs="*", help="dotted key=value overrides")
+    ns = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    try:
+        config = load_config(ns.config, ns.overrides, model=RLRunConfig)
+    except ConfigError as e:
+        print(e, file=sys.stderr)
+        return 2
+    if config.prompts is None:
+        print(
+            "no prompts: set `prompts` (a Parquet file of rl_prompt.v1 rows) in the config", file=sys.stderr
+        )
+        return 2
+    try:
+        result = run_rl(io.read_parquet_file(config.prompts), config, ns.output_dir, resume=ns.resume)
+    except EntropyCollapse as e:
+        print(f"check failed: {e}", file=sys.stderr)
+        return 1
+    except RLStepCountError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 3
+    except RLError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    if int(os.environ.get("RANK", "0")) == 0:
+        print(json.dumps(result.model_dump(mode="json", exclude={"curves"}), indent=2, sort_keys=True))
+    return 0 if all(math.isfinite(p.get("reward", 0.0)) for p in result.curves) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
