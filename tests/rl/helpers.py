@@ -45,10 +45,17 @@ class TwoTurnPolicy(ScriptedPolicy):
     (``right_every=0``: never right), so a group's rewards differ or are all equal as a test needs.
     """
 
-    def __init__(self, codec: Codec, questions: Sequence[tuple[int, int]], right_every: int = 2) -> None:
+    def __init__(
+        self,
+        codec: Codec,
+        questions: Sequence[tuple[int, int]],
+        right_every: int = 2,
+        never_right: Sequence[tuple[int, int]] = (),
+    ) -> None:
         replies = {f"What is {a} + {b}?": [code_turn(f"print({a} + {b})"), ""] for a, b in questions}
         super().__init__(codec, replies)
         self.right_every = right_every
+        self.never_right = {f"What is {a} + {b}?" for a, b in never_right}
         self.answers: dict[str, int] = {}
         self.generations: list[Generation] = []
 
@@ -60,7 +67,7 @@ class TwoTurnPolicy(ScriptedPolicy):
             key = next(k for k in self.replies if k in prompt)
             a, b = (int(x) for x in key.removeprefix("What is ").removesuffix("?").split(" + "))
             n = self.answers[key] = self.answers.get(key, 0) + 1
-            right = self.right_every > 0 and n % self.right_every == 0
+            right = self.right_every > 0 and n % self.right_every == 0 and key not in self.never_right
             ids = self.codec.encode(answer(str(a + b if right else a + b + 1)))
             generation = self.codec.cut(ids, [self.logprob] * len(ids), max_new_tokens)
         self.generations.append(generation)
