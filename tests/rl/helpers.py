@@ -35,7 +35,9 @@ def prompts_table(n: int) -> pa.Table:
 
 
 def answer(value: str) -> str:
-    return blocks(("reflection", f"It printed {value}."), ("think", "Answer."), ("answer", f"\\boxed{{{value}}}"))
+    return blocks(
+        ("reflection", f"It printed {value}."), ("think", "Answer."), ("answer", f"\\boxed{{{value}}}")
+    )
 
 
 class TwoTurnPolicy(ScriptedPolicy):
@@ -59,7 +61,9 @@ class TwoTurnPolicy(ScriptedPolicy):
         self.answers: dict[str, int] = {}
         self.generations: list[Generation] = []
 
-    async def generate(self, prompt_ids: Sequence[int], max_new_tokens: int, sampling: Sampling) -> Generation:
+    async def generate(
+        self, prompt_ids: Sequence[int], max_new_tokens: int, sampling: Sampling
+    ) -> Generation:
         prompt = self.codec.decode(prompt_ids)
         if prompt.count("</observation>") == 0:
             generation = await super().generate(prompt_ids, max_new_tokens, sampling)

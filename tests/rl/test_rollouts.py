@@ -88,14 +88,18 @@ def test_dynamic_sampling_drops_equal_groups_and_refills(codec: Codec) -> None:
 
 def test_dynamic_sampling_tops_up_with_dropped_groups_when_prompts_run_out(codec: Codec) -> None:
     policy = TwoTurnPolicy(codec, QUESTIONS, right_every=0)  # never right: every group all-equal
-    batch = RolloutSource(PROMPTS, params(max_refill_rounds=1), SpyToolBox()).batch(requested(0, 1), policy, 0)
+    batch = RolloutSource(PROMPTS, params(max_refill_rounds=1), SpyToolBox()).batch(
+        requested(0, 1), policy, 0
+    )
     assert len(batch.groups) == 2 and all(g.zero_variance for g in batch.groups)
     assert batch.stats["dynamic/shortfall_groups"] == 2 and batch.stats["dynamic/groups_generated"] == 6
 
 
 def test_without_dynamic_sampling_the_requested_groups_are_kept(codec: Codec) -> None:
     policy = TwoTurnPolicy(codec, QUESTIONS, right_every=0)
-    batch = RolloutSource(PROMPTS, params(dynamic_sampling=False), SpyToolBox()).batch(requested(0, 1), policy, 0)
+    batch = RolloutSource(PROMPTS, params(dynamic_sampling=False), SpyToolBox()).batch(
+        requested(0, 1), policy, 0
+    )
     assert [g.prompt_id for g in batch.groups] == [PROMPTS[0]["prompt_id"], PROMPTS[1]["prompt_id"]]
     assert batch.stats["dynamic/groups_generated"] == 2
 
