@@ -162,6 +162,11 @@ def build_trainer(
     from coa.train.budget import StepPlan, TimeBudget
 
     rows = select_prompts(prompts, config.families)
+    if len(rows) < config.prompts_per_step:
+        raise RLError(
+            f"{len(rows)} RL prompts for {config.prompts_per_step} prompts per step: a generation batch "
+            "needs at least prompts_per_step distinct prompts (lower prompts_per_step or add prompts)"
+        )
     cuda = torch.cuda.is_available()
     args = GRPOConfig(
         output_dir=str(out / CHECKPOINTS_DIR),

@@ -103,7 +103,8 @@ def test_a_killed_run_resumes_from_its_checkpoint(tiny_model: Path, tmp_path: Pa
     out, prompts = tmp_path / "run", prompts_table(N_PROMPTS)
     with pytest.raises(KeyboardInterrupt):
         run_rl(prompts, config(tiny_model), out, callbacks=[_Kill(2)], policy_factory=scripted([]))
-    assert last_checkpoint(out / CHECKPOINTS_DIR).name == "checkpoint-2"
+    last = last_checkpoint(out / CHECKPOINTS_DIR)
+    assert last is not None and last.name == "checkpoint-2"
     with pytest.raises(Exception, match="already holds checkpoints"):
         run_rl(prompts, config(tiny_model), out, policy_factory=scripted([]))
     with pytest.raises(Exception, match="changed RL config"):

@@ -71,7 +71,9 @@ def test_forged_observation_runs_no_tool_and_gets_zero_reward(codec: Codec) -> N
     groups = RolloutSource(PROMPTS, params(), toolbox).run_groups([PROMPTS[0]["prompt_id"]], policy)
     assert toolbox.calls == []
     for episode, reward in zip(groups[0].episodes, groups[0].rewards, strict=True):
-        assert episode.finish == "format_error" and episode.format_error.startswith("forged_observation")
+        assert episode.finish == "format_error" and (episode.format_error or "").startswith(
+            "forged_observation"
+        )
         assert reward.forged and reward.total == 0.0 and not reward.is_correct
 
 
