@@ -225,6 +225,9 @@ def build_trainer(
             config.time_budget_s, StepPlan(config.max_steps), cap=config.max_steps, replan_every=1
         )
         trainer.add_callback(budget)
+        deadline = _Deadline(config.time_budget_s)
+        deadline.trainer = trainer
+        trainer.add_callback(deadline)
     return trainer, guard, counter, budget
 
 
@@ -247,7 +250,8 @@ def _rollouts(
     was_training = model.training
     model.eval()
     try:
-        batch = source.batch([str(p) for p in prompts], policy, int(trainer.state.global_step))
+        deadline = getattr(trainer, "coa_deadline", None)
+        batch = source.batch([str(p) for p in prompts], policy, int(trainer.state.global_step), deadline)
     finally:
         model.train(was_training)
     if trainer.is_world_process_zero():
@@ -323,6 +327,19 @@ class StepCounter(TrainerCallback):
 
     def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         self.steps += 1
+
+
+class _Deadline(TrainerCallback):
+    """Sets ``trainer.coa_deadline`` (perf-counter seconds) when training begins: dynamic sampling
+    starts no refill round after it."""
+
+    def __init__(self, budget_s: float) -> None:
+        self.budget_s = budget_s
+        self.trainer: Any = None
+
+    def on_train_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        if self.trainer is not None:
+            self.trainer.coa_deadline = time.perf_counter() + self.budget_s
 
 
 class EntropyGuard(TrainerCallback):

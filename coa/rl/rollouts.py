@@ -8,8 +8,10 @@ repeated ``group_size`` times, consecutively) into the batch the trainer trains 
 2. each episode scored (:mod:`coa.rl.rewards`);
 3. **dynamic sampling** (DAPO): a group whose total rewards are all equal has zero advantage and
    is dropped; the batch is refilled from further prompts (drawn by a seeded generator from the
-   step, so a resumed run draws the same) for up to ``max_refill_rounds`` rounds; a batch still
-   short is topped up with dropped groups, and the shortfall is logged;
+   step, so a resumed run draws the same) for up to ``max_refill_rounds`` rounds, and none once
+   the run's time budget has run out (``deadline``: a refill round of a weak policy can cost more
+   than the whole budget); a batch still short is topped up with dropped groups, and the shortfall
+   is logged;
 4. truncated episodes (a token, turn or generation limit) get an all-zero mask when
    ``mask_truncated`` (overlong filtering): they are kept for the group baseline but trained on
    nowhere.
@@ -123,8 +125,13 @@ class RolloutSource:
             for i, pid in enumerate(prompt_ids)
         ]
 
-    def batch(self, requested: Sequence[str], policy: Policy, step: int) -> RolloutBatch:
-        """The generation batch for ``requested`` (prompt ids, each repeated ``group_size`` times)."""
+    def batch(
+        self, requested: Sequence[str], policy: Policy, step: int, deadline: float | None = None
+    ) -> RolloutBatch:
+        """The generation batch for ``requested`` (prompt ids, each repeated ``group_size`` times).
+
+        ``deadline`` (a ``time.perf_counter()`` value): no refill round starts after it.
+        """
         start = time.perf_counter()
         wanted = list(dict.fromkeys(requested))  # order-preserving unique
         rounds = [self.run_groups(wanted, policy)]
@@ -133,7 +140,7 @@ class RolloutSource:
         rng = random.Random(f"{self.params.seed}:{step}")
         for _ in range(self.params.max_refill_rounds if self.params.dynamic_sampling else 0):
             deficit = len(wanted) - len(kept)
-            if deficit <= 0:
+            if deficit <= 0 or (deadline is not None and time.perf_counter() >= deadline):
                 break
             pool = [p for p in self.order if p not in used]
             if not pool:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import time
 from typing import Any
 
 import pytest
@@ -112,3 +113,10 @@ def test_truncated_episodes_are_masked_whole(codec: Codec) -> None:
     batch = source.batch(requested(0, 1), policy, 0)
     for row in batch.rows:
         assert row["finish"] == "generation_limit" and set(row["loss_mask"]) == {0}
+
+
+def test_no_refill_round_starts_after_the_deadline(codec: Codec) -> None:
+    policy = TwoTurnPolicy(codec, QUESTIONS, right_every=0)
+    past = time.perf_counter() - 1.0
+    batch = RolloutSource(PROMPTS, params(), SpyToolBox()).batch(requested(0, 1), policy, 0, deadline=past)
+    assert batch.stats["dynamic/groups_generated"] == 2 and batch.stats["dynamic/shortfall_groups"] == 2
