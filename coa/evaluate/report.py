@@ -150,20 +150,22 @@ def comparison_plot(rows: Sequence[Mapping[str, Any]]) -> str:
 
     fig = Figure(figsize=(12.0, 3.8), dpi=100)
     FigureCanvasAgg(fig)
-    series = (
+    series: list[tuple[str, str, str | None, str, str]] = [
         ("student before SFT", "#bbbbbb", "format_valid_before", "accuracy_before", "tokens_per_task_before"),
         ("student after SFT", "#3b75af", "format_valid_after", "accuracy_after", "tokens_per_task_after"),
         ("teacher (multi-agent)", "#e08a3c", None, "teacher_accuracy", "teacher_tokens_per_task"),
-    )
+    ]
     if any("accuracy_after_rl" in r for r in rows):
-        rl = (
-            "student after RL",
-            "#2ca02c",
-            "format_valid_after_rl",
-            "accuracy_after_rl",
-            "tokens_per_task_after_rl",
+        series.insert(
+            2,
+            (
+                "student after RL",
+                "#2ca02c",
+                "format_valid_after_rl",
+                "accuracy_after_rl",
+                "tokens_per_task_after_rl",
+            ),
         )
-        series = (*series[:2], rl, series[2])
     panels = (("CoA format-valid rate", 2), ("Accuracy (pass@1)", 3), ("Tokens per task (log)", 4))
     width = 0.8 / len(series)
     for k, (title, field) in enumerate(panels):

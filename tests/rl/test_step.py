@@ -49,3 +49,23 @@ def test_plan_puts_rl_after_sft_and_evaluates_after_it() -> None:
     without = PipelineConfig.model_validate(config.model_dump() | {"rl": None})
     assert "rl" not in [s.name for s in plan(without)]
     assert not_planned(without, plan(without))["rl"] == "not configured"
+
+
+def test_the_report_shows_after_rl_columns_only_after_an_rl_phase() -> None:
+    from coa.evaluate.report import comparison_plot, comparison_rows, format_comparison
+
+    before = {"code": {"n": 50, "format_valid": 0.5, "accuracy": 0.0}, "all": {"n": 50, "accuracy": 0.0}}
+    after = {
+        "code": {"n": 50, "format_valid": 0.7, "accuracy": 0.1, "tokens_per_task": 300.0},
+        "all": {"n": 50},
+    }
+    after_rl = {
+        "code": {"n": 50, "format_valid": 0.9, "accuracy": 0.2, "tokens_per_task": 250.0},
+        "all": {"n": 50},
+    }
+    rows = comparison_rows(before, after, None, after_rl)
+    assert rows[0]["accuracy_after_rl"] == 0.2 and rows[0]["tokens_per_task_after_rl"] == 250.0
+    table = format_comparison(rows)
+    assert "acc. after RL" in table and "valid after RL" in table and "20%" in table
+    assert "after RL" not in format_comparison(comparison_rows(before, after))
+    assert comparison_plot(rows)  # four series draw
