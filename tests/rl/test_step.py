@@ -54,12 +54,15 @@ def test_plan_puts_rl_after_sft_and_evaluates_after_it() -> None:
 def test_the_report_shows_after_rl_columns_only_after_an_rl_phase() -> None:
     from coa.evaluate.report import comparison_plot, comparison_rows, format_comparison
 
-    before = {"code": {"n": 50, "format_valid": 0.5, "accuracy": 0.0}, "all": {"n": 50, "accuracy": 0.0}}
-    after = {
+    before: dict[str, dict[str, float]] = {
+        "code": {"n": 50, "format_valid": 0.5, "accuracy": 0.0},
+        "all": {"n": 50, "accuracy": 0.0},
+    }
+    after: dict[str, dict[str, float]] = {
         "code": {"n": 50, "format_valid": 0.7, "accuracy": 0.1, "tokens_per_task": 300.0},
         "all": {"n": 50},
     }
-    after_rl = {
+    after_rl: dict[str, dict[str, float]] = {
         "code": {"n": 50, "format_valid": 0.9, "accuracy": 0.2, "tokens_per_task": 250.0},
         "all": {"n": 50},
     }
