@@ -13,6 +13,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from coa.config import StrictModel
 from coa.errors import CheckFailed, CoaError
+from coa.llm.config import LLMConfig
 from coa.tools.config import ToolsConfig
 
 RESUME_FREE_FIELDS = frozenset({"prompts", "output_dir", "logging_steps", "save_steps", "save_total_limit"})
@@ -141,6 +142,22 @@ class RLParams(StrictModel):
         default=None, description="Train on the prompts of these families only; null = all."
     )
     tools: ToolsConfig = Field(default_factory=ToolsConfig, description="The tools the policy calls.")
+    judge: LLMConfig | None = Field(
+        default=None,
+        description="LLM judge of web answers (its `judge` endpoint; verdicts cached in its response cache); "
+        "null = exact match, then token F1.",
+    )
+    judge_audit_set: str | None = Field(
+        default=None,
+        description="Labelled audit set (JSON lines: id, question, prediction, gold_answers, label) the "
+        "judge is scored on before the run; required with a judge.",
+    )
+    judge_min_agreement: float = Field(
+        default=0.8,
+        ge=0,
+        le=1,
+        description="Agreement with the audit set below which the run does not start.",
+    )
     seed: int = Field(default=0, description="Seed of prompt order, refills and sampling.")
     save_steps: int = Field(default=10, ge=1, description="Checkpoint every this many optimizer steps.")
     save_total_limit: int | None = Field(default=2, ge=1, description="Checkpoints kept (oldest removed).")
@@ -154,6 +171,8 @@ class RLParams(StrictModel):
                 f"prompts_per_step * group_size ({episodes}) must be a multiple of steps_per_generation "
                 f"({self.steps_per_generation})"
             )
+        if self.judge is not None and self.judge_audit_set is None:
+            raise ValueError("a judge needs a judge_audit_set: it is audited before it rewards a run")
         if self.save_steps % self.steps_per_generation:
             raise ValueError(
                 f"save_steps ({self.save_steps}) must be a multiple of steps_per_generation "
@@ -216,3 +235,6 @@ class RLResult(BaseModel):
     device: str
     time_budget_s: float | None = None
     curves_png: str = Field(description="Reward / entropy / zero-variance curves.")
+    judge_audit: dict[str, object] | None = Field(
+        default=None, description="The judge's audit (agreement with the labelled set); None without a judge."
+    )

@@ -62,6 +62,7 @@ ROLLOUTS_DIR = "rollouts"
 ROLLOUTS_FILE = "rollouts.parquet"
 PLAN_FILE = "rl_plan.json"
 RESULT_FILE = "rl_result.json"
+JUDGE_AUDIT_FILE = "judge_audit.json"
 CURVES_PNG = "rl_curves.png"
 CURVE_KEYS = (
     "reward",
@@ -206,7 +207,8 @@ def build_trainer(
         tokenizer.pad_token = tokenizer.eos_token
     model = AutoModelForCausalLM.from_pretrained(config.base_model, dtype=torch.float32)
     toolbox = build_toolbox(config.tools, config.observation_root)
-    source = RolloutSource(rows, config, toolbox)
+    judge, audit = open_judge(config, out)
+    source = RolloutSource(rows, config, toolbox, judge)
     writer = _RolloutWriter(out / ROLLOUTS_DIR)
     counter, guard = StepCounter(), EntropyGuard(config.entropy_floor, config.entropy_grace_steps)
     trainer = GRPOTrainer(
@@ -219,6 +221,7 @@ def build_trainer(
         callbacks=[counter, guard, _LogToLogger(), *callbacks],
     )
     trainer.remove_callback(PrinterCallback)
+    trainer.coa_judge_audit = audit  # type: ignore[attr-defined]
     budget = None
     if config.time_budget_s is not None:
         budget = TimeBudget(
@@ -229,6 +232,22 @@ def build_trainer(
         deadline.trainer = trainer
         trainer.add_callback(deadline)
     return trainer, guard, counter, budget
+
+
+def open_judge(config: RLRunConfig, out: Path) -> tuple[Any, dict[str, Any] | None]:
+    """The web-answer judge and its audit (written to ``judge_audit.json``); (None, None) without one."""
+    if config.judge is None:
+        return None, None
+    from coa.rl.judge import checked_judge
+    from coa.scoring.judge import LLMJudge
+
+    assert config.judge_audit_set is not None
+    judge = LLMJudge(config.judge)
+    audit = checked_judge(judge, config.judge_audit_set, config.judge_min_agreement).model_dump(mode="json")
+    log.info("judge audit: %.0f%% agreement on %d labelled answers", 100 * audit["agreement"], audit["n"])
+    out.mkdir(parents=True, exist_ok=True)
+    (out / JUDGE_AUDIT_FILE).write_text(json.dumps(audit, indent=2))
+    return judge, audit
 
 
 def _rollouts(
@@ -481,6 +500,7 @@ def _finish(
         device=str(trainer.args.device),
         time_budget_s=config.time_budget_s,
         curves_png=str(out / CURVES_PNG),
+        judge_audit=getattr(trainer, "coa_judge_audit", None),
     )
     if trainer.is_world_process_zero():
         plot_curves(

@@ -1,8 +1,10 @@
 """Reward terms of an RL episode, per family, each kept apart so it can be logged on its own.
 
 * ``correct``: the task's own check, as evaluation scores it (:mod:`coa.scoring`): QA exact match,
-  math-verify for math, every test passing in the sandbox for code (all the batch's programs in a
-  few warm sandboxes: :func:`coa.tools.code.run_tests_batch`);
+  math-verify for math, every test passing in the sandbox for code (LiveCodeBench functional tests
+  through the ``fn_name`` harness; all the batch's programs in a few warm sandboxes:
+  :func:`coa.tools.code.run_tests_batch`), web answers by exact match, else the LLM judge when one
+  is given (:mod:`coa.rl.judge`), else token F1;
 * ``format``: 1 when the trajectory is valid under its variant's grammar (:mod:`coa.format`);
 * ``efficiency``: minus one per tool call beyond ``free_tool_calls``, on correct episodes only;
 * ``overlong``: DAPO's soft penalty, 0 up to ``max_total_tokens - overlong_buffer`` generated
@@ -22,6 +24,7 @@ from coa.evaluate.stage import check_format
 from coa.format import extract_answer
 from coa.rl.config import RLParams
 from coa.rollout import Episode
+from coa.scoring import AnswerJudge
 
 TERMS = ("correct", "format", "efficiency", "overlong")
 """The reward terms, in the order the trainer's reward functions are given."""
@@ -57,6 +60,11 @@ def is_forged(episode: Episode) -> bool:
     return bool(episode.format_error and episode.format_error.startswith("forged_observation"))
 
 
+def question_of(prompt: Mapping[str, Any]) -> str:
+    """The user turn of an ``rl_prompt.v1`` row (what a judge is shown as the question)."""
+    return next((str(m["content"]) for m in prompt["prompt"] if m["role"] == "user"), "")
+
+
 def overlong_penalty(tokens: int, max_tokens: int, buffer: int) -> float:
     """DAPO soft overlong punishment: 0 below ``max_tokens - buffer``, then linear down to -1."""
     start = max_tokens - buffer
@@ -70,10 +78,11 @@ def score_episodes(
     prompts: Sequence[Mapping[str, Any]],
     texts: Sequence[str],
     params: RLParams,
+    judge: AnswerJudge | None = None,
 ) -> list[Reward]:
     """The reward of each episode against its ``rl_prompt.v1`` row (same order)."""
     predictions = [extract_answer(t) if "<answer>" in t else None for t in texts]
-    correct = correctness(prompts, predictions)
+    correct = correctness(prompts, predictions, judge)
     weights = params.rewards
     out = []
     for episode, prompt, text, prediction, ok in zip(
@@ -101,22 +110,27 @@ def score_episodes(
     return out
 
 
-def correctness(prompts: Sequence[Mapping[str, Any]], predictions: Sequence[str | None]) -> list[bool]:
-    """Whether each prediction is correct for its prompt: code by its tests (batched), else by rule."""
-    from coa.scoring.runs import SCORING_SANDBOX, tests_of
+def correctness(
+    prompts: Sequence[Mapping[str, Any]], predictions: Sequence[str | None], judge: AnswerJudge | None = None
+) -> list[bool]:
+    """Whether each prediction is correct for its prompt: code by its tests (batched), else by rule
+    (web answers through ``judge`` when given)."""
+    from coa.scoring.code import program_and_tests
+    from coa.scoring.runs import SCORING_SANDBOX
     from coa.scoring.tasks import score_prediction
     from coa.tools.code import run_tests_batch
 
     out = [False] * len(prompts)
-    code_jobs: list[tuple[int, str, list[Any]]] = []
+    code_jobs: list[tuple[int, str, Any]] = []
     for i, (prompt, prediction) in enumerate(zip(prompts, predictions, strict=True)):
         if prediction is None:
             continue
         if prompt["family"] == "code":
             if prompt.get("test_cases"):
-                code_jobs.append((i, prediction, tests_of(prompt["test_cases"])))
+                code_jobs.append((i, *program_and_tests(prediction, prompt["test_cases"])))
             continue
-        out[i] = score_prediction(prompt, prediction)[0]
+        task = {**prompt, "question": question_of(prompt)}
+        out[i] = score_prediction(task, prediction, judge=judge)[0]
     if code_jobs:
         reports = run_tests_batch(
             [(code, tests) for _, code, tests in code_jobs], SCORING_SANDBOX, fail_fast=True

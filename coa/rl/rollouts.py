@@ -84,13 +84,16 @@ def train_mask(episode: Episode, mask_truncated: bool) -> list[int]:
 class RolloutSource:
     """Rollouts and rewards for the prompts of an ``rl_prompt.v1`` table."""
 
-    def __init__(self, prompts: Sequence[Mapping[str, Any]], params: RLParams, toolbox: Any) -> None:
+    def __init__(
+        self, prompts: Sequence[Mapping[str, Any]], params: RLParams, toolbox: Any, judge: Any = None
+    ) -> None:
         if not prompts:
             raise ValueError("no RL prompts")
         self.prompts = {str(p["prompt_id"]): dict(p) for p in prompts}
         self.order = sorted(self.prompts)
         self.params = params
         self.toolbox = toolbox
+        self.judge = judge
         self.config = rollout_config(params)
         self._prompt_ids: dict[str, list[int]] = {}
 
@@ -113,7 +116,7 @@ class RolloutSource:
         codec = policy.codec
         texts = [model_text(e, codec.eos_ids, codec.decode) for e in episodes]
         rows = [self.prompts[e.task_id] for e in episodes]
-        rewards = score_episodes(episodes, rows, texts, self.params)
+        rewards = score_episodes(episodes, rows, texts, self.params, self.judge)
         return [
             Group(
                 pid,

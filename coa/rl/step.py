@@ -81,7 +81,6 @@ def _build(b: Build, callbacks: Sequence[Any]) -> None:
             "base_model": base.name,
             "prompts": {"uri": prompts.uri, "content_hash": prompts.ref.content_hash, "rows": prompts.rows()},
             "rewards": config.rewards.model_dump(mode="json"),
-            "judge_audit": None,
         }
     )
     try:
@@ -100,7 +99,13 @@ def _build(b: Build, callbacks: Sequence[Any]) -> None:
     b.writer.write_table(ROLLOUTS_TABLE, read_rollouts(out / ROLLOUTS_DIR), schemas.ROLLOUT)
     b.writer.put_file(CURVES_PNG, result.curves_png)
     b.writer.write_file(RESULT_FILE, result.model_dump_json(indent=2))
-    b.writer.extra_lineage.update({"steps_planned": result.steps_planned, "steps_run": result.global_step})
+    b.writer.extra_lineage.update(
+        {
+            "steps_planned": result.steps_planned,
+            "steps_run": result.global_step,
+            "judge_audit": result.judge_audit,  # None: no judge (web answers by exact match / F1)
+        }
+    )
     last = result.curves[-1] if result.curves else {}
     b.summary.update(
         steps_planned=result.steps_planned,
