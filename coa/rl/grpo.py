@@ -39,8 +39,8 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
-from transformers import TrainerCallback
 
+from coa.rl.callbacks import Deadline, EntropyGuard, LogToLogger, StepCounter
 from coa.rl.config import (
     RESUME_FREE_FIELDS,
     EntropyCollapse,
@@ -49,6 +49,7 @@ from coa.rl.config import (
     RLRunConfig,
     RLStepCountError,
 )
+from coa.rl.curves import curves, plot_curves
 from coa.rl.rewards import TERMS
 from coa.rl.rollouts import RolloutSource, train_mask
 from coa.rollout import Policy
@@ -64,19 +65,6 @@ PLAN_FILE = "rl_plan.json"
 RESULT_FILE = "rl_result.json"
 JUDGE_AUDIT_FILE = "judge_audit.json"
 CURVES_PNG = "rl_curves.png"
-CURVE_KEYS = (
-    "reward",
-    *(f"rewards/{t}/mean" for t in TERMS),
-    "entropy",
-    "dynamic/zero_variance_share",
-    "dynamic/shortfall_groups",
-    "clip_ratio/high_mean",
-    "clip_ratio/low_mean",
-    "rollout/truncated_share",
-    "rollout/tool_calls_mean",
-    "rollout/wall_s",
-    "step_time",
-)
 
 
 def select_prompts(prompts: pa.Table, families: Sequence[str] | None) -> list[dict[str, Any]]:
@@ -218,7 +206,7 @@ def build_trainer(
         train_dataset=Dataset.from_list([{"prompt": r["prompt_id"]} for r in rows]),
         processing_class=tokenizer,
         rollout_func=lambda batch, tr: _rollouts(batch, tr, source, writer, config, policy_factory),
-        callbacks=[counter, guard, _LogToLogger(), *callbacks],
+        callbacks=[counter, guard, LogToLogger(), *callbacks],
     )
     trainer.remove_callback(PrinterCallback)
     trainer.coa_judge_audit = audit  # type: ignore[attr-defined]
@@ -228,7 +216,7 @@ def build_trainer(
             config.time_budget_s, StepPlan(config.max_steps), cap=config.max_steps, replan_every=1
         )
         trainer.add_callback(budget)
-        deadline = _Deadline(config.time_budget_s)
+        deadline = Deadline(config.time_budget_s)
         deadline.trainer = trainer
         trainer.add_callback(deadline)
     return trainer, guard, counter, budget
@@ -336,118 +324,6 @@ def _drop_rollouts_after(folder: Path, step: int) -> None:
     for chunk in folder.glob("step-*.parquet") if folder.is_dir() else []:
         if int(chunk.stem.split("-")[1]) >= step:
             chunk.unlink()
-
-
-class StepCounter(TrainerCallback):
-    """Counts optimizer steps taken in this process (a ``TrainerCallback``)."""
-
-    def __init__(self) -> None:
-        self.steps = 0
-
-    def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
-        self.steps += 1
-
-
-class _Deadline(TrainerCallback):
-    """Sets ``trainer.coa_deadline`` (perf-counter seconds) when training begins: dynamic sampling
-    starts no refill round after it."""
-
-    def __init__(self, budget_s: float) -> None:
-        self.budget_s = budget_s
-        self.trainer: Any = None
-
-    def on_train_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
-        if self.trainer is not None:
-            self.trainer.coa_deadline = time.perf_counter() + self.budget_s
-
-
-class EntropyGuard(TrainerCallback):
-    """Stops training when the logged mean token entropy falls below ``floor`` (a ``TrainerCallback``)."""
-
-    def __init__(self, floor: float | None, grace_steps: int) -> None:
-        self.floor, self.grace_steps = floor, grace_steps
-        self.tripped: str | None = None
-
-    def on_log(
-        self, args: Any, state: Any, control: Any, logs: dict[str, Any] | None = None, **kw: Any
-    ) -> None:
-        entropy = (logs or {}).get("entropy")
-        if self.floor is None or entropy is None or state.global_step <= self.grace_steps:
-            return
-        if entropy < self.floor:
-            zero = (logs or {}).get("dynamic/zero_variance_share")
-            share = f", {zero:.0%} of groups with equal rewards" if zero is not None else ""
-            self.tripped = (
-                f"entropy collapse: mean token entropy {entropy:.4f} nats fell below the floor "
-                f"{self.floor} at step {state.global_step}{share}; the run stopped instead of spending its "
-                "budget (lower the learning rate, raise the temperature or the floor's grace, or set "
-                "entropy_floor: null)"
-            )
-            control.should_training_stop = True
-
-
-class _LogToLogger(TrainerCallback):
-    """Training logs as one line each on the ``coa.rl`` logger."""
-
-    def on_log(
-        self, args: Any, state: Any, control: Any, logs: dict[str, Any] | None = None, **kw: Any
-    ) -> None:
-        if logs and state.is_world_process_zero:
-            shown = {
-                k: round(v, 4) if isinstance(v, float) else v for k, v in logs.items() if k in CURVE_KEYS
-            }
-            log.info(
-                "rl step %d/%d %s", state.global_step, state.max_steps, json.dumps(shown, sort_keys=True)
-            )
-
-
-def curves(log_history: Sequence[dict[str, Any]]) -> list[dict[str, float]]:
-    """One point per training log: the step and the curve keys present."""
-    points = []
-    for entry in log_history:
-        if "reward" not in entry:
-            continue
-        point = {"step": float(entry["step"])}
-        point |= {k: float(entry[k]) for k in CURVE_KEYS if isinstance(entry.get(k), int | float)}
-        points.append(point)
-    return points
-
-
-def plot_curves(points: Sequence[dict[str, float]], path: Path, title: str) -> Path:
-    """Reward (total and per term), entropy and zero-variance share against the step."""
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
-    from matplotlib.figure import Figure
-
-    fig = Figure(figsize=(9.0, 3.6), dpi=100)
-    FigureCanvasAgg(fig)
-    panels = (
-        ("reward", ["reward", *(f"rewards/{t}/mean" for t in TERMS)]),
-        ("entropy (nats/token)", ["entropy"]),
-        ("share of groups", ["dynamic/zero_variance_share"]),
-    )
-    for i, (label, keys) in enumerate(panels):
-        ax = fig.add_subplot(1, 3, i + 1)
-        for key in keys:
-            xs = [p["step"] for p in points if key in p]
-            if xs:
-                ax.plot(
-                    xs,
-                    [p[key] for p in points if key in p],
-                    marker=".",
-                    linewidth=1.2,
-                    label=key.split("/")[-2]
-                    if "/" in key and key.startswith("rewards")
-                    else key.split("/")[-1],
-                )
-        ax.set_xlabel("optimizer step")
-        ax.set_title(label, fontsize=9)
-        ax.grid(True, alpha=0.3)
-        if len(keys) > 1:
-            ax.legend(fontsize=6)
-    fig.suptitle(title, fontsize=10)
-    fig.tight_layout()
-    fig.savefig(str(path))
-    return path
 
 
 def last_checkpoint(folder: Path) -> Path | None:
