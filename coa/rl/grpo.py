@@ -212,8 +212,13 @@ def build_trainer(
     trainer.coa_judge_audit = audit  # type: ignore[attr-defined]
     budget = None
     if config.time_budget_s is not None:
+        # re-planned once per generation batch: its steps alternate a long one (generation) and short
+        # ones, so the speed of one whole batch is the unit (measured: per-step re-plans swung 33 -> 11)
         budget = TimeBudget(
-            config.time_budget_s, StepPlan(config.max_steps), cap=config.max_steps, replan_every=1
+            config.time_budget_s,
+            StepPlan(config.max_steps),
+            cap=config.max_steps,
+            replan_every=config.steps_per_generation,
         )
         trainer.add_callback(budget)
         deadline = Deadline(config.time_budget_s)
