@@ -426,6 +426,37 @@ def sft(
 
 
 @app.command()
+def rl(
+    data: Annotated[str, typer.Option("--data", help="Artifact from `coa convert` (its rl_prompts table)")],
+    model: Annotated[
+        str, typer.Option("--model", help="Model to train: the SFT model artifact, a folder or hub id")
+    ],
+    overrides: Annotated[list[str] | None, typer.Argument(help="Overrides, e.g. rl.max_steps=20")] = None,
+    config: Annotated[Path, typer.Option("--config", "-c", help="YAML profile with an rl section")] = Path(
+        "configs/demo.yaml"
+    ),
+) -> None:
+    """Agentic RL: GRPO/DAPO on multi-turn tool rollouts of the model; resumes after a crash or a kill."""
+    import logging
+
+    from coa.rl import step as rl_step
+    from coa.steps import ModelInput
+
+    cfg = _config(config, overrides, "rl")
+    prompts = _table(data, "rl_prompts", "coa convert")
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+    logging.getLogger("coa.rl").setLevel(logging.INFO)
+    result = _run(rl_step.step(cfg.rl, ModelInput.parse(model), prompts))
+    s = result.summary
+    typer.echo(f"model: {result.ref.uri}")
+    typer.echo(
+        f"{s['steps_run']} steps ({s['steps_planned']} planned), {s['rollouts']:,} rollouts in "
+        f"{s['train_runtime_s']:.0f} s, last reward {s['final_reward']}, entropy {s['final_entropy']}; "
+        f"curves {io.join(result.ref.uri, 'rl_curves.png')}"
+    )
+
+
+@app.command()
 def evaluate(
     model: Annotated[
         str,

@@ -23,6 +23,7 @@ from coa.curate.config import CurateConfig
 from coa.evaluate.config import EvalConfig
 from coa.model.config import StudentConfig
 from coa.registry.config import PromotionConfig
+from coa.rl.config import RLStageConfig
 from coa.steps import ModelInput, Step, Upstream
 from coa.synthetic import SyntheticConfig
 from coa.tasksets.config import TasksConfig
@@ -83,6 +84,11 @@ class PipelineConfig(StrictModel):
         default=None,
         description="Supervised fine-tuning of the student on the converted examples; null = skip.",
     )
+    rl: RLStageConfig | None = Field(
+        default=None,
+        description="Agentic RL (GRPO/DAPO on multi-turn tool rollouts) of the SFT model on the converted "
+        "RL prompts, evaluated after it; null = skip.",
+    )
 
     evaluate: EvalConfig | None = Field(
         default=None,
@@ -119,21 +125,23 @@ def load_pipeline_config(path: str | Path | None, overrides: Sequence[str] = ())
     return config
 
 
-NOT_BUILT = {"rl": "agentic RL (GRPO/DAPO with multi-turn tool rollouts)"}
+NOT_BUILT: dict[str, str] = {}
 """Stages of the design that have no step yet, reported by the flow instead of being faked."""
 
 
 def plan(config: PipelineConfig) -> list[Step]:
     """The steps of a pipeline run, in order; each names its inputs by the steps they come from.
 
-    tasks (synthetic and/or imported) → collect → curate → convert → student → sft → evaluate the
-    student before and after SFT on the held-out tasks, the teacher on the same tasks, the report.
+    tasks (synthetic and/or imported) → collect → curate → convert → student → sft → rl → evaluate
+    the student before and after SFT (and after RL) on the held-out tasks, the teacher on the same
+    tasks, the report.
     """
     from coa.collect import step as collect
     from coa.convert import step as convert
     from coa.curate import step as curate
     from coa.evaluate import step as evaluate
     from coa.model import step as student
+    from coa.rl import step as rl
     from coa.synthetic import step as synthetic
     from coa.tasksets import step as tasksets
     from coa.train import step as sft
@@ -175,6 +183,10 @@ def plan(config: PipelineConfig) -> list[Step]:
     if config.sft is not None:
         steps.append(sft.step(config.sft, base, Upstream("convert", "sft")))
         tuned = Upstream("sft")
+    reinforced = None
+    if config.rl is not None:
+        steps.append(rl.step(config.rl, tuned or base, Upstream("convert", "rl_prompts")))
+        reinforced = Upstream("rl")
     if config.evaluate is None or config.synthetic is None:
         return steps
     heldout = Upstream("synthetic", "heldout")
@@ -182,6 +194,8 @@ def plan(config: PipelineConfig) -> list[Step]:
     steps.append(evaluate.step(config.evaluate, tools, heldout, base, name="evaluate.before"))
     if tuned is not None:
         steps.append(evaluate.step(config.evaluate, tools, heldout, tuned, name="evaluate.after"))
+    if reinforced is not None:
+        steps.append(evaluate.step(config.evaluate, tools, heldout, reinforced, name="evaluate.after_rl"))
     steps.append(collect.step(config.collect, heldout, name="collect.heldout"))
     steps.append(
         evaluate.report_step(
@@ -191,6 +205,8 @@ def plan(config: PipelineConfig) -> list[Step]:
             Upstream("evaluate.after", "eval") if tuned is not None else None,
             tuned,
             Upstream("collect.heldout", "trajectories"),
+            after_rl=Upstream("evaluate.after_rl", "eval") if reinforced is not None else None,
+            rl=reinforced,
         )
     )
     return steps
@@ -207,7 +223,7 @@ def not_planned(config: PipelineConfig, steps: Sequence[Step]) -> dict[str, str]
     """Stage → why it has no step in this plan (not configured, or not built yet)."""
     names = {s.name.split(".")[0] for s in steps}
     out = {}
-    for stage in ("collect", "curate", "convert", "student", "sft", "evaluate"):
+    for stage in ("collect", "curate", "convert", "student", "sft", "rl", "evaluate"):
         if stage not in names and not (stage == "student" and config.student and config.student.base):
             out[stage] = "not configured" if getattr(config, stage) is None else "needs an earlier stage"
     if config.evaluate is not None and config.synthetic is None and "evaluate" in out:

@@ -7,11 +7,12 @@ from schemas._contract import SCHEMA_ID_KEY, Column, ColumnReport, Contract, Con
 from schemas.eval import EVAL
 from schemas.quarantine import QUARANTINE
 from schemas.rl_prompt import RL_PROMPT
+from schemas.rollout import ROLLOUT
 from schemas.sft import SFT
 from schemas.task import TASK
 from schemas.trajectory import TRAJECTORY
 
-ALL: dict[str, Contract] = {c.id: c for c in (TASK, TRAJECTORY, QUARANTINE, SFT, RL_PROMPT, EVAL)}
+ALL: dict[str, Contract] = {c.id: c for c in (TASK, TRAJECTORY, QUARANTINE, SFT, RL_PROMPT, ROLLOUT, EVAL)}
 
 
 def get(schema_id: str) -> Contract:
@@ -27,6 +28,7 @@ __all__ = [
     "EVAL",
     "QUARANTINE",
     "RL_PROMPT",
+    "ROLLOUT",
     "SCHEMA_ID_KEY",
     "SFT",
     "TASK",

@@ -102,6 +102,37 @@ def _model_of(result: StepResult) -> str:
     return str(model.get("model") or model.get("uri") or "the model")
 
 
+def _rl(step: Step, result: StepResult) -> None:
+    s = result.summary
+    png = base64.b64encode(io.read_file(result.ref, "rl_curves.png")).decode()
+    points = s.get("curves") or []
+    keys = (
+        "step",
+        "reward",
+        "rewards/correct/mean",
+        "rewards/format/mean",
+        "entropy",
+        "dynamic/zero_variance_share",
+    )
+    create_markdown_artifact(
+        key=artifact_key(step.name, "curves"),
+        markdown="# RL (GRPO/DAPO)\n\n"
+        f"![reward, entropy, zero-variance share](data:image/png;base64,{png})\n\n"
+        f"| steps run / planned | rollouts | seconds | last reward | last entropy | device |\n"
+        f"|---|---|---|---|---|---|\n"
+        f"| {s.get('steps_run')} / {s.get('steps_planned')} | {show(s.get('rollouts'))} | "
+        f"{show(s.get('train_runtime_s'))} | {show(s.get('final_reward'))} | "
+        f"{show(s.get('final_entropy'))} | "
+        f"{s.get('device')} |\n\nModel: `{result.ref.uri}`",
+        description="Reward per term, entropy and zero-variance share of the RL run",
+    )
+    create_table_artifact(
+        key=artifact_key(step.name, "curve-points"),
+        table=[{k: show(p.get(k)) for k in keys} for p in points],
+        description=f"RL curves per logged step: {result.ref.uri}",
+    )
+
+
 def _evaluate(step: Step, result: StepResult) -> None:
     metrics: Mapping[str, Mapping[str, Any]] = result.summary.get("metrics", {})
     create_table_artifact(
@@ -159,6 +190,9 @@ def publish(step: Step, result: StepResult) -> None:
     """The stage's Prefect artifacts for a built or reused step."""
     if step.kind == "model" and step.name.startswith("sft"):
         _sft(step, result)
+        return
+    if step.kind == "model" and step.name.startswith("rl"):
+        _rl(step, result)
         return
     publisher = PUBLISHERS.get(step.kind)
     if publisher is not None:

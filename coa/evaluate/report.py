@@ -16,6 +16,7 @@ estimate is involved.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -69,11 +70,13 @@ def comparison_rows(
     before: Mapping[str, Mapping[str, float]],
     after: Mapping[str, Mapping[str, float]],
     teacher: Mapping[str, Mapping[str, float]] | None = None,
+    after_rl: Mapping[str, Mapping[str, float]] | None = None,
 ) -> list[dict[str, Any]]:
     """One row per family: n, format-valid and accuracy before → after, tokens/task, teacher's figures.
 
     ``before`` / ``after`` map family → {n, format_valid, accuracy, tokens_per_task,
-    tool_calls_per_task}; ``teacher`` the same from :func:`teacher_metrics`.
+    tool_calls_per_task}; ``teacher`` the same from :func:`teacher_metrics`; ``after_rl`` (the
+    student after the RL phase that followed SFT) adds the ``*_after_rl`` columns.
     """
     families = [f for f in after if f != ALL] + [ALL]
     rows = []
@@ -95,6 +98,13 @@ def comparison_rows(
                 "teacher_tokens_per_task": t.get("tokens_per_task"),
             }
         )
+        if after_rl is not None:
+            r = after_rl.get(family, {})
+            rows[-1] |= {
+                "format_valid_after_rl": r.get("format_valid"),
+                "accuracy_after_rl": r.get("accuracy"),
+                "tokens_per_task_after_rl": r.get("tokens_per_task"),
+            }
     return rows
 
 
@@ -110,12 +120,27 @@ COLUMNS = (
     ("teacher_accuracy", "teacher acc.", "{:.0%}"),
     ("teacher_tokens_per_task", "teacher tok/task", "{:,.0f}"),
 )
+RL_COLUMNS = (
+    ("format_valid_after_rl", "valid after RL", "{:.0%}"),
+    ("accuracy_after_rl", "acc. after RL", "{:.0%}"),
+    ("tokens_per_task_after_rl", "tok/task after RL", "{:,.0f}"),
+)
+"""Columns of the student after the RL phase, shown when the rows carry them."""
+
+
+def columns(rows: Sequence[Mapping[str, Any]]) -> tuple[tuple[str, str, str], ...]:
+    """The table's columns: the RL ones after ``acc. after`` when any row has an after-RL figure."""
+    if not any("accuracy_after_rl" in r for r in rows):
+        return COLUMNS
+    at = [key for key, _, _ in COLUMNS].index("accuracy_after") + 1
+    return COLUMNS[:at] + RL_COLUMNS + COLUMNS[at:]
 
 
 def format_comparison(rows: Sequence[Mapping[str, Any]]) -> str:
     """The comparison as an aligned plain-text table."""
-    header = [label for _, label, _ in COLUMNS]
-    return aligned_table([header, *([cell(row.get(key), fmt) for key, _, fmt in COLUMNS] for row in rows)])
+    shown = columns(rows)
+    header = [label for _, label, _ in shown]
+    return aligned_table([header, *([cell(row.get(key), fmt) for key, _, fmt in shown] for row in rows)])
 
 
 def comparison_plot(rows: Sequence[Mapping[str, Any]]) -> str:
@@ -125,13 +150,24 @@ def comparison_plot(rows: Sequence[Mapping[str, Any]]) -> str:
 
     fig = Figure(figsize=(12.0, 3.8), dpi=100)
     FigureCanvasAgg(fig)
-    series = (
+    series: list[tuple[str, str, str | None, str, str]] = [
         ("student before SFT", "#bbbbbb", "format_valid_before", "accuracy_before", "tokens_per_task_before"),
         ("student after SFT", "#3b75af", "format_valid_after", "accuracy_after", "tokens_per_task_after"),
         ("teacher (multi-agent)", "#e08a3c", None, "teacher_accuracy", "teacher_tokens_per_task"),
-    )
+    ]
+    if any("accuracy_after_rl" in r for r in rows):
+        series.insert(
+            2,
+            (
+                "student after RL",
+                "#2ca02c",
+                "format_valid_after_rl",
+                "accuracy_after_rl",
+                "tokens_per_task_after_rl",
+            ),
+        )
     panels = (("CoA format-valid rate", 2), ("Accuracy (pass@1)", 3), ("Tokens per task (log)", 4))
-    width = 0.26
+    width = 0.8 / len(series)
     for k, (title, field) in enumerate(panels):
         ax = fig.add_subplot(1, 3, k + 1)
         for j, entry in enumerate(series):
@@ -140,7 +176,11 @@ def comparison_plot(rows: Sequence[Mapping[str, Any]]) -> str:
                 continue
             values = [float(r.get(key) or 0.0) for r in rows]
             ax.bar(
-                [i + (j - 1) * width for i in range(len(rows))], values, width, label=entry[0], color=entry[1]
+                [i + (j - (len(series) - 1) / 2) * width for i in range(len(rows))],
+                values,
+                width,
+                label=entry[0],
+                color=entry[1],
             )
         ax.set_xticks(range(len(rows)), [r["family"] for r in rows])
         if field == 4:
@@ -150,7 +190,7 @@ def comparison_plot(rows: Sequence[Mapping[str, Any]]) -> str:
         ax.set_title(title)
         ax.grid(True, axis="y", alpha=0.3)
     handles, labels = fig.axes[-1].get_legend_handles_labels()
-    fig.legend(handles, labels, loc="lower center", ncol=3, fontsize=9, frameon=False)
+    fig.legend(handles, labels, loc="lower center", ncol=len(series), fontsize=9, frameon=False)
     fig.tight_layout(rect=(0, 0.08, 1, 1))
     return reporting.png(fig, dpi=100)
 
@@ -162,10 +202,14 @@ def render_report(
     loss_png: bytes | None,
     facts: Mapping[str, Any],
     notes: Sequence[str] = (),
+    rl_png: bytes | None = None,
+    rl_facts: Mapping[str, Any] | None = None,
 ) -> str:
-    """A self-contained HTML page: headline facts, the table, the before/after chart, the loss curve."""
-    header = [label for _, label, _ in COLUMNS]
-    body = [[cell(r.get(key), fmt) for key, _, fmt in COLUMNS] for r in rows]
+    """A self-contained HTML page: headline facts, the table, the before/after chart, the loss curve
+    (and, after an RL phase, its reward / entropy curves and facts)."""
+    shown = columns(rows)
+    header = [label for _, label, _ in shown]
+    body = [[cell(r.get(key), fmt) for key, _, fmt in shown] for r in rows]
     loss = (
         reporting.figure(reporting.png_bytes(loss_png), "SFT loss curve")
         if loss_png
@@ -180,6 +224,17 @@ def render_report(
             "<h2>SFT</h2>",
             loss,
             reporting.facts(list(facts.items())),
+            *(
+                [
+                    "<h2>RL (GRPO/DAPO on tool rollouts)</h2>",
+                    reporting.figure(
+                        reporting.png_bytes(rl_png), "reward per term, entropy, zero-variance groups"
+                    ),
+                    reporting.facts(list((rl_facts or {}).items())),
+                ]
+                if rl_png
+                else []
+            ),
             "<h2>Notes</h2><ul>" + "".join(f"<li>{reporting.escape(n)}</li>" for n in notes) + "</ul>",
         ],
     )
@@ -204,6 +259,7 @@ def write_training_report(b: Any) -> list[dict[str, Any]]:
     after_ref = after.ref if after is not None else None
     sft = b.optional("sft")
     teacher_input = b.optional("teacher")
+    after_rl, rl = b.optional("after_rl"), b.optional("rl")
     task_table = tasks.read()
     teacher = None
     if teacher_input is not None:
@@ -217,7 +273,12 @@ def write_training_report(b: Any) -> list[dict[str, Any]]:
         tokens = cost(ref)
         return {f: {**m, "tokens_per_task": tokens.get(f)} for f, m in read_metrics(ref).items()}
 
-    rows = comparison_rows(with_cost(before_ref), with_cost(after_ref) if after_ref else {}, teacher)
+    rows = comparison_rows(
+        with_cost(before_ref),
+        with_cost(after_ref) if after_ref else {},
+        teacher,
+        with_cost(after_rl.ref) if after_rl is not None else None,
+    )
     facts: dict[str, Any] = {
         "held-out tasks": f"{tasks.uri} [{tasks.table}]",
         "evaluation (after)": final_ref.uri,
@@ -250,9 +311,27 @@ def write_training_report(b: Any) -> list[dict[str, Any]]:
         "checked with math-verify, programs "
         "by the task's tests in the sandbox, multi-hop answers by exact match.",
     ]
+    rl_png, rl_facts = None, None
+    if rl is not None:
+        rl_result = json.loads(io.read_file(rl.ref, "rl_result.json"))
+        rl_png = io.read_file(rl.ref, "rl_curves.png")
+        last = rl_result["curves"][-1] if rl_result["curves"] else {}
+        rl_facts = {
+            "RL model": rl.ref.uri,
+            "optimizer steps (planned / run)": f"{rl_result['steps_planned']} / {rl_result['global_step']}",
+            "rollouts": f"{rl_result['rollouts']:,} in {rl_result['train_runtime_s']:.0f} s",
+            "last reward / entropy": f"{last.get('reward', math.nan):.3f} / "
+            f"{last.get('entropy', math.nan):.3f}",
+        }
     run_name = b.step.config["run_name"]
     page = render_report(
-        title=f"CoA training report: {run_name}", rows=rows, loss_png=loss_png, facts=facts, notes=notes
+        title=f"CoA training report: {run_name}",
+        rows=rows,
+        loss_png=loss_png,
+        facts=facts,
+        notes=notes,
+        rl_png=rl_png,
+        rl_facts=rl_facts,
     )
     b.writer.write_file("report.html", page)
     b.writer.write_file("comparison.json", json.dumps(rows, indent=2))

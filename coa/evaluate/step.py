@@ -215,17 +215,24 @@ def report_step(
     sft: StepInput | None,
     teacher: StepInput | None,
     name: str = "report",
+    after_rl: StepInput | None = None,
+    rl: StepInput | None = None,
 ) -> Step:
-    """The training report over the evaluations before/after SFT and the teacher's runs."""
+    """The training report over the evaluations before/after SFT (and after RL) and the teacher's runs."""
+    inputs = {"tasks": tasks, "before": before, "after": after, "sft": sft, "teacher": teacher}
+    expects = {"tasks": "task.v1", "before": "eval.v1", "after": "eval.v1", "teacher": "trajectory.v1"}
+    if after_rl is not None:  # only then, so a plan without RL keeps its content key
+        inputs |= {"after_rl": after_rl, "rl": rl}
+        expects["after_rl"] = "eval.v1"
     return Step(
         name=name,
         kind="report",
         artifact=run_name,
         config={"run_name": run_name},
         build=_build_report,
-        inputs={"tasks": tasks, "before": before, "after": after, "sft": sft, "teacher": teacher},
+        inputs=inputs,
         describe="HTML training report (before/after SFT vs the teacher)",
-        expects={"tasks": "task.v1", "before": "eval.v1", "after": "eval.v1", "teacher": "trajectory.v1"},
+        expects=expects,
     )
 
 

@@ -18,6 +18,17 @@ TINY_TRAINING = [
     "sft.max_steps=4",
     "sft.save_steps=2",
     "sft.logging_steps=1",
+    "rl.families=null",
+    "rl.time_budget_s=null",
+    "rl.max_steps=2",
+    "rl.save_steps=2",
+    "rl.prompts_per_step=2",
+    "rl.group_size=2",
+    "rl.max_turns=2",
+    "rl.max_new_tokens=8",
+    "rl.max_total_tokens=16",
+    "rl.overlong_buffer=8",
+    "rl.entropy_floor=null",
     "evaluate.max_turns=2",
     "evaluate.max_new_tokens=8",
     "evaluate.max_total_tokens=16",
@@ -61,12 +72,16 @@ def test_pipeline_runs_built_stages_and_reports_the_rest(
     sft = io.open_artifact(refs["sft"]["uri"])
     assert io.read_lineage(sft)["steps_run"] == 4 and "model/config.json" in sft.files
     assert stages["evaluate.before"]["rows"] == stages["evaluate.after"]["rows"] == 5
+    assert stages["evaluate.after_rl"]["rows"] == 5 and io.read_lineage(refs["rl"]["uri"])["steps_run"] == 2
     assert stages["collect.heldout"]["rows"] == 5
     assert Path(result["training_report"]).is_file()
     families = [row["family"] for row in result["comparison"]]
     assert families[-1] == "all" and set(families) == {"math", "mhqa", "code", "all"}
     assert all(
-        0 <= row["accuracy_after"] <= 1 and row["teacher_tokens_per_task"] > 0 for row in result["comparison"]
+        0 <= row["accuracy_after"] <= 1
+        and 0 <= row["accuracy_after_rl"] <= 1
+        and row["teacher_tokens_per_task"] > 0
+        for row in result["comparison"]
     )
 
     again = pipeline(config_path="configs/demo.yaml", overrides=SMALL)

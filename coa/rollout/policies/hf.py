@@ -54,6 +54,30 @@ class HFPolicy:
         self._wake: asyncio.Event | None = None
         self._batcher: asyncio.Task[None] | None = None
 
+    @classmethod
+    def from_model(
+        cls,
+        model: Any,
+        tokenizer: Any,
+        *,
+        name: str = "trainer",
+        max_batch: int = 32,
+        window_s: float = 0.002,
+    ) -> HFPolicy:
+        """A policy on a model already in memory (an RL trainer's own weights), not loaded from a folder.
+
+        The model is used as it is (its device, dtype and train/eval mode are the caller's).
+        """
+        policy = cls.__new__(cls)
+        policy.name = name
+        policy.device = str(model.device)
+        policy.model = model
+        eos = model.generation_config.eos_token_id
+        policy.codec = Codec(tokenizer, eos if isinstance(eos, list) else [eos])
+        policy.max_batch, policy.window_s, policy.calls = max_batch, window_s, 0
+        policy._pending, policy._wake, policy._batcher = deque(), None, None
+        return policy
+
     async def start(self) -> None:
         self._wake = asyncio.Event()
         self._batcher = asyncio.create_task(self._serve())

@@ -1,0 +1,81 @@
+"""The RL run's trainer callbacks: the step counter, the refill deadline, the entropy guard, the log.
+
+:class:`EntropyGuard` reads the mean token entropy TRL logs each step and stops the run when it
+falls below the floor (the run then raises :class:`~coa.rl.config.EntropyCollapse`).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from typing import Any
+
+from transformers import TrainerCallback
+
+from coa.rl.curves import CURVE_KEYS
+
+log = logging.getLogger("coa.rl")
+
+
+class StepCounter(TrainerCallback):
+    """Counts optimizer steps taken in this process (a ``TrainerCallback``)."""
+
+    def __init__(self) -> None:
+        self.steps = 0
+
+    def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        self.steps += 1
+
+
+class Deadline(TrainerCallback):
+    """Sets ``trainer.coa_deadline`` (perf-counter seconds) when training begins: dynamic sampling
+    starts no refill round after it."""
+
+    def __init__(self, budget_s: float) -> None:
+        self.budget_s = budget_s
+        self.trainer: Any = None
+
+    def on_train_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        if self.trainer is not None:
+            self.trainer.coa_deadline = time.perf_counter() + self.budget_s
+
+
+class EntropyGuard(TrainerCallback):
+    """Stops training when the logged mean token entropy falls below ``floor`` (a ``TrainerCallback``)."""
+
+    def __init__(self, floor: float | None, grace_steps: int) -> None:
+        self.floor, self.grace_steps = floor, grace_steps
+        self.tripped: str | None = None
+
+    def on_log(
+        self, args: Any, state: Any, control: Any, logs: dict[str, Any] | None = None, **kw: Any
+    ) -> None:
+        entropy = (logs or {}).get("entropy")
+        if self.floor is None or entropy is None or state.global_step <= self.grace_steps:
+            return
+        if entropy < self.floor:
+            zero = (logs or {}).get("dynamic/zero_variance_share")
+            share = f", {zero:.0%} of groups with equal rewards" if zero is not None else ""
+            self.tripped = (
+                f"entropy collapse: mean token entropy {entropy:.4f} nats fell below the floor "
+                f"{self.floor} at step {state.global_step}{share}; the run stopped instead of spending its "
+                "budget (lower the learning rate, raise the temperature or the floor's grace, or set "
+                "entropy_floor: null)"
+            )
+            control.should_training_stop = True
+
+
+class LogToLogger(TrainerCallback):
+    """Training logs as one line each on the ``coa.rl`` logger."""
+
+    def on_log(
+        self, args: Any, state: Any, control: Any, logs: dict[str, Any] | None = None, **kw: Any
+    ) -> None:
+        if logs and state.is_world_process_zero:
+            shown = {
+                k: round(v, 4) if isinstance(v, float) else v for k, v in logs.items() if k in CURVE_KEYS
+            }
+            log.info(
+                "rl step %d/%d %s", state.global_step, state.max_steps, json.dumps(shown, sort_keys=True)
+            )

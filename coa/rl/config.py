@@ -1,0 +1,240 @@
+"""Configuration and result of an RL run (GRPO with DAPO defaults); light to import (no torch, no TRL).
+
+:class:`RLParams` is how to train (shared by a single run and the pipeline's RL stage),
+:class:`RLRunConfig` one run from a file (``python -m coa.rl.grpo``), :class:`RLStageConfig` the
+pipeline section, :class:`RLResult` what a finished run reports (``rl_result.json``).
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from coa.config import StrictModel
+from coa.errors import CheckFailed, CoaError
+from coa.llm.config import LLMConfig
+from coa.tools.config import ToolsConfig
+
+RESUME_FREE_FIELDS = frozenset({"prompts", "output_dir", "logging_steps", "save_steps", "save_total_limit"})
+"""Fields that may differ between a run and its resumption (they do not change the training itself)."""
+
+
+class RLError(CoaError, RuntimeError):
+    """An RL run that cannot start or cannot be reported (no prompts, config changed on resume…)."""
+
+
+class RLStepCountError(RLError, CheckFailed):
+    """The run did not take the planned number of optimizer steps; its result is not reported."""
+
+
+class EntropyCollapse(RLError, CheckFailed):
+    """The policy's entropy fell below the configured floor: the run stopped instead of burning its budget."""
+
+
+class RewardWeights(StrictModel):
+    """Weight of each reward term in the total reward (each term is also logged on its own)."""
+
+    correct: float = Field(
+        default=1.0,
+        description="The task's own check: QA exact match, math-verify, or all code tests passing (0/1).",
+    )
+    format: float = Field(
+        default=0.1,
+        ge=0,
+        description="1 when the trajectory is valid under its variant's grammar. Kept small and, with "
+        "scale_rewards=none, never divided by a group's tiny std (rl-feasibility.md pitfall 7).",
+    )
+    efficiency: float = Field(
+        default=0.0,
+        ge=0,
+        description="Tool-call efficiency: minus this per tool call beyond `free_tool_calls`, only on "
+        "correct episodes (0 = off).",
+    )
+    overlong: float = Field(
+        default=1.0,
+        ge=0,
+        description="DAPO's soft overlong penalty (0 to -1 over the last `overlong_buffer` tokens of the "
+        "budget); 0 = off.",
+    )
+
+
+class RLParams(StrictModel):
+    """How to train: GRPO on multi-turn tool rollouts with DAPO's defaults.
+
+    One generation batch = ``prompts_per_step`` groups of ``group_size`` episodes; it feeds
+    ``steps_per_generation`` optimizer steps (so the clip ratio differs from 1 and clip-higher acts).
+    ``max_steps`` is the plan; with ``time_budget_s`` the plan is re-fitted while training so the run
+    ends within the budget (never more than ``max_steps``).
+    """
+
+    max_steps: int = Field(
+        default=20, ge=1, description="Optimizer steps planned (the cap with a time budget)."
+    )
+    time_budget_s: float | None = Field(
+        default=None, gt=0, description="Stop by this many seconds of training: the plan is re-fitted to it."
+    )
+    learning_rate: float = Field(default=1e-4, gt=0, description="AdamW learning rate (constant).")
+    max_grad_norm: float = Field(default=1.0, gt=0, description="Gradient clipping norm.")
+    prompts_per_step: int = Field(
+        default=4, ge=1, description="Groups (distinct prompts) per generation batch."
+    )
+    group_size: int = Field(default=8, ge=2, description="Episodes per prompt (GRPO group, DAPO n).")
+    steps_per_generation: int = Field(
+        default=2,
+        ge=1,
+        description="Optimizer steps each generation batch feeds (>1 so the clip ratio leaves 1; DAPO).",
+    )
+    epsilon_low: float = Field(default=0.2, gt=0, description="Lower clip range (1 - eps_low).")
+    epsilon_high: float = Field(
+        default=0.28, gt=0, description="Upper clip range, clip-higher (1 + eps_high)."
+    )
+    beta: float = Field(
+        default=0.0, ge=0, description="KL coefficient to the starting model; 0 = no KL (DAPO)."
+    )
+    loss_type: Literal["dapo", "grpo", "dr_grpo", "bnpo"] = Field(
+        default="dapo", description="TRL loss aggregation; dapo = token-mean over the whole batch."
+    )
+    scale_rewards: Literal["none", "group", "batch"] = Field(
+        default="none",
+        description="Advantage scaling: none = reward minus group mean (a small format bonus stays small); "
+        "group divides by each group's std (a 0.1 bonus can become a full +-1 advantage).",
+    )
+    dynamic_sampling: bool = Field(
+        default=True,
+        description="Drop groups whose total rewards are all equal; refill the batch from further prompts.",
+    )
+    max_refill_rounds: int = Field(
+        default=2,
+        ge=0,
+        description="Further rounds of prompts dynamic sampling may run per batch; a batch still short after "
+        "them is filled with dropped groups (zero advantage), and the shortfall is logged.",
+    )
+    mask_truncated: bool = Field(
+        default=True,
+        description="Episodes cut by a limit (tokens, turns, a generation without a closing tag) carry no "
+        "gradient (DAPO overlong filtering); format errors and answers are trained.",
+    )
+    overlong_buffer: int = Field(
+        default=64, ge=1, description="Tokens before max_total_tokens over which the overlong penalty ramps."
+    )
+    free_tool_calls: int = Field(
+        default=1, ge=0, description="Tool calls the efficiency term does not charge."
+    )
+    rewards: RewardWeights = Field(default_factory=RewardWeights, description="Reward term weights.")
+    entropy_floor: float | None = Field(
+        default=0.01,
+        ge=0,
+        description="Stop with EntropyCollapse when the logged mean token entropy falls below this "
+        "(after `entropy_grace_steps`); null = no guard.",
+    )
+    entropy_grace_steps: int = Field(default=2, ge=0, description="Steps before the entropy guard acts.")
+    temperature: float = Field(default=1.0, gt=0, description="Sampling temperature of the rollouts.")
+    max_turns: int = Field(default=6, ge=1, description="Generations per episode (one per tool call + 1).")
+    max_new_tokens: int = Field(default=256, ge=1, description="Tokens one generation may produce.")
+    max_total_tokens: int = Field(
+        default=768, ge=8, description="Generated tokens per episode over all turns."
+    )
+    generation_batch: int = Field(
+        default=64, ge=1, description="Most generations batched into one generate call."
+    )
+    families: tuple[str, ...] | None = Field(
+        default=None, description="Train on the prompts of these families only; null = all."
+    )
+    tools: ToolsConfig = Field(default_factory=ToolsConfig, description="The tools the policy calls.")
+    judge: LLMConfig | None = Field(
+        default=None,
+        description="LLM judge of web answers (its `judge` endpoint; verdicts cached in its response cache); "
+        "null = exact match, then token F1.",
+    )
+    judge_audit_set: str | None = Field(
+        default=None,
+        description="Labelled audit set (JSON lines: id, question, prediction, gold_answers, label) the "
+        "judge is scored on before the run; required with a judge.",
+    )
+    judge_min_agreement: float = Field(
+        default=0.8,
+        ge=0,
+        le=1,
+        description="Agreement with the audit set below which the run does not start.",
+    )
+    seed: int = Field(default=0, description="Seed of prompt order, refills and sampling.")
+    save_steps: int = Field(default=10, ge=1, description="Checkpoint every this many optimizer steps.")
+    save_total_limit: int | None = Field(default=2, ge=1, description="Checkpoints kept (oldest removed).")
+    logging_steps: int = Field(default=1, ge=1, description="Log metrics every this many optimizer steps.")
+
+    @model_validator(mode="after")
+    def _batch_divides(self) -> RLParams:
+        episodes = self.prompts_per_step * self.group_size
+        if episodes % self.steps_per_generation:
+            raise ValueError(
+                f"prompts_per_step * group_size ({episodes}) must be a multiple of steps_per_generation "
+                f"({self.steps_per_generation})"
+            )
+        if self.judge is not None and self.judge_audit_set is None:
+            raise ValueError("a judge needs a judge_audit_set: it is audited before it rewards a run")
+        if self.save_steps % self.steps_per_generation:
+            raise ValueError(
+                f"save_steps ({self.save_steps}) must be a multiple of steps_per_generation "
+                f"({self.steps_per_generation}): a checkpoint falls between generation batches"
+            )
+        if self.epsilon_high < self.epsilon_low:
+            raise ValueError("epsilon_high must be >= epsilon_low (clip-higher)")
+        return self
+
+    @property
+    def episodes_per_generation(self) -> int:
+        return self.prompts_per_step * self.group_size
+
+
+class RLRunConfig(RLParams):
+    """One RL run (``python -m coa.rl.grpo --config``): the model to start from and where to write."""
+
+    base_model: str = Field(description="The model to train: a local folder (an SFT model) or a hub id.")
+    prompts: str | None = Field(
+        default=None, description="For `python -m coa.rl.grpo`: a Parquet file of rl_prompt.v1 rows."
+    )
+    output_dir: str | None = Field(
+        default=None, description="Folder for checkpoints, rollouts and the model."
+    )
+    observation_root: str | None = Field(
+        default=None, description="Storage root whose observation store the tools record into (null = none)."
+    )
+
+
+class RLStageConfig(RLParams):
+    """The RL stage of the pipeline: training settings plus where it runs."""
+
+    name: str = Field(default="rl", description="Artifact name of the RL-trained model.")
+    launcher: Literal["auto", "in_process", "accelerate"] = Field(
+        default="auto",
+        description="auto = in this process on CPU, `accelerate launch` when a CUDA GPU is present.",
+    )
+    accelerate_config: str = Field(
+        default="infra/accelerate/single_gpu.yaml", description="accelerate config of a launched run."
+    )
+
+
+class RLResult(BaseModel):
+    """What a finished RL run did; written to ``rl_result.json``."""
+
+    model_config = ConfigDict(frozen=True)
+
+    model_dir: str = Field(description="The final model and tokenizer.")
+    output_dir: str
+    steps_planned: int = Field(description="Optimizer steps of the plan in force at the end.")
+    steps_run: int = Field(description="Optimizer steps taken in this call (the plan minus resumed steps).")
+    start_step: int = Field(description="Global step resumed from (0 for a fresh run).")
+    global_step: int
+    rollouts: int = Field(description="Episodes generated over the whole run (dropped groups included).")
+    rollouts_file: str = Field(description="Parquet file of rollout.v1 rows, every episode of the run.")
+    curves: list[dict[str, float]] = Field(
+        description="Per logged step: reward, each reward term, entropy, zero-variance share, clip ratios."
+    )
+    train_runtime_s: float = Field(description="Wall time of the training loop in this call.")
+    device: str
+    time_budget_s: float | None = None
+    curves_png: str = Field(description="Reward / entropy / zero-variance curves.")
+    judge_audit: dict[str, object] | None = Field(
+        default=None, description="The judge's audit (agreement with the labelled set); None without a judge."
+    )

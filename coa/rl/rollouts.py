@@ -1,0 +1,206 @@
+"""One generation batch of RL rollouts: episodes from the rollout engine, rewards, dynamic sampling.
+
+:class:`RolloutSource` turns the prompt ids TRL's sampler picked for a generation batch (each
+repeated ``group_size`` times, consecutively) into the batch the trainer trains on:
+
+1. ``group_size`` episodes per prompt through :mod:`coa.rollout` (the token ids exactly as sampled,
+   observations and the environment's newlines and end-of-turn with mask 0);
+2. each episode scored (:mod:`coa.rl.rewards`);
+3. **dynamic sampling** (DAPO): a group whose total rewards are all equal has zero advantage and
+   is dropped; the batch is refilled from further prompts (drawn by a seeded generator from the
+   step, so a resumed run draws the same) for up to ``max_refill_rounds`` rounds, and none once
+   the run's time budget has run out (``deadline``: a refill round of a weak policy can cost more
+   than the whole budget); a batch still short is topped up with dropped groups, and the shortfall
+   is logged;
+4. truncated episodes (a token, turn or generation limit) get an all-zero mask when
+   ``mask_truncated`` (overlong filtering): they are kept for the group baseline but trained on
+   nowhere.
+
+Every episode, kept or dropped, becomes a ``rollout.v1`` row.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import random
+import time
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from coa.rl.config import RLParams
+from coa.rl.rewards import TERMS, Reward, model_text, score_episodes
+from coa.rollout import Codec, Episode, EpisodeSpec, Policy, RolloutConfig, rollout
+
+TRUNCATED = frozenset({"generation_limit", "token_limit", "turn_limit"})
+"""Episode endings that are cut by a limit rather than chosen by the model."""
+
+
+@dataclasses.dataclass
+class Group:
+    """The episodes of one prompt and their rewards."""
+
+    prompt_id: str
+    task_id: str
+    group_index: int
+    episodes: list[Episode]
+    rewards: list[Reward]
+
+    @property
+    def zero_variance(self) -> bool:
+        totals = [r.total for r in self.rewards]
+        return max(totals) - min(totals) < 1e-9
+
+
+@dataclasses.dataclass
+class RolloutBatch:
+    """What one call returns: the trained groups (in order) and the stats and rows of all episodes."""
+
+    groups: list[Group]
+    rows: list[dict[str, Any]]
+    stats: dict[str, float]
+
+
+def rollout_config(params: RLParams) -> RolloutConfig:
+    """Sampled episodes under the run's limits; EOS closes an answer so TRL sees it finished."""
+    return RolloutConfig(
+        max_turns=params.max_turns,
+        max_new_tokens=params.max_new_tokens,
+        max_total_tokens=params.max_total_tokens,
+        concurrency=max(1, 2 * params.episodes_per_generation),
+        temperature=params.temperature,
+        top_p=1.0,
+        top_k=0,
+        close_with_eos=True,
+    )
+
+
+def train_mask(episode: Episode, mask_truncated: bool) -> list[int]:
+    """The loss mask TRL gets: the episode's own (1 = sampled), all 0 for a truncated episode."""
+    if mask_truncated and episode.finish in TRUNCATED:
+        return [0] * len(episode.mask)
+    return list(episode.mask)
+
+
+class RolloutSource:
+    """Rollouts and rewards for the prompts of an ``rl_prompt.v1`` table."""
+
+    def __init__(
+        self, prompts: Sequence[Mapping[str, Any]], params: RLParams, toolbox: Any, judge: Any = None
+    ) -> None:
+        if not prompts:
+            raise ValueError("no RL prompts")
+        self.prompts = {str(p["prompt_id"]): dict(p) for p in prompts}
+        self.order = sorted(self.prompts)
+        self.params = params
+        self.toolbox = toolbox
+        self.judge = judge
+        self.config = rollout_config(params)
+        self._prompt_ids: dict[str, list[int]] = {}
+
+    def prompt_ids(self, prompt_id: str, codec: Codec) -> list[int]:
+        """The prompt's chat rendering (system + user, generation prompt) as ids, encoded once."""
+        if prompt_id not in self._prompt_ids:
+            messages = self.prompts[prompt_id]["prompt"]
+            system = next(m["content"] for m in messages if m["role"] == "system")
+            user = next(m["content"] for m in messages if m["role"] == "user")
+            self._prompt_ids[prompt_id] = codec.chat_prompt_ids(system, user)
+        return self._prompt_ids[prompt_id]
+
+    def run_groups(self, prompt_ids: Sequence[str], policy: Policy) -> list[Group]:
+        """``group_size`` episodes for each prompt, scored; groups in the order of ``prompt_ids``."""
+        g = self.params.group_size
+        specs = [
+            EpisodeSpec(pid, self.prompt_ids(pid, policy.codec), k) for pid in prompt_ids for k in range(g)
+        ]
+        episodes = rollout(specs, policy, self.toolbox, self.config)
+        codec = policy.codec
+        texts = [model_text(e, codec.eos_ids, codec.decode) for e in episodes]
+        rows = [self.prompts[e.task_id] for e in episodes]
+        rewards = score_episodes(episodes, rows, texts, self.params, self.judge)
+        return [
+            Group(
+                pid,
+                str(self.prompts[pid]["task_id"]),
+                int(self.prompts[pid]["group_index"]),
+                episodes[i * g : (i + 1) * g],
+                rewards[i * g : (i + 1) * g],
+            )
+            for i, pid in enumerate(prompt_ids)
+        ]
+
+    def batch(
+        self, requested: Sequence[str], policy: Policy, step: int, deadline: float | None = None
+    ) -> RolloutBatch:
+        """The generation batch for ``requested`` (prompt ids, each repeated ``group_size`` times).
+
+        ``deadline`` (a ``time.perf_counter()`` value): no refill round starts after it.
+        """
+        start = time.perf_counter()
+        wanted = list(dict.fromkeys(requested))  # order-preserving unique
+        rounds = [self.run_groups(wanted, policy)]
+        kept = [gr for gr in rounds[0] if not gr.zero_variance or not self.params.dynamic_sampling]
+        used = set(wanted)
+        rng = random.Random(f"{self.params.seed}:{step}")
+        for _ in range(self.params.max_refill_rounds if self.params.dynamic_sampling else 0):
+            deficit = len(wanted) - len(kept)
+            if deficit <= 0 or (deadline is not None and time.perf_counter() >= deadline):
+                break
+            pool = [p for p in self.order if p not in used]
+            if not pool:
+                break
+            extra = rng.sample(pool, min(len(pool), 2 * deficit))
+            used.update(extra)
+            rounds.append(self.run_groups(extra, policy))
+            kept += [gr for gr in rounds[-1] if not gr.zero_variance]
+        every = [gr for r in rounds for gr in r]
+        dropped = [gr for gr in every if gr.zero_variance and self.params.dynamic_sampling]
+        chosen = kept[: len(wanted)]
+        shortfall = len(wanted) - len(chosen)
+        chosen += dropped[:shortfall]
+        chosen_ids = {id(gr) for gr in chosen}
+        rows = [
+            rollout_row(gr, k, step, id(gr) in chosen_ids, self.params.mask_truncated)
+            for gr in every
+            for k in range(len(gr.episodes))
+        ]
+        episodes = [e for gr in every for e in gr.episodes]
+        stats = {
+            "dynamic/zero_variance_share": sum(gr.zero_variance for gr in rounds[0]) / len(rounds[0]),
+            "dynamic/groups_generated": float(len(every)),
+            "dynamic/shortfall_groups": float(shortfall),
+            "rollout/episodes": float(len(episodes)),
+            "rollout/tool_calls_mean": sum(len(e.tool_calls) for e in episodes) / len(episodes),
+            "rollout/truncated_share": sum(e.finish in TRUNCATED for e in episodes) / len(episodes),
+            "rollout/generation_s": max((e.generation_s for e in episodes), default=0.0),
+            "rollout/tool_s": sum(e.tool_s for e in episodes),
+            "rollout/wall_s": time.perf_counter() - start,
+        }
+        for name in TERMS:
+            stats[f"rollout/{name}_mean"] = sum(r.term(name) for gr in every for r in gr.rewards) / len(
+                episodes
+            )
+        return RolloutBatch(chosen, rows, stats)
+
+
+def rollout_row(group: Group, k: int, step: int, kept: bool, mask_truncated: bool) -> dict[str, Any]:
+    """The ``rollout.v1`` row of episode ``k`` of ``group``."""
+    episode, reward = group.episodes[k], group.rewards[k]
+    return {
+        "task_id": group.task_id,
+        "prompt_id": group.prompt_id,
+        "group": group.group_index,
+        "sample": k,
+        "step": step,
+        "prompt_ids": list(episode.prompt_ids),
+        "completion_ids": list(episode.completion_ids),
+        "loss_mask": train_mask(episode, mask_truncated),
+        "text": episode.text,
+        "reward": reward.total,
+        **{f"reward_{name}": reward.term(name) for name in TERMS},
+        "correct": reward.is_correct,
+        "format_valid": reward.format_valid,
+        "tool_calls": len(episode.tool_calls),
+        "tokens": episode.completion_tokens,
+        "finish": episode.finish or "",
+        "kept": kept,
+    }

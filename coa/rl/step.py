@@ -1,0 +1,152 @@
+"""The RL step: an SFT model + the ``rl_prompts`` of a convert artifact → a ``model`` artifact.
+
+The artifact holds ``model/`` (weights and tokenizer), the ``rollouts`` table (``rollout.v1``: every
+episode the run generated, kept or dropped), ``rl_result.json`` and ``rl_curves.png`` (reward per
+term, entropy, zero-variance share). Its lineage names the starting model, the prompts (upstream
+content hash), the reward config and the steps planned and run.
+
+**Where it runs.** ``launcher: auto`` trains in this process on a CPU and launches ``accelerate
+launch --config_file <accelerate_config> -m coa.rl.grpo --config resolved.yaml`` when a CUDA GPU is
+present. Checkpoints go to ``{root}/checkpoints/model/<name>-<key>`` (as SFT's); a rerun after a
+kill resumes from the last one. An entropy collapse commits the evidence (rollouts, curves, no
+model) and fails the step with the guard's message.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+
+from coa.rl.config import EntropyCollapse, RLError, RLParams, RLResult, RLRunConfig, RLStageConfig
+from coa.steps import Build, Step, StepInput
+from coa.train.step import work_dir
+
+PROMPTS_TABLE = "rl_prompts"
+ROLLOUTS_TABLE = "rollouts"
+MODEL_FOLDER = "model"
+RESULT_FILE = "rl_result.json"
+CURVES_PNG = "rl_curves.png"
+
+
+def step(
+    config: RLStageConfig,
+    base: StepInput,
+    prompts: StepInput,
+    name: str = "rl",
+    callbacks: Sequence[Any] = (),
+) -> Step:
+    """Train ``base`` (the SFT model) with GRPO/DAPO on the ``rl_prompts`` of ``prompts``."""
+    return Step(
+        name=name,
+        kind="model",
+        artifact=config.name,
+        config=config,
+        build=lambda b: _build(b, callbacks),
+        inputs={"base": base, "prompts": prompts},
+        describe="agentic RL (GRPO/DAPO on multi-turn tool rollouts)",
+        expects={"prompts": "rl_prompt.v1"},
+        produces={ROLLOUTS_TABLE: "rollout.v1"},
+    )
+
+
+def resolve_launcher(config: RLStageConfig) -> Literal["in_process", "accelerate"]:
+    if config.launcher != "auto":
+        return config.launcher
+    import torch
+
+    return "accelerate" if torch.cuda.is_available() else "in_process"
+
+
+def _build(b: Build, callbacks: Sequence[Any]) -> None:
+    import schemas
+    from coa.rl.grpo import ROLLOUTS_DIR, read_rollouts
+
+    config: RLStageConfig = b.step.config
+    base, prompts = b.model("base"), b.table("prompts")
+    out = work_dir(b.store.root, b.writer.uri)
+    params = config.model_dump(include=set(RLParams.model_fields))
+    observations = b.store.root if "://" not in b.store.root else None
+    run_config = RLRunConfig(
+        **params, base_model=base.local_path(), output_dir=str(out), observation_root=observations
+    )
+    b.writer.extra_lineage.update(
+        {
+            "base_model": base.name,
+            "prompts": {"uri": prompts.uri, "content_hash": prompts.ref.content_hash, "rows": prompts.rows()},
+            "rewards": config.rewards.model_dump(mode="json"),
+        }
+    )
+    try:
+        if resolve_launcher(config) == "in_process":
+            from coa.rl.grpo import run_rl
+
+            result = run_rl(prompts.read(), run_config, out, resume=True, callbacks=callbacks)
+        else:
+            result = launch_accelerate(prompts.read(), run_config, out, config.accelerate_config)
+    except EntropyCollapse as e:
+        b.writer.write_table(ROLLOUTS_TABLE, read_rollouts(out / ROLLOUTS_DIR), schemas.ROLLOUT)
+        b.summary["entropy_collapse"] = str(e)
+        b.fail(str(e))
+        return
+    b.writer.put_folder(MODEL_FOLDER, result.model_dir)
+    b.writer.write_table(ROLLOUTS_TABLE, read_rollouts(out / ROLLOUTS_DIR), schemas.ROLLOUT)
+    b.writer.put_file(CURVES_PNG, result.curves_png)
+    b.writer.write_file(RESULT_FILE, result.model_dump_json(indent=2))
+    b.writer.extra_lineage.update(
+        {
+            "steps_planned": result.steps_planned,
+            "steps_run": result.global_step,
+            "judge_audit": result.judge_audit,  # None: no judge (web answers by exact match / F1)
+        }
+    )
+    last = result.curves[-1] if result.curves else {}
+    b.summary.update(
+        steps_planned=result.steps_planned,
+        steps_run=result.global_step,
+        rollouts=result.rollouts,
+        device=result.device,
+        train_runtime_s=result.train_runtime_s,
+        final_reward=last.get("reward"),
+        final_entropy=last.get("entropy"),
+        curves=result.curves[:: max(1, len(result.curves) // 50)],
+    )
+    b.cleanup.append(lambda: shutil.rmtree(out, ignore_errors=True))
+
+
+def read_result(ref: Any) -> RLResult:
+    """The :class:`RLResult` of a committed RL artifact."""
+    from coa import io
+
+    return RLResult.model_validate_json(io.read_file(ref, RESULT_FILE))
+
+
+def launch_accelerate(prompts: Any, config: RLRunConfig, out: Path, accelerate_config: str) -> RLResult:
+    """Run ``accelerate launch -m coa.rl.grpo`` on the prompts; its ``rl_result.json`` is the result."""
+    import pyarrow.parquet as pq
+
+    out.mkdir(parents=True, exist_ok=True)
+    data = out / "prompts.parquet"
+    pq.write_table(prompts, data)
+    resolved = out / "resolved.yaml"
+    resolved.write_text(
+        yaml.safe_dump(config.model_copy(update={"prompts": str(data)}).model_dump(mode="json"))
+    )
+    if not Path(accelerate_config).is_file():
+        raise RLError(
+            f"accelerate config {accelerate_config} not found (paths are relative to the repo root)"
+        )
+    cmd = [sys.executable, "-m", "accelerate.commands.launch", "--config_file", accelerate_config]
+    cmd += ["-m", "coa.rl.grpo", "--config", str(resolved), "--output-dir", str(out), "--resume"]
+    proc = subprocess.run(cmd, check=False)
+    if proc.returncode == 1 and not (out / "rl_result.json").is_file():
+        raise EntropyCollapse(f"`{' '.join(cmd)}` stopped on a failed check; its log is above")
+    if proc.returncode != 0:
+        raise RLError(f"`{' '.join(cmd)}` exited with {proc.returncode}; its log is above")
+    return RLResult.model_validate(json.loads((out / "rl_result.json").read_text()))

@@ -1,0 +1,74 @@
+"""The RL step (HF policy on the trainer's own weights) and its place in the pipeline plan."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pyarrow as pa
+
+import schemas
+from coa import io
+from coa.pipeline_config import PipelineConfig, load_pipeline_config, not_planned, plan
+from coa.rl import step as rl_step
+from coa.rl.config import RLStageConfig
+from coa.steps import ModelInput, TableInput, run_step
+from coa.tools.config import ToolsConfig
+
+from .helpers import prompts_table
+
+
+def test_rl_step_commits_model_rollouts_and_lineage_then_reuses(tiny_model: Path, tmp_path: Path) -> None:
+    store = io.Store(str(tmp_path / "store"))
+    writer = store.writer("converted", "coa", {"test": 1})
+    writer.write_table("rl_prompts", prompts_table(4), schemas.RL_PROMPT)
+    converted = writer.commit()
+    config = RLStageConfig(
+        max_steps=2, prompts_per_step=2, group_size=2, steps_per_generation=2, save_steps=2, max_turns=2,
+        max_new_tokens=12, max_total_tokens=24, overlong_buffer=8, entropy_floor=None, launcher="in_process",
+        tools=ToolsConfig(enabled=("code",), record="off"),
+    )  # fmt: skip
+    step = rl_step.step(config, ModelInput(external=str(tiny_model)), TableInput(converted, "rl_prompts"))
+    built = run_step(step, store)
+    rollouts = io.read_table(built.ref, "rollouts")
+    assert isinstance(rollouts, pa.Table) and schemas.ROLLOUT.check(rollouts).ok
+    assert rollouts.num_rows >= 4 and set(rollouts.column("step").to_pylist()) == {0}
+    lineage = io.read_lineage(built.ref)
+    assert lineage["base_model"] == str(tiny_model) and lineage["prompts"]["rows"] == 4
+    assert lineage["steps_run"] == 2 and built.summary["steps_run"] == 2
+    assert (Path(ModelInput(ref=built.ref).local_path()) / "config.json").is_file()
+    again = run_step(step, store)
+    assert again.reused and again.ref.uri == built.ref.uri
+
+
+def test_plan_puts_rl_after_sft_and_evaluates_after_it() -> None:
+    config = load_pipeline_config("configs/demo.yaml")
+    assert config.rl is not None
+    names = [s.name for s in plan(config)]
+    assert names.index("sft") < names.index("rl") < names.index("evaluate.after_rl") < names.index("report")
+    assert "rl" not in not_planned(config, plan(config))
+    without = PipelineConfig.model_validate(config.model_dump() | {"rl": None})
+    assert "rl" not in [s.name for s in plan(without)]
+    assert not_planned(without, plan(without))["rl"] == "not configured"
+
+
+def test_the_report_shows_after_rl_columns_only_after_an_rl_phase() -> None:
+    from coa.evaluate.report import comparison_plot, comparison_rows, format_comparison
+
+    before: dict[str, dict[str, float]] = {
+        "code": {"n": 50, "format_valid": 0.5, "accuracy": 0.0},
+        "all": {"n": 50, "accuracy": 0.0},
+    }
+    after: dict[str, dict[str, float]] = {
+        "code": {"n": 50, "format_valid": 0.7, "accuracy": 0.1, "tokens_per_task": 300.0},
+        "all": {"n": 50},
+    }
+    after_rl: dict[str, dict[str, float]] = {
+        "code": {"n": 50, "format_valid": 0.9, "accuracy": 0.2, "tokens_per_task": 250.0},
+        "all": {"n": 50},
+    }
+    rows = comparison_rows(before, after, None, after_rl)
+    assert rows[0]["accuracy_after_rl"] == 0.2 and rows[0]["tokens_per_task_after_rl"] == 250.0
+    table = format_comparison(rows)
+    assert "acc. after RL" in table and "valid after RL" in table and "20%" in table
+    assert "after RL" not in format_comparison(comparison_rows(before, after))
+    assert comparison_plot(rows)  # four series draw
