@@ -141,3 +141,44 @@ def test_hf_policy_samples_with_temperature(tiny_model: Path) -> None:
     assert len({tuple(e.completion_ids) for e in episodes}) > 1  # four samples of one prompt differ
     assert all(policy.codec.decode(e.completion_ids) == e.text for e in episodes)
     assert Sampling(1.0).greedy is False and Sampling().greedy is True
+
+
+def test_hf_batcher_survives_a_wake_up_set_while_it_generated() -> None:
+    """Requests that arrive while a batch generates leave the wake-up set; after they are served the
+    batcher must wait for new work, not start a batch of nothing (that once killed it and hung every
+    later request: the demo's RL phase waited forever)."""
+    import asyncio
+    import time
+    from collections import deque
+
+    from coa.rollout import Generation, Sampling
+    from coa.rollout.policies.hf import HFPolicy
+
+    policy = HFPolicy.__new__(HFPolicy)
+    policy.max_batch, policy.window_s, policy.calls = 4, 0.0, 0
+    policy._pending, policy._wake, policy._batcher = deque(), None, None
+    batches: list[int] = []
+
+    def generate_batch(prompts: list[list[int]], budgets: list[int], sampling: Sampling) -> list[Generation]:
+        batches.append(len(prompts))
+        time.sleep(0.05)
+        return [Generation(ids=[p[0]], logprobs=[0.0], finish="eos") for p in prompts]
+
+    policy.generate_batch = generate_batch  # type: ignore[method-assign]
+    greedy = Sampling()
+
+    async def main() -> list[int]:
+        await policy.start()
+        try:
+            first = asyncio.create_task(policy.generate([1], 4, greedy))
+            await asyncio.sleep(0.02)  # the first batch is generating
+            second = asyncio.create_task(policy.generate([2], 4, greedy))  # sets the wake-up meanwhile
+            done = await asyncio.wait_for(asyncio.gather(first, second), 5)
+            await asyncio.sleep(0.1)  # the batcher idles with nothing pending
+            third = await asyncio.wait_for(policy.generate([3], 4, greedy), 5)
+            return [g.ids[0] for g in (*done, third)]
+        finally:
+            await policy.stop()
+
+    assert asyncio.run(main()) == [1, 2, 3]
+    assert batches == [1, 1, 1]

@@ -81,6 +81,17 @@ class HFPolicy:
     async def start(self) -> None:
         self._wake = asyncio.Event()
         self._batcher = asyncio.create_task(self._serve())
+        self._batcher.add_done_callback(self._batcher_ended)
+
+    def _batcher_ended(self, task: asyncio.Task[None]) -> None:
+        """A batcher that died hands its error to every waiting request instead of leaving them hung."""
+        if task.cancelled() or task.exception() is None:
+            return
+        error = task.exception()
+        for request in self._pending:
+            if not request.future.done():
+                request.future.set_exception(RuntimeError(f"the HF policy's batcher failed: {error!r}"))
+        self._pending.clear()
 
     async def stop(self) -> None:
         if self._batcher is not None:
@@ -97,6 +108,8 @@ class HFPolicy:
     ) -> Generation:
         if self._wake is None:
             raise RuntimeError("HFPolicy.generate before start(): run it through the rollout engine")
+        if self._batcher is not None and self._batcher.done():
+            raise RuntimeError("the HF policy's batcher has stopped; no request would be served")
         future: asyncio.Future[Generation] = asyncio.get_running_loop().create_future()
         self._pending.append(_Request(list(prompt_ids), max_new_tokens, sampling, future))
         self._wake.set()
@@ -105,9 +118,12 @@ class HFPolicy:
     async def _serve(self) -> None:
         assert self._wake is not None
         while True:
-            if not self._pending:
-                await self._wake.wait()
+            # Clear before waiting and wait until there is work: a wake-up set while the previous
+            # batch generated must not start a batch of nothing (that killed the batcher and left
+            # every later request waiting forever).
+            while not self._pending:
                 self._wake.clear()
+                await self._wake.wait()
             await asyncio.sleep(self.window_s)  # let the other ready episodes queue their requests
             batch = self._take()
             try:
