@@ -86,8 +86,10 @@ def _build(b: Build, callbacks: Sequence[Any]) -> None:
     try:
         if resolve_launcher(config) == "in_process":
             from coa.rl.grpo import run_rl
+            from coa.train.step import progress_callback
 
-            result = run_rl(prompts.read(), run_config, out, resume=True, callbacks=callbacks)
+            progress = [progress_callback(b.progress)] if b.progress is not None else []
+            result = run_rl(prompts.read(), run_config, out, resume=True, callbacks=[*callbacks, *progress])
         else:
             result = launch_accelerate(prompts.read(), run_config, out, config.accelerate_config)
     except EntropyCollapse as e:

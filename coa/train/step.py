@@ -99,7 +99,8 @@ def _build(b: Build, callbacks: Sequence[Any]) -> None:
     if resolve_launcher(config) == "in_process":
         from coa.train.sft import run_sft
 
-        result = run_sft(examples, run_config, out, resume=True, callbacks=callbacks)
+        progress = [progress_callback(b.progress)] if b.progress is not None else []
+        result = run_sft(examples, run_config, out, resume=True, callbacks=[*callbacks, *progress])
     else:
         result = launch_accelerate(examples, run_config, out, config.accelerate_config, config.num_processes)
     b.writer.put_folder(MODEL_FOLDER, result.model_dir)
@@ -131,6 +132,19 @@ def _build(b: Build, callbacks: Sequence[Any]) -> None:
         loss_curve=[[s, v] for s, v in result.loss_curve[:: max(1, len(result.loss_curve) // 50)]],
     )
     b.cleanup.append(lambda: shutil.rmtree(out, ignore_errors=True))
+
+
+def progress_callback(report: Any) -> Any:
+    """A ``TrainerCallback`` that reports ``(optimizer step, planned steps)`` after every step (the
+    Prefect layer logs it in tenths; the CLI draws a bar)."""
+    from transformers import TrainerCallback
+
+    class _Progress(TrainerCallback):  # type: ignore[misc]
+        def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+            if state.is_world_process_zero:
+                report(int(state.global_step), int(state.max_steps))
+
+    return _Progress()
 
 
 def read_result(ref: Any) -> SFTResult:
