@@ -48,7 +48,7 @@ runner = CliRunner()
 
 def _fixtures() -> Path:
     if not FIXTURES.is_dir():
-        pytest.skip(f"AFM fixture files not found at {FIXTURES} (the shared checkout beside the repo)")
+        pytest.fail(f"AFM fixture files not found at {FIXTURES} (CI checks out ../shared beside the repo)")
     return FIXTURES
 
 

@@ -26,6 +26,10 @@ from typing import Any
 # -- code format (FormatReward.check_code_format_correctness) -------------------------------------
 
 
+
+class JudgeOnly(Exception):
+    """AFM scores this path with an LLM judge, not a rule: no rule-based score exists."""
+
 def _code_tags_paired(text: str) -> bool:
     depth = 0
     for m in re.finditer(r"</?code>", text):
@@ -150,7 +154,7 @@ def afm_reward_path(row: Mapping[str, Any], manager: str) -> str:
     assert manager == "afm", manager
     scorer = AFM_DISPATCH.get(row["data_source"])
     assert scorer is not None, (
-        f"data_source {row['data_source']!r}: reward fn not found (NotImplementedError)"
+        f"data_source {row['data_source']!r}: reward fn not found (AFM raises here)"
     )
     assert scorer in ("mathverify", "skywork"), f"{row['data_source']} -> {scorer}, unusable for training"
     assert isinstance(gt, str), "the afm manager passes ground_truth on as a string"
@@ -209,7 +213,7 @@ def afm_score(row: Mapping[str, Any], manager: str, response: str) -> float:
         parts = [p for p in answer.split("|") if p]
         golds = {_normalize(t) for t in gt["target"]}
         if path == "batch:judge":
-            raise NotImplementedError("the web reward is an LLM judge")
+            raise JudgeOnly("the web reward is an LLM judge")
         return float(bool(parts) and all(_normalize(p) in golds for p in parts))
     if path in ("mathverify", "skywork:math"):
         accepted: list[str] = [gt] if path == "mathverify" else json.loads(gt)
