@@ -53,6 +53,7 @@ from coa.rl.curves import curves, plot_curves
 from coa.rl.rewards import TERMS
 from coa.rl.rollouts import RolloutSource, train_mask
 from coa.rollout import Policy
+from coa.train.sft import checkpoint_step, last_checkpoint
 
 PolicyFactory = Callable[[Any, Any], Policy]
 log = logging.getLogger("coa.rl")
@@ -329,23 +330,6 @@ def _drop_rollouts_after(folder: Path, step: int) -> None:
     for chunk in folder.glob("step-*.parquet") if folder.is_dir() else []:
         if int(chunk.stem.split("-")[1]) >= step:
             chunk.unlink()
-
-
-def last_checkpoint(folder: Path) -> Path | None:
-    """The newest complete ``checkpoint-N`` (one with its trainer state), or None."""
-    found = (
-        [p for p in folder.glob("checkpoint-*") if (p / "trainer_state.json").is_file()]
-        if folder.is_dir()
-        else []
-    )
-    return max(found, key=checkpoint_step, default=None)
-
-
-def checkpoint_step(path: Path) -> int:
-    try:
-        return int(path.name.rsplit("-", 1)[1])
-    except (IndexError, ValueError):
-        return -1
 
 
 def _check_resumable(saved: dict[str, Any], config: RLRunConfig) -> None:

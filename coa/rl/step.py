@@ -20,13 +20,13 @@ import subprocess
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 import yaml
 
 from coa.rl.config import EntropyCollapse, RLError, RLParams, RLResult, RLRunConfig, RLStageConfig
 from coa.steps import Build, Step, StepInput
-from coa.train.step import work_dir
+from coa.train.step import resolve_launcher, work_dir
 
 PROMPTS_TABLE = "rl_prompts"
 ROLLOUTS_TABLE = "rollouts"
@@ -54,14 +54,6 @@ def step(
         expects={"prompts": "rl_prompt.v1"},
         produces={ROLLOUTS_TABLE: "rollout.v1"},
     )
-
-
-def resolve_launcher(config: RLStageConfig) -> Literal["in_process", "accelerate"]:
-    if config.launcher != "auto":
-        return config.launcher
-    import torch
-
-    return "accelerate" if torch.cuda.is_available() else "in_process"
 
 
 def _build(b: Build, callbacks: Sequence[Any]) -> None:

@@ -148,7 +148,7 @@ def run_sft(
                                       "first_plan": budget.first_plan if budget else max_steps,
                                       "config": config.model_dump(mode="json")})  # fmt: skip
 
-    start_step = _checkpoint_step(last) if last is not None else 0
+    start_step = checkpoint_step(last) if last is not None else 0
     t0 = time.perf_counter()
     if last is not None and start_step >= (budget.plan.steps if budget is not None else max_steps):
         # Finished before (e.g. killed while saving the final model). Trainer.train would take one
@@ -432,7 +432,7 @@ def last_checkpoint(ckpt_dir: str | Path) -> Path | None:
     if not folder.is_dir():
         return None
     done = [p for p in folder.glob("checkpoint-*") if p.is_dir() and (p / TRAINER_STATE).is_file()]
-    return max(done, key=_checkpoint_step, default=None)
+    return max(done, key=checkpoint_step, default=None)
 
 
 def loss_curve(log_history: Sequence[dict[str, Any]]) -> list[tuple[int, float]]:
@@ -710,7 +710,8 @@ class _HeldoutLoss(TrainerCallback):
         return total / max(1, count)
 
 
-def _checkpoint_step(path: Path) -> int:
+def checkpoint_step(path: Path) -> int:
+    """The N of a ``checkpoint-N`` folder (-1 when the name has none)."""
     try:
         return int(path.name.rsplit("-", 1)[1])
     except (IndexError, ValueError):

@@ -71,7 +71,8 @@ def select_examples(examples: pa.Table, families: Sequence[str] | None) -> pa.Ta
     return chosen
 
 
-def resolve_launcher(config: SFTStageConfig) -> Literal["in_process", "accelerate"]:
+def resolve_launcher(config: Any) -> Literal["in_process", "accelerate"]:
+    """Where a training stage (SFT, RL) runs: its ``launcher``, or by the hardware when ``auto``."""
     if config.launcher != "auto":
         return config.launcher
     import torch
