@@ -26,9 +26,9 @@ from typing import Any
 # -- code format (FormatReward.check_code_format_correctness) -------------------------------------
 
 
-
 class JudgeOnly(Exception):
     """AFM scores this path with an LLM judge, not a rule: no rule-based score exists."""
+
 
 def _code_tags_paired(text: str) -> bool:
     depth = 0
@@ -153,9 +153,7 @@ def afm_reward_path(row: Mapping[str, Any], manager: str) -> str:
         return "batch:judge" if row["data_source"] == "search" else "batch:em"
     assert manager == "afm", manager
     scorer = AFM_DISPATCH.get(row["data_source"])
-    assert scorer is not None, (
-        f"data_source {row['data_source']!r}: reward fn not found (AFM raises here)"
-    )
+    assert scorer is not None, f"data_source {row['data_source']!r}: reward fn not found (AFM raises here)"
     assert scorer in ("mathverify", "skywork"), f"{row['data_source']} -> {scorer}, unusable for training"
     assert isinstance(gt, str), "the afm manager passes ground_truth on as a string"
     if scorer == "mathverify":
