@@ -251,15 +251,17 @@ def test_sft_step_runs_on_the_gpu_pool_worker(
     api = env["PREFECT_API_URL"]
     flows = {f["id"]: f["name"] for f in httpx.post(f"{api}/flows/filter", json={}, timeout=10).json()}
     runs = httpx.post(f"{api}/flow_runs/filter", json={}, timeout=10).json()
-    by_flow = {flows[r["flow_id"]]: r for r in runs}
-    parent, child = by_flow["pipeline"], by_flow["run-one-step"]
-    assert parent["state_type"] == child["state_type"] == "COMPLETED"
-    assert parent["work_pool_name"] == "cpu" and child["work_pool_name"] == "gpu"
-    assert child["name"] == "sft" and child["parameters"]["step_name"] == "sft"
-    assert child["parent_task_run_id"] is not None  # linked into the pipeline run as its subflow
-    assert child["infrastructure_pid"] and child["infrastructure_pid"] != parent["infrastructure_pid"]
-    assert child["id"] in (tmp_path / "gpu-worker.log").read_text()  # the gpu worker ran it
-    assert child["id"] not in (tmp_path / "cpu-worker.log").read_text()
+    (parent,) = [r for r in runs if flows[r["flow_id"]] == "pipeline"]
+    children = {r["parameters"]["step_name"]: r for r in runs if flows[r["flow_id"]] == "run-one-step"}
+    assert set(children) == {"sft", "rl"}  # dispatch.stages defaults; nothing else left cpu
+    assert parent["state_type"] == "COMPLETED" and parent["work_pool_name"] == "cpu"
+    for step_name, child in children.items():
+        assert child["state_type"] == "COMPLETED" and child["work_pool_name"] == "gpu"
+        assert child["name"] == step_name
+        assert child["parent_task_run_id"] is not None  # linked into the pipeline run as its subflow
+        assert child["infrastructure_pid"] and child["infrastructure_pid"] != parent["infrastructure_pid"]
+        assert child["id"] in (tmp_path / "gpu-worker.log").read_text()  # the gpu worker ran it
+        assert child["id"] not in (tmp_path / "cpu-worker.log").read_text()
 
     arts = httpx.post(f"{api}/artifacts/filter", json={}, timeout=10).json()
     rows = next(a for a in arts if a.get("key") == "pipeline-row-counts")["data"]
