@@ -9,6 +9,7 @@ sampling dropped are kept too (``kept`` false), so the table is every rollout th
 import pyarrow as pa
 
 from schemas._contract import Column, Contract
+from schemas.sft import VARIANTS
 
 FINISHES = ("answer", "eos", "format_error", "generation_limit", "token_limit", "turn_limit")
 
@@ -19,6 +20,13 @@ ROLLOUT = Contract(
     columns=(
         Column("task_id", pa.string(), "The task.v1 id the prompt was made from."),
         Column("prompt_id", pa.string(), "The rl_prompt.v1 prompt id."),
+        Column(
+            "variant",
+            pa.string(),
+            "CoA grammar variant the prompt asked for (null in tables written before it was recorded).",
+            nullable=True,
+            allowed=VARIANTS,
+        ),
         Column("group", pa.int64(), "GRPO group key: the prompt's group_index."),
         Column("sample", pa.int32(), "Index of the episode within its group (0..group_size-1)."),
         Column("step", pa.int32(), "Optimizer step (global) at which the batch was generated."),

@@ -114,23 +114,40 @@ def _rl(step: Step, result: StepResult) -> None:
         "entropy",
         "dynamic/zero_variance_share",
     )
+    alarm = s.get("alarm")
+    heldout = s.get("heldout") or []
     create_markdown_artifact(
         key=artifact_key(step.name, "curves"),
         markdown="# RL (GRPO/DAPO)\n\n"
-        f"![reward, entropy, zero-variance share](data:image/png;base64,{png})\n\n"
+        + (f"**Reward-hacking alarm:** {alarm}\n\n" if alarm else "")
+        + f"![reward, entropy, zero-variance share](data:image/png;base64,{png})\n\n"
         f"| steps run / planned | rollouts | seconds | last reward | last entropy | device |\n"
         f"|---|---|---|---|---|---|\n"
         f"| {s.get('steps_run')} / {s.get('steps_planned')} | {show(s.get('rollouts'))} | "
         f"{show(s.get('train_runtime_s'))} | {show(s.get('final_reward'))} | "
         f"{show(s.get('final_entropy'))} | "
-        f"{s.get('device')} |\n\nModel: `{result.ref.uri}`",
-        description="Reward per term, entropy and zero-variance share of the RL run",
+        f"{s.get('device')} |\n\nModel: `{result.ref.uri}`" + _heldout_markdown(heldout),
+        description="Reward per term, entropy and zero-variance share of the RL run"
+        + (": REWARD-HACKING ALARM" if alarm else ""),
     )
     create_table_artifact(
         key=artifact_key(step.name, "curve-points"),
         table=[{k: show(p.get(k)) for k in keys} for p in points],
         description=f"RL curves per logged step: {result.ref.uri}",
     )
+
+
+def _heldout_markdown(points: list[dict[str, Any]]) -> str:
+    """The held-out score per evaluation (greedy rollouts of prompts kept out of training)."""
+    if not points:
+        return ""
+    lines = ["", "", "| step | held-out correct | held-out valid | held-out reward |", "|---|---|---|---|"]
+    lines += [
+        f"| {int(p['step'])} | {show(p.get('correct'))} | {show(p.get('format_valid'))} | "
+        f"{show(p.get('reward'))} |"
+        for p in points
+    ]
+    return "\n".join(lines)
 
 
 def _evaluate(step: Step, result: StepResult) -> None:

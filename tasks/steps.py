@@ -41,5 +41,7 @@ def run_step_task(step: Step, done: dict[str, StepResult], run_it: bool = True) 
         logger.error("%s: %s", step.name, describe(e))
         return Failed(message=describe(e))
     logger.info("%s: %s %s", step.name, "reused" if result.reused else "built", result.ref.uri)
+    if result.summary.get("alarm"):  # e.g. RL's reward-hacking alarm: the run log shows it as a warning
+        logger.warning("%s: %s", step.name, result.summary["alarm"])
     publish(step, result)
     return result

@@ -16,7 +16,18 @@ from coa.errors import CheckFailed, CoaError
 from coa.llm.config import LLMConfig
 from coa.tools.config import ToolsConfig
 
-RESUME_FREE_FIELDS = frozenset({"prompts", "output_dir", "logging_steps", "save_steps", "save_total_limit"})
+RESUME_FREE_FIELDS = frozenset(
+    {
+        "prompts",
+        "output_dir",
+        "logging_steps",
+        "save_steps",
+        "save_total_limit",
+        "alarm_window",
+        "alarm_reward_rise",
+        "alarm_heldout_drop",
+    }
+)
 """Fields that may differ between a run and its resumption (they do not change the training itself)."""
 
 
@@ -129,6 +140,39 @@ class RLParams(StrictModel):
         "(after `entropy_grace_steps`); null = no guard.",
     )
     entropy_grace_steps: int = Field(default=2, ge=0, description="Steps before the entropy guard acts.")
+    heldout_eval_steps: int | None = Field(
+        default=None,
+        ge=1,
+        description="Score the held-out prompts (one greedy rollout each, same engine and rewards) before "
+        "training and every this many optimizer steps, for the reward-hacking alarm (coa/rl/alarm.py). "
+        "null = off, and no prompt is held out.",
+    )
+    heldout_fraction: float = Field(
+        default=0.1,
+        gt=0,
+        le=0.5,
+        description="With heldout_eval_steps: share of the RL prompts (whole tasks, picked by a hash of the "
+        "task id) kept out of training and scored instead.",
+    )
+    heldout_max_prompts: int = Field(
+        default=32, ge=1, description="At most this many held-out prompts (each eval rolls out every one)."
+    )
+    alarm_window: int = Field(
+        default=3,
+        ge=2,
+        description="Held-out evaluations the reward-hacking rule looks back over (coa/rl/alarm.py).",
+    )
+    alarm_reward_rise: float = Field(
+        default=0.05,
+        ge=0,
+        description="Least rise of the training reward (least-squares over the window) for the alarm.",
+    )
+    alarm_heldout_drop: float = Field(
+        default=0.05,
+        ge=0,
+        description="Least fall of the held-out score (share correct, least-squares over the window) for "
+        "the alarm.",
+    )
     temperature: float = Field(default=1.0, gt=0, description="Sampling temperature of the rollouts.")
     max_turns: int = Field(default=6, ge=1, description="Generations per episode (one per tool call + 1).")
     max_new_tokens: int = Field(default=256, ge=1, description="Tokens one generation may produce.")
@@ -237,4 +281,12 @@ class RLResult(BaseModel):
     curves_png: str = Field(description="Reward / entropy / zero-variance curves.")
     judge_audit: dict[str, object] | None = Field(
         default=None, description="The judge's audit (agreement with the labelled set); None without a judge."
+    )
+    heldout_prompts: int = Field(default=0, description="Prompts held out of training and scored (0 = off).")
+    heldout: list[dict[str, float]] = Field(
+        default_factory=list,
+        description="Per held-out evaluation: step, correct (the score), format_valid, reward, tokens.",
+    )
+    alarm: str | None = Field(
+        default=None, description="The reward-hacking alarm's message (its first firing); None = never."
     )

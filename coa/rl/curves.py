@@ -1,4 +1,9 @@
-"""The RL run's curves: reward per term, entropy, zero-variance share per logged step, and their plot."""
+"""The RL run's curves: reward per term, entropy, zero-variance share per logged step, and their plot.
+
+With a held-out score (``heldout_eval_steps``) the figure gains a fourth panel, the held-out share
+correct and format-valid per evaluation beside the training reward; a reward-hacking alarm
+(:mod:`coa.rl.alarm`) is drawn on it (a red line at the step it fired, its headline in red).
+"""
 
 from __future__ import annotations
 
@@ -35,20 +40,39 @@ def curves(log_history: Sequence[dict[str, Any]]) -> list[dict[str, float]]:
     return points
 
 
-def plot_curves(points: Sequence[dict[str, float]], path: Path, title: str) -> Path:
-    """Reward (total and per term), entropy and zero-variance share against the step."""
+def alarm_step(alarm: str) -> float | None:
+    """The step an alarm message names (``... alarm at step N: ...``)."""
+    head = alarm.split(":", 1)[0]
+    try:
+        return float(head.rsplit(" ", 1)[-1])
+    except ValueError:
+        return None
+
+
+def plot_curves(
+    points: Sequence[dict[str, float]],
+    path: Path,
+    title: str,
+    heldout: Sequence[dict[str, float]] = (),
+    alarm: str | None = None,
+) -> Path:
+    """Reward (total and per term), entropy and zero-variance share against the step; the held-out
+    score and the alarm when there are any."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
-    fig = Figure(figsize=(9.0, 3.6), dpi=100)
+    n = 4 if heldout else 3
+    fig = Figure(figsize=(3.0 * n, 3.6), dpi=100)
     FigureCanvasAgg(fig)
     panels = (
         ("reward", ["reward", *(f"rewards/{t}/mean" for t in TERMS)]),
         ("entropy (nats/token)", ["entropy"]),
         ("share of groups", ["dynamic/zero_variance_share"]),
     )
+    if heldout:
+        _heldout_panel(fig.add_subplot(1, n, 4), points, heldout, alarm)
     for i, (label, keys) in enumerate(panels):
-        ax = fig.add_subplot(1, 3, i + 1)
+        ax = fig.add_subplot(1, n, i + 1)
         for key in keys:
             xs = [p["step"] for p in points if key in p]
             if xs:
@@ -66,7 +90,31 @@ def plot_curves(points: Sequence[dict[str, float]], path: Path, title: str) -> P
         ax.grid(True, alpha=0.3)
         if len(keys) > 1:
             ax.legend(fontsize=6)
-    fig.suptitle(title, fontsize=10)
+    if alarm:
+        fig.suptitle(f"{title}\nREWARD-HACKING ALARM: {alarm.split(':', 1)[0]}", fontsize=10, color="red")
+    else:
+        fig.suptitle(title, fontsize=10)
     fig.tight_layout()
     fig.savefig(str(path))
     return path
+
+
+def _heldout_panel(
+    ax: Any, points: Sequence[dict[str, float]], heldout: Sequence[dict[str, float]], alarm: str | None
+) -> None:
+    steps = [p["step"] for p in heldout]
+    ax.plot(steps, [p["correct"] for p in heldout], marker="o", linewidth=1.2, label="held-out correct")
+    ax.plot(steps, [p["format_valid"] for p in heldout], marker=".", linewidth=1.0, label="held-out valid")
+    train = [p for p in points if "reward" in p]
+    if train:
+        ax.plot([p["step"] for p in train], [p["reward"] for p in train], linewidth=0.8, alpha=0.6,
+                label="training reward")  # fmt: skip
+    at = alarm_step(alarm) if alarm else None
+    if at is not None:
+        ax.axvline(at, color="red", linewidth=1.5, label="alarm")
+    ax.set_xlabel("optimizer step")
+    ax.set_title(
+        "held-out (greedy)" + (": ALARM" if alarm else ""), fontsize=9, color="red" if alarm else "black"
+    )
+    ax.grid(True, alpha=0.3)
+    ax.legend(fontsize=6)

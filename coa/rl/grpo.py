@@ -18,6 +18,11 @@ per term, so each is logged as ``rewards/<term>/mean``).
 the run with :class:`EntropyCollapse` (a failed check). A run that ends with another number of
 optimizer steps than its plan raises :class:`RLStepCountError` and writes no model.
 
+**Held-out score and the reward-hacking alarm**: with ``heldout_eval_steps`` a slice of the
+prompts is kept out of training and scored by greedy rollouts on a schedule
+(:mod:`coa.rl.heldout`); a rising training reward with a falling held-out score is the alarm
+(:mod:`coa.rl.alarm`), logged as a WARNING and reported as ``RLResult.alarm``.
+
 **Checkpoints and resume** as in SFT: ``checkpoints/checkpoint-N`` every ``save_steps``; a resumed
 run continues from the last one (the config must match, ``rl_plan.json``), and the rollout rows of
 steps after that checkpoint are discarded (they are generated again). Each generation batch's rows
@@ -50,6 +55,7 @@ from coa.rl.config import (
     RLStepCountError,
 )
 from coa.rl.curves import curves, plot_curves
+from coa.rl.heldout import HeldoutEval, split_prompts
 from coa.rl.rewards import TERMS
 from coa.rl.rollouts import RolloutSource, train_mask
 from coa.rollout import Policy
@@ -152,6 +158,9 @@ def build_trainer(
     from coa.train.budget import StepPlan, TimeBudget
 
     rows = select_prompts(prompts, config.families)
+    heldout_rows: list[dict[str, Any]] = []
+    if config.heldout_eval_steps is not None:
+        rows, heldout_rows = split_prompts(rows, config.heldout_fraction, config.heldout_max_prompts)
     if len(rows) < config.prompts_per_step:
         raise RLError(
             f"{len(rows)} RL prompts for {config.prompts_per_step} prompts per step: a generation batch "
@@ -211,6 +220,17 @@ def build_trainer(
     )
     trainer.remove_callback(PrinterCallback)
     trainer.coa_judge_audit = audit  # type: ignore[attr-defined]
+    trainer.coa_heldout = None  # type: ignore[attr-defined]
+    if heldout_rows:
+        heldout = HeldoutEval(
+            RolloutSource(heldout_rows, config, toolbox, judge, greedy=True),
+            config,
+            lambda m, tok: _policy(m, tok, config, policy_factory),
+            out,
+        )
+        heldout.trainer = trainer
+        trainer.add_callback(heldout)
+        trainer.coa_heldout = heldout  # type: ignore[attr-defined]
     budget = None
     if config.time_budget_s is not None:
         # re-planned once per generation batch: its steps alternate a long one (generation) and short
@@ -253,13 +273,8 @@ def _rollouts(
     policy_factory: PolicyFactory | None,
 ) -> dict[str, Any]:
     """TRL's rollout hook: one completion per received prompt, in groups of ``group_size``."""
-    from coa.rollout.policies.hf import HFPolicy
-
     model = trainer.accelerator.unwrap_model(trainer.model)
-    if policy_factory is not None:
-        policy = policy_factory(model, trainer.processing_class)
-    else:
-        policy = HFPolicy.from_model(model, trainer.processing_class, max_batch=config.generation_batch)
+    policy = _policy(model, trainer.processing_class, config, policy_factory)
     was_training = model.training
     model.eval()
     try:
@@ -283,6 +298,15 @@ def _rollouts(
             for name in TERMS:
                 out[f"reward_{name}"].append(reward.term(name))
     return out
+
+
+def _policy(model: Any, tokenizer: Any, config: RLRunConfig, policy_factory: PolicyFactory | None) -> Policy:
+    """The policy on the trainer's weights: the test's factory, else HF generate."""
+    if policy_factory is not None:
+        return policy_factory(model, tokenizer)
+    from coa.rollout.policies.hf import HFPolicy
+
+    return HFPolicy.from_model(model, tokenizer, max_batch=config.generation_batch)
 
 
 def _term_reward(term: str) -> Any:
@@ -351,6 +375,7 @@ def _finish(
     table = read_rollouts(out / ROLLOUTS_DIR)
     pq.write_table(table, out / ROLLOUTS_FILE)
     points = curves(trainer.state.log_history)
+    heldout: HeldoutEval | None = getattr(trainer, "coa_heldout", None)
     result = RLResult(
         model_dir=str(out / MODEL_DIR),
         output_dir=str(out),
@@ -366,12 +391,17 @@ def _finish(
         time_budget_s=config.time_budget_s,
         curves_png=str(out / CURVES_PNG),
         judge_audit=getattr(trainer, "coa_judge_audit", None),
+        heldout_prompts=len(heldout.source.order) if heldout is not None else 0,
+        heldout=heldout.points if heldout is not None else [],
+        alarm=heldout.alarm if heldout is not None else None,
     )
     if trainer.is_world_process_zero():
         plot_curves(
             points,
             out / CURVES_PNG,
             f"GRPO/DAPO: {trainer.state.global_step} steps, {table.num_rows} rollouts",
+            heldout=result.heldout,
+            alarm=result.alarm,
         )
         (out / RESULT_FILE).write_text(result.model_dump_json(indent=2))
     return result

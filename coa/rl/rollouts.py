@@ -42,6 +42,7 @@ class Group:
     prompt_id: str
     task_id: str
     group_index: int
+    variant: str
     episodes: list[Episode]
     rewards: list[Reward]
 
@@ -60,14 +61,15 @@ class RolloutBatch:
     stats: dict[str, float]
 
 
-def rollout_config(params: RLParams) -> RolloutConfig:
-    """Sampled episodes under the run's limits; EOS closes an answer so TRL sees it finished."""
+def rollout_config(params: RLParams, greedy: bool = False) -> RolloutConfig:
+    """Sampled episodes under the run's limits (greedy ones for the held-out score); EOS closes an
+    answer so TRL sees it finished."""
     return RolloutConfig(
         max_turns=params.max_turns,
         max_new_tokens=params.max_new_tokens,
         max_total_tokens=params.max_total_tokens,
         concurrency=max(1, 2 * params.episodes_per_generation),
-        temperature=params.temperature,
+        temperature=0.0 if greedy else params.temperature,
         top_p=1.0,
         top_k=0,
         close_with_eos=True,
@@ -85,7 +87,12 @@ class RolloutSource:
     """Rollouts and rewards for the prompts of an ``rl_prompt.v1`` table."""
 
     def __init__(
-        self, prompts: Sequence[Mapping[str, Any]], params: RLParams, toolbox: Any, judge: Any = None
+        self,
+        prompts: Sequence[Mapping[str, Any]],
+        params: RLParams,
+        toolbox: Any,
+        judge: Any = None,
+        greedy: bool = False,
     ) -> None:
         if not prompts:
             raise ValueError("no RL prompts")
@@ -94,7 +101,7 @@ class RolloutSource:
         self.params = params
         self.toolbox = toolbox
         self.judge = judge
-        self.config = rollout_config(params)
+        self.config = rollout_config(params, greedy)
         self._prompt_ids: dict[str, list[int]] = {}
 
     def prompt_ids(self, prompt_id: str, codec: Codec) -> list[int]:
@@ -106,22 +113,43 @@ class RolloutSource:
             self._prompt_ids[prompt_id] = codec.chat_prompt_ids(system, user)
         return self._prompt_ids[prompt_id]
 
-    def run_groups(self, prompt_ids: Sequence[str], policy: Policy) -> list[Group]:
-        """``group_size`` episodes for each prompt, scored; groups in the order of ``prompt_ids``."""
-        g = self.params.group_size
+    def episodes(
+        self, prompt_ids: Sequence[str], policy: Policy, per_prompt: int
+    ) -> tuple[list[Episode], list[Reward]]:
+        """``per_prompt`` episodes for each prompt (prompt by prompt) and their rewards."""
         specs = [
-            EpisodeSpec(pid, self.prompt_ids(pid, policy.codec), k) for pid in prompt_ids for k in range(g)
+            EpisodeSpec(pid, self.prompt_ids(pid, policy.codec), k)
+            for pid in prompt_ids
+            for k in range(per_prompt)
         ]
         episodes = rollout(specs, policy, self.toolbox, self.config)
         codec = policy.codec
         texts = [model_text(e, codec.eos_ids, codec.decode) for e in episodes]
         rows = [self.prompts[e.task_id] for e in episodes]
-        rewards = score_episodes(episodes, rows, texts, self.params, self.judge)
+        return episodes, score_episodes(episodes, rows, texts, self.params, self.judge)
+
+    def score(self, policy: Policy) -> dict[str, float]:
+        """One episode per prompt (greedy when the source is): the shares correct and format-valid,
+        the mean total reward and generated tokens."""
+        episodes, rewards = self.episodes(self.order, policy, 1)
+        n = len(episodes)
+        return {
+            "correct": sum(r.is_correct for r in rewards) / n,
+            "format_valid": sum(r.format_valid for r in rewards) / n,
+            "reward": sum(r.total for r in rewards) / n,
+            "tokens": sum(e.completion_tokens for e in episodes) / n,
+        }
+
+    def run_groups(self, prompt_ids: Sequence[str], policy: Policy) -> list[Group]:
+        """``group_size`` episodes for each prompt, scored; groups in the order of ``prompt_ids``."""
+        g = self.params.group_size
+        episodes, rewards = self.episodes(prompt_ids, policy, g)
         return [
             Group(
                 pid,
                 str(self.prompts[pid]["task_id"]),
                 int(self.prompts[pid]["group_index"]),
+                str(self.prompts[pid]["variant"]),
                 episodes[i * g : (i + 1) * g],
                 rewards[i * g : (i + 1) * g],
             )
@@ -188,6 +216,7 @@ def rollout_row(group: Group, k: int, step: int, kept: bool, mask_truncated: boo
     return {
         "task_id": group.task_id,
         "prompt_id": group.prompt_id,
+        "variant": group.variant,
         "group": group.group_index,
         "sample": k,
         "step": step,

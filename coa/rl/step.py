@@ -2,8 +2,9 @@
 
 The artifact holds ``model/`` (weights and tokenizer), the ``rollouts`` table (``rollout.v1``: every
 episode the run generated, kept or dropped), ``rl_result.json`` and ``rl_curves.png`` (reward per
-term, entropy, zero-variance share). Its lineage names the starting model, the prompts (upstream
-content hash), the reward config and the steps planned and run.
+term, entropy, zero-variance share; the held-out score when measured). Its lineage names the
+starting model, the prompts (upstream content hash), the reward config, the steps planned and run,
+the held-out curve and the reward-hacking ``alarm`` (None when it never fired).
 
 **Where it runs.** ``launcher: auto`` trains in this process on a CPU and launches ``accelerate
 launch --config_file <accelerate_config> -m coa.rl.grpo --config resolved.yaml`` when a CUDA GPU is
@@ -98,6 +99,8 @@ def _build(b: Build, callbacks: Sequence[Any]) -> None:
             "steps_planned": result.steps_planned,
             "steps_run": result.global_step,
             "judge_audit": result.judge_audit,  # None: no judge (web answers by exact match / F1)
+            "heldout": {"prompts": result.heldout_prompts, "points": result.heldout},
+            "alarm": result.alarm,  # the reward-hacking alarm's first firing; None = never
         }
     )
     last = result.curves[-1] if result.curves else {}
@@ -110,6 +113,8 @@ def _build(b: Build, callbacks: Sequence[Any]) -> None:
         final_reward=last.get("reward"),
         final_entropy=last.get("entropy"),
         curves=result.curves[:: max(1, len(result.curves) // 50)],
+        heldout=result.heldout,
+        alarm=result.alarm,
     )
     b.cleanup.append(lambda: shutil.rmtree(out, ignore_errors=True))
 

@@ -159,3 +159,50 @@ def test_a_time_budget_ends_the_run_on_a_refitted_plan(tiny_model: Path, tmp_pat
     # re-planned from the measured step time: far fewer than the 40-step cap, and the guard agrees
     assert 2 <= result.global_step == result.steps_planned < 40
     assert result.time_budget_s == 0.5 and result.train_runtime_s < 20
+
+
+@pytest.mark.sandbox
+def test_heldout_score_is_measured_and_a_reward_hack_raises_the_alarm(
+    tiny_model: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A scripted policy that games the training prompts while the held-out prompt goes wrong.
+
+    Policies are made in this order: the held-out eval before step 0, the generation of steps 1-2,
+    the eval at step 2, the generation of steps 3-4, the eval at step 4. Training answers go from
+    all wrong to all right (reward 0.1 -> 1.1); the held-out prompt is right at step 0, wrong after.
+    """
+    from coa.rl.heldout import HELDOUT_FILE, split_prompts
+
+    prompts = prompts_table(N_PROMPTS)
+    _, held = split_prompts(prompts.to_pylist(), 0.2, 32)
+    assert len(held) == 1
+    a, b = (
+        int(x)
+        for x in held[0]["prompt"][1]["content"].removeprefix("What is ").removesuffix("?").split(" + ")
+    )
+    made: list[TwoTurnPolicy] = []
+
+    def factory(model: Any, tokenizer: Any) -> TwoTurnPolicy:
+        k = len(made)
+        never = [(a, b)] if k >= 2 else []
+        policy = TwoTurnPolicy(
+            Codec(tokenizer), QUESTIONS, right_every=1 if k in (0, 3) else 0, never_right=never
+        )
+        made.append(policy)
+        return policy
+
+    cfg = config(tiny_model, heldout_eval_steps=2, heldout_fraction=0.2, max_refill_rounds=0)
+    with caplog.at_level("WARNING", logger="coa.rl"):
+        result = run_rl(prompts, cfg, tmp_path / "run", policy_factory=factory)
+    assert len(made) == 5
+    assert result.heldout_prompts == 1
+    assert [(p["step"], p["correct"]) for p in result.heldout] == [(0.0, 1.0), (2.0, 0.0), (4.0, 0.0)]
+    assert all(p["tokens"] > 0 for p in result.heldout)
+    assert [p["reward"] for p in result.curves] == [0.0, 1.0]  # steps 1 and 3: the reward the policy games
+    assert result.alarm is not None and result.alarm.startswith("reward-hacking alarm at step 4:")
+    assert any(r.levelname == "WARNING" and "reward-hacking alarm" in r.getMessage() for r in caplog.records)
+    # the held-out prompt never trained
+    trained = set(pq.read_table(result.rollouts_file).column("prompt_id").to_pylist())
+    assert held[0]["prompt_id"] not in trained and len(trained) >= 2
+    saved = (tmp_path / "run" / HELDOUT_FILE).read_text()
+    assert '"step": 4' in saved and "reward-hacking alarm" in saved

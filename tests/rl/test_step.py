@@ -2,22 +2,26 @@
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import pyarrow as pa
+import pytest
 
 import schemas
 from coa import io
 from coa.pipeline_config import PipelineConfig, load_pipeline_config, not_planned, plan
 from coa.rl import step as rl_step
 from coa.rl.config import RLStageConfig
-from coa.steps import ModelInput, TableInput, run_step
+from coa.steps import ModelInput, Step, StepResult, TableInput, run_step
 from coa.tools.config import ToolsConfig
 
 from .helpers import prompts_table
 
 
-def test_rl_step_commits_model_rollouts_and_lineage_then_reuses(tiny_model: Path, tmp_path: Path) -> None:
+def test_rl_step_commits_model_rollouts_and_lineage_then_reuses(
+    tiny_model: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     store = io.Store(str(tmp_path / "store"))
     writer = store.writer("converted", "coa", {"test": 1})
     writer.write_table("rl_prompts", prompts_table(4), schemas.RL_PROMPT)
@@ -25,7 +29,7 @@ def test_rl_step_commits_model_rollouts_and_lineage_then_reuses(tiny_model: Path
     config = RLStageConfig(
         max_steps=2, prompts_per_step=2, group_size=2, steps_per_generation=2, save_steps=2, max_turns=2,
         max_new_tokens=12, max_total_tokens=24, overlong_buffer=8, entropy_floor=None, launcher="in_process",
-        tools=ToolsConfig(enabled=("code",), record="off"),
+        tools=ToolsConfig(enabled=("code",), record="off"), heldout_eval_steps=2, heldout_fraction=0.25,
     )  # fmt: skip
     step = rl_step.step(config, ModelInput(external=str(tiny_model)), TableInput(converted, "rl_prompts"))
     built = run_step(step, store)
@@ -35,9 +39,29 @@ def test_rl_step_commits_model_rollouts_and_lineage_then_reuses(tiny_model: Path
     lineage = io.read_lineage(built.ref)
     assert lineage["base_model"] == str(tiny_model) and lineage["prompts"]["rows"] == 4
     assert lineage["steps_run"] == 2 and built.summary["steps_run"] == 2
+    # the held-out score (one prompt kept out, greedy) before step 0 and at step 2; the alarm's verdict
+    assert lineage["heldout"]["prompts"] == 1 and [p["step"] for p in lineage["heldout"]["points"]] == [0, 2]
+    assert "alarm" in lineage and built.summary["heldout"] == lineage["heldout"]["points"]
+    _check_published(built, step, monkeypatch)
     assert (Path(ModelInput(ref=built.ref).local_path()) / "config.json").is_file()
     again = run_step(step, store)
     assert again.reused and again.ref.uri == built.ref.uri
+
+
+def _check_published(built: StepResult, step: Step, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The per-step Prefect artifact shows the held-out curve, and the alarm when there is one."""
+    from tasks import publish
+
+    made: list[dict[str, str]] = []
+    monkeypatch.setattr(publish, "create_markdown_artifact", lambda **kw: made.append(kw))
+    monkeypatch.setattr(publish, "create_table_artifact", lambda **kw: None)
+    quiet = dataclasses.replace(built, summary={**built.summary, "alarm": None})
+    publish.publish(step, quiet)
+    assert "held-out correct" in made[-1]["markdown"] and "alarm" not in made[-1]["markdown"].lower()
+    alarm = "reward-hacking alarm at step 2: the training reward rose by +0.300 over steps 0-2 ..."
+    publish.publish(step, dataclasses.replace(built, summary={**built.summary, "alarm": alarm}))
+    assert f"**Reward-hacking alarm:** {alarm}" in made[-1]["markdown"]
+    assert made[-1]["description"].endswith("REWARD-HACKING ALARM")
 
 
 def test_plan_puts_rl_after_sft_and_evaluates_after_it() -> None:
