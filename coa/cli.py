@@ -94,6 +94,16 @@ def _table(uri: str, table: str | None, produced_by: str) -> Any:
     return TableInput(ref, name)
 
 
+def _raw_table(uri: str) -> str:
+    """The table ``coa curate`` reads of ``--raw``: a collection's ``trajectories``, else an RL
+    artifact's ``rollouts``."""
+    try:
+        tables = io.open_artifact(uri).tables
+    except io.ArtifactError:
+        return "trajectories"  # _table reports the missing artifact
+    return "rollouts" if "trajectories" not in tables and "rollouts" in tables else "trajectories"
+
+
 def _run(step: Any, label: str | None = None) -> Any:
     """Run a step with a progress bar on stderr; print whether it was reused."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
@@ -313,7 +323,14 @@ def _say_resumed(summary: dict[str, Any]) -> None:
 
 @app.command()
 def curate(
-    raw: Annotated[str, typer.Option("--raw", help="trajectory.v1 artifact from `coa collect`")],
+    raw: Annotated[
+        str,
+        typer.Option(
+            "--raw",
+            help="trajectory.v1 artifact from `coa collect`, or an RL artifact from `coa rl` (its rollout.v1 "
+            "table: correct, format-valid rollouts become runs for the next SFT round)",
+        ),
+    ],
     tasks: Annotated[str, typer.Option("--tasks", help="task.v1 artifact the runs solved (code tests)")],
     overrides: Annotated[
         list[str] | None, typer.Argument(help="Overrides, e.g. curate.filters.max_tool_calls=20")
@@ -323,11 +340,11 @@ def curate(
         "configs/demo.yaml"
     ),
 ) -> None:
-    """Filter, deduplicate, decontaminate and gate raw trajectories; writes the HTML report."""
+    """Filter, deduplicate, decontaminate and gate raw trajectories or RL rollouts; writes the report."""
     from coa.curate import step as curate_step
 
     cfg = _config(config, overrides, "curate")
-    raw_input = _table(raw, "trajectories", "coa collect")
+    raw_input = _table(raw, _raw_table(raw), "coa collect | coa rl")
     result = _run(curate_step.step(cfg.curate, raw_input, _table(tasks, table, "coa tasks import")))
     typer.echo(f"curated: {result.ref.uri}")
     typer.echo(f"report: {result.summary.get('report')}")

@@ -162,8 +162,9 @@ class Step:
     inputs: Mapping[str, StepInput | None] = dataclasses.field(default_factory=dict)
     identity: Mapping[str, Any] = dataclasses.field(default_factory=dict)
     describe: str = ""
-    expects: Mapping[str, str] = dataclasses.field(default_factory=dict)
-    """Input role → the data contract (schema id) its table must have, e.g. ``{"raw": "trajectory.v1"}``."""
+    expects: Mapping[str, str | tuple[str, ...]] = dataclasses.field(default_factory=dict)
+    """Input role → the data contract (schema id) its table must have, e.g. ``{"raw": "trajectory.v1"}``,
+    or the contracts it may have (``("trajectory.v1", "rollout.v1")``: the build tells them apart)."""
     produces: Mapping[str, str] = dataclasses.field(default_factory=dict)
     """Table → the data contract it is written under, e.g. ``{"sft": "sft.v1"}``."""
 
@@ -304,10 +305,12 @@ def run_step(
 
 def check_inputs(step: Step, inputs: Mapping[str, TableInput | ModelInput]) -> None:
     """Every input table has the contract the step expects (a wrong artifact is a clear user error)."""
-    for role, contract in step.expects.items():
+    for role, expected in step.expects.items():
         value = inputs.get(role)
         if value is None:
             continue
+        accepted = accepted_contracts(expected)
+        contract = " or ".join(accepted)
         if isinstance(value, ModelInput):
             raise UserError(
                 f"{step.name}: input {role!r} must be a {contract} table, got a model ({value.name})"
@@ -316,11 +319,16 @@ def check_inputs(step: Step, inputs: Mapping[str, TableInput | ModelInput]) -> N
         if info is None:
             tables = ", ".join(value.ref.tables)
             raise UserError(f"{step.name}: {value.uri} has no table {value.table!r}; its tables: {tables}")
-        if info.schema_id != contract:
+        if info.schema_id not in accepted:
             raise UserError(
                 f"{step.name}: input {role!r} must be a {contract} table, but {value.uri} [{value.table}] "
                 f"is {info.schema_id}"
             )
+
+
+def accepted_contracts(expected: str | tuple[str, ...]) -> tuple[str, ...]:
+    """The contracts an ``expects`` entry accepts."""
+    return (expected,) if isinstance(expected, str) else tuple(expected)
 
 
 def _lineage_inputs(inputs: Mapping[str, TableInput | ModelInput]) -> dict[str, Any]:

@@ -1,5 +1,9 @@
 """The curation step: raw trajectories → curated ``trajectory.v1`` + quarantine + report, committed.
 
+The raw input is a collection's ``trajectory.v1`` table or an RL artifact's ``rollout.v1`` table
+(rejection-sampled trajectories for the next SFT round: its correct, format-valid rows become
+native CoA runs, :mod:`coa.curate.rollouts`; the counts are in the lineage's ``rollouts``).
+
 Batches are read from storage, code runs scored in the sandbox and answers by rule
 (:mod:`coa.scoring.runs`), then curated by :func:`coa.curate.core.curate`. The artifact holds the
 curated ``trajectories``, the ``quarantine``, ``report.html``, ``summary.json`` (the next run's
@@ -10,6 +14,7 @@ the step fails with the gate's verdict, the same message on every rerun.
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 import posixpath
 import tempfile
@@ -25,17 +30,19 @@ from coa.curate.config import CurateConfig
 from coa.curate.core import REPORT_FILE, curate
 from coa.curate.decontam import load_benchmarks
 from coa.curate.filters import RowView
+from coa.curate.rollouts import RolloutRuns
 from coa.curate.task_stats import TaskStats
 from coa.format.from_run import coa_check
 from coa.scoring.runs import answer_scorer, code_tests, fill_correct, score_code
 from coa.steps import Build, Step, StepInput
 
 COA_CHECK_ROW = RowView(
-    columns=("run_id", "family", "final_answer", "steps"),
+    columns=("run_id", "family", "final_answer", "teacher_config", "steps"),
     step_fields=("role", "text", "tool_name", "tool_args", "observation", "fields"),
 )
 """What :func:`coa.format.from_run.coa_check` reads of a run (tests/curate/test_filters.py checks
-it against whole rows): the check gets only these, not timestamps and token counts."""
+it against whole rows): the check gets only these, not timestamps and token counts (``teacher_config``:
+the variant a native CoA run records, :mod:`coa.curate.rollouts`)."""
 
 TASK_STATS = "task_stats.json"
 """File of a curate artifact: task id -> [runs, correct runs] (the convert step reads it)."""
@@ -51,7 +58,7 @@ def step(config: CurateConfig, raw: StepInput, tasks: StepInput, name: str = "cu
         build=_build,
         inputs={"raw": raw, "tasks": tasks},
         describe="filter, dedup, decontaminate, gate; data-quality report",
-        expects={"raw": "trajectory.v1", "tasks": "task.v1"},
+        expects={"raw": ("trajectory.v1", "rollout.v1"), "tasks": "task.v1"},
         produces={"trajectories": "trajectory.v1", "quarantine": "quarantine.v1"},
     )
 
@@ -82,7 +89,12 @@ def previous_summary(store: io.Store, name: str, exclude: str) -> dict[str, Any]
 def _build(b: Build) -> None:
     config: CurateConfig = b.step.config
     raw = b.table("raw")
-    tests = code_tests(b.table("tasks").read(["task_id", "family", "test_cases"]))
+    task_table = b.table("tasks").read(["task_id", "family", "question", "gold_answers", "test_cases"])
+    tests = code_tests(task_table)
+    adapt = None
+    if raw.ref.tables[raw.table].schema_id == schemas.ROLLOUT.id:
+        created = dt.datetime.fromisoformat(io.read_lineage(raw.ref)["created_at"])
+        adapt = RolloutRuns({t["task_id"]: t for t in task_table.to_pylist()}, raw.uri, created)
     judge = None
     if config.judge is not None:
         from coa.scoring.judge import LLMJudge
@@ -93,6 +105,8 @@ def _build(b: Build) -> None:
 
     def scored_batches() -> Iterator[pa.Table]:
         for batch in io.iter_batches(raw.ref, raw.table, batch_rows=config.batch_rows):
+            if adapt is not None:
+                batch = adapt(batch)
             filled, _ = fill_correct(score_code(batch, tests), score)
             stats.add(filled)
             yield filled
@@ -129,6 +143,9 @@ def _build(b: Build) -> None:
             judge.close()
     failed = [f"{c['suite']}.{c['check']}" for c in result.failed_expectations]
     b.writer.extra_lineage["gate"] = {"success": result.gate_success, "failed": failed}
+    if adapt is not None:
+        b.writer.extra_lineage["rollouts"] = adapt.counts
+        b.summary["rollouts"] = adapt.counts
     b.writer.extra_lineage["counts"] = {
         "in": result.rows_in,
         "kept": result.rows_kept,

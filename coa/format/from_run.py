@@ -25,6 +25,12 @@ code and stdin are those the code tool extracted and ran (:func:`coa.tools.code.
 observation still belongs to the text; a payload that holds no runnable code, or code holding
 ```` ``` ````, stays as it was and fails the grammar's ``code_fence`` rule.
 
+**Native CoA runs** (a policy's own CoA text, e.g. an RL rollout made a run by
+:mod:`coa.curate.rollouts`): every step carries its segment's tag in ``fields`` (``coa_tag``) and a
+tool call its observation; such a run converts to exactly those segments, in order, with nothing
+mapped, merged or stripped, under the override variant, else the ``variant`` its
+``teacher_config`` records, else the variant by family and tools.
+
 Variants without a step (``code_math`` has no suggested_answer/double_check; reflections there are
 free text) drop it. Nothing is invented: when the result breaks the variant's grammar (e.g. the
 teacher never planned), the conversion fails for that row with the grammar rule as the reason.
@@ -37,9 +43,12 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-from coa.format import Segment, Trajectory, extract_boxed, extract_code_block, validate
+from coa.format import FormatError, Segment, Trajectory, extract_boxed, extract_code_block, validate
 from coa.format.code import render_code
 from coa.tools.code import extract_code
+
+NATIVE_TAG = "coa_tag"
+"""Step field of a native CoA run: the tag of the segment the step holds."""
 
 FAMILY_VARIANT = {"math": "code_math", "code": "code_math", "mhqa": "web", "web": "web"}
 TOOL_ARG = {"web_search": "query", "wiki_search": "query", "crawl_page": "url", "code": "code"}
@@ -136,11 +145,45 @@ class _Builder:
             self.pending_review.append(text.strip())
 
 
+def native_segments(row: Mapping[str, Any]) -> list[Segment] | None:
+    """The segments of a native CoA run (see the module docstring); None for a teacher run."""
+    steps = row["steps"]
+    if not steps:
+        return None
+    segments: list[Segment] = []
+    for step in steps:
+        tag = _fields(step).get(NATIVE_TAG)
+        if tag is None:
+            return None
+        segments.append(Segment(str(tag), step["text"] or ""))
+        if step["role"] == "tool_call" and step["observation"] is not None:
+            segments.append(Segment("observation", step["observation"]))
+    return segments
+
+
+def recorded_variant(row: Mapping[str, Any]) -> str | None:
+    """The ``variant`` a run's ``teacher_config`` records (native runs do), else None."""
+    try:
+        config = json.loads(row.get("teacher_config") or "{}")
+    except json.JSONDecodeError:
+        return None
+    value = config.get("variant") if isinstance(config, dict) else None
+    return str(value) if value else None
+
+
 def to_coa(row: Mapping[str, Any], variant: str | None = None) -> Conversion:
-    """Convert one teacher run; ``Conversion.error`` says which rule failed when it cannot."""
+    """Convert one teacher run (or a native CoA run); ``Conversion.error`` says which rule failed."""
+    try:
+        native = native_segments(row)
+    except FormatError as e:
+        return Conversion(variant or variant_for(row), None, f"invalid_coa:{e.rule}: {e.message}")
+    if native is not None:
+        variant = variant or recorded_variant(row) or variant_for(row)
     variant = variant or variant_for(row)
     if row.get("final_answer") is None:
         return Conversion(variant, None, "no_final_answer: the run ended without a final answer")
+    if native is not None:
+        return _validated(Trajectory(tuple(native)), variant)
     b = _Builder(variant)
     graded = variant in ("web", "afm")
     for step in row["steps"]:
@@ -176,7 +219,10 @@ def to_coa(row: Mapping[str, Any], variant: str | None = None) -> Conversion:
             b.add("double_check", f"Score: {fields.get('score')}\n{step['text'] or ''}".strip())
         elif role == "final_answer":
             b.add("answer", _answer(row["family"], step["text"] or ""))
-    trajectory = Trajectory(tuple(b.segments))
+    return _validated(Trajectory(tuple(b.segments)), variant)
+
+
+def _validated(trajectory: Trajectory, variant: str) -> Conversion:
     result = validate(trajectory, variant)
     if not result.ok:
         assert result.error is not None
