@@ -1,6 +1,7 @@
-"""Nightly retraining: new tasks → collect → curate across nights → convert → SFT → evaluate → gate.
+"""Nightly retraining: new tasks → collect → curate across nights → convert → SFT → RL → evaluate → gate.
 
-The plan is :func:`coa.registry.nightly.nightly_plan` (RL has no step yet: the summary says so).
+The plan is :func:`coa.registry.nightly.nightly_plan` (RL when the config has an ``rl`` section; the
+candidate is the last model trained: the RL model then, else the SFT model).
 Each step runs through the same Prefect task as the pipeline flow (or on the GPU pool with
 ``dispatch.mode: deployment``). The gate's verdict then moves the champion (promote) or is recorded
 as a refused candidate; a refused candidate keeps the champion and fails nothing: the run completes
@@ -22,7 +23,17 @@ from coa.pipeline_config import load_pipeline_config
 from coa.registry import Registry
 from coa.registry.config import PromotionConfig
 from coa.registry.gate import Verdict, apply
-from coa.registry.nightly import GATE, MERGE, NEW_TASKS, Ledger, nightly_plan, tonight, verdict_markdown
+from coa.registry.nightly import (
+    CANDIDATE_EVAL,
+    GATE,
+    MERGE,
+    NEW_TASKS,
+    Ledger,
+    candidate_step,
+    nightly_plan,
+    tonight,
+    verdict_markdown,
+)
 from coa.steps import StepResult
 from flows.pipeline import publish_lineage, publish_summary
 from tasks.dispatch import run_on_pool
@@ -73,8 +84,8 @@ def nightly(
         checks=dict(summary["checks"]),
         per_benchmark=dict(summary["per_benchmark"]),
     )
-    candidate = done["sft"].ref.uri
-    evaluations = {"candidate": done["evaluate.candidate"].ref.uri}
+    candidate = done[candidate_step(steps)].ref.uri
+    evaluations = {"candidate": done[CANDIDATE_EVAL].ref.uri}
     if "evaluate.champion" in done:
         evaluations["champion"] = done["evaluate.champion"].ref.uri
     apply(registry, promotion.model_name, candidate, verdict, evaluations)

@@ -10,14 +10,18 @@ A night (a date, or any label) runs :func:`nightly_plan`:
    ``trajectories`` and one ``tasks`` table; a run id seen twice is kept once);
 5. ``curate`` (its dedup and decontamination then work across nights), ``convert``;
 6. ``sft`` from the configured base or from the champion (``promotion.sft_from``);
-7. ``evaluate.candidate`` and ``evaluate.champion`` on the held-out tasks (the champion's evaluation
-   is content-addressed: reused every night until the champion or the tasks change);
-8. ``gate``: the promotion gate's verdict (:mod:`coa.registry.gate`) as an artifact.
+7. ``rl`` on tonight's RL prompts from the SFT model, when the config has an ``rl`` section;
+8. ``evaluate.candidate`` (the **candidate** is the last model trained tonight: the RL model when
+   RL runs, else the SFT model; :func:`candidate_step` names it) and ``evaluate.champion`` on the
+   held-out tasks (the champion's evaluation is content-addressed: reused every night until the
+   champion or the tasks change);
+9. ``gate``: the promotion gate's verdict (:mod:`coa.registry.gate`) as an artifact. The gate
+   traces the candidate's lineage, so with RL it checks the RL step's steps run as well as SFT's,
+   and the curation gates behind both.
 
-RL has no step yet (:data:`coa.pipeline_config.NOT_BUILT`). The flow applies the verdict to the
-registry and, once tonight's collection is committed, records the night in the :class:`Ledger`
-(``{root}/nightly/{run name}/{night}.json``, one file per night, never rewritten), which is how the
-next night knows what was collected before.
+The flow applies the verdict to the registry and, once tonight's collection is committed, records
+the night in the :class:`Ledger` (``{root}/nightly/{run name}/{night}.json``, one file per night,
+never rewritten), which is how the next night knows what was collected before.
 """
 
 from __future__ import annotations
@@ -43,6 +47,7 @@ from coa.steps import Build, ModelInput, Step, StepInput, TableInput, Upstream
 NEW_TASKS = "nightly.new_tasks"
 MERGE = "nightly.merge"
 GATE = "gate"
+CANDIDATE_EVAL = "evaluate.candidate"
 VERDICT_FILE = "verdict.json"
 
 
@@ -101,6 +106,7 @@ def nightly_plan(config: PipelineConfig, night: str, registry: Registry, ledger:
     from coa.curate import step as curate
     from coa.evaluate import step as evaluate
     from coa.model import step as student
+    from coa.rl import step as rl
     from coa.synthetic import step as synthetic
     from coa.tasksets import step as tasksets
     from coa.train import step as sft
@@ -151,19 +157,31 @@ def nightly_plan(config: PipelineConfig, night: str, registry: Registry, ledger:
         steps.append(student.step(config.student, Upstream("convert", "sft")))
         base = Upstream("student")
     steps.append(sft.step(config.sft, base, Upstream("convert", "sft")))
+    candidate = Upstream("sft")
+    if config.rl is not None:
+        steps.append(rl.step(config.rl, candidate, Upstream("convert", "rl_prompts")))
+        candidate = Upstream("rl")
     heldout, tools = Upstream("synthetic", "heldout"), eval_tools(config)
-    steps.append(evaluate.step(config.evaluate, tools, heldout, Upstream("sft"), name="evaluate.candidate"))
+    steps.append(evaluate.step(config.evaluate, tools, heldout, candidate, name=CANDIDATE_EVAL))
     if champion_model is not None:
         steps.append(evaluate.step(config.evaluate, tools, heldout, champion_model, name="evaluate.champion"))
     steps.append(
         gate_step(
             promotion.model_name,
             promotion.gate,
-            Upstream("evaluate.candidate", "eval"),
+            Upstream(CANDIDATE_EVAL, "eval"),
             Upstream("evaluate.champion", "eval") if champion_model is not None else None,
         )
     )
     return steps
+
+
+def candidate_step(steps: list[Step]) -> str:
+    """The step whose model is tonight's candidate: the one ``evaluate.candidate`` evaluates."""
+    model = next(s for s in steps if s.name == CANDIDATE_EVAL).inputs["model"]
+    if not isinstance(model, Upstream):
+        raise UserError(f"{CANDIDATE_EVAL} does not evaluate a model trained tonight ({model})")
+    return model.step
 
 
 # -- nightly.new_tasks ---------------------------------------------------------------------------

@@ -1,6 +1,7 @@
 """Nightly retraining end to end on the embedded backends: two nights, the gate, the registry.
 
-Night 1 has no champion: its candidate passes the lineage checks and is promoted. Night 2 offers
+Each night trains SFT then RL (the demo profile's ``rl`` section, tiny): the candidate is the RL
+model. Night 1 has no champion: its candidate passes the lineage checks and is promoted. Night 2 offers
 twice the tasks: only the new half is collected, curated together with night 1's runs, fine-tuned
 from the champion and gated against it; its gate is set so no candidate can pass (a gain of 1.0),
 so it is refused: the run still completes, the champion stays, and the reasons are in the registry
@@ -23,14 +24,13 @@ from coa.registry.nightly import Ledger
 
 from .test_pipeline_flow import TINY_TRAINING, prefect_harness  # noqa: F401  (fixture)
 
-# ~50 s on 2 shared cores (the Prefect harness ~15 s, night 1 ~20 s, night 2 ~13 s, the rerun ~1 s)
+# ~60 s on 2 shared cores (the Prefect harness ~15 s, night 1 ~25 s, night 2 ~18 s, the rerun ~1 s)
 REPO = Path(__file__).resolve().parents[2]
 NIGHT = [
     "synthetic.heldout={arithmetic: 2, multihop: 2, programming: 1}",
     "curate.gate.correctness_floor=0.3",
     "promotion={model_name: agent, sft_from: champion, gate: {bootstrap_samples: 200}}",
     *TINY_TRAINING,
-    "rl=null",  # the nightly chain has no RL step (yet): the demo's RL section is switched off
 ]
 
 
@@ -74,7 +74,14 @@ def test_two_nights_promote_then_refuse(
     assert first["outcome"] == "promoted", first["verdict"]
     assert reg.resolve("agent") == first["candidate"] == first["champion"]
     assert "no champion yet" in first["verdict"]["reasons"][-1]
-    assert {s["stage"]: s for s in first["stages"]}["rl"]["status"] == "not configured"
+    # RL ran after SFT and its model is the candidate: evaluated, gated (its steps run checked), promoted
+    assert {s["stage"]: s for s in first["stages"]}["rl"]["status"] == "built"
+    assert first["candidate"] == first["refs"]["rl"]["uri"] != first["refs"]["sft"]["uri"]
+    rl_lineage = io.read_lineage(first["refs"]["rl"]["uri"])
+    assert rl_lineage["base_model"] == first["refs"]["sft"]["uri"] and rl_lineage["steps_run"] == 2
+    evaluated = io.read_lineage(first["refs"]["evaluate.candidate"]["uri"])["inputs"]["model"]["uri"]
+    assert evaluated == first["candidate"] and first["verdict"]["checks"]["steps"]
+    assert {n.uri for n in trace(first["refs"]["gate"]["uri"]).of_step("rl")} == {first["candidate"]}
 
     second_overrides = [
         "synthetic.train={arithmetic: 12, multihop: 12, programming: 6}",
