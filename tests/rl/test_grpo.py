@@ -102,15 +102,30 @@ class _StopEarly(TrainerCallback):
 def test_a_killed_run_resumes_from_its_checkpoint(tiny_model: Path, tmp_path: Path) -> None:
     out, prompts = tmp_path / "run", prompts_table(N_PROMPTS)
     with pytest.raises(KeyboardInterrupt):
-        run_rl(prompts, config(tiny_model), out, callbacks=[_Kill(2)], policy_factory=scripted([]))
+        run_rl(
+            prompts,
+            config(tiny_model, heldout_eval_steps=2),
+            out,
+            callbacks=[_Kill(2)],
+            policy_factory=scripted([]),
+        )
     last = last_checkpoint(out / CHECKPOINTS_DIR)
     assert last is not None and last.name == "checkpoint-2"
     with pytest.raises(Exception, match="already holds checkpoints"):
-        run_rl(prompts, config(tiny_model), out, policy_factory=scripted([]))
+        run_rl(prompts, config(tiny_model, heldout_eval_steps=2), out, policy_factory=scripted([]))
     with pytest.raises(Exception, match="changed RL config"):
-        run_rl(prompts, config(tiny_model, learning_rate=1e-3), out, resume=True, policy_factory=scripted([]))
-    result = run_rl(prompts, config(tiny_model), out, resume=True, policy_factory=scripted([]))
+        run_rl(
+            prompts,
+            config(tiny_model, heldout_eval_steps=2, learning_rate=1e-3),
+            out,
+            resume=True,
+            policy_factory=scripted([]),
+        )
+    result = run_rl(
+        prompts, config(tiny_model, heldout_eval_steps=2), out, resume=True, policy_factory=scripted([])
+    )
     assert (result.start_step, result.steps_run, result.global_step) == (2, 2, 4)
+    assert [p["step"] for p in result.heldout] == [0.0, 2.0, 4.0]  # kept up to the checkpoint, then on
     table = pq.read_table(result.rollouts_file)
     assert sorted(set(table.column("step").to_pylist())) == [0, 2]
     assert table.filter(table.column("kept")).num_rows == 16  # each batch once, none repeated by the resume
