@@ -471,6 +471,11 @@ def rl(
         f"{s['train_runtime_s']:.0f} s, last reward {s['final_reward']}, entropy {s['final_entropy']}; "
         f"curves {io.join(result.ref.uri, 'rl_curves.png')}"
     )
+    if s.get("heldout"):
+        scores = ", ".join(f"{p['correct']:.0%} at step {p['step']:g}" for p in s["heldout"])
+        typer.echo(f"held-out correct: {scores}")
+    if s.get("alarm"):
+        err.print(f"[bold red]warning:[/] {s['alarm']}", highlight=False)
 
 
 @app.command()

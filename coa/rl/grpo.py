@@ -161,6 +161,10 @@ def build_trainer(
     heldout_rows: list[dict[str, Any]] = []
     if config.heldout_eval_steps is not None:
         rows, heldout_rows = split_prompts(rows, config.heldout_fraction, config.heldout_max_prompts)
+        if not heldout_rows:
+            log.warning(
+                "heldout_eval_steps is set but the prompts hold one task: no held-out score, no alarm"
+            )
     if len(rows) < config.prompts_per_step:
         raise RLError(
             f"{len(rows)} RL prompts for {config.prompts_per_step} prompts per step: a generation batch "
