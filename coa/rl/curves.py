@@ -91,7 +91,7 @@ def plot_curves(
         if len(keys) > 1:
             ax.legend(fontsize=6)
     if alarm:
-        fig.suptitle(f"{title}\nREWARD-HACKING ALARM: {alarm.split(':', 1)[0]}", fontsize=10, color="red")
+        fig.suptitle(f"{title}\n{alarm.split(':', 1)[0].upper()}", fontsize=10, color="red")
     else:
         fig.suptitle(title, fontsize=10)
     fig.tight_layout()
