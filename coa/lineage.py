@@ -42,7 +42,8 @@ class Node:
     sources: tuple[dict[str, Any], ...] = ()
     """Input files of a task import: path and sha256."""
     checks: dict[str, Any] = dataclasses.field(default_factory=dict)
-    """What the step recorded about its checks: ``gate``, ``steps_run``/``steps_planned``, ``failure``."""
+    """What the step recorded about its checks: ``gate``, ``steps_run``/``steps_planned``, ``failure``,
+    ``alarm`` (RL's reward-hacking alarm, when it fired)."""
     lineage: dict[str, Any] = dataclasses.field(default_factory=dict, repr=False)
 
     @property
@@ -151,8 +152,8 @@ def _node(uri: str, lineage: dict[str, Any]) -> Node:
         path = declared[i].get("path") if declared and i < len(declared) else None
         sources.append({"path": path, "sha256": digest})
     checks: dict[str, Any] = {}
-    for key in ("gate", "steps_run", "steps_planned", "model", "base_model"):
-        if key in lineage:
+    for key in ("gate", "steps_run", "steps_planned", "model", "base_model", "alarm"):
+        if lineage.get(key) is not None:
             checks[key] = lineage[key]
     failure = (lineage.get("result") or {}).get("failure")
     if failure:

@@ -47,6 +47,11 @@ class GateConfig(StrictModel):
         default=True,
         description="Refuse a candidate whose lineage holds no curation step (no data-quality gate).",
     )
+    refuse_alarm: bool = Field(
+        default=True,
+        description="Refuse a candidate whose lineage holds an RL run that raised the reward-hacking alarm "
+        "(training reward rising while the held-out score fell).",
+    )
 
     def model_post_init(self, _context: Any) -> None:
         for value in (self.metric, self.primary_metric):

@@ -7,7 +7,8 @@ tasks, if there is a champion) and returns a :class:`Verdict`. The candidate is 
 2. **data quality**: the lineage holds a curation step and every curation gate in it passed;
 3. **decontamination**: no evaluated task (by id or by normalized question) is among the
    trajectories it was trained on;
-4. **steps run = steps planned** for every training step in the lineage;
+4. **steps run = steps planned** for every training step in the lineage, and no RL step in it raised
+   the reward-hacking alarm (``refuse_alarm``);
 5. per benchmark, **no regression**: the lower bound of the paired bootstrap interval of
    ``candidate - champion`` is above ``-margin`` (:mod:`coa.evaluate.compare`);
 6. a **gain** on the primary benchmark's primary metric of at least ``min_gain`` (the point delta;
@@ -70,6 +71,9 @@ def lineage_checks(graph: Graph, config: GateConfig) -> tuple[dict[str, bool], l
                 f"{n.step or n.kind} ran {n.checks['steps_run']} of {n.checks.get('steps_planned')} "
                 f"planned steps ({n.uri})"
             )
+    alarms = [n for n in graph.nodes.values() if n.checks.get("alarm")]
+    for n in alarms:
+        reasons.append(f"{n.step or n.kind} raised the reward-hacking alarm ({n.uri}): {n.checks['alarm']}")
     overlap = contamination(graph)
     if overlap:
         reasons.append(
@@ -79,6 +83,7 @@ def lineage_checks(graph: Graph, config: GateConfig) -> tuple[dict[str, bool], l
         "contracts": not failures,
         "data_quality": gate_ok,
         "steps": steps_ok,
+        "reward_alarm": not (alarms and config.refuse_alarm),
         "decontamination": not overlap,
     }
     return checks, reasons

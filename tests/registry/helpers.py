@@ -88,11 +88,13 @@ def curated(task_ref: ArtifactRef, gate_ok: bool = True, leak: str | None = None
     return writer.commit()
 
 
-def model(data: ArtifactRef, tag: str, steps_run: int = 4, steps_planned: int = 4) -> ArtifactRef:
+def model(
+    data: ArtifactRef, tag: str, steps_run: int = 4, steps_planned: int = 4, alarm: str | None = None
+) -> ArtifactRef:
     writer = io.Store().writer(
         "model",
         "student",
-        {"tag": tag, "run": steps_run},
+        {"tag": tag, "run": steps_run, "alarm": alarm},
         upstream=[data],
         extra_lineage={
             "step": "sft",
@@ -102,6 +104,7 @@ def model(data: ArtifactRef, tag: str, steps_run: int = 4, steps_planned: int = 
             },
             "steps_run": steps_run,
             "steps_planned": steps_planned,
+            "alarm": alarm,
         },
     )
     if writer.existing() is not None:

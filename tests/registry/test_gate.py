@@ -81,3 +81,14 @@ def test_lineage_checks_refuse(storage_root: Path) -> None:
     verdict = decide(GOOD, helpers.evaluation(tasks, short, {"math": BETTER}).uri, None)
     assert not verdict.promote and not verdict.checks["steps"]
     assert any("ran 3 of 4 planned steps" in r for r in verdict.reasons)
+
+
+def test_a_reward_hacking_alarm_in_the_lineage_refuses_unless_allowed(storage_root: Path) -> None:
+    tasks = helpers.tasks()
+    alarmed = helpers.model(helpers.curated(tasks), "hacked", alarm="reward +0.30 while held-out -0.20")
+    evaluation = helpers.evaluation(tasks, alarmed, {"math": BETTER}).uri
+    verdict = decide(GOOD, evaluation, None)
+    assert not verdict.promote and not verdict.checks["reward_alarm"]
+    assert any("reward-hacking alarm" in r and "held-out -0.20" in r for r in verdict.reasons)
+    allowed = decide(GOOD.model_copy(update={"refuse_alarm": False}), evaluation, None)
+    assert allowed.promote and allowed.checks["reward_alarm"]
