@@ -43,10 +43,15 @@ class LoraSettings(StrictModel):
 class SFTParams(StrictModel):
     """How to train (shared by a single run and the pipeline's SFT stage).
 
-    Exactly one of ``max_steps`` / ``time_budget_s`` sets the plan.
+    ``max_steps`` or ``time_budget_s`` sets the plan; with both, the time budget plans and
+    ``max_steps`` caps it (a faster machine stops at the cap instead of training more epochs).
     """
 
-    max_steps: int | None = Field(default=None, ge=1, description="Optimizer steps to run (the plan).")
+    max_steps: int | None = Field(
+        default=None,
+        ge=1,
+        description="Optimizer steps to run (the plan); with time_budget_s, the most the budget may plan.",
+    )
     time_budget_s: float | None = Field(
         default=None,
         gt=0,
@@ -139,8 +144,8 @@ class SFTParams(StrictModel):
 
     @model_validator(mode="after")
     def _one_plan(self) -> SFTParams:
-        if (self.max_steps is None) == (self.time_budget_s is None):
-            raise ValueError("give exactly one of max_steps and time_budget_s")
+        if self.max_steps is None and self.time_budget_s is None:
+            raise ValueError("give max_steps or time_budget_s (or both: the budget plans, max_steps caps it)")
         return self
 
 

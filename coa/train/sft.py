@@ -127,13 +127,14 @@ def run_sft(
         if plan.get("time_budget") and last is not None:  # keep the plan in force at the checkpoint
             steps = int(json.loads((last / TRAINER_STATE).read_text())["max_steps"])
             budget = TimeBudget(float(plan["time_budget"]), StepPlan(steps), cap=max_steps, replan=False)
-    elif config.max_steps is not None:
+    elif config.time_budget_s is None:
+        assert config.max_steps is not None
         max_steps = config.max_steps
     else:
-        assert config.time_budget_s is not None
         calibrated_step_s = calibrate_step_time(trainer, config)
-        first = max(1, int(config.time_budget_s // calibrated_step_s))
-        max_steps = math.ceil(first * HEADROOM)
+        cap = config.max_steps or math.inf
+        first = int(max(1, min(config.time_budget_s // calibrated_step_s, cap)))
+        max_steps = int(min(math.ceil(first * HEADROOM), cap))
         budget = TimeBudget(config.time_budget_s, StepPlan(first), cap=max_steps)
         log.info("time budget %.0f s at %.3f s/step: planning %d steps, re-planned on the way "
                  "(at most %d)", config.time_budget_s, calibrated_step_s, first, max_steps)  # fmt: skip
