@@ -6,7 +6,10 @@ question: did the RL phase beat simply training the SFT model longer on the same
 1. **The run's artifacts.** The config (``configs/demo.yaml`` + overrides) gives the plan
    (:func:`coa.pipeline_config.plan`); its committed ``synthetic``, ``convert``, ``sft`` and ``rl``
    artifacts are found by content key exactly as ``coa run --dry-run`` does
-   (:func:`coa.steps.preview`). Nothing is rebuilt: a missing or failed step is a user error.
+   (:func:`coa.steps.preview`). Nothing is rebuilt: a missing or failed step is a user error. The
+   keys hash the code (``coa/``, ``schemas/``): run the bench from the checkout that made the run, or
+   name the RL artifact (``--rl URI``) and the rest is found through its lineage. The stage settings
+   used below (synthetic seed, SFT, RL) are the ones recorded in the artifacts' lineage.
 2. **Held-out tasks** (``--heldout N``, default 200) of the RL family (``rl.families``, e.g. ``code``
    = the ``programming`` generator): ``generate(family, N, synthetic.seed, "heldout")``. A problem's
    split is a hash of its *structure* (spec and parameters), never the seed
@@ -14,12 +17,15 @@ question: did the RL phase beat simply training the SFT model longer on the same
    ``heldout``; the tasks are also checked against the run's own ``train`` table
    (:func:`coa.synthetic.assert_disjoint`). The generator draws problems in order, so the run's own
    held-out tasks of the family are the first ones of the N (the same questions and task ids): the
-   SFT model's scores there are compared with the committed ``evaluate.after`` as a check.
+   SFT model's scores there are compared with the committed ``evaluate.after`` as a check. (The
+   programming generator has 258 distinct held-out problems.)
 3. **Continued SFT** from the SFT model with :func:`coa.train.sft.run_sft` (what the ``sft`` step
    calls), the SFT stage's settings but ``time_budget_s`` = the RL run's measured training time
-   (``rl_result.json`` ``train_runtime_s``; both times exclude setup, SFT's calibration included),
-   a constant learning rate at the SFT run's final one (peak x ``min_lr_ratio`` for cosine: 2e-4 in
-   the demo; the RL run's is 1e-4) after the SFT stage's warm-up. Its data: the ``sft`` examples of
+   (``rl_result.json`` ``train_runtime_s``: generation, tools and optimizer steps; both runs count
+   their training loop only, setup and SFT's step-time calibration are outside), a constant learning
+   rate at the SFT run's final one (peak x ``min_lr_ratio`` for cosine: 2e-4 in the demo; the RL
+   run's is 1e-4) after the SFT stage's warm-up, no intermediate checkpoints (never resumed), into a
+   temporary folder (``--work-dir`` keeps it). Its data: the ``sft`` examples of
    the **RL family only** (``--sft-families`` to change). That is the fairer comparison: RL spends
    its whole budget on that family's training tasks, so continued SFT gets the same tasks' teacher
    trajectories for the same time; the SFT stage's mix (math + code in the demo) would spend part of
@@ -35,8 +41,8 @@ question: did the RL phase beat simply training the SFT model longer on the same
 10 s with a 5-step calibration. The full run on the demo store takes about the RL budget plus three
 evaluations of N tasks (a few CPU minutes).
 
-    python bench/bench_rl_vs_sft.py [--config configs/demo.yaml] [key=value ...] \\
-        [--heldout 200] [--out rl_vs_sft.json] [--quick]
+    python bench/bench_rl_vs_sft.py [--config configs/demo.yaml] [key=value ...] [--rl URI] \\
+        [--heldout 200] [--sft-families code] [--lr 2e-4] [--out rl_vs_sft.json] [--quick]
 """
 
 from __future__ import annotations
@@ -128,8 +134,9 @@ def _by_plan(config: PipelineConfig, store: io.Store) -> dict[str, io.ArtifactRe
 
 def _by_lineage(rl_uri: str, store: io.Store) -> dict[str, io.ArtifactRef]:
     rl = io.open_artifact(rl_uri, store.settings)
-    inputs = io.read_lineage(rl).get("inputs", {})
-    if io.read_lineage(rl).get("step", "").split(".")[0] != "rl" or "prompts" not in inputs:
+    lineage = io.read_lineage(rl)
+    inputs = lineage.get("inputs", {})
+    if lineage.get("step", "").split(".")[0] != "rl" or "prompts" not in inputs:
         raise UserError(f"{rl_uri} is not an RL artifact (its lineage names no prompts)")
     convert = io.open_artifact(inputs["prompts"]["uri"], store.settings)
     tasks = io.read_lineage(convert).get("inputs", {}).get("tasks", {}).get("uri")
@@ -373,6 +380,7 @@ def run_bench(
         "heldout": tasks.num_rows,
         "quick": quick,
         "time_budget_s": budget,
+        "rl_resumed_from_step": rl_result.start_step,  # > 0: train_runtime_s covers the resumed part only
         "continued_sft_wall_s": round(cont_wall, 1),
         "eval_wall_s": timings,
         "store": store.root,
@@ -438,6 +446,9 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     print(f"\n{result['family']}: {result['heldout']} held-out tasks, continued SFT for "
           f"{result['time_budget_s']:.0f} s (the RL run's training time)")  # fmt: skip
     print(format_table(result))
+    if result["rl_resumed_from_step"]:
+        print(f"note: the RL run was resumed at step {result['rl_resumed_from_step']}: its training time "
+              "(the budget above) covers the resumed part only")  # fmt: skip
     check = result["check_vs_evaluate_after"]
     if check:
         print(f"check: on the run's own {check['tasks']} held-out tasks the SFT model scores "

@@ -89,8 +89,13 @@ def test_three_models_on_fresh_heldout_tasks_with_continued_sft_for_the_rl_time(
     # the run's own 2 held-out programming tasks are the first of the 4: checked against evaluate.after
     check = result["check_vs_evaluate_after"]
     assert check is not None and check["tasks"] == 2 and 0.0 <= check["agreement"] <= 1.0
+    # --rl URI finds the same artifacts through the RL model's lineage (whatever code made them)
+    located = bench.locate(config, store)
+    by_lineage = bench.locate(config, store, rl_uri=done["rl"].ref.uri)
+    assert {k: r.uri for k, r in by_lineage.refs.items()} == {k: done[k].ref.uri for k in bench.NEEDED}
+    assert by_lineage.sft == located.sft and located.sft.families == ("math", "code")
     train = set(io.read_table(done["synthetic"].ref, "train").column("question").to_pylist())
-    fresh = bench.heldout_tasks(bench.locate(config, store), "code", 4)
+    fresh = bench.heldout_tasks(located, "code", 4)
     assert fresh.num_rows == 4 and not train & set(fresh.column("question").to_pylist())
 
 
