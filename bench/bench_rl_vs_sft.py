@@ -308,9 +308,10 @@ def agreement_check(
     committed = io.read_table(located["synthetic"], "heldout").select(["task_id", "question"]).to_pylist()
     ours = {r["task_id"]: r["question"] for r in tasks.select(["task_id", "question"]).to_pylist()}
     same = {r["task_id"] for r in committed if ours.get(r["task_id"]) == r["question"]}
+    runs = io.read_table(ref, "eval", columns=["task_id", "family", "sample_index", "correct"])
     stored = {
         r["task_id"]: bool(r["correct"])
-        for r in io.read_table(ref, "eval").to_pylist()
+        for r in runs.to_pylist()
         if r["family"] == family and r["sample_index"] == 0
     }
     here = {r["task_id"]: bool(r["correct"]) for r in sft_eval.select(["task_id", "correct"]).to_pylist()}
