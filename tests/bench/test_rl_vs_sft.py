@@ -1,0 +1,109 @@
+"""bench/bench_rl_vs_sft.py end to end on a tiny pipeline run built in the test (steps run in process)."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import sys
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+from safetensors.torch import load_file
+
+from coa import io
+from coa.errors import UserError
+from coa.pipeline_config import load_pipeline_config, plan
+from coa.steps import StepResult, run_step
+from tests.flows.test_pipeline_flow import TINY_TRAINING
+
+REPO = Path(__file__).resolve().parents[2]
+OVERRIDES = [
+    "synthetic.train={arithmetic: 6, multihop: 0, programming: 6}",
+    "synthetic.heldout={arithmetic: 2, programming: 2}",
+    "curate.gate.correctness_floor=0.3",
+    *TINY_TRAINING,
+    "rl.families=[code]",  # as the demo: RL on programming only
+]
+BUILT = ("synthetic", "collect", "curate", "convert", "student", "sft", "rl", "evaluate.after")
+
+
+def load_bench() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("bench_rl_vs_sft", REPO / "bench" / "bench_rl_vs_sft.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up
+    spec.loader.exec_module(module)
+    return module
+
+
+def weights(folder: Path) -> dict[str, object]:
+    out: dict[str, object] = {}
+    for f in sorted(folder.glob("*.safetensors")):
+        out.update(load_file(str(f)))
+    return out
+
+
+@pytest.mark.sandbox  # the programming tasks are scored by running the model's program
+def test_three_models_on_fresh_heldout_tasks_with_continued_sft_for_the_rl_time(
+    storage_root: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from coa.rl.step import read_result
+
+    monkeypatch.chdir(REPO)
+    bench = load_bench()
+    config = load_pipeline_config("configs/demo.yaml", OVERRIDES)
+    with pytest.raises(UserError, match="no usable committed artifact"):
+        bench.locate(config, io.Store())  # nothing built yet: a clear error, not a rebuild
+    store, done = io.Store(), dict[str, StepResult]()
+    for step in plan(config):
+        if step.name in BUILT:
+            done[step.name] = run_step(step, store, done)
+
+    out, work = tmp_path / "table.json", tmp_path / "work"
+    result = bench.main([*OVERRIDES, "--quick", "--heldout", "4", "--out", str(out), "--work-dir", str(work)])
+
+    assert json.loads(out.read_text()) == json.loads(json.dumps(result, default=str))
+    assert result["family"] == "code" and result["heldout"] == 4
+    rows = {r["model"]: r for r in result["models"]}
+    assert list(rows) == ["sft", "rl", "continued_sft"]
+    for row in rows.values():
+        assert row["n"] == 4
+        assert 0.0 <= row["accuracy"] <= 1.0 and 0.0 <= row["format_valid"] <= 1.0
+        assert row["tokens_per_task"] > 0
+    for name in ("rl", "continued_sft"):
+        d = rows[name]["delta_accuracy"]
+        assert d["pairs"] == 4 and d["low"] <= d["delta"] <= d["high"]
+        assert d["delta"] == pytest.approx(rows[name]["accuracy"] - rows["sft"]["accuracy"])
+    # the continued SFT ran for the RL run's measured training time, on code examples, at the SFT
+    # run's final learning rate (2e-3 peak x 0.1 floor), and it moved the weights
+    rl_time = read_result(done["rl"].ref).train_runtime_s
+    assert result["time_budget_s"] == pytest.approx(min(rl_time, bench.QUICK_BUDGET_S))
+    cont = rows["continued_sft"]
+    assert cont["families"] == ["code"] and cont["learning_rate"] == pytest.approx(2e-4)
+    assert cont["steps"] >= 1 and cont["weight_change"] > 0
+    before = weights(io.local_folder(done["sft"].ref, "model"))
+    after = weights(work / "continued_sft" / "model")
+    assert before.keys() == after.keys()
+    assert any(not before[k].equal(after[k]) for k in before)  # type: ignore[attr-defined]
+    # the run's own 2 held-out programming tasks are the first of the 4: checked against evaluate.after
+    check = result["check_vs_evaluate_after"]
+    assert check is not None and check["tasks"] == 2 and 0.0 <= check["agreement"] <= 1.0
+    # --rl URI finds the same artifacts through the RL model's lineage (whatever code made them)
+    located = bench.locate(config, store)
+    by_lineage = bench.locate(config, store, rl_uri=done["rl"].ref.uri)
+    assert {k: r.uri for k, r in by_lineage.refs.items()} == {k: done[k].ref.uri for k in bench.NEEDED}
+    assert by_lineage.sft == located.sft and located.sft.families == ("math", "code")
+    train = set(io.read_table(done["synthetic"].ref, "train").column("question").to_pylist())
+    fresh = bench.heldout_tasks(located, "code", 4)
+    assert fresh.num_rows == 4 and not train & set(fresh.column("question").to_pylist())
+
+
+def test_final_learning_rate_follows_the_sft_schedule() -> None:
+    from coa.train.config import SFTStageConfig
+
+    bench = load_bench()
+    cosine = SFTStageConfig(max_steps=1, learning_rate=2e-3, lr_scheduler="cosine", min_lr_ratio=0.1)
+    assert bench.final_learning_rate(cosine) == pytest.approx(2e-4)
+    assert bench.final_learning_rate(cosine.model_copy(update={"min_lr_ratio": 0.0})) == pytest.approx(2e-4)
+    assert bench.final_learning_rate(cosine.model_copy(update={"lr_scheduler": "constant"})) == 2e-3
