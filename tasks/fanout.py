@@ -29,8 +29,9 @@ from coa.execution import ExecutionConfig, ShardExecutor
 T = TypeVar("T")
 R = TypeVar("R")
 
-PASSED_ENV = ("COA_STORAGE_ROOT", "COA_S3_ENDPOINT_URL", "AWS_ENDPOINT_URL")
-"""Infrastructure variables (no secrets) the shards get from the driver, beside the Prefect API."""
+PASSED_ENV = ("COA_S3_ENDPOINT_URL", "AWS_ENDPOINT_URL")
+"""Infrastructure variables (no secrets) the shards get from the driver, beside the Prefect API (shards
+get every URI spelled out, so the storage root itself need not travel)."""
 
 
 @task(name="shard", task_run_name="{name}-{index}", cache_policy=NO_CACHE, log_prints=False)
