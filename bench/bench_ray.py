@@ -13,7 +13,8 @@ runs it collected. Both sides run the very steps ``coa run`` runs, through :func
 
 The cluster, the Prefect server the shards report to and the two Ray workers (imports) are started
 and warmed before the clock starts, as they would be on a running cluster; their cold start is
-printed apart. Each side first runs a small untimed collection and curation (imports, caches). Each side runs ``--repeat`` times (default 2) into a fresh store, the fastest kept
+printed apart. Each side first runs a small untimed collection and curation (imports, caches), then
+``--repeat`` times (default 2) into a fresh store, the fastest kept
 (the machine is shared: other load only slows a run down). Ratios are one-process time ÷ Ray time
 (> 1: Ray is faster).
 
@@ -24,6 +25,7 @@ Run: ``python bench/bench_ray.py [--tasks 1500] [--concurrency 64] [--latency-ms
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import sys
 import tempfile
@@ -78,8 +80,8 @@ def _configs(url: str, concurrency: int) -> tuple[Any, Any]:
     return collect, CurateConfig()
 
 
-def _side(root: str, url: str, tasks: int, concurrency: int, executor: Any) -> tuple[float, float, int]:
-    """(collect s, curate s, runs) of one side into a fresh store at ``root``."""
+def _side(root: str, url: str, tasks: int, concurrency: int, executor: Any) -> tuple[float, float, int, int]:
+    """(collect s, curate s, runs, model calls) of one side into a fresh store at ``root``."""
     from coa import io
     from coa.collect import step as collect_step
     from coa.curate import step as curate_step
@@ -93,12 +95,13 @@ def _side(root: str, url: str, tasks: int, concurrency: int, executor: Any) -> t
     collect_s = time.perf_counter() - start
     raw = TableInput(collected.ref, "trajectories")
     start = time.perf_counter()
-    try:
+    # the gate's verdict on the fake's answers is not what is timed; the artifact is committed either way
+    with contextlib.suppress(StepCheckFailed):
         run_step(curate_step.step(curate_cfg, raw, task_input), store, executor=executor)
-    except StepCheckFailed:
-        pass  # the gate's verdict on the fake's answers is not what is timed; the artifact is committed
     curate_s = time.perf_counter() - start
-    return collect_s, curate_s, collected.ref.rows("trajectories")
+    # the fake bills 100 prompt tokens a call: the model calls of the runs, for the ideal rate
+    calls = sum(io.read_table(collected.ref, "trajectories", columns=["prompt_tokens"]).column(0).to_pylist())
+    return collect_s, curate_s, collected.ref.rows("trajectories"), calls // 100
 
 
 def main() -> None:
@@ -136,7 +139,8 @@ def main() -> None:
         for side, (c, ex) in enumerate([(args.concurrency, None), (half, executor)]):  # imports, caches
             _side(os.path.join(workdir, f"warm-{side}"), url, 2 * args.concurrency, c, ex)
         local = [
-            _side(os.path.join(workdir, f"local-{r}"), url, tasks, args.concurrency, None) for r in range(repeat)
+            _side(os.path.join(workdir, f"local-{r}"), url, tasks, args.concurrency, None)
+            for r in range(repeat)
         ]
         on_ray = [_side(os.path.join(workdir, f"ray-{r}"), url, tasks, half, executor) for r in range(repeat)]
     finally:
@@ -147,16 +151,20 @@ def main() -> None:
         "one process": (min(s[0] for s in local), min(s[1] for s in local), local[0][2]),
         "Ray, 2 workers": (min(s[0] for s in on_ray), min(s[1] for s in on_ray), on_ray[0][2]),
     }
+    per_run = local[0][3] / local[0][2]
+    ideal = args.concurrency / (per_run * args.latency_ms / 1000)
     print(
-        f"fake endpoint: {args.latency_ms:.0f} ms fixed latency; {tasks} tasks; {args.concurrency} runs in flight "
-        f"per side (Ray: 2 shards x {half}); best of {repeat}; Ray cold start (cluster, Prefect server, "
-        f"2 workers) {cold_s:.1f} s, not timed"
+        f"fake endpoint: {args.latency_ms:.0f} ms fixed latency; {tasks} tasks; "
+        f"{args.concurrency} runs in flight per side (Ray: 2 shards x {half}); best of {repeat};\n"
+        f"Ray cold start (cluster, Prefect server, 2 workers) {cold_s:.1f} s, not timed"
     )
-    print(f"{'side':<16} {'runs':>6} {'collect s':>10} {'runs/s':>8} {'curate s':>9} {'total s':>8}")
+    print(f"{per_run:.1f} model calls a run: ideal collection rate C / (K * L) = {ideal:.1f} runs/s")
+    head = f"{'side':<16} {'runs':>6} {'collect s':>10} {'runs/s':>8} {'÷ ideal':>8}"
+    print(f"{head} {'curate s':>9} {'total s':>8}")
     for name, (collect_s, curate_s, runs) in best.items():
         print(
-            f"{name:<16} {runs:>6} {collect_s:>10.2f} {runs / collect_s:>8.1f} {curate_s:>9.2f} "
-            f"{collect_s + curate_s:>8.2f}"
+            f"{name:<16} {runs:>6} {collect_s:>10.2f} {runs / collect_s:>8.1f} "
+            f"{runs / collect_s / ideal:>8.2f} {curate_s:>9.2f} {collect_s + curate_s:>8.2f}"
         )
     one, two = best["one process"], best["Ray, 2 workers"]
     print(
