@@ -3,8 +3,9 @@
 The domain code only knows the small :class:`ShardExecutor` interface: ``map(fn, items, name)``
 runs ``fn`` on every item and returns the results in the items' order. A step whose work splits
 into independent shards (collection: ranges of the planned runs; curation: the scoring of row
-ranges) hands its shards to the executor it receives and merges what they wrote, in plan order,
-so the committed artifact does not depend on where the shards ran. The Ray executor (Prefect tasks
+ranges; conversion: the SFT examples of row ranges) hands its shards to the executor it receives
+and merges what they wrote, in plan order, so the committed artifact does not depend on where the
+shards ran. The Ray executor (Prefect tasks
 on a Ray cluster through ``prefect-ray``) lives in :mod:`tasks.fanout`: ``coa`` imports neither
 Prefect nor Ray. With ``execution.engine: local`` (the default) there is no executor and every
 step runs in one process exactly as before.
@@ -27,12 +28,12 @@ R = TypeVar("R")
 
 
 class ExecutionConfig(StrictModel):
-    """Where the shards of collection and curation run (not part of any artifact's identity)."""
+    """Where the shards of collection, curation and conversion run (not part of any artifact's identity)."""
 
     engine: Literal["local", "ray"] = Field(
         default="local",
-        description="local: every step in one process (the embedded default); ray: collection shards and "
-        "the scoring of curation run as Prefect tasks on a Ray cluster (prefect-ray's RayTaskRunner).",
+        description="local: every step in one process (the embedded default); ray: the shards of collection, "
+        "of curation's scoring and of conversion run as Prefect tasks on a Ray cluster (prefect-ray).",
     )
     address: str | None = Field(
         default=None,

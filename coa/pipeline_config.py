@@ -107,7 +107,7 @@ class PipelineConfig(StrictModel):
     )
     execution: ExecutionConfig = Field(
         default_factory=ExecutionConfig,
-        description="Where collection and curation shards run: local (one process) or a Ray cluster; never "
+        description="Where collection, curation and conversion shards run: local (one process) or Ray; never "
         "part of an artifact's identity (the same inputs give the same artifacts either way).",
     )
 

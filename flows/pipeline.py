@@ -5,8 +5,8 @@ convert → student → SFT → evaluate before/after beside the teacher → rep
 Prefect task for steps (reused when its artifact is committed); ``only`` runs a slice (the steps in
 front of it are reused, never built). With ``dispatch.mode: deployment`` the GPU steps run as the
 ``run-one-step`` flow of the GPU pool's deployment (:mod:`tasks.dispatch`); the rest stay here.
-With ``execution.engine: ray`` the shards of collection and curation run as Prefect tasks on a Ray
-cluster (:mod:`tasks.fanout`), one cluster connection for the whole run.
+With ``execution.engine: ray`` the shards of collection, curation and conversion run as Prefect
+tasks on a Ray cluster (:mod:`tasks.fanout`), one cluster connection for the whole run.
 Publishes a summary, the rows per stage and the lineage graph of the run's last artifact as Prefect
 artifacts; a failed step fails the flow run with its one-line reason.
 """

@@ -1,4 +1,4 @@
-"""Shared by the fan-out tests: one small pipeline (synthetic → collect → curate) per store and executor."""
+"""Shared by the fan-out tests: one small pipeline (synthetic → collect → curate → convert) per store."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ import pyarrow as pa
 
 from coa import io
 from coa.collect import step as collect_step
+from coa.convert import step as convert_step
 from coa.curate import step as curate_step
 from coa.execution import ShardExecutor
 from coa.pipeline_config import load_pipeline_config
@@ -34,13 +35,14 @@ def demo_config(**train: int) -> Any:
 
 
 def run(cfg: Any, root: str, executor: ShardExecutor | None, curate: bool = True) -> dict[str, StepResult]:
-    """synthetic → collect (→ curate) into the store at ``root``, shards on ``executor``."""
+    """synthetic → collect (→ curate → convert) into the store at ``root``, shards on ``executor``."""
     store = io.Store(root)
     done: dict[str, StepResult] = {}
     steps = [synthetic_step.step(cfg.synthetic)]
     steps.append(collect_step.step(cfg.collect, _up("synthetic", "train")))
     if curate:
         steps.append(curate_step.step(cfg.curate, _up("collect", "trajectories"), _up("synthetic", "train")))
+        steps.append(convert_step.step(cfg.convert, _up("curate", "trajectories"), _up("synthetic", "train")))
     for step in steps:
         done[step.name] = run_step(step, store, done, executor=executor)
     return done
@@ -75,3 +77,19 @@ def rebuild_locally(result: StepResult, step: Any, root: str, done: dict[str, St
     fs, path = io.filesystem(result.ref.uri)
     shutil.move(path, path + ".sharded")
     return run_step(step, io.Store(root), done)
+
+
+def local_rebuilds(
+    cfg: Any, done: dict[str, StepResult], root: str
+) -> dict[str, tuple[StepResult, StepResult]]:
+    """Step → (the sharded build, the same step rebuilt in one process on the same inputs).
+
+    Convert first: its inputs (the sharded curate artifact) must still be in place."""
+    from coa.steps import TableInput
+
+    tasks = TableInput(done["synthetic"].ref, "train")
+    convert = convert_step.step(cfg.convert, TableInput(done["curate"].ref, "trajectories"), tasks)
+    curate = curate_step.step(cfg.curate, TableInput(done["collect"].ref, "trajectories"), tasks)
+    out = {"convert": (done["convert"], rebuild_locally(done["convert"], convert, root, done))}
+    out["curate"] = (done["curate"], rebuild_locally(done["curate"], curate, root, done))
+    return out

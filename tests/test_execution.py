@@ -1,4 +1,4 @@
-"""Sharded collection and curation (coa.execution) commit what the one-process build commits.
+"""Sharded collection, curation and conversion (coa.execution) commit what the one-process build commits.
 
 The shards run one after another in this process (:class:`coa.execution.InProcessExecutor`): the
 same split, checkpoints and merge as on Ray (tests/tasks/test_fanout.py), without a cluster.
@@ -11,9 +11,8 @@ import pytest
 from coa.collect import CheckpointFolder
 from coa.collect.runs import plan_runs
 from coa.collect.shards import collect_sharded, shard_config
-from coa.curate import step as curate_step
 from coa.execution import ExecutionConfig, InProcessExecutor, shard_ranges
-from tests.fanout_helpers import demo_config, manifest_hashes, rebuild_locally, run, without_timing
+from tests.fanout_helpers import demo_config, local_rebuilds, manifest_hashes, run, without_timing
 
 pytestmark = pytest.mark.sandbox  # the offline teacher and the scoring run code in the sandbox
 
@@ -53,24 +52,12 @@ def test_sharded_build_commits_the_local_artifacts(tmp_path) -> None:
     assert without_timing(io.read_table(raw_sharded, "trajectories")) == without_timing(
         io.read_table(raw_local, "trajectories")
     )
-    # curation of the same raw runs, sharded vs one process: same key, byte-identical tables
-    curate = curate_step.step(cfg.curate, collect_step_input(sharded), collect_task_input(sharded))
-    again = rebuild_locally(sharded["curate"], curate, root, sharded)
-    assert again.ref.key == sharded["curate"].ref.key
-    assert manifest_hashes(again) == manifest_hashes(sharded["curate"])
-    assert again.summary["rows_kept"] == sharded["curate"].summary["rows_kept"] > 0
-
-
-def collect_step_input(done):
-    from coa.steps import TableInput
-
-    return TableInput(done["collect"].ref, "trajectories")
-
-
-def collect_task_input(done):
-    from coa.steps import TableInput
-
-    return TableInput(done["synthetic"].ref, "train")
+    # curation and conversion of the same inputs, sharded vs one process: same key, byte-identical tables
+    for name, (built, again) in local_rebuilds(cfg, sharded, root).items():
+        assert again.ref.key == built.ref.key, name
+        assert manifest_hashes(again) == manifest_hashes(built), name
+    assert sharded["curate"].summary["rows_kept"] == local["curate"].summary["rows_kept"] > 0
+    assert sharded["convert"].ref.rows("sft") == local["convert"].ref.rows("sft") > 0
 
 
 def test_a_shard_whose_runs_are_checkpointed_is_not_run_again(tmp_path) -> None:

@@ -1,9 +1,9 @@
 """Fan-out on Ray (tasks/fanout.py): shards as Prefect tasks on a local 2-CPU Ray cluster.
 
-* a Ray-run collection and curation give the artifacts of the one-process run: the collection has the
-  same content key and the same runs in the same order (wall-clock values aside: they differ between
-  any two runs), and curating the same raw runs on Ray or in one process gives the same key and
-  byte-identical tables;
+* a Ray-run collection, curation and conversion give the artifacts of the one-process run: the
+  collection has the same content key and the same runs in the same order (wall-clock values aside:
+  they differ between any two runs), and curating (converting) the same inputs on Ray or in one
+  process gives the same key and byte-identical tables;
 * killing the Ray worker of a collection shard mid-run loses and duplicates nothing: Ray re-runs the
   shard, which resumes from its checkpoints, and the table holds every planned run exactly once.
 """
@@ -25,12 +25,11 @@ from prefect.testing.utilities import prefect_test_harness
 from coa import io
 from coa.collect import step as collect_step
 from coa.collect.runs import plan_runs
-from coa.curate import step as curate_step
 from coa.execution import ExecutionConfig
-from coa.steps import StepResult, TableInput, Upstream, address, resolve, run_step
+from coa.steps import StepResult, Upstream, address, resolve, run_step
 from coa.synthetic import step as synthetic_step
 from tasks.fanout import RayExecutor
-from tests.fanout_helpers import demo_config, manifest_hashes, rebuild_locally, run, without_timing
+from tests.fanout_helpers import demo_config, local_rebuilds, manifest_hashes, run, without_timing
 
 pytestmark = [pytest.mark.slow, pytest.mark.sandbox]
 
@@ -46,13 +45,20 @@ def cluster() -> Iterator[None]:
             ray.shutdown()
 
 
-def shard_runs() -> dict[str, str]:
-    """Name → final state of the shard task runs the Prefect server recorded."""
-    with get_client(sync_client=True) as client:
-        runs = client.read_task_runs()
-    return {
-        r.name: r.state.type.value for r in runs if r.name.split("-shard-")[0] in {"collect", "curate-score"}
-    }
+def shard_runs(expected: dict[str, str], wait_s: float = 20.0) -> dict[str, str]:
+    """Name → final state of the shard task runs the Prefect server recorded.
+
+    Task run states reach the server as events, recorded a moment later: wait (bounded) until the
+    expected ones are there."""
+    steps = {"collect", "curate-score", "convert"}
+    deadline = time.monotonic() + wait_s
+    while True:
+        with get_client(sync_client=True) as client:
+            runs = client.read_task_runs()
+        found = {r.name: r.state.type.value for r in runs if r.name.split("-shard-")[0] in steps and r.state}
+        if found == expected or time.monotonic() > deadline:
+            return found
+        time.sleep(0.5)
 
 
 def test_ray_collection_and_curation_give_the_local_artifacts(tmp_path: Path, cluster: None) -> None:
@@ -64,20 +70,21 @@ def test_ray_collection_and_curation_give_the_local_artifacts(tmp_path: Path, cl
         sharded = run(cfg, root, executor)
     finally:
         executor.close()
-    assert shard_runs() == {
+    expected = {
         **{f"collect-shard-{i}": "COMPLETED" for i in range(3)},
         **{f"curate-score-shard-{i}": "COMPLETED" for i in range(3)},
+        **{f"convert-shard-{i}": "COMPLETED" for i in range(3)},
     }
+    assert shard_runs(expected) == expected
     assert sharded["collect"].ref.key == local["collect"].ref.key
     ray_rows = without_timing(io.read_table(sharded["collect"].ref, "trajectories"))
     assert ray_rows == without_timing(io.read_table(local["collect"].ref, "trajectories"))
     assert len(ray_rows) == 15
-    tasks = TableInput(sharded["synthetic"].ref, "train")
-    curate = curate_step.step(cfg.curate, TableInput(sharded["collect"].ref, "trajectories"), tasks)
-    again = rebuild_locally(sharded["curate"], curate, root, sharded)
-    assert again.ref.key == sharded["curate"].ref.key
-    assert manifest_hashes(again) == manifest_hashes(sharded["curate"])
+    for name, (built, again) in local_rebuilds(cfg, sharded, root).items():
+        assert again.ref.key == built.ref.key, name
+        assert manifest_hashes(again) == manifest_hashes(built), name
     assert sharded["curate"].summary["rows_kept"] == local["curate"].summary["rows_kept"] > 0
+    assert sharded["convert"].ref.rows("sft") == local["convert"].ref.rows("sft") > 0
 
 
 def test_killing_a_shard_worker_loses_and_duplicates_nothing(tmp_path: Path, cluster: None) -> None:
