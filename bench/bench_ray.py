@@ -16,7 +16,9 @@ and warmed before the clock starts, as they would be on a running cluster; their
 printed apart. Each side first runs a small untimed collection and curation (imports, caches), then
 ``--repeat`` times (default 2) into a fresh store, the fastest kept
 (the machine is shared: other load only slows a run down). Ratios are one-process time ÷ Ray time
-(> 1: Ray is faster).
+(> 1: Ray is faster). The ceiling printed beside them is what a bare raw-socket client reaches on the
+same fake at the same concurrency (``bench_collect.bench_raw``): where it is far below 1, the fake
+and the machine, not the collection, set the pace, and no fan-out can help.
 
 Run: ``python bench/bench_ray.py [--tasks 1500] [--concurrency 64] [--latency-ms 50] [--repeat 2]``
 (about 90 s on 2 cores; ``--quick``: 600 tasks, one run per side, about 40 s).
@@ -25,6 +27,7 @@ Run: ``python bench/bench_ray.py [--tasks 1500] [--concurrency 64] [--latency-ms
 from __future__ import annotations
 
 import argparse
+import asyncio
 import contextlib
 import os
 import sys
@@ -121,7 +124,7 @@ def main() -> None:
     os.environ["RAY_DEDUP_LOGS"] = "1"
 
     import ray
-    from bench_collect import _Fake
+    from bench_collect import _Fake, bench_raw
 
     from coa.execution import ExecutionConfig
     from tasks.fanout import RayExecutor, prefect_api_url
@@ -143,6 +146,9 @@ def main() -> None:
             for r in range(repeat)
         ]
         on_ray = [_side(os.path.join(workdir, f"ray-{r}"), url, tasks, half, executor) for r in range(repeat)]
+        # the ceiling: a raw-socket client making the same calls at the same concurrency on this fake
+        calls = local[0][3]
+        raw_s = min(asyncio.run(bench_raw(fake.port, calls, args.concurrency)) for _ in range(repeat))
     finally:
         executor.close()
         ray.shutdown()
@@ -158,7 +164,11 @@ def main() -> None:
         f"{args.concurrency} runs in flight per side (Ray: 2 shards x {half}); best of {repeat};\n"
         f"Ray cold start (cluster, Prefect server, 2 workers) {cold_s:.1f} s, not timed"
     )
-    print(f"{per_run:.1f} model calls a run: ideal collection rate C / (K * L) = {ideal:.1f} runs/s")
+    ceiling = calls / raw_s / (args.concurrency / (args.latency_ms / 1000))
+    print(
+        f"{per_run:.1f} model calls a run: ideal collection rate C / (K * L) = {ideal:.1f} runs/s; ceiling "
+        f"(a raw-socket client, same calls and concurrency, on this fake and machine) {ceiling:.2f} of ideal"
+    )
     head = f"{'side':<16} {'runs':>6} {'collect s':>10} {'runs/s':>8} {'÷ ideal':>8}"
     print(f"{head} {'curate s':>9} {'total s':>8}")
     for name, (collect_s, curate_s, runs) in best.items():
