@@ -104,20 +104,29 @@ def _raw_table(uri: str) -> str:
     return "rollouts" if "trajectories" not in tables and "rollouts" in tables else "trajectories"
 
 
-def _run(step: Any, label: str | None = None) -> Any:
-    """Run a step with a progress bar on stderr; print whether it was reused."""
+def _run(step: Any, label: str | None = None, execution: Any = None) -> Any:
+    """Run a step with a progress bar on stderr; print whether it was reused.
+
+    ``execution`` (the profile's ``execution`` section): with ``engine: ray`` the step's shards run on
+    Ray through the orchestration skin (:mod:`tasks.fanout`, loaded only then)."""
+    import contextlib
+    import importlib
+
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     from coa.steps import run_step
 
     columns = (TextColumn(label or step.name), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
-    with Progress(*columns, console=err, transient=True) as bar:
+    shards: Any = contextlib.nullcontext(None)
+    if execution is not None and execution.engine != "local":
+        shards = importlib.import_module("tasks.fanout").executor(execution)
+    with shards as executor, Progress(*columns, console=err, transient=True) as bar:
         job = bar.add_task(step.name, total=None)
 
         def progress(done: int, total: int) -> None:
             bar.update(job, completed=done, total=total)
 
-        result = run_step(step, io.Store(), progress=progress)
+        result = run_step(step, io.Store(), progress=progress, executor=executor)
     verb = "reused committed artifact" if result.reused else "built"
     err.print(f"{step.name}: {verb} {result.ref.uri}", highlight=False)
     return result
@@ -300,7 +309,7 @@ def collect(
 
     cfg = _config(config, overrides, "collect")
     task_input = _table(tasks, table, "coa tasks import | coa tasks synthetic")
-    result = _run(collect_step.step(cfg.collect, task_input))
+    result = _run(collect_step.step(cfg.collect, task_input), execution=cfg.execution)
     _say_resumed(result.summary)
     if retry_failed or cfg.collect.retry_failed:
         failed = result.summary.get("statuses", {}).get(collect_step.FAILED_STATUS, 0)
@@ -345,7 +354,10 @@ def curate(
 
     cfg = _config(config, overrides, "curate")
     raw_input = _table(raw, _raw_table(raw), "coa collect | coa rl")
-    result = _run(curate_step.step(cfg.curate, raw_input, _table(tasks, table, "coa tasks import")))
+    result = _run(
+        curate_step.step(cfg.curate, raw_input, _table(tasks, table, "coa tasks import")),
+        execution=cfg.execution,
+    )
     typer.echo(f"curated: {result.ref.uri}")
     typer.echo(f"report: {result.summary.get('report')}")
     typer.echo(result.summary.get("headline", ""))

@@ -21,6 +21,7 @@ from coa.config import StrictModel, canonical_json, load_config
 from coa.convert.config import ConvertConfig
 from coa.curate.config import CurateConfig
 from coa.evaluate.config import EvalConfig
+from coa.execution import ExecutionConfig
 from coa.model.config import StudentConfig
 from coa.registry.config import PromotionConfig
 from coa.rl.config import RLStageConfig
@@ -103,6 +104,11 @@ class PipelineConfig(StrictModel):
     dispatch: DispatchConfig = Field(
         default_factory=DispatchConfig,
         description="Inline (one process) or GPU steps dispatched to a work pool's deployment.",
+    )
+    execution: ExecutionConfig = Field(
+        default_factory=ExecutionConfig,
+        description="Where collection, curation and conversion shards run: local (one process) or Ray; never "
+        "part of an artifact's identity (the same inputs give the same artifacts either way).",
     )
 
     @model_validator(mode="after")

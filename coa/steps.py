@@ -33,6 +33,7 @@ from pydantic import BaseModel
 
 from coa import io
 from coa.errors import CheckFailed, UserError
+from coa.execution import ShardExecutor
 from coa.io import ArtifactRef
 
 FAILED_MARKER = "_FAILED.json"
@@ -122,6 +123,9 @@ class Build:
     failure: str | None = None
     cleanup: list[Callable[[], None]] = dataclasses.field(default_factory=list)
     """Run after the commit (e.g. removing checkpoints the artifact now supersedes)."""
+    executor: ShardExecutor | None = None
+    """Where the step's shards run (:mod:`coa.execution`); None = all in this process. Never part of
+    the content key: a sharded build must commit the same artifact as the one-process build."""
 
     def table(self, role: str) -> TableInput:
         value = self.inputs[role]
@@ -253,11 +257,13 @@ def run_step(
     done: Mapping[str, StepResult] | None = None,
     progress: Progress | None = None,
     reuse_only: bool = False,
+    executor: ShardExecutor | None = None,
 ) -> StepResult:
     """Reuse the step's committed artifact, or build and commit it (see the module docstring).
 
     ``reuse_only``: never build; a step that has no committed artifact is a :class:`UserError`
-    (``coa run --only`` uses it for the steps in front of the slice it runs).
+    (``coa run --only`` uses it for the steps in front of the slice it runs). ``executor``: where a
+    step that shards its work runs the shards (``execution.engine``); it does not change the key.
     """
     store = store or io.Store()
     inputs = resolve(step, done or {})
@@ -281,7 +287,7 @@ def run_step(
             f"step {step.name} has no committed artifact at {writer.uri}: run it first "
             f"(`coa run --only {step.name.split('.')[0]}`, or without --only)"
         )
-    build = Build(step, writer, inputs, store, progress)
+    build = Build(step, writer, inputs, store, progress, executor=executor)
     try:
         step.build(build)
     except BaseException as e:

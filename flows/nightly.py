@@ -37,6 +37,7 @@ from coa.registry.nightly import (
 from coa.steps import StepResult
 from flows.pipeline import publish_lineage, publish_summary
 from tasks.dispatch import run_on_pool
+from tasks.fanout import executor
 from tasks.steps import run_step_task
 
 
@@ -54,29 +55,35 @@ def nightly(
     logger.info("nightly %r, night %s: %s", cfg.run_name, night, " → ".join(s.name for s in steps))
     done: dict[str, StepResult] = {}
     seconds: dict[str, float] = {}
-    for step in steps:
-        start = time.perf_counter()
-        if cfg.dispatch.dispatches(step.name):
-            try:
-                done[step.name] = run_on_pool(
-                    step, done, cfg.dispatch.deployment, config_path, overrides or [], cfg.dispatch.timeout_s
-                )
-            except CoaError as e:
-                publish_summary(cfg, steps, done, failed=(step.name, describe(e)))
-                return Failed(message=f"{step.name}: {describe(e)}")
-        else:
-            state = run_step_task(step, done, True, return_state=True)
-            if state.is_failed():
-                publish_summary(cfg, steps, done, failed=(step.name, state.message or "failed"))
-                return Failed(message=f"{step.name}: {state.message}")
-            done[step.name] = state.result()
-        seconds[step.name] = round(time.perf_counter() - start, 2)
-        if step.name == NEW_TASKS and done[step.name].summary.get("new") == 0:
-            logger.info("no new tasks tonight: nothing to collect or train; the champion stays")
-            publish_summary(cfg, steps, done)
-            return {"night": night, "outcome": "no new tasks", "seconds": seconds}
-        if step.name == MERGE:  # tonight's data is committed: later nights build on it whatever follows
-            ledger.record(night, done["collect"].ref.uri, done[NEW_TASKS].ref.uri)
+    with executor(cfg.execution) as shards:  # engine ray: a Ray cluster for the night's shards
+        for step in steps:
+            start = time.perf_counter()
+            if cfg.dispatch.dispatches(step.name):
+                try:
+                    done[step.name] = run_on_pool(
+                        step,
+                        done,
+                        cfg.dispatch.deployment,
+                        config_path,
+                        overrides or [],
+                        cfg.dispatch.timeout_s,
+                    )
+                except CoaError as e:
+                    publish_summary(cfg, steps, done, failed=(step.name, describe(e)))
+                    return Failed(message=f"{step.name}: {describe(e)}")
+            else:
+                state = run_step_task(step, done, True, shards, return_state=True)
+                if state.is_failed():
+                    publish_summary(cfg, steps, done, failed=(step.name, state.message or "failed"))
+                    return Failed(message=f"{step.name}: {state.message}")
+                done[step.name] = state.result()
+            seconds[step.name] = round(time.perf_counter() - start, 2)
+            if step.name == NEW_TASKS and done[step.name].summary.get("new") == 0:
+                logger.info("no new tasks tonight: nothing to collect or train; the champion stays")
+                publish_summary(cfg, steps, done)
+                return {"night": night, "outcome": "no new tasks", "seconds": seconds}
+            if step.name == MERGE:  # tonight's data is committed: later nights build on it whatever follows
+                ledger.record(night, done["collect"].ref.uri, done[NEW_TASKS].ref.uri)
     summary = done[GATE].summary
     verdict = Verdict(
         promote=bool(summary["promote"]),

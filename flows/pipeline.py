@@ -5,6 +5,8 @@ convert → student → SFT → evaluate before/after beside the teacher → rep
 Prefect task for steps (reused when its artifact is committed); ``only`` runs a slice (the steps in
 front of it are reused, never built). With ``dispatch.mode: deployment`` the GPU steps run as the
 ``run-one-step`` flow of the GPU pool's deployment (:mod:`tasks.dispatch`); the rest stay here.
+With ``execution.engine: ray`` the shards of collection, curation and conversion run as Prefect
+tasks on a Ray cluster (:mod:`tasks.fanout`), one cluster connection for the whole run.
 Publishes a summary, the rows per stage and the lineage graph of the run's last artifact as Prefect
 artifacts; a failed step fails the flow run with its one-line reason.
 """
@@ -22,6 +24,7 @@ from coa.lineage import to_markdown, trace
 from coa.pipeline_config import PipelineConfig, load_pipeline_config, not_planned, plan
 from coa.steps import Step, StepResult, Upstream, select
 from tasks.dispatch import run_on_pool
+from tasks.fanout import executor
 from tasks.steps import run_step_task
 
 
@@ -35,22 +38,28 @@ def pipeline(
     steps = plan(cfg)
     logger.info("pipeline %r: %s", cfg.run_name, " → ".join(s.name for s in steps))
     done: dict[str, StepResult] = {}
-    for step, run_it in select(steps, only):
-        if run_it and cfg.dispatch.dispatches(step.name):
-            try:
-                done[step.name] = run_on_pool(
-                    step, done, cfg.dispatch.deployment, config_path, overrides or [], cfg.dispatch.timeout_s
-                )
-            except CoaError as e:
-                publish_summary(cfg, steps, done, failed=(step.name, describe(e)))
-                return Failed(message=f"{step.name}: {describe(e)}")
-            continue
-        # only what the step reads, so Prefect's run graph shows the plan's real edges
-        state = run_step_task(step, upstream_of(step, done), run_it, return_state=True)
-        if state.is_failed():
-            publish_summary(cfg, steps, done, failed=(step.name, state.message or "failed"))
-            return Failed(message=f"{step.name}: {state.message}")
-        done[step.name] = state.result()
+    with executor(cfg.execution) as shards:  # engine ray: a Ray cluster for the run's shards
+        for step, run_it in select(steps, only):
+            if run_it and cfg.dispatch.dispatches(step.name):
+                try:
+                    done[step.name] = run_on_pool(
+                        step,
+                        done,
+                        cfg.dispatch.deployment,
+                        config_path,
+                        overrides or [],
+                        cfg.dispatch.timeout_s,
+                    )
+                except CoaError as e:
+                    publish_summary(cfg, steps, done, failed=(step.name, describe(e)))
+                    return Failed(message=f"{step.name}: {describe(e)}")
+                continue
+            # only what the step reads, so Prefect's run graph shows the plan's real edges
+            state = run_step_task(step, upstream_of(step, done), run_it, shards, return_state=True)
+            if state.is_failed():
+                publish_summary(cfg, steps, done, failed=(step.name, state.message or "failed"))
+                return Failed(message=f"{step.name}: {state.message}")
+            done[step.name] = state.result()
     publish_lineage(done)
     return publish_summary(cfg, steps, done)
 

@@ -15,6 +15,7 @@ from prefect.states import Failed
 
 from coa import io
 from coa.errors import CoaError, describe
+from coa.execution import ShardExecutor
 from coa.steps import Step, StepResult, run_step
 from tasks.publish import publish
 
@@ -32,11 +33,17 @@ def _progress(logger: Any, name: str) -> Any:
 
 
 @task(name="step", task_run_name="{step.name}", cache_policy=NO_CACHE, log_prints=False)
-def run_step_task(step: Step, done: dict[str, StepResult], run_it: bool = True) -> Any:
-    """Run (or reuse) ``step``; publish its Prefect artifacts; a project error becomes ``Failed``."""
+def run_step_task(
+    step: Step, done: dict[str, StepResult], run_it: bool = True, executor: ShardExecutor | None = None
+) -> Any:
+    """Run (or reuse) ``step``; publish its Prefect artifacts; a project error becomes ``Failed``.
+
+    ``executor``: where the step's shards run (:mod:`tasks.fanout`; None = in this process)."""
     logger = get_run_logger()
     try:
-        result = run_step(step, io.Store(), done, _progress(logger, step.name), reuse_only=not run_it)
+        result = run_step(
+            step, io.Store(), done, _progress(logger, step.name), reuse_only=not run_it, executor=executor
+        )
     except CoaError as e:
         logger.error("%s: %s", step.name, describe(e))
         return Failed(message=describe(e))

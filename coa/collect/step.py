@@ -3,7 +3,9 @@
 * :func:`step`: every planned run (tasks × samples). Finished runs are checkpointed under
   ``{root}/checkpoints/trajectories/<name>-<key>`` while it runs; a rerun after a crash, a kill or a
   spent budget resumes from them (the summary says how many runs it reused), and the folder is
-  removed once the artifact is committed.
+  removed once the artifact is committed. Given an executor (``execution.engine: ray``), the plan
+  runs as shards (:mod:`coa.collect.shards`) into the same checkpoints; the table is assembled the
+  same way either way.
 * :func:`retry_step` (``coa collect --retry-failed``, ``collect.retry_failed``): a new artifact that
   keeps the finished runs of an earlier collection and re-runs only those that ended in an error,
   in the same order, with the same run ids; its lineage names the artifact it repaired.
@@ -30,6 +32,7 @@ from coa.collect.runs import (
     plan_runs,
     summarize,
 )
+from coa.collect.shards import collect_sharded
 from coa.collect.teacher import open_teacher
 from coa.errors import UserError
 from coa.steps import Build, Step, StepInput
@@ -65,7 +68,10 @@ def _build(b: Build) -> None:
         async with open_teacher(config, b.store.root) as teacher:
             return await collect_runs(teacher, planned, checkpoints, config.concurrency, b.progress)
 
-    outcome = asyncio.run(run())
+    if b.executor is None:
+        outcome = asyncio.run(run())
+    else:  # ranges of the plan as shards on the executor (execution.engine: ray), same checkpoints
+        outcome = collect_sharded(b.executor, config, planned, checkpoints, b.store.root, b.progress)
     if outcome.budget_stopped:
         raise CollectionIncomplete(
             f"the LLM budget ran out after {outcome.resumed + outcome.ran} of {outcome.planned} runs; "

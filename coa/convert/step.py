@@ -1,7 +1,9 @@
 """The convert step: a curate artifact → ``sft`` (sft.v1), ``rl_prompts`` (rl_prompt.v1), ``quarantine``.
 
 All three tables are streamed: curated runs and tasks are read a batch at a time and each batch's
-rows are written at once, so memory is bounded by the batch, not the input.
+rows are written at once, so memory is bounded by the batch, not the input. Given an executor
+(``execution.engine: ray``), the SFT examples are made in shards (:mod:`coa.convert.shards`) and
+written back batch by batch in table order: the same tables as in one process.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ import schemas
 from coa import io
 from coa.convert.config import ConvertConfig
 from coa.convert.core import rl_prompts, sft_examples
+from coa.convert.shards import converted_batches
 from coa.curate.step import TASK_STATS
 from coa.steps import Build, Step, StepInput
 
@@ -38,17 +41,22 @@ def _build(b: Build) -> None:
     config: ConvertConfig = b.step.config
     curated, tasks = b.table("curated"), b.table("tasks")
     stats = json.loads(io.read_file(curated.ref, TASK_STATS)) if TASK_STATS in curated.ref.files else {}
+    scratch = b.store.checkpoint_uri(b.writer.uri)
     with (
         b.writer.table_writer("sft", schemas.SFT) as write_sft,
         b.writer.table_writer("rl_prompts", schemas.RL_PROMPT) as write_prompts,
         b.writer.table_writer("quarantine", schemas.QUARANTINE) as write_quarantine,
     ):
-        for batch in io.iter_batches(curated.ref, curated.table, batch_rows=SFT_BATCH_ROWS):
-            examples, rejected = sft_examples(batch.to_pylist(), config, curated.uri)
-            if examples:
-                write_sft(schemas.SFT.from_rows(examples))
-            if rejected:
-                write_quarantine(schemas.QUARANTINE.from_rows(rejected))
+        if b.executor is not None:  # SFT examples in shards on the executor (execution.engine: ray)
+            for table, part in converted_batches(b.executor, curated, config, SFT_BATCH_ROWS, scratch):
+                (write_sft if table == "sft" else write_quarantine)(part)
+        else:
+            for batch in io.iter_batches(curated.ref, curated.table, batch_rows=SFT_BATCH_ROWS):
+                examples, rejected = sft_examples(batch.to_pylist(), config, curated.uri)
+                if examples:
+                    write_sft(schemas.SFT.from_rows(examples))
+                if rejected:
+                    write_quarantine(schemas.QUARANTINE.from_rows(rejected))
         groups = 0
         for part in io.iter_batches(tasks.ref, tasks.table, batch_rows=RL_BATCH_ROWS):
             prompts, rejected = rl_prompts(part, stats, config, tasks.uri, first_group=groups)
@@ -58,3 +66,6 @@ def _build(b: Build) -> None:
             if rejected:
                 write_quarantine(schemas.QUARANTINE.from_rows(rejected))
     b.summary.update({name: info["rows"] for name, info in b.writer.tables.items()})
+    if b.executor is not None:
+        fs, folder = io.filesystem(scratch)
+        b.cleanup.append(lambda: fs.rm(folder, recursive=True) if fs.exists(folder) else None)

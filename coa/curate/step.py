@@ -5,11 +5,16 @@ The raw input is a collection's ``trajectory.v1`` table or an RL artifact's ``ro
 native CoA runs, :mod:`coa.curate.rollouts`; the counts are in the lineage's ``rollouts``).
 
 Batches are read from storage, code runs scored in the sandbox and answers by rule
-(:mod:`coa.scoring.runs`), then curated by :func:`coa.curate.core.curate`. The artifact holds the
-curated ``trajectories``, the ``quarantine``, ``report.html``, ``summary.json`` (the next run's
-drift baseline), ``task_stats.json`` (runs and correct runs per task, for RL difficulty selection)
-and the great-expectations Data Docs. A failed gate still commits (so the report can be read) and
-the step fails with the gate's verdict, the same message on every rerun.
+(:mod:`coa.scoring.runs`), then curated by :func:`coa.curate.core.curate`. Given an executor
+(``execution.engine: ray``), the scoring of ``trajectory.v1`` runs happens in shards
+(:mod:`coa.curate.shards`) and the curation reads their scored batches back in table order: the
+same batches, so the same artifact (an RL artifact's rollouts are adapted and scored here).
+
+The artifact holds the curated ``trajectories``, the ``quarantine``, ``report.html``,
+``summary.json`` (the next run's drift baseline), ``task_stats.json`` (runs and correct runs per
+task, for RL difficulty selection) and the great-expectations Data Docs. A failed gate still
+commits (so the report can be read) and the step fails with the gate's verdict, the same message
+on every rerun.
 """
 
 from __future__ import annotations
@@ -31,6 +36,7 @@ from coa.curate.core import REPORT_FILE, curate
 from coa.curate.decontam import load_benchmarks
 from coa.curate.filters import RowView
 from coa.curate.rollouts import RolloutRuns
+from coa.curate.shards import scored_batches as sharded_scoring
 from coa.curate.task_stats import TaskStats
 from coa.format.from_run import coa_check
 from coa.scoring.runs import answer_scorer, code_tests, fill_correct, score_code
@@ -103,7 +109,18 @@ def _build(b: Build) -> None:
     score = answer_scorer(judge)
     stats = TaskStats()
 
+    scratch = b.store.checkpoint_uri(b.writer.uri)
+
+    sharded = b.executor is not None and adapt is None  # RL rollouts are scored already: no shards
+
     def scored_batches() -> Iterator[pa.Table]:
+        if sharded and b.executor is not None:  # scoring in shards on the executor (engine: ray)
+            for batch in sharded_scoring(
+                b.executor, raw, b.table("tasks"), config.judge, config.batch_rows, scratch
+            ):
+                stats.add(batch)
+                yield batch
+            return
         for batch in io.iter_batches(raw.ref, raw.table, batch_rows=config.batch_rows):
             if adapt is not None:
                 batch = adapt(batch)
@@ -141,6 +158,9 @@ def _build(b: Build) -> None:
     finally:
         if judge is not None:
             judge.close()
+    if sharded:
+        fs, folder = io.filesystem(scratch)
+        b.cleanup.append(lambda: fs.rm(folder, recursive=True) if fs.exists(folder) else None)
     failed = [f"{c['suite']}.{c['check']}" for c in result.failed_expectations]
     b.writer.extra_lineage["gate"] = {"success": result.gate_success, "failed": failed}
     if adapt is not None:
