@@ -18,7 +18,6 @@ from prefect import flow, get_run_logger
 from prefect.artifacts import create_markdown_artifact
 from prefect.states import Failed
 
-from coa.errors import CoaError, describe
 from coa.pipeline_config import load_pipeline_config
 from coa.registry import Registry
 from coa.registry.config import PromotionConfig
@@ -35,10 +34,8 @@ from coa.registry.nightly import (
     verdict_markdown,
 )
 from coa.steps import StepResult
-from flows.pipeline import publish_lineage, publish_summary
-from tasks.dispatch import run_on_pool
+from flows.pipeline import publish_lineage, publish_summary, run_planned_step
 from tasks.fanout import executor
-from tasks.steps import run_step_task
 
 
 @flow(name="nightly", log_prints=True)
@@ -58,25 +55,11 @@ def nightly(
     with executor(cfg.execution) as shards:  # engine ray: a Ray cluster for the night's shards
         for step in steps:
             start = time.perf_counter()
-            if cfg.dispatch.dispatches(step.name):
-                try:
-                    done[step.name] = run_on_pool(
-                        step,
-                        done,
-                        cfg.dispatch.deployment,
-                        config_path,
-                        overrides or [],
-                        cfg.dispatch.timeout_s,
-                    )
-                except CoaError as e:
-                    publish_summary(cfg, steps, done, failed=(step.name, describe(e)))
-                    return Failed(message=f"{step.name}: {describe(e)}")
-            else:
-                state = run_step_task(step, done, True, shards, return_state=True)
-                if state.is_failed():
-                    publish_summary(cfg, steps, done, failed=(step.name, state.message or "failed"))
-                    return Failed(message=f"{step.name}: {state.message}")
-                done[step.name] = state.result()
+            outcome = run_planned_step(cfg, config_path, overrides or [], step, done, shards)
+            if isinstance(outcome, str):
+                publish_summary(cfg, steps, done, failed=(step.name, outcome))
+                return Failed(message=f"{step.name}: {outcome}")
+            done[step.name] = outcome
             seconds[step.name] = round(time.perf_counter() - start, 2)
             if step.name == NEW_TASKS and done[step.name].summary.get("new") == 0:
                 logger.info("no new tasks tonight: nothing to collect or train; the champion stays")

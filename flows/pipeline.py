@@ -20,6 +20,7 @@ from prefect.artifacts import create_markdown_artifact, create_table_artifact
 from prefect.states import Failed
 
 from coa.errors import CoaError, describe
+from coa.execution import ShardExecutor
 from coa.lineage import to_markdown, trace
 from coa.pipeline_config import PipelineConfig, load_pipeline_config, not_planned, plan
 from coa.steps import Step, StepResult, Upstream, select
@@ -40,28 +41,41 @@ def pipeline(
     done: dict[str, StepResult] = {}
     with executor(cfg.execution) as shards:  # engine ray: a Ray cluster for the run's shards
         for step, run_it in select(steps, only):
-            if run_it and cfg.dispatch.dispatches(step.name):
-                try:
-                    done[step.name] = run_on_pool(
-                        step,
-                        done,
-                        cfg.dispatch.deployment,
-                        config_path,
-                        overrides or [],
-                        cfg.dispatch.timeout_s,
-                    )
-                except CoaError as e:
-                    publish_summary(cfg, steps, done, failed=(step.name, describe(e)))
-                    return Failed(message=f"{step.name}: {describe(e)}")
-                continue
-            # only what the step reads, so Prefect's run graph shows the plan's real edges
-            state = run_step_task(step, upstream_of(step, done), run_it, shards, return_state=True)
-            if state.is_failed():
-                publish_summary(cfg, steps, done, failed=(step.name, state.message or "failed"))
-                return Failed(message=f"{step.name}: {state.message}")
-            done[step.name] = state.result()
+            outcome = run_planned_step(cfg, config_path, overrides or [], step, done, shards, run_it)
+            if isinstance(outcome, str):
+                publish_summary(cfg, steps, done, failed=(step.name, outcome))
+                return Failed(message=f"{step.name}: {outcome}")
+            done[step.name] = outcome
     publish_lineage(done)
     return publish_summary(cfg, steps, done)
+
+
+def run_planned_step(
+    cfg: PipelineConfig,
+    config_path: str,
+    overrides: list[str],
+    step: Step,
+    done: dict[str, StepResult],
+    shards: ShardExecutor | None,
+    run_it: bool = True,
+) -> StepResult | str:
+    """Run one step of a plan, here or on the GPU pool: its result, or the one line saying why it failed.
+
+    A dispatched step (``dispatch.mode: deployment``) runs as the GPU pool's ``run-one-step`` flow;
+    the others run in the one Prefect task for steps, given only the results they read (so Prefect's
+    run graph shows the plan's real edges); ``run_it=False`` only reuses a committed artifact.
+    """
+    if run_it and cfg.dispatch.dispatches(step.name):
+        try:
+            deployment, timeout_s = cfg.dispatch.deployment, cfg.dispatch.timeout_s
+            return run_on_pool(step, done, deployment, config_path, overrides, timeout_s)
+        except CoaError as e:
+            return describe(e)
+    state = run_step_task(step, upstream_of(step, done), run_it, shards, return_state=True)
+    if state.is_failed():
+        return state.message or "failed"
+    result: StepResult = state.result()
+    return result
 
 
 def upstream_of(step: Step, done: dict[str, StepResult]) -> dict[str, StepResult]:
