@@ -7,10 +7,13 @@ import atexit
 import os
 import shutil
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+
+from tests.llm.fake_server import FakeLLMServer
 
 _SESSION_HOME = tempfile.mkdtemp(prefix="coa-test-prefect-")
 atexit.register(shutil.rmtree, _SESSION_HOME, ignore_errors=True)
@@ -80,3 +83,14 @@ def teacher_runs(synthetic_tasks: dict[str, Any]) -> list[dict[str, Any]]:
             )
 
     return asyncio.run(run())
+
+
+@pytest.fixture(scope="module")
+def server() -> Iterator[FakeLLMServer]:
+    """A fake OpenAI-compatible endpoint on 127.0.0.1 for one test module (stopped after it)."""
+    fake = FakeLLMServer()
+    fake.start()
+    try:
+        yield fake
+    finally:
+        fake.stop()

@@ -7,11 +7,9 @@ error: every task ends either completed or recorded with its error, nothing lost
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterator
 from pathlib import Path
 
 import pyarrow as pa
-import pytest
 
 import schemas
 from coa.agents.llm_backend import EndpointBackend
@@ -20,16 +18,6 @@ from coa.collect import CheckpointFolder, collect_runs, plan_runs
 from coa.llm import EndpointConfig, LLMConfig, LLMRouter
 from tests.agents.test_runtime import GOOD_REFLECTION, act, tools
 from tests.llm.fake_server import FakeLLMServer, Reply, completion
-
-
-@pytest.fixture(scope="module")
-def server() -> Iterator[FakeLLMServer]:
-    fake = FakeLLMServer()
-    fake.start()
-    try:
-        yield fake
-    finally:
-        fake.stop()
 
 
 def ok(text: str, finish_reason: str = "stop") -> Reply:

@@ -4,10 +4,7 @@ and an evaluation whose web answers are judged, repeated: the second replays eve
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from pathlib import Path
-
-import pytest
 
 from coa.evaluate import EvalConfig, evaluate_tasks
 from coa.evaluate.config import DEFAULT_BLOCKED_HOSTS
@@ -95,16 +92,6 @@ def test_a_run_that_read_the_answer_is_flagged_and_counted(codec: Codec) -> None
     )  # fmt: skip
     assert table.column("gold_in_observation").to_pylist() == [True, False]
     assert eval_metrics(table)["all"]["leak_rate"] == 0.5
-
-
-@pytest.fixture(scope="module")
-def server() -> Iterator[FakeLLMServer]:
-    fake = FakeLLMServer()
-    fake.start()
-    try:
-        yield fake
-    finally:
-        fake.stop()
 
 
 def test_a_repeated_evaluation_replays_the_judge_from_the_cache(

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -41,16 +40,6 @@ def test_the_offline_teacher_counts_with_the_qwen_vocabulary(synthetic_tasks: di
     reply = asyncio.run(RuleBasedBackend().chat("manager", messages))  # type: ignore[arg-type]
     assert reply.text and reply.completion_tokens == qwen_token_count(reply.text)
     assert reply.prompt_tokens == estimate_prompt_tokens(messages, qwen_token_count)
-
-
-@pytest.fixture(scope="module")
-def server() -> Iterator[FakeLLMServer]:
-    fake = FakeLLMServer()
-    fake.start()
-    try:
-        yield fake
-    finally:
-        fake.stop()
 
 
 def teacher_script(answer: str) -> list[Reply]:

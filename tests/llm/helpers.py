@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Coroutine, Sequence
+from pathlib import Path
 from typing import Any, TypeVar
 
-from coa.llm import Budget, ChatResult, EndpointConfig, LLMClient, ResponseCache
+from coa.llm import Budget, ChatResult, EndpointConfig, LLMClient, LLMConfig, ResponseCache
 from tests.llm.fake_server import FakeLLMServer
 
 T = TypeVar("T")
@@ -44,3 +45,12 @@ async def chat_once(
 ) -> ChatResult:
     async with LLMClient(ep, cache=cache, budget=budget) as client:
         return await client.chat(messages, **kwargs)
+
+
+def judge_config(server: FakeLLMServer, cache: Path) -> LLMConfig:
+    """An LLM judge on the fake server (one fast retry), caching its verdicts under ``cache``."""
+    endpoint = EndpointConfig(
+        name="judge", base_url=server.url, model="judge-model", max_retries=1, backoff_base_s=0.01,
+        backoff_max_s=0.02, timeout_s=5,
+    )  # fmt: skip
+    return LLMConfig(endpoints=(endpoint,), cache_root=str(cache))

@@ -3,41 +3,22 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from coa.llm.config import EndpointConfig, LLMConfig
 from coa.rl.config import RLParams
 from coa.rl.judge import JudgeAuditFailed, audit_judge, checked_judge, load_audit_set
 from coa.rl.rewards import score_episodes
 from coa.scoring.judge import LLMJudge
 from tests.llm.fake_server import FakeLLMServer, Reply, completion
+from tests.llm.helpers import judge_config
 
 from .helpers import math_prompt
 from .test_rewards import answer_text, episode
 
 CORRECT = Reply(body=completion(json.dumps({"rationale": "same person", "judgement": "correct"})))
 INCORRECT = Reply(body=completion(json.dumps({"rationale": "another person", "judgement": "incorrect"})))
-
-
-@pytest.fixture(scope="module")
-def server() -> Iterator[FakeLLMServer]:
-    fake = FakeLLMServer()
-    fake.start()
-    try:
-        yield fake
-    finally:
-        fake.stop()
-
-
-def judge_config(server: FakeLLMServer, cache: Path) -> LLMConfig:
-    endpoint = EndpointConfig(
-        name="judge", base_url=server.url, model="judge-model", max_retries=1, backoff_base_s=0.01,
-        backoff_max_s=0.02, timeout_s=5,
-    )  # fmt: skip
-    return LLMConfig(endpoints=(endpoint,), cache_root=str(cache))
 
 
 def audit_file(tmp_path: Path) -> str:

@@ -4,19 +4,18 @@ tests through the ``fn_name`` harness, stdin tests, and a judged web answer repl
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from coa.llm import EndpointConfig, LLMConfig
 from coa.scoring.code import PRELUDE, program_and_tests
 from coa.scoring.judge import LLMJudge
 from coa.scoring.tasks import score_prediction
 from coa.tasksets.config import TaskSourceConfig
 from coa.tasksets.importer import import_tasks
 from tests.llm.fake_server import FakeLLMServer, Reply, completion
+from tests.llm.helpers import judge_config
 
 
 @pytest.fixture(scope="module")
@@ -93,24 +92,6 @@ def test_math_and_qa_rows() -> None:
     web = {"family": "web", "gold_answers": ["Wilhelm Conrad Röntgen"], "question": "q"}
     correct, f1 = score_prediction(web, "Röntgen")
     assert not correct and f1 == pytest.approx(0.5)
-
-
-@pytest.fixture(scope="module")
-def server() -> Iterator[FakeLLMServer]:
-    fake = FakeLLMServer()
-    fake.start()
-    try:
-        yield fake
-    finally:
-        fake.stop()
-
-
-def judge_config(server: FakeLLMServer, cache: Path) -> LLMConfig:
-    endpoint = EndpointConfig(
-        name="judge", base_url=server.url, model="judge-model", max_retries=1, backoff_base_s=0.01,
-        backoff_max_s=0.02, timeout_s=5,
-    )  # fmt: skip
-    return LLMConfig(endpoints=(endpoint,), cache_root=str(cache))
 
 
 def test_judged_web_answer_is_replayed_from_the_cache(server: FakeLLMServer, tmp_path: Path) -> None:

@@ -14,16 +14,6 @@ from coa.scoring.judge import LLMJudge, judge_prompt, parse_verdict
 from tests.llm.fake_server import FakeLLMServer, Reply, completion
 
 
-@pytest.fixture(scope="module")
-def server() -> Iterator[FakeLLMServer]:
-    fake = FakeLLMServer()
-    fake.start()
-    try:
-        yield fake
-    finally:
-        fake.stop()
-
-
 @pytest.fixture
 def judge(server: FakeLLMServer, tmp_path: Path) -> Iterator[LLMJudge]:
     server.reset()
