@@ -486,8 +486,16 @@ def rl(
     if s.get("heldout"):
         scores = ", ".join(f"{p['correct']:.0%} at step {p['step']:g}" for p in s["heldout"])
         typer.echo(f"held-out correct: {scores}")
-    if s.get("alarm"):
-        err.print(f"[bold red]warning:[/] {s['alarm']}", highlight=False)
+    if s.get("learning_signal"):
+        sig = s["learning_signal"]
+        typer.echo(
+            f"learning signal: {sig['correct_share']:.1%} of episodes correct; "
+            f"{sig['groups_with_a_correct_episode']:,} of {sig['groups']:,} groups held a correct one, "
+            f"{sig['mixed_groups']:,} mixed"
+        )
+    for key in ("alarm", "no_signal"):
+        if s.get(key):
+            err.print(f"[bold red]warning:[/] {s[key]}", highlight=False)
 
 
 @app.command()

@@ -120,6 +120,7 @@ def _rl(step: Step, result: StepResult) -> None:
         key=artifact_key(step.name, "curves"),
         markdown="# RL (GRPO/DAPO)\n\n"
         + (f"**Reward-hacking alarm:** {alarm}\n\n" if alarm else "")
+        + (f"**No learning signal:** {s['no_signal']}\n\n" if s.get("no_signal") else "")
         + f"![reward, entropy, zero-variance share](data:image/png;base64,{png})\n\n"
         f"| steps run / planned | rollouts | seconds | last reward | last entropy | device |\n"
         f"|---|---|---|---|---|---|\n"

@@ -48,7 +48,8 @@ def run_step_task(
         logger.error("%s: %s", step.name, describe(e))
         return Failed(message=describe(e))
     logger.info("%s: %s %s", step.name, "reused" if result.reused else "built", result.ref.uri)
-    if result.summary.get("alarm"):  # e.g. RL's reward-hacking alarm: the run log shows it as a warning
-        logger.warning("%s: %s", step.name, result.summary["alarm"])
+    for key in ("alarm", "no_signal"):  # RL's reward-hacking alarm, its no-correct-rollout warning
+        if result.summary.get(key):
+            logger.warning("%s: %s", step.name, result.summary[key])
     publish(step, result)
     return result

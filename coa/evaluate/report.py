@@ -323,6 +323,12 @@ def write_training_report(b: Any) -> list[dict[str, Any]]:
             "last reward / entropy": f"{last.get('reward', math.nan):.3f} / "
             f"{last.get('entropy', math.nan):.3f}",
         }
+        signal = io.read_lineage(rl.ref).get("learning_signal")
+        if signal:  # RL artifacts made before it was recorded have none
+            rl_facts["learning signal"] = signal["warning"] or (
+                f"{signal['correct_share']:.1%} of episodes correct; {signal['mixed_groups']:,} of "
+                f"{signal['groups']:,} groups mixed right and wrong episodes"
+            )
     run_name = b.step.config["run_name"]
     page = render_report(
         title=f"CoA training report: {run_name}",

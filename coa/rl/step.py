@@ -4,7 +4,8 @@ The artifact holds ``model/`` (weights and tokenizer), the ``rollouts`` table (`
 episode the run generated, kept or dropped), ``rl_result.json`` and ``rl_curves.png`` (reward per
 term, entropy, zero-variance share; the held-out score when measured). Its lineage names the
 starting model, the prompts (upstream content hash), the reward config, the steps planned and run,
-the held-out curve and the reward-hacking ``alarm`` (None when it never fired).
+the held-out curve, the reward-hacking ``alarm`` (None when it never fired) and the learning
+signal (:mod:`coa.rl.signal`: groups that held a correct episode; a warning when none did).
 
 **Where it runs.** ``launcher: auto`` trains in this process on a CPU and launches ``accelerate
 launch --config_file <accelerate_config> -m coa.rl.grpo --config resolved.yaml`` when a CUDA GPU is
@@ -16,6 +17,7 @@ model) and fails the step with the guard's message.
 from __future__ import annotations
 
 import json
+import logging
 import shutil
 import subprocess
 import sys
@@ -26,6 +28,7 @@ from typing import Any
 import yaml
 
 from coa.rl.config import EntropyCollapse, RLError, RLParams, RLResult, RLRunConfig, RLStageConfig
+from coa.rl.signal import learning_signal
 from coa.steps import Build, Step, StepInput
 from coa.train.step import resolve_launcher, work_dir
 
@@ -34,6 +37,8 @@ ROLLOUTS_TABLE = "rollouts"
 MODEL_FOLDER = "model"
 RESULT_FILE = "rl_result.json"
 CURVES_PNG = "rl_curves.png"
+
+log = logging.getLogger("coa.rl")
 
 
 def step(
@@ -91,7 +96,12 @@ def _build(b: Build, callbacks: Sequence[Any]) -> None:
         b.fail(str(e))
         return
     b.writer.put_folder(MODEL_FOLDER, result.model_dir)
-    b.writer.write_table(ROLLOUTS_TABLE, read_rollouts(out / ROLLOUTS_DIR), schemas.ROLLOUT)
+    rollouts = read_rollouts(out / ROLLOUTS_DIR)
+    b.writer.write_table(ROLLOUTS_TABLE, rollouts, schemas.ROLLOUT)
+    ids = prompts.read().select(["prompt_id", "family"]).to_pydict()
+    signal = learning_signal(rollouts, dict(zip(ids["prompt_id"], ids["family"], strict=True)))
+    if signal["warning"]:
+        log.warning("rl: %s", signal["warning"])
     b.writer.put_file(CURVES_PNG, result.curves_png)
     b.writer.write_file(RESULT_FILE, result.model_dump_json(indent=2))
     b.writer.extra_lineage.update(
@@ -101,6 +111,7 @@ def _build(b: Build, callbacks: Sequence[Any]) -> None:
             "judge_audit": result.judge_audit,  # None: no judge (web answers by exact match / F1)
             "heldout": {"prompts": result.heldout_prompts, "points": result.heldout},
             "alarm": result.alarm,  # the reward-hacking alarm's first firing; None = never
+            "learning_signal": signal,  # groups with a correct episode, per family
         }
     )
     last = result.curves[-1] if result.curves else {}
@@ -115,6 +126,8 @@ def _build(b: Build, callbacks: Sequence[Any]) -> None:
         curves=result.curves[:: max(1, len(result.curves) // 50)],
         heldout=result.heldout,
         alarm=result.alarm,
+        learning_signal={k: v for k, v in signal.items() if k != "warning"},
+        no_signal=signal["warning"],
     )
     b.cleanup.append(lambda: shutil.rmtree(out, ignore_errors=True))
 

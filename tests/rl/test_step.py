@@ -42,6 +42,9 @@ def test_rl_step_commits_model_rollouts_and_lineage_then_reuses(
     # the held-out score (one prompt kept out, greedy) before step 0 and at step 2; the alarm's verdict
     assert lineage["heldout"]["prompts"] == 1 and [p["step"] for p in lineage["heldout"]["points"]] == [0, 2]
     assert "alarm" in lineage and built.summary["heldout"] == lineage["heldout"]["points"]
+    signal = lineage["learning_signal"]  # the groups the run had to learn from, counted from its rollouts
+    assert signal["episodes"] == rollouts.num_rows and signal["families"].keys() == {"math"}
+    assert (built.summary["no_signal"] is None) == (signal["groups_with_a_correct_episode"] > 0)
     _check_published(built, step, monkeypatch)
     assert (Path(ModelInput(ref=built.ref).local_path()) / "config.json").is_file()
     again = run_step(step, store)
@@ -62,6 +65,9 @@ def _check_published(built: StepResult, step: Step, monkeypatch: pytest.MonkeyPa
     publish.publish(step, dataclasses.replace(built, summary={**built.summary, "alarm": alarm}))
     assert f"**Reward-hacking alarm:** {alarm}" in made[-1]["markdown"]
     assert made[-1]["description"].endswith("REWARD-HACKING ALARM")
+    silent = {**built.summary, "no_signal": "no RL rollout ..."}
+    publish.publish(step, dataclasses.replace(built, summary=silent))
+    assert "**No learning signal:** no RL rollout ..." in made[-1]["markdown"]
 
 
 def test_plan_puts_rl_after_sft_and_evaluates_after_it() -> None:
