@@ -98,7 +98,7 @@ def _build(b: Build, callbacks: Sequence[Any]) -> None:
     b.writer.put_folder(MODEL_FOLDER, result.model_dir)
     rollouts = read_rollouts(out / ROLLOUTS_DIR)
     b.writer.write_table(ROLLOUTS_TABLE, rollouts, schemas.ROLLOUT)
-    ids = prompts.read().select(["prompt_id", "family"]).to_pydict()
+    ids = prompts.read(["prompt_id", "family"]).to_pydict()
     signal = learning_signal(rollouts, dict(zip(ids["prompt_id"], ids["family"], strict=True)))
     if signal["warning"]:
         log.warning("rl: %s", signal["warning"])
