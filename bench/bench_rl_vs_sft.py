@@ -162,10 +162,11 @@ def _recorded(ref: io.ArtifactRef, model: type[Any], fallback: Any) -> Any:
 
 
 def rl_family(located: Located, family: str | None) -> str:
-    """The task family to compare on: ``family``, else the RL stage's one family."""
+    """The task family to compare on: ``family``, else the one family the RL run trained on (the
+    lineage's ``families``: the pick of ``rl.families: auto``, else the configured ones)."""
     if family is not None:
         return family
-    families = located.rl.families
+    families = io.read_lineage(located["rl"]).get("families") or located.rl.families
     if not families or len(families) != 1:
         raise UserError(f"rl.families is {families}: name the family to compare on with --family")
     return families[0]

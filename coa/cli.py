@@ -464,6 +464,14 @@ def rl(
     config: Annotated[Path, typer.Option("--config", "-c", help="YAML profile with an rl section")] = Path(
         "configs/demo.yaml"
     ),
+    evaluation: Annotated[
+        str | None,
+        typer.Option(
+            "--eval",
+            help="Artifact from `coa evaluate` of the model on held-out tasks: picks the family with "
+            "rl.families: auto",
+        ),
+    ] = None,
 ) -> None:
     """Agentic RL: GRPO/DAPO on multi-turn tool rollouts of the model; resumes after a crash or a kill."""
     import logging
@@ -475,9 +483,14 @@ def rl(
     prompts = _table(data, "rl_prompts", "coa convert")
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     logging.getLogger("coa.rl").setLevel(logging.INFO)
-    result = _run(rl_step.step(cfg.rl, ModelInput.parse(model), prompts))
+    judged = _table(evaluation, "eval", "coa evaluate") if evaluation is not None else None
+    result = _run(rl_step.step(cfg.rl, ModelInput.parse(model), prompts, evaluation=judged))
     s = result.summary
     typer.echo(f"model: {result.ref.uri}")
+    if s.get("family_choice"):
+        choice = s["family_choice"]
+        scores = ", ".join(f"{f} {a:.0%}" for f, a in choice["accuracy"].items())
+        typer.echo(f"family: {choice['family']} ({choice['rule']}; held-out accuracy {scores})")
     typer.echo(
         f"{s['steps_run']} steps ({s['steps_planned']} planned), {s['rollouts']:,} rollouts in "
         f"{s['train_runtime_s']:.0f} s, last reward {s['final_reward']}, entropy {s['final_entropy']}; "
@@ -494,6 +507,8 @@ def rl(
             f"{sig['mixed_groups']:,} mixed"
         )
     for key in ("alarm", "no_signal"):
+        if key == "no_signal" and (s.get("family_choice") or {}).get("warning"):
+            err.print(f"[bold red]warning:[/] {s['family_choice']['warning']}", highlight=False)
         if s.get(key):
             err.print(f"[bold red]warning:[/] {s[key]}", highlight=False)
 

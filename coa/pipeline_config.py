@@ -138,9 +138,9 @@ NOT_BUILT: dict[str, str] = {}
 def plan(config: PipelineConfig) -> list[Step]:
     """The steps of a pipeline run, in order; each names its inputs by the steps they come from.
 
-    tasks (synthetic and/or imported) → collect → curate → convert → student → sft → rl → evaluate
-    the student before and after SFT (and after RL) on the held-out tasks, the teacher on the same
-    tasks, the report.
+    tasks (synthetic and/or imported) → collect → curate → convert → student → sft → evaluate the
+    student before and after SFT on the held-out tasks → rl (``rl.families: auto`` reads the SFT
+    model's evaluation) → evaluate after RL → the teacher on the same tasks → the report.
     """
     from coa.collect import step as collect
     from coa.convert import step as convert
@@ -189,18 +189,22 @@ def plan(config: PipelineConfig) -> list[Step]:
     if config.sft is not None:
         steps.append(sft.step(config.sft, base, Upstream("convert", "sft")))
         tuned = Upstream("sft")
-    reinforced = None
-    if config.rl is not None:
-        steps.append(rl.step(config.rl, tuned or base, Upstream("convert", "rl_prompts")))
-        reinforced = Upstream("rl")
+    prompts = Upstream("convert", "rl_prompts")
     if config.evaluate is None or config.synthetic is None:
+        if config.rl is not None:  # rl.families: auto needs the evaluation: rl.step says so
+            steps.append(rl.step(config.rl, tuned or base, prompts))
         return steps
     heldout = Upstream("synthetic", "heldout")
     tools = eval_tools(config)
     steps.append(evaluate.step(config.evaluate, tools, heldout, base, name="evaluate.before"))
     if tuned is not None:
         steps.append(evaluate.step(config.evaluate, tools, heldout, tuned, name="evaluate.after"))
-    if reinforced is not None:
+    reinforced = None
+    if config.rl is not None:
+        # the evaluation of the model RL starts from: read only with rl.families: auto
+        judged = Upstream("evaluate.after" if tuned is not None else "evaluate.before", "eval")
+        steps.append(rl.step(config.rl, tuned or base, prompts, evaluation=judged))
+        reinforced = Upstream("rl")
         steps.append(evaluate.step(config.evaluate, tools, heldout, reinforced, name="evaluate.after_rl"))
     steps.append(collect.step(config.collect, heldout, name="collect.heldout"))
     steps.append(

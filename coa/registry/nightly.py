@@ -10,7 +10,9 @@ A night (a date, or any label) runs :func:`nightly_plan`:
    ``trajectories`` and one ``tasks`` table; a run id seen twice is kept once);
 5. ``curate`` (its dedup and decontamination then work across nights), ``convert``;
 6. ``sft`` from the configured base or from the champion (``promotion.sft_from``);
-7. ``rl`` on tonight's RL prompts from the SFT model, when the config has an ``rl`` section;
+7. ``rl`` on tonight's RL prompts from the SFT model, when the config has an ``rl`` section (with
+   ``rl.families: auto``, ``evaluate.sft`` first evaluates the SFT model on the held-out tasks and
+   RL trains on the family it leaves weakest among those it solves sometimes: :mod:`coa.rl.family`);
 8. ``evaluate.candidate`` (the **candidate** is the last model trained tonight: the RL model when
    RL runs, else the SFT model; :func:`candidate_step` names it) and ``evaluate.champion`` on the
    held-out tasks (the champion's evaluation is content-addressed: reused every night until the
@@ -48,6 +50,7 @@ NEW_TASKS = "nightly.new_tasks"
 MERGE = "nightly.merge"
 GATE = "gate"
 CANDIDATE_EVAL = "evaluate.candidate"
+SFT_EVAL = "evaluate.sft"  # with rl.families: auto only
 VERDICT_FILE = "verdict.json"
 
 
@@ -158,10 +161,14 @@ def nightly_plan(config: PipelineConfig, night: str, registry: Registry, ledger:
         base = Upstream("student")
     steps.append(sft.step(config.sft, base, Upstream("convert", "sft")))
     candidate = Upstream("sft")
-    if config.rl is not None:
-        steps.append(rl.step(config.rl, candidate, Upstream("convert", "rl_prompts")))
-        candidate = Upstream("rl")
     heldout, tools = Upstream("synthetic", "heldout"), eval_tools(config)
+    if config.rl is not None:
+        evaluation = None
+        if config.rl.families == "auto":  # RL's family is picked from the SFT model's evaluation
+            steps.append(evaluate.step(config.evaluate, tools, heldout, candidate, name=SFT_EVAL))
+            evaluation = Upstream(SFT_EVAL, "eval")
+        steps.append(rl.step(config.rl, candidate, Upstream("convert", "rl_prompts"), evaluation=evaluation))
+        candidate = Upstream("rl")
     steps.append(evaluate.step(config.evaluate, tools, heldout, candidate, name=CANDIDATE_EVAL))
     if champion_model is not None:
         steps.append(evaluate.step(config.evaluate, tools, heldout, champion_model, name="evaluate.champion"))

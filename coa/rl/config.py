@@ -136,10 +136,16 @@ class RLParams(StrictModel):
     entropy_floor: float | None = Field(
         default=0.01,
         ge=0,
-        description="Stop with EntropyCollapse when the logged mean token entropy falls below this "
-        "(after `entropy_grace_steps`); null = no guard.",
+        description="Stop with EntropyCollapse when the mean token entropy of the last `entropy_window` "
+        "logged steps falls below this (after `entropy_grace_steps`); null = no guard.",
     )
     entropy_grace_steps: int = Field(default=2, ge=0, description="Steps before the entropy guard acts.")
+    entropy_window: int = Field(
+        default=5,
+        ge=1,
+        description="Logged steps the entropy guard averages: one batch's entropy is noisy (a confident "
+        "model's swung 0.005-0.058 nats within 30 steps).",
+    )
     heldout_eval_steps: int | None = Field(
         default=None,
         ge=1,
@@ -182,8 +188,10 @@ class RLParams(StrictModel):
     generation_batch: int = Field(
         default=64, ge=1, description="Most generations batched into one generate call."
     )
-    families: tuple[str, ...] | None = Field(
-        default=None, description="Train on the prompts of these families only; null = all."
+    families: tuple[str, ...] | Literal["auto"] | None = Field(
+        default=None,
+        description="Train on the prompts of these families only; null = all; auto = the family the SFT "
+        "model's held-out evaluation shows weakest among those it solves sometimes (coa.rl.family).",
     )
     tools: ToolsConfig = Field(default_factory=ToolsConfig, description="The tools the policy calls.")
     judge: LLMConfig | None = Field(

@@ -74,8 +74,13 @@ JUDGE_AUDIT_FILE = "judge_audit.json"
 CURVES_PNG = "rl_curves.png"
 
 
-def select_prompts(prompts: pa.Table, families: Sequence[str] | None) -> list[dict[str, Any]]:
+def select_prompts(prompts: pa.Table, families: Sequence[str] | str | None) -> list[dict[str, Any]]:
     """The rows of the configured families; none left is an error."""
+    if isinstance(families, str):
+        raise RLError(
+            f"rl.families: {families} is resolved by the RL step from an evaluation of the model "
+            "(`coa run`, or `coa rl --eval`); a run on its own needs the families named (rl.families: [math])"
+        )
     rows = prompts.to_pylist()
     if families is not None:
         rows = [r for r in rows if r["family"] in families]
@@ -212,7 +217,10 @@ def build_trainer(
     judge, audit = open_judge(config, out)
     source = RolloutSource(rows, config, toolbox, judge)
     writer = _RolloutWriter(out / ROLLOUTS_DIR)
-    counter, guard = StepCounter(), EntropyGuard(config.entropy_floor, config.entropy_grace_steps)
+    counter, guard = (
+        StepCounter(),
+        EntropyGuard(config.entropy_floor, config.entropy_grace_steps, config.entropy_window),
+    )
     trainer = GRPOTrainer(
         model=model,
         reward_funcs=[_term_reward(t) for t in TERMS],

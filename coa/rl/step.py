@@ -27,7 +27,9 @@ from typing import Any
 
 import yaml
 
+from coa.errors import UserError
 from coa.rl.config import EntropyCollapse, RLError, RLParams, RLResult, RLRunConfig, RLStageConfig
+from coa.rl.family import pick_family
 from coa.rl.signal import learning_signal
 from coa.steps import Build, Step, StepInput
 from coa.train.step import resolve_launcher, work_dir
@@ -47,17 +49,32 @@ def step(
     prompts: StepInput,
     name: str = "rl",
     callbacks: Sequence[Any] = (),
+    evaluation: StepInput | None = None,
 ) -> Step:
-    """Train ``base`` (the SFT model) with GRPO/DAPO on the ``rl_prompts`` of ``prompts``."""
+    """Train ``base`` (the SFT model) with GRPO/DAPO on the ``rl_prompts`` of ``prompts``.
+
+    With ``rl.families: auto``, ``evaluation`` (an ``eval.v1`` table of ``base`` on held-out tasks)
+    picks the family (:mod:`coa.rl.family`); it is not read otherwise."""
+    inputs: dict[str, StepInput] = {"base": base, "prompts": prompts}
+    expects = {"prompts": "rl_prompt.v1"}
+    if config.families == "auto":
+        if evaluation is None:
+            raise UserError(
+                "rl.families: auto picks the family from an evaluation of the SFT model on held-out tasks: "
+                "configure `evaluate` and `synthetic` (coa run), pass `--eval` (coa rl), or name the "
+                "families (rl.families: [math])"
+            )
+        inputs["evaluation"] = evaluation
+        expects["evaluation"] = "eval.v1"
     return Step(
         name=name,
         kind="model",
         artifact=config.name,
         config=config,
         build=lambda b: _build(b, callbacks),
-        inputs={"base": base, "prompts": prompts},
+        inputs=inputs,
         describe="agentic RL (GRPO/DAPO on multi-turn tool rollouts)",
-        expects={"prompts": "rl_prompt.v1"},
+        expects=expects,
         produces={ROLLOUTS_TABLE: "rollout.v1"},
     )
 
@@ -70,6 +87,14 @@ def _build(b: Build, callbacks: Sequence[Any]) -> None:
     base, prompts = b.model("base"), b.table("prompts")
     out = work_dir(b.store.root, b.writer.uri)
     params = config.model_dump(include=set(RLParams.model_fields))
+    choice = None
+    if config.families == "auto":
+        families = prompts.read(["family"]).column("family").to_pylist()
+        choice = pick_family(b.table("evaluation").read(["family", "correct"]), families)
+        params["families"] = (choice["family"],)
+        log.info("rl: families auto -> %s (%s; %s)", choice["family"], choice["rule"], choice["accuracy"])
+        if choice["warning"]:
+            log.warning("rl: %s", choice["warning"])
     observations = b.store.root if "://" not in b.store.root else None
     run_config = RLRunConfig(
         **params, base_model=base.local_path(), output_dir=str(out), observation_root=observations
@@ -79,6 +104,8 @@ def _build(b: Build, callbacks: Sequence[Any]) -> None:
             "base_model": base.name,
             "prompts": {"uri": prompts.uri, "content_hash": prompts.ref.content_hash, "rows": prompts.rows()},
             "rewards": config.rewards.model_dump(mode="json"),
+            "families": list(params["families"]) if params["families"] is not None else None,
+            "family_choice": choice,  # rl.families: auto (None when named)
         }
     )
     try:
@@ -128,6 +155,7 @@ def _build(b: Build, callbacks: Sequence[Any]) -> None:
         alarm=result.alarm,
         learning_signal={k: v for k, v in signal.items() if k != "warning"},
         no_signal=signal["warning"],
+        family_choice=choice,
     )
     b.cleanup.append(lambda: shutil.rmtree(out, ignore_errors=True))
 
