@@ -102,6 +102,16 @@ def _model_of(result: StepResult) -> str:
     return str(model.get("model") or model.get("uri") or "the model")
 
 
+def _family_markdown(choice: dict[str, Any] | None) -> str:
+    """The family ``rl.families: auto`` picked, why, and its warning when it fell back."""
+    if not choice:
+        return ""
+    scores = ", ".join(f"{f} {a:.0%}" for f, a in choice["accuracy"].items())
+    warning = f" **Warning:** {choice['warning']}" if choice.get("warning") else ""
+    why = f"{choice['rule']}; held-out accuracy after SFT: {scores}"
+    return f"Family: **{choice['family']}** ({why}).{warning}\n\n"
+
+
 def _rl(step: Step, result: StepResult) -> None:
     s = result.summary
     png = base64.b64encode(io.read_file(result.ref, "rl_curves.png")).decode()
@@ -121,6 +131,7 @@ def _rl(step: Step, result: StepResult) -> None:
         markdown="# RL (GRPO/DAPO)\n\n"
         + (f"**Reward-hacking alarm:** {alarm}\n\n" if alarm else "")
         + (f"**No learning signal:** {s['no_signal']}\n\n" if s.get("no_signal") else "")
+        + _family_markdown(s.get("family_choice"))
         + f"![reward, entropy, zero-variance share](data:image/png;base64,{png})\n\n"
         f"| steps run / planned | rollouts | seconds | last reward | last entropy | device |\n"
         f"|---|---|---|---|---|---|\n"

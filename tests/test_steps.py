@@ -129,8 +129,8 @@ def test_model_inputs_need_exactly_one_source() -> None:
 def test_the_demo_plan_reads_as_the_list_of_stages() -> None:
     steps = plan(load_pipeline_config(REPO / "configs" / "demo.yaml"))
     assert [s.name for s in steps] == [
-        "synthetic", "collect", "curate", "convert", "student", "sft", "rl",
-        "evaluate.before", "evaluate.after", "evaluate.after_rl", "collect.heldout", "report",
+        "synthetic", "collect", "curate", "convert", "student", "sft",
+        "evaluate.before", "evaluate.after", "rl", "evaluate.after_rl", "collect.heldout", "report",
     ]  # fmt: skip
     names = {s.name for s in steps}
     for step in steps:  # every upstream reference names an earlier step

@@ -323,7 +323,17 @@ def write_training_report(b: Any) -> list[dict[str, Any]]:
             "last reward / entropy": f"{last.get('reward', math.nan):.3f} / "
             f"{last.get('entropy', math.nan):.3f}",
         }
-        signal = io.read_lineage(rl.ref).get("learning_signal")
+        rl_lineage = io.read_lineage(rl.ref)
+        if rl_lineage.get("families"):
+            choice = rl_lineage.get("family_choice")
+            rl_facts["families"] = ", ".join(rl_lineage["families"]) + (
+                f" (auto: {choice['rule']}; after SFT "
+                + ", ".join(f"{f} {a:.0%}" for f, a in choice["accuracy"].items())
+                + ")"
+                if choice
+                else ""
+            )
+        signal = rl_lineage.get("learning_signal")
         if signal:  # RL artifacts made before it was recorded have none
             rl_facts["learning signal"] = signal["warning"] or (
                 f"{signal['correct_share']:.1%} of episodes correct; {signal['mixed_groups']:,} of "

@@ -23,7 +23,7 @@ OVERRIDES = [
     "synthetic.heldout={arithmetic: 2, programming: 2}",
     "curate.gate.correctness_floor=0.3",
     *TINY_TRAINING,
-    "rl.families=[code]",  # as the demo: RL on programming only
+    "rl.families=[code]",  # RL on programming only (the demo picks its family: auto)
 ]
 BUILT = ("synthetic", "collect", "curate", "convert", "student", "sft", "rl", "evaluate.after")
 

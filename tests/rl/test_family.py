@@ -64,8 +64,9 @@ def test_a_run_of_its_own_needs_the_families_named() -> None:
 
 
 def test_the_plan_evaluates_the_sft_model_before_rl_picks_its_family() -> None:
-    demo = load_pipeline_config("configs/demo.yaml")
-    auto = load_pipeline_config("configs/demo.yaml", ["rl.families=auto"])
+    demo = load_pipeline_config("configs/demo.yaml", ["rl.families=[code]"])
+    auto = load_pipeline_config("configs/demo.yaml")  # the demo picks its family
+    assert auto.rl is not None and auto.rl.families == "auto"
     named = {s.name: s for s in plan(demo)}
     steps = {s.name: s for s in plan(auto)}
     order = list(steps)
@@ -78,7 +79,9 @@ def test_the_plan_evaluates_the_sft_model_before_rl_picks_its_family() -> None:
 
 
 @pytest.mark.sandbox
-def test_the_rl_step_trains_on_the_picked_family_and_records_why(tiny_model: Path, tmp_path: Path) -> None:
+def test_the_rl_step_trains_on_the_picked_family_and_records_why(
+    tiny_model: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     store = io.Store(str(tmp_path / "store"))
     code = {**math_prompt(9, 1, 2), "prompt_id": "c9@code", "task_id": "c9", "family": "code"}
     writer = store.writer("converted", "coa", {"test": 1})
@@ -108,6 +111,14 @@ def test_the_rl_step_trains_on_the_picked_family_and_records_why(tiny_model: Pat
     assert built.summary["family_choice"]["family"] == "math"
     trained = set(io.read_table(built.ref, "rollouts").column("prompt_id").to_pylist())
     assert trained and all(p.endswith("@code_math") for p in trained)  # no code prompt was rolled out
+    from tasks import publish
+
+    made: list[dict[str, str]] = []
+    monkeypatch.setattr(publish, "create_markdown_artifact", lambda **kw: made.append(kw))
+    monkeypatch.setattr(publish, "create_table_artifact", lambda **kw: None)
+    publish.publish(step, built)  # the RL step's Prefect artifact names the family and why
+    assert "Family: **math** (lowest held-out accuracy above 0 and below 1" in made[-1]["markdown"]
+    assert "code 0%, math 33%" in made[-1]["markdown"]
 
 
 def test_a_night_with_auto_families_evaluates_its_sft_model_first(tmp_path: Path) -> None:
