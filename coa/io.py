@@ -390,19 +390,28 @@ def read_table(
     settings: Settings | None = None,
     columns: Sequence[str] | None = None,
 ) -> pa.Table:
-    """Read one table of a committed artifact through its contract (the one check)."""
+    """Read one table of a committed artifact through its contract (the one check).
+
+    ``columns``: only those are read from the files (and checked), not the whole table: a curate
+    run of 285k tasks held 185 MB of the task table, 114 MB of it a column it never read."""
     ref = open_artifact(uri, settings)
     name = table or ref.primary_table
     info = _table_info(ref, name)
     contract = schemas.get(info.schema_id)
+    if columns is not None:
+        contract = contract.project(list(columns))
     fs, path = filesystem(ref.uri, settings)
     parts = []
     for rel in info.files:
         with fs.open(posixpath.join(path, rel), "rb") as fh:
-            parts.append(pq.read_table(fh))
+            if columns is None:
+                parts.append(pq.read_table(fh))
+                continue
+            source = pq.ParquetFile(fh)
+            present = set(source.schema_arrow.names)  # a nullable column added later is filled by conform
+            parts.append(source.read(columns=[c for c in columns if c in present]))
     data = pa.concat_tables(parts) if parts else contract.empty_table()
-    data = contract.conform(data)
-    return data.select(list(columns)) if columns else data
+    return contract.conform(data)
 
 
 def iter_batches(

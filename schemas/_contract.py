@@ -104,6 +104,12 @@ class Contract:
                 return c
         raise KeyError(f"{self.id} has no column {name!r}")
 
+    def project(self, names: Sequence[str]) -> Contract:
+        """This contract narrowed to the columns ``names`` (in that order): the same id, so a
+        table read in part is checked against exactly the columns it holds."""
+        columns = tuple(self.column(n) for n in names)
+        return dataclasses.replace(self, columns=columns, unique=tuple(u for u in self.unique if u in names))
+
     def empty_table(self) -> pa.Table:
         return self.schema.empty_table()
 

@@ -95,12 +95,14 @@ def previous_summary(store: io.Store, name: str, exclude: str) -> dict[str, Any]
 def _build(b: Build) -> None:
     config: CurateConfig = b.step.config
     raw = b.table("raw")
-    task_table = b.table("tasks").read(["task_id", "family", "question", "gold_answers", "test_cases"])
-    tests = code_tests(task_table)
+    # only the code tasks' tests stay in memory while the runs stream (not the whole task table)
+    tests = code_tests(b.table("tasks").read(["task_id", "family", "test_cases"]))
     adapt = None
     if raw.ref.tables[raw.table].schema_id == schemas.ROLLOUT.id:
         created = dt.datetime.fromisoformat(io.read_lineage(raw.ref)["created_at"])
+        task_table = b.table("tasks").read(["task_id", "family", "question", "gold_answers", "test_cases"])
         adapt = RolloutRuns({t["task_id"]: t for t in task_table.to_pylist()}, raw.uri, created)
+        del task_table
     judge = None
     if config.judge is not None:
         from coa.scoring.judge import LLMJudge
