@@ -506,11 +506,10 @@ def rl(
             f"{sig['groups_with_a_correct_episode']:,} of {sig['groups']:,} groups held a correct one, "
             f"{sig['mixed_groups']:,} mixed"
         )
-    for key in ("alarm", "no_signal"):
-        if key == "no_signal" and (s.get("family_choice") or {}).get("warning"):
-            err.print(f"[bold red]warning:[/] {s['family_choice']['warning']}", highlight=False)
-        if s.get(key):
-            err.print(f"[bold red]warning:[/] {s[key]}", highlight=False)
+    family_warning = (s.get("family_choice") or {}).get("warning")
+    for message in (s.get("alarm"), family_warning, s.get("no_signal")):
+        if message:
+            err.print(f"[bold red]warning:[/] {message}", highlight=False)
 
 
 @app.command()

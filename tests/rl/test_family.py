@@ -135,3 +135,18 @@ def test_a_night_with_auto_families_evaluates_its_sft_model_first(tmp_path: Path
             assert order.index("sft") < order.index("evaluate.sft") < order.index("rl")
             assert steps["evaluate.sft"].inputs["model"] == Upstream("sft")
             assert steps["rl"].inputs["evaluation"] == Upstream("evaluate.sft", "eval")
+
+
+def test_coa_rl_with_auto_families_and_no_evaluation_says_how_to_fix_it(storage_root: Path) -> None:
+    from typer.testing import CliRunner
+
+    from coa.cli import app
+
+    writer = io.Store().writer("converted", "coa", {"cli": "auto"})
+    writer.write_table("rl_prompts", prompts_table(2), schemas.RL_PROMPT)
+    converted = writer.commit()
+    result = CliRunner().invoke(
+        app, ["rl", "--data", converted.uri, "--model", "nowhere", "rl.families=auto"]
+    )
+    said = " ".join(result.output.split())
+    assert result.exit_code == 2 and "pass `--eval` (coa rl)" in said, said
