@@ -90,6 +90,19 @@ TRAJECTORY = Contract(
         Column("latency_s", pa.float64(), "Wall time of the run in seconds."),
         Column("started_at", TS, "When the run started."),
         Column("finished_at", TS, "When the run ended."),
+        Column(
+            "coa_variant",
+            pa.string(),
+            "CoA grammar variant curate's check converted the run to; null before curation.",
+            nullable=True,
+        ),
+        Column(
+            "coa_text",
+            pa.string(),
+            "The run as CoA assistant text, as curate's check rendered it (convert reuses it instead of "
+            "converting the run again); null before curation.",
+            nullable=True,
+        ),
     ),
     unique=("run_id",),
 )

@@ -22,7 +22,7 @@ import dataclasses
 import datetime as dt
 import json
 import os
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -34,7 +34,16 @@ from coa.curate.config import CurateConfig
 from coa.curate.decontam import BenchmarkIndex
 from coa.curate.dedup import Deduplicator, content_hashes
 from coa.curate.expectations import Gate, steps_for_gate
-from coa.curate.filters import CoaCheck, Rejection, RowView, Score, check_coa, vector_checks, view_rows
+from coa.curate.filters import (
+    CoaCheck,
+    CoaRender,
+    Rejection,
+    RowView,
+    Score,
+    check_coa,
+    vector_checks,
+    view_rows,
+)
 from coa.curate.frames import step_frame
 from coa.curate.report import drift_rows, headline_markdown, render_report
 from coa.curate.summary import SummaryBuilder
@@ -115,6 +124,15 @@ def quarantine_table(
     )
 
 
+def with_coa(table: pa.Table, renders: Sequence[CoaRender | None]) -> pa.Table:
+    """``table`` with ``coa_variant`` and ``coa_text`` set from the CoA check's renderings (null where
+    the check did not render the run): convert reads them instead of converting it again."""
+    for name, values in (("coa_variant", [r.variant if r else None for r in renders]),
+                         ("coa_text", [r.text if r else None for r in renders])):  # fmt: skip
+        table = table.set_column(table.schema.get_field_index(name), name, pa.array(values, pa.string()))
+    return table
+
+
 class _Curator:
     """The per-batch logic and the small state carried across batches."""
 
@@ -140,9 +158,11 @@ class _Curator:
         self.index = BenchmarkIndex(config.decontam, benchmarks)
         self.dedup = Deduplicator(config.dedup)
 
-    def verdicts(self, table: pa.Table) -> tuple[pa.Table, list[Rejection | None]]:
-        """Score the batch and decide every run: None = kept, else why it is quarantined."""
+    def verdicts(self, table: pa.Table) -> tuple[pa.Table, list[Rejection | None], dict[int, CoaRender]]:
+        """Score the batch and decide every run: None = kept, else why it is quarantined; and the
+        CoA rendering of each run the CoA check converted (by row)."""
         cfg = self.config
+        renders: dict[int, CoaRender] = {}
         score_errors: list[str | None] | None = None
         if self.score is not None:
             table, score_errors = fill_correct(table, self.score)
@@ -151,8 +171,11 @@ class _Curator:
         if alive and cfg.filters.require_valid_coa:
             assert self.coa_check is not None
             pylist = view_rows(table.take(pa.array(alive, pa.int64())), self.coa_row)
-            for i, v in zip(alive, check_coa(pylist, self.coa_check), strict=True):
+            checked, rendered = check_coa(pylist, self.coa_check)
+            for i, v, r in zip(alive, checked, rendered, strict=True):
                 verdicts[i] = v
+                if r is not None:
+                    renders[i] = r
             alive = [i for i in alive if verdicts[i] is None]
         questions = normalize_many(table.column("question").to_pylist())
         if alive and len(self.index):
@@ -167,7 +190,7 @@ class _Curator:
             found = self.dedup.check_many(task_ids, [questions[i] for i in alive], hashes)
             for i, v in zip(alive, found, strict=True):
                 verdicts[i] = v
-        return table, verdicts
+        return table, verdicts, renders
 
 
 def curate(
@@ -209,11 +232,11 @@ def curate(
         table = TRAJECTORY.conform(table)
         if table.num_rows == 0:
             continue
-        table, verdicts = curator.verdicts(table)
+        table, verdicts, renders = curator.verdicts(table)
         kept = [i for i, v in enumerate(verdicts) if v is None]
         rejected = [(i, v) for i, v in enumerate(verdicts) if v is not None]
         if kept:
-            write_curated(table.take(pa.array(kept, pa.int64())))
+            write_curated(with_coa(table.take(pa.array(kept, pa.int64())), [renders.get(i) for i in kept]))
         if rejected:
             write_quarantine(quarantine_table(table, rejected, source, dt.datetime.now(dt.UTC)))
         rows_in += table.num_rows

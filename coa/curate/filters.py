@@ -8,7 +8,9 @@ an injected per-run callable, runs row by row, and only on runs that passed ever
 Scoring and the CoA format belong to other modules, so both are injected:
 
 * ``score(final_answer, gold_answers, family) -> bool | None`` (None: cannot score);
-* ``coa_check(row) -> str | None`` (None: converts to a valid CoA trajectory, else the error).
+* ``coa_check(row) -> str | tuple[str, str] | None``: the error, or None or ``(variant, text)`` when
+  the run converts to a valid CoA trajectory; a ``(variant, text)`` is kept in the curated row
+  (``coa_variant``, ``coa_text``) so that convert does not convert the run a second time.
 
 Checks run in :data:`FILTER_ORDER`; a rejected run is quarantined with the first failing reason and
 its detail, and the other failing reasons are listed after it.
@@ -18,7 +20,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 import polars as pl
 import pyarrow as pa
@@ -30,8 +32,17 @@ from coa.curate.frames import step_frame
 Score = Callable[[str | None, list[str], str], bool | None]
 """``score(final_answer, gold_answers, family)``: True/False, or None when it cannot score."""
 
-CoaCheck = Callable[[dict[str, Any]], str | None]
-"""``coa_check(trajectory_row)``: None when the run converts to a valid CoA trajectory, else why not."""
+CoaCheck = Callable[[dict[str, Any]], str | tuple[str, str] | None]
+"""``coa_check(trajectory_row)``: why the run does not convert to a valid CoA trajectory, else None or
+its rendering ``(variant, assistant text)``."""
+
+
+class CoaRender(NamedTuple):
+    """A run the CoA check converted: its grammar variant and assistant text."""
+
+    variant: str
+    text: str
+
 
 FILTER_ORDER = (
     "unclean_end",
@@ -285,13 +296,22 @@ def view_rows(table: pa.Table, view: RowView | None) -> list[dict[str, Any]]:
     return pa.table(data).to_pylist()
 
 
-def check_coa(rows: Sequence[dict[str, Any]], coa_check: CoaCheck) -> list[Rejection | None]:
-    """The injected CoA check per run; a raising check counts as invalid with its error."""
-    out: list[Rejection | None] = []
+def check_coa(
+    rows: Sequence[dict[str, Any]], coa_check: CoaCheck
+) -> tuple[list[Rejection | None], list[CoaRender | None]]:
+    """The injected CoA check per run: (its rejection or None, its rendering or None) per row; a
+    raising check counts as invalid with its error."""
+    verdicts: list[Rejection | None] = []
+    renders: list[CoaRender | None] = []
     for row in rows:
         try:
-            problem = coa_check(row)
+            outcome = coa_check(row)
         except Exception as e:  # noqa: BLE001 - a converter crash is a reason, not a stage failure
-            problem = f"CoA check raised {type(e).__name__}: {e}"
-        out.append(None if problem is None else Rejection("invalid_coa", str(problem)[:2000]))
-    return out
+            outcome = f"CoA check raised {type(e).__name__}: {e}"
+        if isinstance(outcome, str):
+            verdicts.append(Rejection("invalid_coa", outcome[:2000]))
+            renders.append(None)
+        else:
+            verdicts.append(None)
+            renders.append(CoaRender(*outcome) if outcome is not None else None)
+    return verdicts, renders

@@ -43,7 +43,7 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-from coa.format import FormatError, Segment, Trajectory, extract_boxed, extract_code_block, validate
+from coa.format import FormatError, Segment, Trajectory, extract_boxed, extract_code_block, render, validate
 from coa.format.code import render_code
 from coa.tools.code import extract_code
 
@@ -230,6 +230,10 @@ def _validated(trajectory: Trajectory, variant: str) -> Conversion:
     return Conversion(variant, trajectory)
 
 
-def coa_check(row: Mapping[str, Any]) -> str | None:
-    """For curation: None when the run converts to a valid CoA trajectory, else the reason."""
-    return to_coa(row).error
+def coa_check(row: Mapping[str, Any]) -> str | tuple[str, str]:
+    """For curation: the reason the run does not convert to a valid CoA trajectory, else its
+    rendering ``(variant, assistant text)`` (kept in the curated row for convert)."""
+    conversion = to_coa(row)
+    if conversion.trajectory is None:
+        return conversion.error or "invalid_coa: no trajectory"
+    return conversion.variant, render(conversion.trajectory)

@@ -160,9 +160,14 @@ def test_a_raising_coa_check_is_an_invalid_coa_reason() -> None:
     def broken(row: dict[str, Any]) -> str | None:
         raise KeyError("steps")
 
-    (rej,) = check_coa([run("x", question(1))], broken)
-    assert rej is not None and rej.reason == "invalid_coa" and "KeyError" in rej.detail
-    assert check_coa([run("y", question(2))], coa_check) == [None]
+    (rej,), (rendered,) = check_coa([run("x", question(1))], broken)
+    assert rej is not None and rej.reason == "invalid_coa" and "KeyError" in rej.detail and rendered is None
+    assert check_coa([run("y", question(2))], coa_check) == ([None], [None])
+    rendering = lambda row: ("code_math", "<plan>\nAdd.\n</plan>\n")  # noqa: E731
+    assert check_coa([run("z", question(3))], rendering) == (
+        [None],
+        [("code_math", "<plan>\nAdd.\n</plan>\n")],
+    )
 
 
 def test_payload_is_truncated_to_100k_characters(tmp_path: Path) -> None:
@@ -208,7 +213,7 @@ def test_coa_check_reads_only_its_row_view(teacher_runs: list[dict[str, Any]]) -
         assert set(narrow[0]["steps"][0]) == set(COA_CHECK_ROW.step_fields)
         expected = [real_check(r) for r in t.to_pylist()]
         assert [real_check(r) for r in narrow] == expected
-        assert any(e is not None for e in expected) and any(e is None for e in expected)
+        assert any(isinstance(e, str) for e in expected) and any(isinstance(e, tuple) for e in expected)
 
 
 def test_fill_correct_scores_each_distinct_answer_once() -> None:
