@@ -41,7 +41,9 @@ interpreter and imports; the RSS after imports is shown too) is its own:
 3. ``convert``: the convert step with the default ``ConvertConfig`` (Qwen2.5 token counts) on the
    curated artifact; its peak RSS is read before the tokenizer baseline: the bare fast tokenizer
    (tiktoken's ``encode_batch``) on a sample of the very texts convert counted, against convert's
-   own counting of them (each distinct text once) and its batch counter on every text.
+   own counting of them (each distinct text once) and its batch counter on every text; then the
+   CoA check once: the SFT examples of the first ``COA_SAMPLE`` curated runs made with curate's
+   rendering reused (as convert does) against the same runs converted again (CPU time, best of 2).
 
 Figures: wall time and rows/s per phase against the scan, CPU time of each phase's process (the
 machine is shared, so CPU-time ratios are the steadier ones; the sandbox's subprocesses are not
@@ -73,6 +75,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 CHUNK_ROWS = 10_000  # rows per write = one row group of the raw file
+COA_SAMPLE = 10_000  # curated runs converted both ways (the CoA check once)
 TOKENIZER_SAMPLE = 30_000  # texts of the first convert batches timed against the bare tokenizer
 
 
@@ -467,7 +470,21 @@ def phase_convert(root: str, curated: Any, tasks: Any, profile: bool) -> dict[st
         for lo in range(0, len(texts), 3000):
             counter(texts[lo : lo + 3000])
         ours.append(time.perf_counter() - t)
+    # the CoA check once: SFT examples of the first curated runs as convert makes them (curate's
+    # rendering reused) and with the rendering dropped (each run converted again), best of 2 each
+    convert_core.count_tokens = original
+    sample = next(io.iter_batches(curated, "trajectories", batch_rows=COA_SAMPLE)).to_pylist()
+    again = [{**r, "coa_variant": None, "coa_text": None} for r in sample]
+    reuse, convert_again = [], []
+    for _ in range(2):
+        for rows, times in ((sample, reuse), (again, convert_again)):
+            t = time.process_time()
+            convert_core.sft_examples(rows, config, "bench")
+            times.append(time.process_time() - t)
     return {
+        "coa_rows": len(sample),
+        "coa_reuse_s": min(reuse),
+        "coa_again_s": min(convert_again),
         "ours_all_s": min(ours),
         "seconds": seconds,
         "cpu_s": cpu_s,
@@ -599,6 +616,11 @@ def main(argv: list[str] | None = None) -> None:
         f"encode_batch of the same texts {con['bare_tok_s']:.2f}s; ratio (bare time / convert time) "
         f"{con['bare_tok_s'] / con['tok_s']:.2f} (each distinct text encoded once); convert's batch "
         f"counter on every text {con['ours_all_s']:.2f}s: ratio {con['bare_tok_s'] / con['ours_all_s']:.2f}"
+    )
+    print(
+        f"convert, the CoA check once: SFT examples of the first {con['coa_rows']} curated runs in "
+        f"{con['coa_reuse_s']:.2f} CPU-s with curate's rendering reused, {con['coa_again_s']:.2f} CPU-s "
+        f"converting each run again: {con['coa_again_s'] / con['coa_reuse_s']:.2f}x"
     )
     print(
         f"ratio: rows={opt.rows} scan={scan['seconds']:.2f}s curate={cur['seconds']:.2f}s "
