@@ -489,8 +489,11 @@ def rl(
     typer.echo(f"model: {result.ref.uri}")
     if s.get("family_choice"):
         choice = s["family_choice"]
-        scores = ", ".join(f"{f} {a:.0%}" for f, a in choice["accuracy"].items())
-        typer.echo(f"family: {choice['family']} ({choice['rule']}; held-out accuracy {scores})")
+        from coa.rl.family import shown
+
+        typer.echo(
+            f"family: {choice['family']} ({choice['rule']}; held-out accuracy {shown(choice['accuracy'])})"
+        )
     typer.echo(
         f"{s['steps_run']} steps ({s['steps_planned']} planned), {s['rollouts']:,} rollouts in "
         f"{s['train_runtime_s']:.0f} s, last reward {s['final_reward']}, entropy {s['final_entropy']}; "

@@ -24,6 +24,7 @@ import pyarrow as pa
 
 from coa import reporting
 from coa.evaluate.metrics import aligned_table, cell
+from coa.rl.family import shown
 
 ALL = "all"
 METRIC_LABELS = {
@@ -327,11 +328,7 @@ def write_training_report(b: Any) -> list[dict[str, Any]]:
         if rl_lineage.get("families"):
             choice = rl_lineage.get("family_choice")
             rl_facts["families"] = ", ".join(rl_lineage["families"]) + (
-                f" (auto: {choice['rule']}; after SFT "
-                + ", ".join(f"{f} {a:.0%}" for f, a in choice["accuracy"].items())
-                + ")"
-                if choice
-                else ""
+                f" (auto: {choice['rule']}; after SFT {shown(choice['accuracy'])})" if choice else ""
             )
         signal = rl_lineage.get("learning_signal")
         if signal:  # RL artifacts made before it was recorded have none

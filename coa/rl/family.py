@@ -70,11 +70,12 @@ def pick_family(evaluation: pa.Table, prompt_families: Iterable[str]) -> dict[st
             else "every family solved, the first by name"
         )
         warning = (
-            f"rl.families: auto found no family the SFT model solves sometimes ({_shown(accuracy)}); "
+            f"rl.families: auto found no family the SFT model solves sometimes ({shown(accuracy)}); "
             f"RL trains on {family}, where GRPO may have nothing to learn from (see the learning signal)"
         )
     return {"family": family, "accuracy": accuracy, "rule": rule, "warning": warning}
 
 
-def _shown(accuracy: dict[str, float]) -> str:
+def shown(accuracy: dict[str, float]) -> str:
+    """``code 0%, math 67%``: per-family accuracies as the CLI, the artifacts and the report show them."""
     return ", ".join(f"{f} {a:.0%}" for f, a in accuracy.items())
