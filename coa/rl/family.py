@@ -22,6 +22,9 @@ import pyarrow as pa
 
 from coa.rl.config import RLError
 
+EVAL_COLUMNS = ("family", "correct", "format_valid")
+"""The ``eval.v1`` columns the pick reads (the RL step reads only these)."""
+
 
 def accuracy_by_family(evaluation: pa.Table) -> dict[str, dict[str, Any]]:
     """Family → {tasks (rows), correct, accuracy, format_valid (share; 0 without the column)} of an

@@ -29,7 +29,7 @@ import yaml
 
 from coa.errors import UserError
 from coa.rl.config import EntropyCollapse, RLError, RLParams, RLResult, RLRunConfig, RLStageConfig
-from coa.rl.family import pick_family
+from coa.rl.family import EVAL_COLUMNS, pick_family
 from coa.rl.signal import learning_signal
 from coa.steps import Build, Step, StepInput
 from coa.train.step import resolve_launcher, work_dir
@@ -90,7 +90,7 @@ def _build(b: Build, callbacks: Sequence[Any]) -> None:
     choice = None
     if config.families == "auto":
         families = prompts.read(["family"]).column("family").to_pylist()
-        choice = pick_family(b.table("evaluation").read(["family", "correct"]), families)
+        choice = pick_family(b.table("evaluation").read(list(EVAL_COLUMNS)), families)
         params["families"] = (choice["family"],)
         log.info("rl: families auto -> %s (%s; %s)", choice["family"], choice["rule"], choice["accuracy"])
         if choice["warning"]:

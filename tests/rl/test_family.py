@@ -13,7 +13,7 @@ from coa.errors import UserError
 from coa.pipeline_config import PipelineConfig, load_pipeline_config, plan
 from coa.rl import step as rl_step
 from coa.rl.config import RLError, RLStageConfig
-from coa.rl.family import accuracy_by_family, pick_family
+from coa.rl.family import EVAL_COLUMNS, accuracy_by_family, pick_family
 from coa.rl.grpo import select_prompts
 from coa.steps import ModelInput, TableInput, Upstream, run_step
 from coa.tools.config import ToolsConfig
@@ -90,9 +90,13 @@ def test_the_rl_step_trains_on_the_picked_family_and_records_why(
     converted = writer.commit()
     scored = [row(f"c{i}", 0, False, family="code") for i in range(3)]
     scored += [row(f"m{i}", 0, i == 0, family="math") for i in range(3)]
+    scored += [row(f"q{i}", 0, False, family="code", format_valid=False) for i in range(2)]
     writer = store.writer("eval", "sft", {"test": 1})
     writer.write_table("eval", schemas.EVAL.from_rows(scored), schemas.EVAL)
     judged = writer.commit()
+    # what the step reads of it (EVAL_COLUMNS) keeps the format-valid share the fallback's tie-break needs
+    read = accuracy_by_family(io.read_table(judged, "eval", columns=EVAL_COLUMNS))
+    assert read["code"]["format_valid"] == 3 / 5 and read["math"]["format_valid"] == 1.0
     config = RLStageConfig(
         families="auto", max_steps=2, prompts_per_step=2, group_size=2, steps_per_generation=2, save_steps=2,
         max_turns=2, max_new_tokens=12, max_total_tokens=24, overlong_buffer=8, entropy_floor=None,
