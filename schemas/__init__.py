@@ -10,9 +10,12 @@ from schemas.rl_prompt import RL_PROMPT
 from schemas.rollout import ROLLOUT
 from schemas.sft import SFT
 from schemas.task import TASK
+from schemas.task_stats import TASK_STATS
 from schemas.trajectory import TRAJECTORY
 
-ALL: dict[str, Contract] = {c.id: c for c in (TASK, TRAJECTORY, QUARANTINE, SFT, RL_PROMPT, ROLLOUT, EVAL)}
+ALL: dict[str, Contract] = {
+    c.id: c for c in (TASK, TRAJECTORY, QUARANTINE, SFT, RL_PROMPT, ROLLOUT, EVAL, TASK_STATS)
+}
 
 
 def get(schema_id: str) -> Contract:
@@ -32,6 +35,7 @@ __all__ = [
     "SCHEMA_ID_KEY",
     "SFT",
     "TASK",
+    "TASK_STATS",
     "TRAJECTORY",
     "Column",
     "ColumnReport",

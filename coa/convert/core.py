@@ -149,7 +149,7 @@ def sft_examples(
 
 def rl_prompts(
     tasks: pa.Table,
-    stats: Mapping[str, list[int]],
+    stats: Mapping[str, Sequence[int]],
     config: ConvertConfig,
     source: str,
     first_group: int = 0,

@@ -8,14 +8,16 @@ written back batch by batch in table order: the same tables as in one process.
 
 from __future__ import annotations
 
-import json
+import polars as pl
+import pyarrow as pa
 
 import schemas
 from coa import io
 from coa.convert.config import ConvertConfig
 from coa.convert.core import rl_prompts, sft_examples
 from coa.convert.shards import converted_batches
-from coa.curate.step import TASK_STATS
+from coa.curate.step import TASK_STATS, TASK_STATS_JSON
+from coa.curate.task_stats import EMPTY_SCHEMA, from_json
 from coa.steps import Build, Step, StepInput
 
 SFT_BATCH_ROWS = 1000
@@ -37,10 +39,28 @@ def step(config: ConvertConfig, curated: StepInput, tasks: StepInput, name: str 
     )
 
 
+def teacher_stats(curated: io.ArtifactRef) -> pl.DataFrame:
+    """The curate artifact's runs and correct runs per task as one columnar frame (a few dozen bytes
+    a task, never a Python object per task); an old artifact's ``task_stats.json`` is read into the
+    same frame; none: empty (every task unrun)."""
+    if TASK_STATS in curated.tables:
+        return pl.DataFrame(pl.from_arrow(io.read_table(curated, TASK_STATS)))
+    if TASK_STATS_JSON in curated.files:
+        return from_json(io.read_file(curated, TASK_STATS_JSON))
+    return pl.DataFrame(schema=EMPTY_SCHEMA)
+
+
+def stats_of(stats: pl.DataFrame, tasks: pa.Table) -> dict[str, tuple[int, int]]:
+    """``task_id -> (runs, correct)`` for the tasks of one batch that have stats."""
+    ids = pl.Series("task_id", tasks.column("task_id").to_pylist(), dtype=pl.String)
+    found = stats.filter(pl.col("task_id").is_in(ids.implode()))
+    return {t: (r, c) for t, r, c in found.iter_rows()}
+
+
 def _build(b: Build) -> None:
     config: ConvertConfig = b.step.config
     curated, tasks = b.table("curated"), b.table("tasks")
-    stats = json.loads(io.read_file(curated.ref, TASK_STATS)) if TASK_STATS in curated.ref.files else {}
+    stats = teacher_stats(curated.ref)
     scratch = b.store.checkpoint_uri(b.writer.uri)
     with (
         b.writer.table_writer("sft", schemas.SFT) as write_sft,
@@ -59,7 +79,7 @@ def _build(b: Build) -> None:
                     write_quarantine(schemas.QUARANTINE.from_rows(rejected))
         groups = 0
         for part in io.iter_batches(tasks.ref, tasks.table, batch_rows=RL_BATCH_ROWS):
-            prompts, rejected = rl_prompts(part, stats, config, tasks.uri, first_group=groups)
+            prompts, rejected = rl_prompts(part, stats_of(stats, part), config, tasks.uri, first_group=groups)
             groups += len(prompts)
             if prompts:
                 write_prompts(schemas.RL_PROMPT.from_rows(prompts))

@@ -11,10 +11,10 @@ Batches are read from storage, code runs scored in the sandbox and answers by ru
 same batches, so the same artifact (an RL artifact's rollouts are adapted and scored here).
 
 The artifact holds the curated ``trajectories``, the ``quarantine``, ``report.html``,
-``summary.json`` (the next run's drift baseline), ``task_stats.json`` (runs and correct runs per
-task, for RL difficulty selection) and the great-expectations Data Docs. A failed gate still
-commits (so the report can be read) and the step fails with the gate's verdict, the same message
-on every rerun.
+``summary.json`` (the next run's drift baseline), the ``task_stats`` table (``task_stats.v1``: runs
+and correct runs per task, for RL difficulty selection) and the great-expectations Data Docs. A
+failed gate still commits (so the report can be read) and the step fails with the gate's verdict,
+the same message on every rerun.
 """
 
 from __future__ import annotations
@@ -50,8 +50,10 @@ COA_CHECK_ROW = RowView(
 it against whole rows): the check gets only these, not timestamps and token counts (``teacher_config``:
 the variant a native CoA run records, :mod:`coa.curate.rollouts`)."""
 
-TASK_STATS = "task_stats.json"
-"""File of a curate artifact: task id -> [runs, correct runs] (the convert step reads it)."""
+TASK_STATS = "task_stats"
+"""Table of a curate artifact (``task_stats.v1``): runs and correct runs per task (convert reads it)."""
+TASK_STATS_JSON = "task_stats.json"
+"""What artifacts before ``task_stats.v1`` hold instead: ``{task_id: [runs, correct runs]}``."""
 
 
 def step(config: CurateConfig, raw: StepInput, tasks: StepInput, name: str = "curate") -> Step:
@@ -65,7 +67,11 @@ def step(config: CurateConfig, raw: StepInput, tasks: StepInput, name: str = "cu
         inputs={"raw": raw, "tasks": tasks},
         describe="filter, dedup, decontaminate, gate; data-quality report",
         expects={"raw": ("trajectory.v1", "rollout.v1"), "tasks": "task.v1"},
-        produces={"trajectories": "trajectory.v1", "quarantine": "quarantine.v1"},
+        produces={
+            "trajectories": "trajectory.v1",
+            "quarantine": "quarantine.v1",
+            TASK_STATS: schemas.TASK_STATS.id,
+        },
     )
 
 
@@ -156,7 +162,9 @@ def _build(b: Build) -> None:
             for path in sorted(Path(out_dir).rglob("*")):
                 if path.is_file():
                     b.writer.write_file(path.relative_to(out_dir).as_posix(), path.read_bytes())
-            b.writer.write_file(TASK_STATS, stats.to_json())
+            with b.writer.table_writer(TASK_STATS, schemas.TASK_STATS) as write_stats:
+                for part in stats.tables():
+                    write_stats(part)
     finally:
         if judge is not None:
             judge.close()

@@ -78,8 +78,11 @@ def test_curate_and_convert_lose_nothing(converted: dict[str, Any]) -> None:
     assert any(k.endswith("-wrong") and v == "incorrect" for k, v in reasons.items())
     code_runs = [r for r in io.read_table(curated, "trajectories").to_pylist() if r["family"] == "code"]
     assert code_runs and all(r["correct"] for r in code_runs)  # tests really ran in the sandbox
-    stats = json.loads(io.read_file(curated, "task_stats.json"))
-    assert sum(n for n, _ in stats.values()) == converted["n"]
+    stats = io.read_table(curated, "task_stats").to_pylist()
+    assert sum(s["runs"] for s in stats) == converted["n"]
+    assert [s["task_id"] for s in stats] == sorted(
+        {r["task_id"] for r in io.read_table(converted["raw"]).to_pylist()}
+    )
     out = converted["out"]
     sft = io.read_table(out, "sft").to_pylist()
     assert len(sft) + sum(
@@ -95,6 +98,24 @@ def test_curate_and_convert_lose_nothing(converted: dict[str, Any]) -> None:
     rl = io.read_table(out, "rl_prompts").to_pylist()
     assert len({r["group_index"] for r in rl}) == len(rl) == 20
     assert all(0 <= r["teacher_pass_rate"] <= 1 for r in rl)
+
+
+def test_an_old_curate_artifacts_task_stats_json_gives_the_same_pass_rates(converted: dict[str, Any]) -> None:
+    """Curate artifacts from before ``task_stats.v1`` hold ``task_stats.json``; convert reads either."""
+    store = io.Store()
+    curated = converted["curated"]
+    stats = io.read_table(curated, "task_stats").to_pylist()
+    writer = store.writer("curated", "old", {"format": "task_stats.json"})
+    writer.write_table("trajectories", io.read_table(curated, "trajectories"), schemas.TRAJECTORY)
+    writer.write_file("task_stats.json", json.dumps({s["task_id"]: [s["runs"], s["correct"]] for s in stats}))
+    old = writer.commit()
+    assert "task_stats" not in old.tables
+    assert convert_step.teacher_stats(old).equals(convert_step.teacher_stats(curated))
+    tasks = io.read_table(curated, "trajectories").select(["task_id"])
+    by_batch = convert_step.stats_of(convert_step.teacher_stats(old), tasks)
+    assert by_batch and all(
+        by_batch[s["task_id"]] == (s["runs"], s["correct"]) for s in stats if s["task_id"] in by_batch
+    )
 
 
 def test_pass_rate_band_selects_rl_prompts(converted: dict[str, Any]) -> None:

@@ -1,4 +1,4 @@
-"""Task stats kept as columns write the same JSON as the dict of lists they replace."""
+"""Task stats kept as columns give the counts of a dict of lists, sorted, in slices; old JSON reads."""
 
 from __future__ import annotations
 
@@ -8,11 +8,12 @@ import random
 import pyarrow as pa
 import pytest
 
+import schemas
 from coa.curate import task_stats
-from coa.curate.task_stats import TaskStats
+from coa.curate.task_stats import TaskStats, from_json
 
 
-def test_same_json_as_a_dict_of_lists(monkeypatch: pytest.MonkeyPatch) -> None:
+def _counted(monkeypatch: pytest.MonkeyPatch) -> tuple[TaskStats, dict[str, list[int]]]:
     monkeypatch.setattr(task_stats, "MERGE_EVERY", 3)  # merges happen within the test
     rnd = random.Random(3)
     ids = [f"t{i}" for i in range(40)] + ["é-task", "Z", 'a"quote', "日本"]
@@ -26,6 +27,27 @@ def test_same_json_as_a_dict_of_lists(monkeypatch: pytest.MonkeyPatch) -> None:
             entry[0] += 1
             entry[1] += int(bool(ok))
         stats.add(pa.table({"task_id": task_ids, "correct": pa.array(correct, pa.bool_())}))
-    assert stats.to_json() == json.dumps(expected, sort_keys=True)
     assert len(stats._parts) < 3
-    assert TaskStats().to_json() == json.dumps({}, sort_keys=True)
+    return stats, expected
+
+
+def test_the_counts_of_a_dict_of_lists_sorted_in_slices(monkeypatch: pytest.MonkeyPatch) -> None:
+    stats, expected = _counted(monkeypatch)
+    parts = list(stats.tables(rows=10))
+    assert [p.num_rows for p in parts] == [10, 10, 10, 10, 4]
+    table = schemas.TASK_STATS.conform(pa.concat_tables(parts))
+    rows = table.to_pylist()
+    assert [r["task_id"] for r in rows] == sorted(expected)
+    assert {r["task_id"]: [r["runs"], r["correct"]] for r in rows} == expected
+
+
+def test_no_runs_give_one_empty_table() -> None:
+    parts = list(TaskStats().tables())
+    assert len(parts) == 1 and parts[0].num_rows == 0
+    schemas.TASK_STATS.conform(parts[0])
+
+
+def test_an_old_artifacts_json_reads_into_the_same_frame(monkeypatch: pytest.MonkeyPatch) -> None:
+    stats, expected = _counted(monkeypatch)
+    assert from_json(json.dumps(expected, sort_keys=True)).equals(stats.frame())
+    assert from_json("{}").height == 0
