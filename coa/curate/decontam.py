@@ -64,12 +64,6 @@ def _fmt_item(benchmark: str, task_id: str) -> str:
     return f"benchmark {benchmark!r} item {task_id!r}"
 
 
-def _gram_tuples(words: Sequence[str], n: int) -> set[tuple[str, ...]]:
-    """The distinct word n-grams of ``words`` as tuples (``zip`` of shifted views: no string is
-    built per position, which is what makes long observations cheap)."""
-    return set(zip(*(words[i:] for i in range(n)), strict=False)) if len(words) >= n else set()
-
-
 class BenchmarkIndex:
     """Question n-grams, questions and answers of the benchmark items; see the module docstring."""
 
@@ -83,7 +77,6 @@ class BenchmarkIndex:
         self._exact: dict[str, list[int]] = defaultdict(list)
         self._by_answer: dict[str, list[int]] = defaultdict(list)
         self._partial: dict[int, set[str]] = {}
-        self._partial_tuples: dict[int, set[tuple[str, ...]]] = {}
         self.patterns: dict[str, list[int]] = defaultdict(list)
         for name in sorted(benchmarks):
             self._add(name, benchmarks[name])
@@ -147,13 +140,6 @@ class BenchmarkIndex:
         if grams is None:
             grams = word_ngrams(self._questions[item].split(), self.cfg.answer_ngram_size)
             self._partial[item] = grams
-        return grams
-
-    def _partial_tuples_of(self, item: int) -> set[tuple[str, ...]]:
-        grams = self._partial_tuples.get(item)
-        if grams is None:
-            grams = _gram_tuples(self._questions[item].split(), self.cfg.answer_ngram_size)
-            self._partial_tuples[item] = grams
         return grams
 
     def answer_match(self, question: str, answers: Sequence[str]) -> tuple[int, str, float] | None:
@@ -237,7 +223,6 @@ class BenchmarkIndex:
             row = rows[local_row]
             if row in out:
                 continue
-            grams: set[tuple[str, ...]] | None = None
             for pattern in found:
                 answer = pattern.strip()
                 if self.cfg.skip_own_answers and answer in own[row]:
@@ -245,10 +230,11 @@ class BenchmarkIndex:
                 for item in self.patterns[pattern]:
                     overlap = 1.0
                     if need > 0:
-                        theirs = self._partial_tuples_of(item)
-                        if grams is None:
-                            grams = _gram_tuples(text.split(), self.cfg.answer_ngram_size)
-                        overlap = len(theirs & grams) / len(theirs) if theirs else 0.0
+                        # ``text`` is normalized (words joined by single spaces) and padded with a
+                        # space each side, so an n-gram occurs as words iff " gram " is a substring
+                        theirs = self._partial_grams(item)
+                        shared = sum(1 for gram in theirs if f" {gram} " in text)
+                        overlap = shared / len(theirs) if theirs else 0.0
                         if overlap < need:
                             continue
                     with_question = f", with {overlap:.0%} of its question's word n-grams" if need > 0 else ""
@@ -268,5 +254,4 @@ class BenchmarkIndex:
         size += sum(sys.getsizeof(q) for q in self._questions)
         size += sum(sys.getsizeof(p) + 64 for p in self.patterns)
         size += sum(sum(sys.getsizeof(g) for g in s) for s in self._partial.values())
-        size += sum(sum(sys.getsizeof(g) for g in s) for s in self._partial_tuples.values())
         return size

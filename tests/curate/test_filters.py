@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 from collections import Counter
 from pathlib import Path
 from typing import Any
 
 from coa.curate import CurateConfig, curate
+from coa.curate.core import row_payloads
 from coa.curate.filters import FILTER_ORDER, check_coa, vector_checks
 from coa.scoring.runs import fill_correct
+from schemas.trajectory import TRAJECTORY
 from tests.curate.rows import coa_check, no_gate, question, run, run_curate, score, table
 
 FILTERS = {
@@ -175,6 +178,29 @@ def test_payload_is_truncated_to_100k_characters(tmp_path: Path) -> None:
     _, sink = run_curate([table([row])], no_gate(), tmp_path)
     (q,) = sink.rejected()
     assert q["reason"] == "incorrect" and len(q["payload"]) == 100_000
+
+
+def test_payload_is_the_row_as_json() -> None:
+    """The vectorised payloads say what ``json.dumps`` of each row says (timestamps in ISO 8601)."""
+    rows = [
+        run("a", question(4), "Wrong"),
+        run("b", question(5) + " ¿qué?\n 日本 \u2028 \"quoted\"", None, observation="line 1\nline 2\t\x01"),
+    ]
+    t = TRAJECTORY.conform(table(rows))
+
+    def iso(value: Any) -> Any:
+        if isinstance(value, dt.datetime):
+            return value.isoformat()
+        if isinstance(value, dict):
+            return {k: iso(v) for k, v in value.items()}
+        if isinstance(value, list):
+            return [iso(v) for v in value]
+        return value
+
+    payloads = row_payloads(t)
+    assert len(payloads) == 2 and all("\n" not in p for p in payloads)
+    assert [json.loads(p) for p in payloads] == [iso(r) for r in t.to_pylist()]
+    assert row_payloads(t.slice(0, 0)) == []
 
 
 def test_config_rejects_inverted_ranges() -> None:
