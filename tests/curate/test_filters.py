@@ -184,7 +184,7 @@ def test_payload_is_the_row_as_json() -> None:
     """The vectorised payloads say what ``json.dumps`` of each row says (timestamps in ISO 8601)."""
     rows = [
         run("a", question(4), "Wrong"),
-        run("b", question(5) + " ¿qué?\n 日本 \u2028 \"quoted\"", None, observation="line 1\nline 2\t\x01"),
+        run("b", question(5) + ' ¿qué?\n 日本 \u2028 "quoted"', None, observation="line 1\nline 2\t\x01"),
     ]
     t = TRAJECTORY.conform(table(rows))
 
