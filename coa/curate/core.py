@@ -10,8 +10,9 @@
    the two callbacks, folds the batch into the statistics (:mod:`coa.curate.summary`) and hands
    the kept steps to the great-expectations gate (:mod:`coa.curate.expectations`).
 
-Across batches only small state is kept: dedup hashes and LSH tables, the benchmark index (sized
-by the benchmarks), a few numbers per run, and fixed-size step aggregates. At the end the gate runs,
+Across batches only small state is kept in memory: dedup hashes and LSH tables, the benchmark
+index (sized by the benchmarks) and fixed-size step aggregates; the few numbers per run wait in a
+temporary file until the end. At the end the gate runs,
 Data Docs and the HTML report are written into ``out_dir``, and ``rows_in == kept + quarantined``
 is asserted. The stage never raises on a failed gate; :meth:`CurateResult.raise_for_gate` does.
 """
@@ -259,6 +260,8 @@ def curate(
         peak_state = max(peak_state, curator.dedup.approx_bytes() + stats.approx_bytes())
     assert rows_in == rows_kept + rows_quarantined, (rows_in, rows_kept, rows_quarantined)
     curator.dedup.close()
+    kept_tasks = curator.dedup.kept_tasks
+    del curator  # the dedup state goes before the per-run numbers come back from disk
 
     runs = stats.runs()
     gate_info: dict[str, Any] | None = None
@@ -267,7 +270,7 @@ def curate(
         result = gate.finish(runs.filter(pl.col("kept")), runs)
         docs = result.data_docs_index
         gate_info = {"success": result.success, "checks": result.checks, "data_docs": docs}
-    summary = stats.summary(curator.dedup.kept_tasks, gate_info)
+    summary = stats.summary(kept_tasks, gate_info)
     assert summary["rows_in"] == rows_in and summary["rows_kept"] == rows_kept
     summary["drift"] = drift_rows(summary, previous_summary, config.drift_warn)
     summary["config"] = config.model_dump(mode="json")

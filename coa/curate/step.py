@@ -166,6 +166,7 @@ def _build(b: Build) -> None:
                 for part in stats.tables():
                     write_stats(part)
     finally:
+        stats.close()
         if judge is not None:
             judge.close()
     if sharded:

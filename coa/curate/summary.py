@@ -1,9 +1,10 @@
 """Streaming statistics of a ``curate`` run and the JSON summary kept for the next run's drift.
 
-Per batch, :class:`SummaryBuilder` keeps the narrow per-run numbers of every input run (status,
-counts, tokens, correctness, kept or the quarantine reason: a few dozen bytes per run) and folds
-the steps into fixed-size aggregates (role, agent and tool counts, tool errors, an observation
-length histogram), separately for all input runs and for the kept ones. :meth:`SummaryBuilder.summary`
+Per batch, :class:`SummaryBuilder` writes the narrow per-run numbers of every input run (status,
+counts, tokens, correctness, kept or the quarantine reason: a few dozen bytes per run) to a
+temporary file (:class:`coa.curate.spill.FrameSpill`; read back once, at the end) and folds the
+steps into fixed-size aggregates (role, agent and tool counts, tool errors, an observation length
+histogram), separately for all input runs and for the kept ones. :meth:`SummaryBuilder.summary`
 turns them into a JSON-able dict; its histograms use fixed bin edges (:data:`EDGES`), so the
 histograms of two runs always line up for the drift plots.
 """
@@ -20,6 +21,7 @@ import polars as pl
 import pyarrow as pa
 
 from coa.curate.frames import run_frame, step_frame
+from coa.curate.spill import FrameSpill
 
 SUMMARY_SCHEMA = "curate.summary.v1"
 
@@ -29,6 +31,22 @@ EDGES: tuple[int, ...] = (0, 1, 2, 3, 4, 6, 8, 12, 16) + tuple(
 """Histogram bin edges (left-closed): 0, 1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64, ... (≈2^48)."""
 
 HIST_METRICS = ("n_steps", "n_tool_calls", "tokens")
+
+RUN_SCHEMA: dict[str, pl.DataType | type[pl.DataType]] = {
+    "run_id": pl.String,
+    "family": pl.Categorical,
+    "status": pl.Categorical,
+    "n_steps": pl.Int32,
+    "n_tool_calls": pl.Int32,
+    "tokens": pl.Int64,
+    "answer_chars": pl.Int32,
+    "correct": pl.Boolean,
+    "n_tool_errors": pl.Int32,
+    "max_observation_chars": pl.Int32,
+    "reason": pl.Categorical,
+    "kept": pl.Boolean,
+}
+"""The per-run numbers :meth:`SummaryBuilder.runs` returns."""
 
 
 def histogram(values: Sequence[int] | np.ndarray) -> dict[str, list[int]]:
@@ -113,7 +131,8 @@ class SummaryBuilder:
     STEP_FIELDS = ("agent", "role", "tool_name", "error", "observation")
 
     def __init__(self) -> None:
-        self._runs: list[pl.DataFrame] = []
+        self._runs = FrameSpill(prefix="coa-curate-runs-")
+        self._frame: pl.DataFrame | None = None
         self.input_steps = _StepAggregate()
         self.kept_steps = _StepAggregate()
 
@@ -144,8 +163,8 @@ class SummaryBuilder:
         self._runs.append(
             runs.select(
                 "run_id",
-                pl.col("family").cast(pl.Categorical),
-                pl.col("status").cast(pl.Categorical),
+                pl.col("family").cast(pl.String),
+                pl.col("status").cast(pl.String),
                 pl.col("n_steps").cast(pl.Int32),
                 pl.col("n_tool_calls").cast(pl.Int32),
                 "tokens",
@@ -153,38 +172,32 @@ class SummaryBuilder:
                 "correct",
                 pl.col("n_tool_errors").cast(pl.Int32),
                 pl.col("max_observation_chars").cast(pl.Int32),
-                pl.col("reason").cast(pl.Categorical),
+                pl.col("reason").cast(pl.String),
                 "kept",
             )
         )
         return runs, kept_steps
 
     def runs(self) -> pl.DataFrame:
-        """Every input run's numbers so far (``kept``, ``reason`` included)."""
-        if not self._runs:
-            return pl.DataFrame(
-                schema={
-                    "run_id": pl.String,
-                    "family": pl.Categorical,
-                    "status": pl.Categorical,
-                    "n_steps": pl.Int32,
-                    "n_tool_calls": pl.Int32,
-                    "tokens": pl.Int64,
-                    "answer_chars": pl.Int32,
-                    "correct": pl.Boolean,
-                    "n_tool_errors": pl.Int32,
-                    "max_observation_chars": pl.Int32,
-                    "reason": pl.Categorical,
-                    "kept": pl.Boolean,
-                }
-            )
-        if len(self._runs) > 1:
-            self._runs = [pl.concat(self._runs)]
-        return self._runs[0]
+        """Every input run's numbers (``kept``, ``reason`` included), read back once from the spill
+        file (no :meth:`add_batch` after this)."""
+        if self._frame is None:
+            scan = self._runs.scan()
+            if scan is None:
+                self._frame = pl.DataFrame(schema=RUN_SCHEMA)
+            else:
+                categorical = [c for c, t in RUN_SCHEMA.items() if t == pl.Categorical]
+                self._frame = scan.with_columns(pl.col(categorical).cast(pl.Categorical)).collect()
+            self._runs.close()
+        return self._frame
 
     def approx_bytes(self) -> int:
-        """Size of the per-run numbers held so far."""
-        return int(sum(df.estimated_size() for df in self._runs))
+        """Size of the per-run numbers held in memory (they wait on disk until :meth:`runs`)."""
+        return int(self._frame.estimated_size()) if self._frame is not None else 0
+
+    @property
+    def disk_bytes(self) -> int:
+        return self._runs.disk_bytes
 
     def summary(self, kept_tasks: int, gate: dict[str, Any] | None) -> dict[str, Any]:
         """The JSON-able summary of the run (also the next run's drift baseline)."""

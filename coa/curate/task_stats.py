@@ -1,11 +1,13 @@
-"""Runs and correct runs per task, accumulated batch by batch in a compact Polars frame.
+"""Runs and correct runs per task, counted batch by batch and kept on disk until the end.
 
 The curate step writes them as the artifact's ``task_stats`` table (``task_stats.v1``: task id,
-runs, correct runs, sorted by task id; the convert step reads it for RL difficulty selection). Kept
-as columns (task id, two integers) merged every few batches, not as a Python dict of lists, so the
-state is a few dozen bytes per task, and written in slices (:meth:`TaskStats.tables`), never as one
-Python object per task. (Artifacts before ``task_stats.v1`` hold ``task_stats.json`` instead:
-``{task_id: [runs, correct]}``; :func:`from_json` reads it into the same frame.)
+runs, correct runs, sorted by task id; the convert step reads it for RL difficulty selection). Each
+batch's counts (task id, two integers) go to a temporary Parquet file (:class:`FrameSpill`), not
+to memory: with nearly one task per run they would grow with the input, and merging them as they
+come needed as much again. :meth:`TaskStats.frame` sums them once, at the end, and
+:meth:`TaskStats.tables` hands them out in slices, never one Python object per task. (Artifacts
+before ``task_stats.v1`` hold ``task_stats.json`` instead: ``{task_id: [runs, correct]}``;
+:func:`from_json` reads it into the same frame.)
 """
 
 from __future__ import annotations
@@ -16,8 +18,7 @@ from collections.abc import Iterator
 import polars as pl
 import pyarrow as pa
 
-MERGE_EVERY = 16
-"""Per-batch frames held before they are merged into one."""
+from coa.curate.spill import FrameSpill
 
 SLICE_ROWS = 100_000
 """Rows per table :meth:`TaskStats.tables` yields (one Parquet write each)."""
@@ -39,28 +40,28 @@ def from_json(text: str | bytes) -> pl.DataFrame:
 
 
 class TaskStats:
-    """Streaming counts of runs and correct runs per ``task_id``."""
+    """Streaming counts of runs and correct runs per ``task_id``; :meth:`close` drops the file."""
 
     def __init__(self) -> None:
-        self._parts: list[pl.DataFrame] = []
+        self._spill = FrameSpill(prefix="coa-task-stats-")
 
     def add(self, table: pa.Table) -> None:
         """Count the runs of a scored ``trajectory.v1`` batch (``correct`` null counts as wrong)."""
         frame = pl.DataFrame(pl.from_arrow(table.select(["task_id", "correct"])))
-        self._parts.append(
+        self._spill.append(
             frame.group_by("task_id").agg(
                 runs=pl.len().cast(pl.Int64), correct=pl.col("correct").fill_null(False).sum().cast(pl.Int64)
             )
         )
-        if len(self._parts) >= MERGE_EVERY:
-            self._parts = [self.frame()]
 
     def frame(self) -> pl.DataFrame:
-        """One row per task: ``task_id``, ``runs``, ``correct``, sorted by task id."""
-        if not self._parts:
+        """One row per task: ``task_id``, ``runs``, ``correct``, sorted by task id (no :meth:`add`
+        after this)."""
+        parts = self._spill.scan()
+        if parts is None:
             return pl.DataFrame(schema=EMPTY_SCHEMA)
-        merged = pl.concat(self._parts).group_by("task_id").agg(pl.col("runs").sum(), pl.col("correct").sum())
-        return merged.sort("task_id")
+        merged = parts.group_by("task_id").agg(pl.col("runs").sum(), pl.col("correct").sum())
+        return merged.sort("task_id").collect()
 
     def tables(self, rows: int = SLICE_ROWS) -> Iterator[pa.Table]:
         """The sorted counts as ``task_stats.v1`` tables of at most ``rows`` rows (at least one)."""
@@ -68,5 +69,9 @@ class TaskStats:
         for start in range(0, max(frame.height, 1), rows):
             yield frame.slice(start, rows).to_arrow()
 
-    def approx_bytes(self) -> int:
-        return int(sum(p.estimated_size() for p in self._parts))
+    @property
+    def disk_bytes(self) -> int:
+        return self._spill.disk_bytes
+
+    def close(self) -> None:
+        self._spill.close()

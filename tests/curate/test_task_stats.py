@@ -9,12 +9,10 @@ import pyarrow as pa
 import pytest
 
 import schemas
-from coa.curate import task_stats
 from coa.curate.task_stats import TaskStats, from_json
 
 
-def _counted(monkeypatch: pytest.MonkeyPatch) -> tuple[TaskStats, dict[str, list[int]]]:
-    monkeypatch.setattr(task_stats, "MERGE_EVERY", 3)  # merges happen within the test
+def _counted() -> tuple[TaskStats, dict[str, list[int]]]:
     rnd = random.Random(3)
     ids = [f"t{i}" for i in range(40)] + ["é-task", "Z", 'a"quote', "日本"]
     expected: dict[str, list[int]] = {}
@@ -27,18 +25,22 @@ def _counted(monkeypatch: pytest.MonkeyPatch) -> tuple[TaskStats, dict[str, list
             entry[0] += 1
             entry[1] += int(bool(ok))
         stats.add(pa.table({"task_id": task_ids, "correct": pa.array(correct, pa.bool_())}))
-    assert len(stats._parts) < 3
     return stats, expected
 
 
-def test_the_counts_of_a_dict_of_lists_sorted_in_slices(monkeypatch: pytest.MonkeyPatch) -> None:
-    stats, expected = _counted(monkeypatch)
+def test_the_counts_of_a_dict_of_lists_sorted_in_slices() -> None:
+    stats, expected = _counted()
+    assert stats.disk_bytes > 0  # the batches' counts wait on disk, not in memory
     parts = list(stats.tables(rows=10))
     assert [p.num_rows for p in parts] == [10, 10, 10, 10, 4]
     table = schemas.TASK_STATS.conform(pa.concat_tables(parts))
     rows = table.to_pylist()
     assert [r["task_id"] for r in rows] == sorted(expected)
     assert {r["task_id"]: [r["runs"], r["correct"]] for r in rows} == expected
+    with pytest.raises(RuntimeError, match="finished"):
+        stats.add(pa.table({"task_id": ["late"], "correct": pa.array([True])}))
+    stats.close()
+    assert stats.disk_bytes == 0
 
 
 def test_no_runs_give_one_empty_table() -> None:
@@ -47,7 +49,7 @@ def test_no_runs_give_one_empty_table() -> None:
     schemas.TASK_STATS.conform(parts[0])
 
 
-def test_an_old_artifacts_json_reads_into_the_same_frame(monkeypatch: pytest.MonkeyPatch) -> None:
-    stats, expected = _counted(monkeypatch)
+def test_an_old_artifacts_json_reads_into_the_same_frame() -> None:
+    stats, expected = _counted()
     assert from_json(json.dumps(expected, sort_keys=True)).equals(stats.frame())
     assert from_json("{}").height == 0

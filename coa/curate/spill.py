@@ -1,0 +1,64 @@
+"""Per-batch frames kept on disk until the end of a run, not in memory.
+
+Curation folds every input run into a few numbers (the summary's per-run frame, the runs and
+correct runs per task). Held in memory they grow with the input (~0.1 KB a run, and their merges
+need as much again); :class:`FrameSpill` appends each batch's frame to a temporary Parquet file
+instead and reads them all back once, at the end, when the batch loop's state is gone.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from pathlib import Path
+
+import polars as pl
+import pyarrow.parquet as pq
+
+
+class FrameSpill:
+    """Frames of one schema appended to a temporary Parquet file (one row group each)."""
+
+    def __init__(self, prefix: str = "coa-spill-") -> None:
+        self._dir = Path(tempfile.mkdtemp(prefix=prefix))
+        self.path = self._dir / "frames.parquet"
+        self._writer: pq.ParquetWriter | None = None
+        self._finished = False
+        self.rows = 0
+
+    def append(self, frame: pl.DataFrame) -> None:
+        """Write ``frame`` (every frame must have the first one's schema)."""
+        if self._finished:
+            raise RuntimeError("FrameSpill.append after scan(): the spill file is finished")
+        if frame.is_empty():
+            return
+        table = frame.to_arrow()
+        if self._writer is None:
+            self._writer = pq.ParquetWriter(self.path, table.schema, compression="zstd")
+        self._writer.write_table(table)
+        self.rows += frame.height
+
+    def scan(self) -> pl.LazyFrame | None:
+        """Everything appended so far, lazily (None when nothing was): the file is finished first,
+        so appending afterwards is an error."""
+        self._finished = True
+        if self._writer is not None:
+            self._writer.close()
+            self._writer = None
+        return pl.scan_parquet(self.path) if self.path.exists() else None
+
+    @property
+    def disk_bytes(self) -> int:
+        return self.path.stat().st_size if self.path.exists() else 0
+
+    def close(self) -> None:
+        """Remove the file (idempotent)."""
+        if self._writer is not None:
+            self._writer.close()
+            self._writer = None
+        shutil.rmtree(self._dir, ignore_errors=True)
+
+    def __del__(self) -> None:
+        if os.path is not None:  # not at interpreter shutdown
+            self.close()
