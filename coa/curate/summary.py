@@ -201,10 +201,19 @@ class SummaryBuilder:
 
     def summary(self, kept_tasks: int, gate: dict[str, Any] | None) -> dict[str, Any]:
         """The JSON-able summary of the run (also the next run's drift baseline)."""
-        runs = self.runs()
+        runs = self.runs().drop("run_id")  # numbers only: no string per run is copied below
         kept = runs.filter(pl.col("kept"))
         n_in, n_kept = runs.height, kept.height
-        reasons = Counter(r for r in runs.get_column("reason").cast(pl.String).to_list() if r is not None)
+        reasons = Counter(
+            {
+                str(r): int(n)
+                for r, n in runs.select(pl.col("reason").cast(pl.String))
+                .drop_nulls()
+                .group_by("reason")
+                .len()
+                .iter_rows()
+            }
+        )
         reason_counts = dict(sorted(reasons.items(), key=lambda kv: (-kv[1], kv[0])))
 
         def rate(frame: pl.DataFrame) -> float | None:
