@@ -119,19 +119,31 @@ def mix64(h: np.ndarray) -> np.ndarray:
         return _mix64(np.asarray(h, dtype=np.uint64))
 
 
-class SortedMultiMap:
-    """``uint64`` key → ``int32`` values (a key may repeat), as two arrays sorted by key.
+SEGMENT_ENTRIES = 1 << 20
+"""Entries of a :class:`SortedMultiMap` segment before it is sealed (12 MB: a key and a value each)."""
 
-    Lookups are vectorised (``searchsorted``); :meth:`insert` merges a batch of new pairs in one
-    pass, so batches, not single items, should be inserted when there are many.
+
+class SortedMultiMap:
+    """``uint64`` key → ``int32`` values (a key may repeat), as sorted segments of two arrays.
+
+    Lookups are vectorised (``searchsorted`` in each segment); :meth:`insert` merges a batch of new
+    pairs into the open segment in one pass, so batches, not single items, should be inserted when
+    there are many. A segment is sealed once it holds ``segment_entries`` pairs and never copied
+    again: an insert copies at most one segment, not the whole map, so the map never needs twice
+    its size, and inserting n pairs costs O(n) copies, not O(n²).
     """
 
-    def __init__(self) -> None:
-        self.keys = np.empty(0, dtype=np.uint64)
+    def __init__(self, segment_entries: int = SEGMENT_ENTRIES) -> None:
+        self.segment_entries = segment_entries
+        self._sealed: list[tuple[np.ndarray, np.ndarray]] = []  # oldest first
+        self.keys = np.empty(0, dtype=np.uint64)  # the open segment (newest)
         self.values = np.empty(0, dtype=np.int32)
 
     def __len__(self) -> int:
-        return len(self.keys)
+        return len(self.keys) + sum(len(k) for k, _ in self._sealed)
+
+    def _segments(self) -> list[tuple[np.ndarray, np.ndarray]]:
+        return [*self._sealed, (self.keys, self.values)]
 
     def insert(self, keys: np.ndarray, values: np.ndarray) -> None:
         if len(keys) == 0:
@@ -141,28 +153,46 @@ class SortedMultiMap:
         at = np.searchsorted(self.keys, keys, side="right")
         self.keys = np.insert(self.keys, at, keys)
         self.values = np.insert(self.values, at, values)
+        if len(self.keys) >= self.segment_entries:
+            self._sealed.append((self.keys, self.values))
+            self.keys = np.empty(0, dtype=np.uint64)
+            self.values = np.empty(0, dtype=np.int32)
 
     def lookup(self, keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """Every stored ``(query position, value)`` pair whose key equals a query key."""
-        lo = np.searchsorted(self.keys, keys, side="left")
-        hi = np.searchsorted(self.keys, keys, side="right")
-        counts = hi - lo
-        total = int(counts.sum())
-        if total == 0:
+        """Every stored ``(query position, value)`` pair whose key equals a query key, by query
+        position, then in insertion order."""
+        queries, found = [], []
+        for seg_keys, seg_values in self._segments():
+            lo = np.searchsorted(seg_keys, keys, side="left")
+            hi = np.searchsorted(seg_keys, keys, side="right")
+            counts = hi - lo
+            total = int(counts.sum())
+            if total == 0:
+                continue
+            queries.append(np.repeat(np.arange(len(keys), dtype=np.int64), counts))
+            offsets = np.arange(total, dtype=np.int64) - np.repeat(np.cumsum(counts) - counts, counts)
+            found.append(seg_values[np.repeat(lo, counts) + offsets])
+        if not queries:
             return np.empty(0, dtype=np.int64), np.empty(0, dtype=np.int32)
-        query = np.repeat(np.arange(len(keys), dtype=np.int64), counts)
-        offsets = np.arange(total, dtype=np.int64) - np.repeat(np.cumsum(counts) - counts, counts)
-        return query, self.values[np.repeat(lo, counts) + offsets]
+        query, values = np.concatenate(queries), np.concatenate(found)
+        order = np.argsort(query, kind="stable")  # segments are oldest first: insertion order kept
+        return query[order], values[order]
 
     def get_first(self, keys: np.ndarray) -> np.ndarray:
         """The first value stored under each key, -1 where the key is absent."""
-        at = np.searchsorted(self.keys, keys, side="left")
-        found = at < len(self.keys)
-        found[found] = self.keys[at[found]] == keys[found]
         out = np.full(len(keys), -1, dtype=np.int64)
-        out[found] = self.values[at[found]]
+        todo = np.arange(len(keys))
+        for seg_keys, seg_values in self._segments():  # oldest first: the first hit is the first stored
+            if len(todo) == 0 or len(seg_keys) == 0:
+                continue
+            want = keys[todo]
+            at = np.searchsorted(seg_keys, want, side="left")
+            found = at < len(seg_keys)
+            found[found] = seg_keys[at[found]] == want[found]
+            out[todo[found]] = seg_values[at[found]]
+            todo = todo[~found]
         return out
 
     @property
     def nbytes(self) -> int:
-        return int(self.keys.nbytes + self.values.nbytes)
+        return int(sum(k.nbytes + v.nbytes for k, v in self._segments()))

@@ -116,3 +116,20 @@ def test_sorted_multimap_lookup_and_first() -> None:
     query, values = m.lookup(np.array([5, 7, 3], dtype=np.uint64))
     assert sorted(zip(query.tolist(), values.tolist(), strict=True)) == [(0, 1), (0, 3), (2, 2), (2, 5)]
     assert m.get_first(np.array([3, 2**64 - 1, 9], dtype=np.uint64)).tolist() == [2, 4, -1]
+
+
+def test_sorted_multimap_segments_answer_like_one_array() -> None:
+    """Sealed segments (small here) give the same lookups, first values and order as one array."""
+    rng = np.random.default_rng(7)
+    one, segmented = SortedMultiMap(segment_entries=10**9), SortedMultiMap(segment_entries=50)
+    for batch in range(12):
+        keys = rng.integers(0, 40, size=30).astype(np.uint64)
+        values = np.arange(batch * 30, batch * 30 + 30)
+        one.insert(keys, values)
+        segmented.insert(keys, values)
+    assert len(segmented._sealed) > 3 and len(one) == len(segmented) == 360
+    assert one.nbytes == segmented.nbytes
+    queries = rng.integers(0, 50, size=80).astype(np.uint64)
+    for got, want in zip(segmented.lookup(queries), one.lookup(queries), strict=True):
+        assert got.tolist() == want.tolist()
+    assert segmented.get_first(queries).tolist() == one.get_first(queries).tolist()
