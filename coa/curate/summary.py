@@ -202,29 +202,29 @@ class SummaryBuilder:
     def summary(self, kept_tasks: int, gate: dict[str, Any] | None) -> dict[str, Any]:
         """The JSON-able summary of the run (also the next run's drift baseline)."""
         runs = self.runs().drop("run_id")  # numbers only: no string per run is copied below
-        kept = runs.filter(pl.col("kept"))
-        n_in, n_kept = runs.height, kept.height
+        kept_mask = runs.get_column("kept")
+        n_in, n_kept = runs.height, int(kept_mask.sum())
         reasons = Counter(
-            {
-                str(r): int(n)
-                for r, n in runs.select(pl.col("reason").cast(pl.String))
-                .drop_nulls()
-                .group_by("reason")
-                .len()
-                .iter_rows()
-            }
+            {str(r): int(n) for r, n in runs.group_by("reason").len().drop_nulls("reason").iter_rows()}
         )
         reason_counts = dict(sorted(reasons.items(), key=lambda kv: (-kv[1], kv[0])))
+        # one pass of aggregations over columns (no filtered copy of the frame per metric)
+        kept_col = pl.col("kept")
+        agg = runs.select(
+            correct_in=pl.col("correct").cast(pl.Float64).mean(),
+            correct_kept=pl.col("correct").filter(kept_col).cast(pl.Float64).mean(),
+            scored=pl.col("correct").is_not_null().sum(),
+            completed=(pl.col("status") == "completed").sum(),
+            mean_steps=pl.col("n_steps").filter(kept_col).cast(pl.Float64).mean(),
+            median_steps=pl.col("n_steps").filter(kept_col).cast(pl.Float64).median(),
+            mean_tool_calls=pl.col("n_tool_calls").filter(kept_col).cast(pl.Float64).mean(),
+            mean_tokens=pl.col("tokens").filter(kept_col).cast(pl.Float64).mean(),
+            median_tokens=pl.col("tokens").filter(kept_col).cast(pl.Float64).median(),
+        ).row(0, named=True)
 
-        def rate(frame: pl.DataFrame) -> float | None:
-            scored = frame.get_column("correct").drop_nulls()
-            return float(scored.cast(pl.Float64).mean()) if len(scored) else None  # type: ignore[arg-type]
-
-        def mean(frame: pl.DataFrame, col: str) -> float | None:
-            return float(frame.get_column(col).cast(pl.Float64).mean()) if frame.height else None  # type: ignore[arg-type]
-
-        def median(frame: pl.DataFrame, col: str) -> float | None:
-            return float(frame.get_column(col).cast(pl.Float64).median()) if frame.height else None  # type: ignore[arg-type]
+        def value(name: str) -> float | None:
+            v = agg[name]
+            return None if v is None else float(v)
 
         def share(prefixes: tuple[str, ...]) -> float | None:
             if not n_in:
@@ -243,17 +243,15 @@ class SummaryBuilder:
             "rows_kept": n_kept,
             "kept_rate": n_kept / n_in if n_in else None,
             "kept_tasks": kept_tasks,
-            "correct_rate_input": rate(runs),
-            "correct_rate_kept": rate(kept),
-            "scored_rate_input": (runs.get_column("correct").is_not_null().sum() / n_in if n_in else None),
-            "clean_end_rate_input": (
-                runs.filter(pl.col("status").cast(pl.String) == "completed").height / n_in if n_in else None
-            ),
-            "mean_steps": mean(kept, "n_steps"),
-            "median_steps": median(kept, "n_steps"),
-            "mean_tool_calls": mean(kept, "n_tool_calls"),
-            "mean_tokens": mean(kept, "tokens"),
-            "median_tokens": median(kept, "tokens"),
+            "correct_rate_input": value("correct_in"),
+            "correct_rate_kept": value("correct_kept"),
+            "scored_rate_input": int(agg["scored"]) / n_in if n_in else None,
+            "clean_end_rate_input": int(agg["completed"]) / n_in if n_in else None,
+            "mean_steps": value("mean_steps"),
+            "median_steps": value("median_steps"),
+            "mean_tool_calls": value("mean_tool_calls"),
+            "mean_tokens": value("mean_tokens"),
+            "median_tokens": value("median_tokens"),
             "tool_error_rate_input": error_rate(ins),
             "tool_error_rate_kept": error_rate(ks),
             "mean_observation_chars": (
@@ -263,17 +261,9 @@ class SummaryBuilder:
             "duplicate_rate": share(("exact_duplicate", "near_duplicate", "task_cap")),
         }
         families: dict[str, dict[str, int]] = {}
-        for fam, n, k in (
-            runs.group_by(pl.col("family").cast(pl.String))
-            .agg(pl.len(), pl.col("kept").sum())
-            .sort("family")
-            .iter_rows()
-        ):
+        for fam, n, k in sorted(runs.group_by("family").agg(pl.len(), kept_col.sum()).iter_rows()):
             families[str(fam)] = {"in": int(n), "kept": int(k)}
-        statuses = {
-            str(s): int(n)
-            for s, n in runs.group_by(pl.col("status").cast(pl.String)).len().sort("status").iter_rows()
-        }
+        statuses = {str(s): int(n) for s, n in sorted(runs.group_by("status").len().iter_rows())}
         return {
             "schema": SUMMARY_SCHEMA,
             "created_at": dt.datetime.now(dt.UTC).isoformat(),
@@ -283,7 +273,9 @@ class SummaryBuilder:
             "kept_tasks": kept_tasks,
             "reasons": reason_counts,
             "metrics": metrics,
-            "histograms": {m: histogram(kept.get_column(m).to_numpy()) for m in HIST_METRICS}
+            "histograms": {
+                m: histogram(runs.get_column(m).filter(kept_mask).to_numpy()) for m in HIST_METRICS
+            }
             | {"observation_chars": ks["observation_hist"]},
             "histograms_input": {m: histogram(runs.get_column(m).to_numpy()) for m in HIST_METRICS}
             | {"observation_chars": ins["observation_hist"]},
