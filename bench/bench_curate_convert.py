@@ -590,7 +590,7 @@ def main(argv: list[str] | None = None) -> None:
     print(
         f"curate: kept {cur['kept']}, quarantined {cur['quarantined']} {cur['reasons']}; gate "
         f"{'FAILED ' + str(cur['gate_failed']) if cur['gate_failed'] else 'passed'}; "
-        f"dedup+stats state {cur['peak_state_mb']:.1f} MB"
+        f"dedup state in memory (per-run numbers wait on disk) {cur['peak_state_mb']:.1f} MB"
     )
     if cur["code_runs"]:
         print(

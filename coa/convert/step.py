@@ -16,7 +16,7 @@ from coa import io
 from coa.convert.config import ConvertConfig
 from coa.convert.core import rl_prompts, sft_examples
 from coa.convert.shards import converted_batches
-from coa.curate.step import TASK_STATS, TASK_STATS_JSON
+from coa.curate.step import TASK_STATS_JSON, TASK_STATS_TABLE
 from coa.curate.task_stats import EMPTY_SCHEMA, from_json
 from coa.steps import Build, Step, StepInput
 
@@ -43,8 +43,8 @@ def teacher_stats(curated: io.ArtifactRef) -> pl.DataFrame:
     """The curate artifact's runs and correct runs per task as one columnar frame (a few dozen bytes
     a task, never a Python object per task); an old artifact's ``task_stats.json`` is read into the
     same frame; none: empty (every task unrun)."""
-    if TASK_STATS in curated.tables:
-        return pl.DataFrame(pl.from_arrow(io.read_table(curated, TASK_STATS)))
+    if TASK_STATS_TABLE in curated.tables:
+        return pl.DataFrame(pl.from_arrow(io.read_table(curated, TASK_STATS_TABLE)))
     if TASK_STATS_JSON in curated.files:
         return from_json(io.read_file(curated, TASK_STATS_JSON))
     return pl.DataFrame(schema=EMPTY_SCHEMA)

@@ -12,9 +12,9 @@
 
 Across batches only small state is kept in memory: dedup hashes and LSH tables, the benchmark
 index (sized by the benchmarks) and fixed-size step aggregates; the few numbers per run wait in a
-temporary file until the end. At the end the gate runs,
-Data Docs and the HTML report are written into ``out_dir``, and ``rows_in == kept + quarantined``
-is asserted. The stage never raises on a failed gate; :meth:`CurateResult.raise_for_gate` does.
+temporary file until the end. At the end the gate runs, Data Docs and the HTML report are written
+into ``out_dir``, and ``rows_in == kept + quarantined`` is asserted. The stage never raises on a
+failed gate; :meth:`CurateResult.raise_for_gate` does.
 """
 
 from __future__ import annotations

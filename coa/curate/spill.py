@@ -8,9 +8,9 @@ instead and reads them all back once, at the end, when the batch loop's state is
 
 from __future__ import annotations
 
-import os
 import shutil
 import tempfile
+import weakref
 from pathlib import Path
 
 import polars as pl
@@ -22,6 +22,8 @@ class FrameSpill:
 
     def __init__(self, prefix: str = "coa-spill-") -> None:
         self._dir = Path(tempfile.mkdtemp(prefix=prefix))
+        # the folder goes when the spill is closed or collected, whichever comes first
+        self._cleanup = weakref.finalize(self, shutil.rmtree, self._dir, True)
         self.path = self._dir / "frames.parquet"
         self._writer: pq.ParquetWriter | None = None
         self._finished = False
@@ -57,8 +59,4 @@ class FrameSpill:
         if self._writer is not None:
             self._writer.close()
             self._writer = None
-        shutil.rmtree(self._dir, ignore_errors=True)
-
-    def __del__(self) -> None:
-        if os.path is not None:  # not at interpreter shutdown
-            self.close()
+        self._cleanup()

@@ -50,7 +50,7 @@ COA_CHECK_ROW = RowView(
 it against whole rows): the check gets only these, not timestamps and token counts (``teacher_config``:
 the variant a native CoA run records, :mod:`coa.curate.rollouts`)."""
 
-TASK_STATS = "task_stats"
+TASK_STATS_TABLE = "task_stats"
 """Table of a curate artifact (``task_stats.v1``): runs and correct runs per task (convert reads it)."""
 TASK_STATS_JSON = "task_stats.json"
 """What artifacts before ``task_stats.v1`` hold instead: ``{task_id: [runs, correct runs]}``."""
@@ -70,7 +70,7 @@ def step(config: CurateConfig, raw: StepInput, tasks: StepInput, name: str = "cu
         produces={
             "trajectories": "trajectory.v1",
             "quarantine": "quarantine.v1",
-            TASK_STATS: schemas.TASK_STATS.id,
+            TASK_STATS_TABLE: schemas.TASK_STATS.id,
         },
     )
 
@@ -162,7 +162,7 @@ def _build(b: Build) -> None:
             for path in sorted(Path(out_dir).rglob("*")):
                 if path.is_file():
                     b.writer.write_file(path.relative_to(out_dir).as_posix(), path.read_bytes())
-            with b.writer.table_writer(TASK_STATS, schemas.TASK_STATS) as write_stats:
+            with b.writer.table_writer(TASK_STATS_TABLE, schemas.TASK_STATS) as write_stats:
                 for part in stats.tables():
                     write_stats(part)
     finally:

@@ -31,3 +31,15 @@ def test_nothing_appended_scans_as_none() -> None:
     spill = FrameSpill()
     assert spill.scan() is None
     spill.close()
+
+
+def test_a_dropped_spill_leaves_no_file() -> None:
+    import gc
+
+    spill = FrameSpill()
+    spill.append(pl.DataFrame({"n": [1, 2]}))
+    folder = spill.path.parent
+    assert folder.exists()
+    del spill
+    gc.collect()
+    assert not folder.exists()
