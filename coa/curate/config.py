@@ -188,6 +188,12 @@ class GateConfig(StrictModel):
         ge=1000,
         description="Curated steps validated per great-expectations run (bounds memory).",
     )
+    run_chunk_rows: int = Field(
+        default=100_000,
+        ge=1000,
+        description="Curated runs validated per great-expectations run (bounds memory); runs are "
+        "split by a hash of the run id, so uniqueness within each part is uniqueness overall.",
+    )
 
 
 class CurateConfig(StrictModel):

@@ -2,15 +2,19 @@
 
 Three suites run on pandas frames in an ephemeral great-expectations context:
 
-* ``curate_runs`` on the curated runs (one row per kept run): run ids unique and present, at least
-  ``min_rows`` runs, family and status in their sets, steps, tool calls, tokens and final-answer
-  length in the configured ranges (and the correctness floor when ``correctness_scope`` is
-  ``curated``);
+* ``curate_runs`` on the curated runs (one row per kept run): run ids unique and present, family
+  and status in their sets, steps, tool calls, tokens and final-answer length in the configured
+  ranges. The runs are validated in parts of about ``run_chunk_rows``, split by a hash of the run
+  id (so a repeated id always lands in one part, and uniqueness per part is uniqueness overall);
+* ``curate_totals`` on the ``correct`` column of every curated run: at least ``min_rows`` runs (and
+  the correctness floor when ``correctness_scope`` is ``curated``), checks over the whole column;
 * ``curate_input`` on every input run: the share of scored runs that are correct is at least
   ``correctness_floor`` (the teacher's accuracy; ``correctness_scope = input``);
 * ``curate_steps`` on the curated steps (one row per step): roles in ``STEP_ROLES``, agent and tool
   tags in their sets, no empty turn, observation lengths in range. Steps are validated in chunks of
-  ``step_chunk_rows`` as they stream by, so memory stays bounded; the chunk results are merged.
+  ``step_chunk_rows`` as they stream by, so memory stays bounded.
+
+The results of a suite run in parts are merged into one result per check.
 
 Every expectation carries a short name in ``meta["check"]`` (``ids_unique``,
 ``correctness_floor``, ``roles_in_set``, ...), which is how failures are reported. Data Docs are
@@ -110,6 +114,7 @@ class Gate:
         self._source = ctx.data_sources.add_or_update_pandas(name="curate")
         self._checkpoints = {
             "curate_runs": self._checkpoint("curate_runs", "curated_runs", self._run_expectations()),
+            "curate_totals": self._checkpoint("curate_totals", "curated_totals", self._total_expectations()),
             "curate_input": self._checkpoint("curate_input", "input_runs", self._input_expectations()),
             "curate_steps": self._checkpoint("curate_steps", "curated_steps", self._step_expectations()),
         }
@@ -141,8 +146,7 @@ class Gate:
 
         g, f = self.config.gate, self.config.filters
         statuses = ("completed",) if f.require_clean_end else RUN_STATUSES
-        out = [
-            gxe.ExpectTableRowCountToBeBetween(min_value=g.min_rows, meta={"check": "min_rows"}),
+        return [
             gxe.ExpectColumnValuesToNotBeNull(column="run_id", meta={"check": "ids_present"}),
             gxe.ExpectColumnValuesToBeUnique(column="run_id", meta={"check": "ids_unique"}),
             gxe.ExpectColumnValuesToBeInSet(
@@ -175,6 +179,14 @@ class Gate:
                 max_value=g.max_answer_chars,
                 meta={"check": "answer_length_in_range"},
             ),
+        ]
+
+    def _total_expectations(self) -> list[Any]:
+        import great_expectations.expectations as gxe
+
+        g = self.config.gate
+        out: list[Any] = [
+            gxe.ExpectTableRowCountToBeBetween(min_value=g.min_rows, meta={"check": "min_rows"})
         ]
         if g.correctness_floor is not None and g.correctness_scope == "curated":
             out.append(self._floor())
@@ -279,7 +291,9 @@ class Gate:
             data = pl.concat(self._buffer) if self._buffer else _empty_steps()
             self._validate_steps(data)
             self._buffer, self._buffered = [], 0
-        checks = self._run("curate_runs", _runs_pandas(curated_runs))
+        parts = [self._run("curate_runs", _runs_pandas(part)) for part in self._run_parts(curated_runs)]
+        checks = list(_merge(parts))
+        checks += self._run("curate_totals", _runs_pandas(curated_runs.select("correct")))
         checks += self._run("curate_input", _runs_pandas(input_runs.select("correct")))
         checks += list(_merge(self._step_results))
         self.ctx.build_data_docs(site_names=[SITE_NAME])
@@ -289,6 +303,18 @@ class Gate:
             checks=checks,
             data_docs_index=str(index) if index.exists() else None,
         )
+
+    def _run_parts(self, runs: pl.DataFrame) -> Iterator[pl.DataFrame]:
+        """The runs in parts of about ``run_chunk_rows`` by a hash of the run id, in part order."""
+        n_parts = max(1, math.ceil(runs.height / self.config.gate.run_chunk_rows))
+        if n_parts == 1:
+            yield runs
+            return
+        part = runs.get_column("run_id").hash(seed=0) % n_parts
+        for p in range(n_parts):
+            chunk = runs.filter(part == p)
+            if chunk.height:
+                yield chunk
 
 
 def _runs_pandas(frame: pl.DataFrame) -> pd.DataFrame:
@@ -310,7 +336,7 @@ def _empty_steps() -> pl.DataFrame:
 
 
 def _merge(chunks: list[list[dict[str, Any]]]) -> Iterator[dict[str, Any]]:
-    """One result per step check over all chunks: success if every chunk succeeded, counts summed."""
+    """One result per check over all parts: success if every part succeeded, counts summed."""
     if not chunks:
         return
     for i, first in enumerate(chunks[0]):

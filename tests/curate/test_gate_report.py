@@ -32,12 +32,13 @@ def test_gate_passes_on_clean_data_and_builds_data_docs(tmp_path: Path) -> None:
     docs = Path(res.data_docs_path or "")
     assert docs == tmp_path / "data_docs" / "index.html" and docs.exists()
     pages = {p.parent.parent.parent.name for p in (tmp_path / "data_docs" / "validations").rglob("*.html")}
-    assert pages == {"curate_runs", "curate_input", "curate_steps"}
+    assert pages == {"curate_runs", "curate_totals", "curate_input", "curate_steps"}
     checks = {(c["suite"], c["check"]) for c in res.summary["gate"]["checks"]}
     for name in (
         ("curate_runs", "ids_unique"),
         ("curate_runs", "steps_in_range"),
         ("curate_runs", "tokens_in_range"),
+        ("curate_totals", "min_rows"),
         ("curate_input", "correctness_floor"),
         ("curate_steps", "roles_in_set"),
         ("curate_steps", "agents_in_set"),
