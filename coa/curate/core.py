@@ -263,14 +263,17 @@ def curate(
     kept_tasks = curator.dedup.kept_tasks
     del curator  # the dedup state goes before the per-run numbers come back from disk
 
-    runs = stats.runs()
+    runs = stats.runs()  # lazily, over the spill file: each check reads what it needs
     gate_info: dict[str, Any] | None = None
     docs: str | None = None
-    if gate is not None:
-        result = gate.finish(runs.filter(pl.col("kept")), runs)
-        docs = result.data_docs_index
-        gate_info = {"success": result.success, "checks": result.checks, "data_docs": docs}
-    summary = stats.summary(kept_tasks, gate_info)
+    try:
+        if gate is not None:
+            result = gate.finish(runs.filter(pl.col("kept")), runs)
+            docs = result.data_docs_index
+            gate_info = {"success": result.success, "checks": result.checks, "data_docs": docs}
+        summary = stats.summary(kept_tasks, gate_info)
+    finally:
+        stats.close()
     assert summary["rows_in"] == rows_in and summary["rows_kept"] == rows_kept
     summary["drift"] = drift_rows(summary, previous_summary, config.drift_warn)
     summary["config"] = config.model_dump(mode="json")

@@ -285,16 +285,20 @@ class Gate:
     def _validate_steps(self, data: pl.DataFrame) -> None:
         self._step_results.append(self._run("curate_steps", data.select(STEP_COLUMNS).to_pandas()))
 
-    def finish(self, curated_runs: pl.DataFrame, input_runs: pl.DataFrame) -> GateResult:
-        """Validate the remaining steps and both run suites; build the Data Docs."""
+    def finish(
+        self, curated_runs: pl.DataFrame | pl.LazyFrame, input_runs: pl.DataFrame | pl.LazyFrame
+    ) -> GateResult:
+        """Validate the remaining steps and the run suites; build the Data Docs. The run frames
+        may be lazy (e.g. over a file): only one part of the curated runs is in memory at a time."""
         if self._buffered or not self._step_results:
             data = pl.concat(self._buffer) if self._buffer else _empty_steps()
             self._validate_steps(data)
             self._buffer, self._buffered = [], 0
-        parts = [self._run("curate_runs", _runs_pandas(part)) for part in self._run_parts(curated_runs)]
+        curated, every = curated_runs.lazy(), input_runs.lazy()
+        parts = [self._run("curate_runs", _runs_pandas(part)) for part in self._run_parts(curated)]
         checks = list(_merge(parts))
-        checks += self._run("curate_totals", _runs_pandas(curated_runs.select("correct")))
-        checks += self._run("curate_input", _runs_pandas(input_runs.select("correct")))
+        checks += self._run("curate_totals", _runs_pandas(curated.select("correct").collect()))
+        checks += self._run("curate_input", _runs_pandas(every.select("correct").collect()))
         checks += list(_merge(self._step_results))
         self.ctx.build_data_docs(site_names=[SITE_NAME])
         index = self.docs_dir / "index.html"
@@ -304,15 +308,19 @@ class Gate:
             data_docs_index=str(index) if index.exists() else None,
         )
 
-    def _run_parts(self, runs: pl.DataFrame) -> Iterator[pl.DataFrame]:
-        """The runs in parts of about ``run_chunk_rows`` by a hash of the run id, in part order."""
-        n_parts = max(1, math.ceil(runs.height / self.config.gate.run_chunk_rows))
+    def _run_parts(self, runs: pl.LazyFrame) -> Iterator[pl.DataFrame]:
+        """The runs in parts of about ``run_chunk_rows`` by a hash of the run id, in part order;
+        one part is collected at a time."""
+        columns = [c for c in RUN_COLUMNS if c in runs.collect_schema().names()]
+        runs = runs.select(columns)
+        height = int(runs.select(pl.len()).collect().item())
+        n_parts = max(1, math.ceil(height / self.config.gate.run_chunk_rows))
         if n_parts == 1:
-            yield runs
+            yield runs.collect()
             return
-        part = runs.get_column("run_id").hash(seed=0) % n_parts
+        part = pl.col("run_id").hash(seed=0) % n_parts
         for p in range(n_parts):
-            chunk = runs.filter(part == p)
+            chunk = runs.filter(part == p).collect()
             if chunk.height:
                 yield chunk
 

@@ -132,7 +132,7 @@ class SummaryBuilder:
 
     def __init__(self) -> None:
         self._runs = FrameSpill(prefix="coa-curate-runs-")
-        self._frame: pl.DataFrame | None = None
+        self._lazy: pl.LazyFrame | None = None
         self.input_steps = _StepAggregate()
         self.kept_steps = _StepAggregate()
 
@@ -178,22 +178,26 @@ class SummaryBuilder:
         )
         return runs, kept_steps
 
-    def runs(self) -> pl.DataFrame:
-        """Every input run's numbers (``kept``, ``reason`` included), read back once from the spill
-        file (no :meth:`add_batch` after this)."""
-        if self._frame is None:
+    def runs(self) -> pl.LazyFrame:
+        """Every input run's numbers (``kept``, ``reason`` included), lazily over the spill file:
+        each query reads only what it needs from disk (no :meth:`add_batch` after the first call;
+        the file stays until :meth:`close`)."""
+        if self._lazy is None:
             scan = self._runs.scan()
             if scan is None:
-                self._frame = pl.DataFrame(schema=RUN_SCHEMA)
+                self._lazy = pl.DataFrame(schema=RUN_SCHEMA).lazy()
             else:
                 categorical = [c for c, t in RUN_SCHEMA.items() if t == pl.Categorical]
-                self._frame = scan.with_columns(pl.col(categorical).cast(pl.Categorical)).collect()
-            self._runs.close()
-        return self._frame
+                self._lazy = scan.with_columns(pl.col(categorical).cast(pl.Categorical))
+        return self._lazy
+
+    def close(self) -> None:
+        """Remove the spill file (after the gate and :meth:`summary`)."""
+        self._runs.close()
 
     def approx_bytes(self) -> int:
-        """Size of the per-run numbers held in memory (they wait on disk until :meth:`runs`)."""
-        return int(self._frame.estimated_size()) if self._frame is not None else 0
+        """Size of the per-run numbers held in memory: none (they wait on disk, see :meth:`runs`)."""
+        return 0
 
     @property
     def disk_bytes(self) -> int:
@@ -201,7 +205,7 @@ class SummaryBuilder:
 
     def summary(self, kept_tasks: int, gate: dict[str, Any] | None) -> dict[str, Any]:
         """The JSON-able summary of the run (also the next run's drift baseline)."""
-        runs = self.runs().drop("run_id")  # numbers only: no string per run is copied below
+        runs = self.runs().drop("run_id").collect()  # numbers only: no string per run is read
         kept_mask = runs.get_column("kept")
         n_in, n_kept = runs.height, int(kept_mask.sum())
         reasons = Counter(

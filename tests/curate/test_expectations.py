@@ -31,7 +31,9 @@ def _runs(duplicated: tuple[int, ...] = (), too_long: tuple[int, ...] = ()) -> p
     )
 
 
-def _verdicts(runs: pl.DataFrame, chunk_rows: int, tmp: Path, floor: float = 0.5) -> dict[str, Any]:
+def _verdicts(
+    runs: pl.DataFrame | pl.LazyFrame, chunk_rows: int, tmp: Path, floor: float = 0.5
+) -> dict[str, Any]:
     cfg = CurateConfig.model_validate(
         {"gate": {"run_chunk_rows": chunk_rows, "correctness_floor": floor, "correctness_scope": "curated"}}
     )
@@ -49,6 +51,10 @@ def test_run_parts_find_what_the_whole_frame_finds(tmp_path: Path) -> None:
     parts = _verdicts(runs, 1000, tmp_path / "parts")
     assert whole.pop("chunks") == 1 and parts.pop("chunks") == 3
     assert parts == whole
+    # as curate passes them: lazily over a Parquet file, one part collected at a time
+    runs.write_parquet(tmp_path / "runs.parquet")
+    lazy = _verdicts(pl.scan_parquet(tmp_path / "runs.parquet"), 1000, tmp_path / "lazy")
+    assert lazy.pop("chunks") == 3 and lazy == whole
     assert whole["ids_unique"] == (False, N, 4, ["run-1200", "run-7"])
     assert whole["answer_length_in_range"][:3] == (False, N, 2)
     assert whole["min_rows"][0] and whole["steps_in_range"][0] and whole["ids_present"][0]
