@@ -22,8 +22,14 @@ sharing 2 cores can reach whatever the client does; the L of each row is printed
 Each row is run ``--repeat`` times (default 2) and the fastest run kept, the ceiling likewise: the
 machine is shared and other load only ever slows a run down.
 
+Fixed latency keeps the callers in lockstep: the C replies of a round arrive together and take
+turns in one event loop, so a call's turn-around grows by about C x (CPU per call) / 2 (64 in
+flight at ~0.3 ms a call: ~10 ms on 50). ``--jitter 0.2`` draws each latency from L * U(0.8, 1.2)
+(same mean), as a real endpoint's latencies spread, and shows how much of a gap is that lockstep;
+the goals are set with the fixed latency (the default).
+
 Run: ``python bench/bench_collect.py [--latency-ms 50] [--max-rate 1280] [--levels 1,16,64,256]
-[--repeat 2] [--quick]`` (about 100 s; ``--quick``, one run per row and fewer calls, about 30 s).
+[--repeat 2] [--quick] [--jitter 0.2]`` (about 100 s; ``--quick``, one run per row and fewer calls, about 30 s).
 """
 
 from __future__ import annotations
@@ -33,6 +39,7 @@ import asyncio
 import json
 import multiprocessing
 import os
+import random
 import socket
 import tempfile
 import time
@@ -75,10 +82,13 @@ def _completion(model: str, text: str) -> bytes:
 
 
 class _FakeEndpoint(asyncio.Protocol):
-    """One keep-alive connection of the fake: parse each request, answer it L seconds later."""
+    """One keep-alive connection of the fake: parse each request, answer it L seconds later (with
+    ``jitter`` > 0: after a latency drawn uniformly from L * (1 +- jitter), mean L)."""
 
-    def __init__(self, latency_s: float) -> None:
+    def __init__(self, latency_s: float, jitter: float = 0.0, rng: random.Random | None = None) -> None:
         self.latency_s = latency_s
+        self.jitter = jitter
+        self.rng = rng or random.Random(0)
         self.buffer = bytearray()
         self.transport: asyncio.Transport | None = None
 
@@ -103,7 +113,10 @@ class _FakeEndpoint(asyncio.Protocol):
                 return
             body = bytes(self.buffer[end + 4 : end + 4 + length])
             del self.buffer[: end + 4 + length]
-            loop.call_later(self.latency_s, self._respond, lines[0], body)
+            delay = self.latency_s
+            if self.jitter:
+                delay *= self.rng.uniform(1 - self.jitter, 1 + self.jitter)
+            loop.call_later(delay, self._respond, lines[0], body)
 
     def _respond(self, request_line: str, body: bytes) -> None:
         if self.transport is None or self.transport.is_closing():
@@ -118,10 +131,14 @@ class _FakeEndpoint(asyncio.Protocol):
         self.transport.write(head % (status, len(out)) + out)
 
 
-def _serve(port: int, latency_s: float) -> None:
+def _serve(port: int, latency_s: float, jitter: float) -> None:
+    rng = random.Random(0)
+
     async def serve_forever() -> None:
         loop = asyncio.get_running_loop()
-        server = await loop.create_server(lambda: _FakeEndpoint(latency_s), "127.0.0.1", port, backlog=2048)
+        server = await loop.create_server(
+            lambda: _FakeEndpoint(latency_s, jitter, rng), "127.0.0.1", port, backlog=2048
+        )
         await server.serve_forever()
 
     asyncio.run(serve_forever())
@@ -130,7 +147,8 @@ def _serve(port: int, latency_s: float) -> None:
 class _Fake:
     """The fake endpoint in a child process, restarted when the latency changes."""
 
-    def __init__(self) -> None:
+    def __init__(self, jitter: float = 0.0) -> None:
+        self.jitter = jitter
         self.latency_s = -1.0
         self.port = 0
         self.process: multiprocessing.process.BaseProcess | None = None
@@ -140,7 +158,7 @@ class _Fake:
             self.stop()
             self.port, self.latency_s = _free_port(), latency_s
             self.process = multiprocessing.get_context("spawn").Process(
-                target=_serve, args=(self.port, latency_s), daemon=True
+                target=_serve, args=(self.port, latency_s, self.jitter), daemon=True
             )
             self.process.start()
             deadline = time.monotonic() + 30
@@ -281,16 +299,28 @@ def main() -> None:
         "--repeat", type=int, default=None, help="runs per row, best kept (default 2; quick 1)"
     )
     parser.add_argument("--quick", action="store_true", help="fewer calls and tasks, one run per row")
+    parser.add_argument(
+        "--jitter",
+        type=float,
+        default=0.0,
+        help="latency spread: each reply after L * U(1 - j, 1 + j) (default 0: fixed, as the goal is set)",
+    )
     args = parser.parse_args()
     base, quick = args.latency_ms / 1000, args.quick
     repeat = args.repeat or (1 if quick else 2)
     seconds = 1.0 if quick else 2.0  # timed ideal seconds per row
     levels = [int(x) for x in args.levels.split(",")]
-    fake = _Fake()
+    if not 0 <= args.jitter < 1:
+        parser.error("--jitter must be in [0, 1)")
+    fake = _Fake(args.jitter)
     try:
         with tempfile.TemporaryDirectory() as root:
             os.environ["COA_STORAGE_ROOT"] = root
-            print(f"fake endpoint: asyncio server in its own process, base latency {args.latency_ms:.0f} ms,")
+            spread = f" +-{100 * args.jitter:.0f}% (uniform)" if args.jitter else " (fixed)"
+            print(
+                f"fake endpoint: asyncio server in its own process, base latency {args.latency_ms:.0f} ms"
+                f"{spread},"
+            )
             print(
                 f"L raised so the ideal C/L stays <= {args.max_rate:.0f} calls/s; ratio = achieved / ideal;"
             )

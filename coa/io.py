@@ -427,8 +427,32 @@ def iter_batches(
     fs, path = filesystem(ref.uri, settings)
     for rel in info.files:
         with fs.open(posixpath.join(path, rel), "rb") as fh:
-            for batch in pq.ParquetFile(fh).iter_batches(batch_size=batch_rows):
-                yield contract.conform(pa.Table.from_batches([batch]))
+            for batch in file_batches(pq.ParquetFile(fh), batch_rows):
+                yield contract.conform(batch)
+
+
+def file_batches(source: pq.ParquetFile, batch_rows: int) -> Iterator[pa.Table]:
+    """The rows of a Parquet file in tables of ``batch_rows`` (the last may be shorter), read one
+    row group at a time.
+
+    The batches are those of ``source.iter_batches(batch_size=batch_rows)`` (a batch may span
+    row groups), but one reader over every row group keeps Arrow memory growing with the row
+    groups read (measured: 49 -> 146 MB over 90 row groups of nested trajectories, flat at 20 MB
+    with a reader per row group)."""
+    carry: pa.Table | None = None
+    for group in range(source.num_row_groups):
+        for batch in source.iter_batches(batch_size=batch_rows, row_groups=[group]):
+            table = pa.Table.from_batches([batch])
+            if carry is not None:
+                table = pa.concat_tables([carry, table]).combine_chunks()
+                carry = None
+            while table.num_rows >= batch_rows:
+                yield table.slice(0, batch_rows)
+                table = table.slice(batch_rows)
+            if table.num_rows:
+                carry = table
+    if carry is not None:
+        yield carry
 
 
 def read_file(uri: str | ArtifactRef, relpath: str, settings: Settings | None = None) -> bytes:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
@@ -120,3 +121,17 @@ def test_path_fingerprint_tracks_content(tmp_path: Path) -> None:
     assert len(io.path_fingerprint(str(tmp_path))) == 64
     with pytest.raises(FileNotFoundError, match="input not found"):
         io.path_fingerprint(str(tmp_path / "missing"))
+
+
+@pytest.mark.parametrize(("group_rows", "batch_rows"), [(1500, 1000), (1000, 1000), (700, 1000), (2000, 300)])
+def test_file_batches_are_the_readers_batches_one_row_group_at_a_time(
+    tmp_path: Path, group_rows: int, batch_rows: int
+) -> None:
+    table = pa.table({"x": list(range(4500)), "s": [f"v{i}" for i in range(4500)]})
+    pq.write_table(table, tmp_path / "t.parquet", row_group_size=group_rows)
+    source = pq.ParquetFile(tmp_path / "t.parquet")
+    expected = [pa.Table.from_batches([b]) for b in source.iter_batches(batch_size=batch_rows)]
+    got = list(io.file_batches(source, batch_rows))
+    assert [t.num_rows for t in got] == [t.num_rows for t in expected]
+    assert all(g.equals(e) for g, e in zip(got, expected, strict=True))
+    assert pa.concat_tables(got).equals(table)

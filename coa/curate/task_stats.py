@@ -4,8 +4,9 @@ The curate step writes them as the artifact's ``task_stats`` table (``task_stats
 runs, correct runs, sorted by task id; the convert step reads it for RL difficulty selection). Each
 batch's counts (task id, two integers) go to a temporary Parquet file (:class:`FrameSpill`), not
 to memory: with nearly one task per run they would grow with the input, and merging them as they
-come needed as much again. :meth:`TaskStats.frame` sums them once, at the end, and
-:meth:`TaskStats.tables` hands them out in slices, never one Python object per task. (Artifacts
+come needed as much again. :meth:`TaskStats.tables` sums them at the end, one range of task ids at
+a time (a group-by and sort of all ~1M ids at once took ~200 MB), and hands them out in sorted
+slices, never one Python object per task. (Artifacts
 before ``task_stats.v1`` hold ``task_stats.json`` instead: ``{task_id: [runs, correct]}``;
 :func:`from_json` reads it into the same frame.)
 """
@@ -13,15 +14,20 @@ before ``task_stats.v1`` hold ``task_stats.json`` instead: ``{task_id: [runs, co
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Iterator
 
 import polars as pl
 import pyarrow as pa
+import pyarrow.parquet as pq
 
 from coa.curate.spill import FrameSpill
 
 SLICE_ROWS = 100_000
 """Rows per table :meth:`TaskStats.tables` yields (one Parquet write each)."""
+
+PART_ROWS = 25_000
+"""Spilled rows summed at a time by :meth:`TaskStats.tables` (one range of task ids)."""
 
 EMPTY_SCHEMA = {"task_id": pl.String, "runs": pl.Int64, "correct": pl.Int64}
 
@@ -57,17 +63,51 @@ class TaskStats:
     def frame(self) -> pl.DataFrame:
         """One row per task: ``task_id``, ``runs``, ``correct``, sorted by task id (no :meth:`add`
         after this)."""
-        parts = self._spill.scan()
-        if parts is None:
-            return pl.DataFrame(schema=EMPTY_SCHEMA)
-        merged = parts.group_by("task_id").agg(pl.col("runs").sum(), pl.col("correct").sum())
-        return merged.sort("task_id").collect()
+        return pl.DataFrame(pl.from_arrow(pa.concat_tables(self.tables())))
 
-    def tables(self, rows: int = SLICE_ROWS) -> Iterator[pa.Table]:
-        """The sorted counts as ``task_stats.v1`` tables of at most ``rows`` rows (at least one)."""
-        frame = self.frame()
-        for start in range(0, max(frame.height, 1), rows):
-            yield frame.slice(start, rows).to_arrow()
+    def tables(self, rows: int = SLICE_ROWS, part_rows: int = PART_ROWS) -> Iterator[pa.Table]:
+        """The sorted counts as ``task_stats.v1`` tables of at most ``rows`` rows (at least one).
+
+        The counts are summed one range of task ids at a time (ranges of about ``part_rows`` of
+        the spilled rows, cut at a sample's quantiles), so only one range's group-by and sort are
+        in memory; the ranges come in order, so the tables are sorted as a whole."""
+        spilled = self._spill.scan()
+        if spilled is None:
+            yield pl.DataFrame(schema=EMPTY_SCHEMA).to_arrow()
+            return
+        bounds = self._bounds(math.ceil(self._spill.rows / part_rows))
+        task = pl.col("task_id")
+        yielded = False
+        for lo, hi in zip([None, *bounds], [*bounds, None], strict=True):
+            part = spilled
+            if lo is not None:
+                part = part.filter(task >= lo)
+            if hi is not None:
+                part = part.filter(task < hi)
+            summed = part.group_by("task_id").agg(pl.col("runs").sum(), pl.col("correct").sum())
+            frame = summed.sort("task_id").collect()
+            for start in range(0, frame.height, rows):
+                yielded = True
+                yield frame.slice(start, rows).to_arrow()
+        if not yielded:
+            yield pl.DataFrame(schema=EMPTY_SCHEMA).to_arrow()
+
+    def _bounds(self, parts: int) -> list[str]:
+        """``parts - 1`` increasing task ids that cut the spilled ids into ranges of about equal
+        size (quantiles of a sample of ~64 ids per range)."""
+        if parts <= 1:
+            return []
+        every = max(1, self._spill.rows // (parts * 64))
+        sample: list[str] = []
+        seen = 0
+        for batch in pq.ParquetFile(self._spill.path).iter_batches(columns=["task_id"], batch_size=65_536):
+            ids = batch.column(0)
+            first = (-seen) % every
+            sample.extend(ids.slice(first).to_pylist()[::every])
+            seen += len(ids)
+        ordered = pl.Series(sample, dtype=pl.String).sort().to_list()
+        cuts = [ordered[len(ordered) * i // parts] for i in range(1, parts)]
+        return list(dict.fromkeys(cuts))  # increasing; a repeated cut would make an empty range
 
     @property
     def disk_bytes(self) -> int:

@@ -53,3 +53,14 @@ def test_an_old_artifacts_json_reads_into_the_same_frame() -> None:
     stats, expected = _counted()
     assert from_json(json.dumps(expected, sort_keys=True)).equals(stats.frame())
     assert from_json("{}").height == 0
+
+
+def test_ranges_of_task_ids_give_the_same_sorted_counts() -> None:
+    stats, expected = _counted()
+    whole = pa.concat_tables(list(stats.tables(rows=7)))
+    ranged = list(stats.tables(rows=7, part_rows=40))  # ~330 spilled rows: ~9 ranges of task ids
+    assert all(0 < p.num_rows <= 7 for p in ranged) and len(ranged) > len(expected) // 7 + 1
+    table = pa.concat_tables(ranged)
+    assert table.equals(whole)
+    assert table.column("task_id").to_pylist() == sorted(expected)
+    stats.close()
