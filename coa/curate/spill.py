@@ -3,7 +3,8 @@
 Curation folds every input run into a few numbers (the summary's per-run frame, the runs and
 correct runs per task). Held in memory they grow with the input (~0.1 KB a run, and their merges
 need as much again); :class:`FrameSpill` appends each batch's frame to a temporary Parquet file
-instead and reads them all back once, at the end, when the batch loop's state is gone.
+instead and reads them back at the end, when the batch loop's state is gone (lazily: each query
+reads the columns and rows it needs).
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 
 Per batch, :class:`SummaryBuilder` writes the narrow per-run numbers of every input run (status,
 counts, tokens, correctness, kept or the quarantine reason: a few dozen bytes per run) to a
-temporary file (:class:`coa.curate.spill.FrameSpill`; read back once, at the end) and folds the
+temporary file (:class:`coa.curate.spill.FrameSpill`; queried at the end, lazily) and folds the
 steps into fixed-size aggregates (role, agent and tool counts, tool errors, an observation length
 histogram), separately for all input runs and for the kept ones. :meth:`SummaryBuilder.summary`
 turns them into a JSON-able dict; its histograms use fixed bin edges (:data:`EDGES`), so the
