@@ -29,7 +29,8 @@ flight at ~0.3 ms a call: ~10 ms on 50). ``--jitter 0.2`` draws each latency fro
 the goals are set with the fixed latency (the default).
 
 Run: ``python bench/bench_collect.py [--latency-ms 50] [--max-rate 1280] [--levels 1,16,64,256]
-[--repeat 2] [--quick] [--jitter 0.2]`` (about 100 s; ``--quick``, one run per row and fewer calls, about 30 s).
+[--repeat 2] [--quick] [--jitter 0.2]`` (about 100 s; ``--quick``, one run per row and fewer
+calls, about 30 s).
 """
 
 from __future__ import annotations
