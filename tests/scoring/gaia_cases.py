@@ -121,11 +121,21 @@ def build_cases(answers: list[tuple[str, str]]) -> list[dict[str, object]]:
                 continue
             seen.add(prediction)
             rule = "empty" if not prediction.strip() else k
-            if k == "list" and rule == "list" and len(re.split(r"[,;]", prediction)) != len(re.split(r"[,;]", gold)):
+            if (
+                k == "list"
+                and rule == "list"
+                and len(re.split(r"[,;]", prediction)) != len(re.split(r"[,;]", gold))
+            ):
                 rule = "list_length"
             cases.append(
-                {"task_id": task_id, "gold": gold, "prediction": prediction, "rewrite": name,
-                 "expected": expected, "rule": rule}  # fmt: skip
+                {
+                    "task_id": task_id,
+                    "gold": gold,
+                    "prediction": prediction,
+                    "rewrite": name,
+                    "expected": expected,
+                    "rule": rule,
+                }  # fmt: skip
             )
     return cases
 
