@@ -24,7 +24,8 @@ from coa import io
 from coa.errors import UserError
 from coa.evaluate.config import EvalConfig
 from coa.evaluate.eval_report import headline, render_eval_report
-from coa.evaluate.metrics import metrics_document
+from coa.evaluate.metrics import coverage_of, metrics_document, scorers_used
+from coa.evaluate.replay import LedgerToolBox
 from coa.evaluate.stage import EVAL_TABLE, METRICS_FILE, evaluate_tasks, open_generator, select_tasks
 from coa.steps import Build, Step, StepInput, TableInput
 from coa.tools.config import ToolsConfig, build_toolbox
@@ -89,6 +90,19 @@ def task_plan(b: Build, config: EvalConfig) -> tuple[pa.Table, list[int]]:
     return pa.concat_tables(tables, promote_options="default"), counts
 
 
+def task_counts(b: Build, config: EvalConfig) -> dict[str, int]:
+    """Tasks per benchmark (task.v1 ``source``) in the task sets, before any limit or family filter."""
+    counts: dict[str, int] = {}
+    tables = [b.optional("tasks")] + [
+        b.table(BENCHMARK_INPUT.format(i)) for i in range(len(config.benchmarks))
+    ]
+    for table in tables:
+        if isinstance(table, TableInput):
+            for source in table.read(["source"]).column("source").to_pylist():
+                counts[source] = counts.get(source, 0) + 1
+    return counts
+
+
 def _first_per_source(table: pa.Table, limit: int) -> pa.Table:
     seen: dict[str, int] = {}
     keep = []
@@ -103,9 +117,16 @@ def _build(b: Build) -> None:
     tools = ToolsConfig.model_validate(b.step.identity["tools"])
     model = b.model("model")
     tasks, counts = task_plan(b, config)
+    in_sets = task_counts(b, config)
     generator = open_generator(config, model.local_path())
-    root = b.store.root if "://" not in b.store.root else None
-    toolbox = build_toolbox(tools, root, config.leak_guard.blocked_hosts)
+    if config.tool_record is not None:
+        tools = tools.model_copy(update={"record": config.tool_record})
+    root = config.recording or (b.store.root if "://" not in b.store.root else None)
+    ledger = LedgerToolBox(
+        build_toolbox(tools, root, config.leak_guard.blocked_hosts),
+        tools.record if root is not None else "off",
+        root if tools.record != "off" else None,
+    )
     judge = None
     if config.judge is not None:
         from coa.scoring.judge import LLMJudge, judge_prompt
@@ -113,14 +134,17 @@ def _build(b: Build) -> None:
         judge = LLMJudge(config.judge)
         b.writer.extra_lineage["judge"] = {"model": judge.model, "prompt_version": judge_prompt()["version"]}
     try:
-        result = evaluate_tasks(tasks, generator, toolbox, config, b.progress, counts, judge)
+        result = evaluate_tasks(tasks, generator, ledger, config, b.progress, counts, judge)
     finally:
         close = getattr(generator, "close", None)
         if close is not None:
             close()
         if judge is not None:
             judge.close()
-    document = metrics_document(result, config.prices)
+    tools_used = ledger.summary()
+    document = metrics_document(
+        result, config.prices, coverage=coverage_of(in_sets, result), tools=tools_used
+    )
     b.writer.write_table(EVAL_TABLE, result, schemas.EVAL)
     b.writer.write_file(METRICS_FILE, json.dumps(document, indent=2, sort_keys=True))
     b.writer.write_file(
@@ -128,10 +152,19 @@ def _build(b: Build) -> None:
         render_eval_report(
             title=f"Evaluation: {model.name}",
             student=document["benchmarks"],
-            facts={"model": model.name, "samples per task": config.samples, "families": _families(document)},
+            facts={
+                "model": model.name,
+                "samples per task": config.samples,
+                "families": _families(document),
+                "tools": f"{tools_used['mode']} (record={tools_used['record']}, "
+                f"recording={tools_used['recording']})",
+            },
+            document=document,
         ),
     )
     b.writer.extra_lineage["model"] = model.name
+    b.writer.extra_lineage["tools"] = tools_used
+    b.writer.extra_lineage["scorers"] = document["scorers"]
     b.summary["metrics"] = document["families"]
     b.summary["benchmarks"] = document["benchmarks"]
     b.summary["headline"] = headline(model.name, document["benchmarks"])
@@ -173,7 +206,7 @@ def eval_report_step(
 
 def _build_eval_report(b: Build) -> None:
     from coa.evaluate.compare import compare
-    from coa.evaluate.metrics import benchmark_metrics
+    from coa.evaluate.metrics import COMPUTATION, benchmark_metrics
     from coa.evaluate.teacher import teacher_eval_table, token_comparison
 
     candidate = b.table("candidate")
@@ -195,6 +228,7 @@ def _build_eval_report(b: Build) -> None:
     page = render_eval_report(
         title=f"Evaluation report: {model}", student=student, teacher=teacher,
         comparison=comparison or (), deltas=deltas, facts=facts,
+        document={"scorers": scorers_used(rows), "computation": COMPUTATION, "benchmarks": student},
     )  # fmt: skip
     b.writer.write_file(REPORT_FILE, page)
     b.writer.write_file(
