@@ -27,7 +27,7 @@ from coa.evaluate.eval_report import headline, render_eval_report
 from coa.evaluate.metrics import coverage_of, metrics_document, scorers_used
 from coa.evaluate.replay import LedgerToolBox
 from coa.evaluate.stage import EVAL_TABLE, METRICS_FILE, evaluate_tasks, open_generator, select_tasks
-from coa.steps import Build, Step, StepInput, TableInput
+from coa.steps import Build, ModelInput, Step, StepInput, TableInput
 from coa.tools.config import ToolsConfig, build_toolbox
 
 BENCHMARK_INPUT = "benchmark{}"
@@ -173,6 +173,85 @@ def _build(b: Build) -> None:
 
 def _families(document: dict[str, Any]) -> str:
     return ", ".join(f for f in document["families"] if f != "all")
+
+
+def predictions_step(
+    config: EvalConfig, tasks: StepInput | None, predictions: list[str], name: str = "evaluate"
+) -> Step:
+    """An ``eval`` artifact from prediction files (:mod:`coa.evaluate.predictions`) instead of a model:
+    the same task selection, scorers, metrics and report as :func:`step`. The files' hashes are part
+    of the key."""
+    from coa.evaluate.predictions import PredictionsError, file_digest
+
+    if tasks is None and not config.benchmarks:
+        raise UserError("evaluate: no tasks (give a task table or name benchmarks in evaluate.benchmarks)")
+    files = []
+    for path in predictions:
+        try:
+            files.append({"path": str(path), "sha256": file_digest(path)})
+        except OSError as e:
+            raise PredictionsError(f"cannot read predictions file {path}: {e.strerror}") from None
+    base = step(config, ToolsConfig(enabled=()), tasks, ModelInput(external="predictions"), name)
+    inputs = {k: v for k, v in base.inputs.items() if k != "model"}
+    identity = {"predictions": files} | (
+        {"judge_prompt": base.identity["judge_prompt"]} if "judge_prompt" in base.identity else {}
+    )
+    return Step(
+        name=name,
+        kind="eval",
+        artifact=config.name,
+        config=config,
+        build=_build_predictions,
+        inputs=inputs,
+        identity=identity,
+        describe="prediction files scored against the tasks",
+        expects={k: v for k, v in base.expects.items() if k in inputs},
+        produces={EVAL_TABLE: "eval.v1"},
+    )
+
+
+def _build_predictions(b: Build) -> None:
+    from coa.evaluate.predictions import PredictionsError, file_digest, score_prediction_files
+
+    config: EvalConfig = b.step.config
+    files = b.step.identity["predictions"]
+    for f in files:
+        if file_digest(f["path"]) != f["sha256"]:
+            raise PredictionsError(f"{f['path']} changed after the step was planned; run it again")
+    tasks, _ = task_plan(b, config)
+    judge = None
+    if config.judge is not None:
+        from coa.scoring.judge import LLMJudge, judge_prompt
+
+        judge = LLMJudge(config.judge)
+        b.writer.extra_lineage["judge"] = {"model": judge.model, "prompt_version": judge_prompt()["version"]}
+    try:
+        result, document = score_prediction_files(
+            select_tasks(tasks, config), [f["path"] for f in files], judge=judge, scorers=config.scorers,
+            in_sets=task_counts(b, config),
+        )  # fmt: skip
+    finally:
+        if judge is not None:
+            judge.close()
+    b.writer.write_table(EVAL_TABLE, result, schemas.EVAL)
+    b.writer.write_file(METRICS_FILE, json.dumps(document, indent=2, sort_keys=True))
+    model = str(result.column("model")[0]) if result.num_rows else "predictions"
+    b.writer.write_file(
+        REPORT_FILE,
+        render_eval_report(
+            title=f"Evaluation of predictions: {model}",
+            student=document["benchmarks"],
+            facts={"predictions": ", ".join(f"{f['path']} (sha256 {f['sha256'][:12]})" for f in files)},
+            document=document,
+        ),
+    )
+    b.writer.extra_lineage["model"] = model
+    b.writer.extra_lineage["predictions"] = document["predictions"]
+    b.writer.extra_lineage["scorers"] = document["scorers"]
+    b.summary["metrics"] = document["families"]
+    b.summary["benchmarks"] = document["benchmarks"]
+    b.summary["headline"] = headline(model, document["benchmarks"])
+    b.summary["report"] = io.join(b.writer.uri, REPORT_FILE)
 
 
 def eval_report_step(
