@@ -131,8 +131,9 @@ def test_afm_round_files_are_matched_by_question_and_round(afm_fixtures: Path, t
     for r in (0, 1, 2):
         with (tmp_path / f"gaia.round_{r}.jsonl").open("w") as fh:
             for i, task in enumerate(tasks[:5]):
-                row = {"question_id": i, "question": task["question"], "Level": 1, "golden_answer": task["gold_answers"][0],
-                       "prediction": task["gold_answers"][0] if r == i % 3 else "no idea", "llm_judge": 0,
+                gold = task["gold_answers"][0]
+                row = {"question_id": i, "question": task["question"], "Level": 1, "golden_answer": gold,
+                       "prediction": gold if r == i % 3 else "no idea", "llm_judge": 0,
                        "steps": [], "status": "ok", "error": None, "raw": ""}  # fmt: skip
                 fh.write(json.dumps(row) + "\n")
     paths = sorted(tmp_path.glob("gaia.round_*.jsonl"))
