@@ -286,10 +286,13 @@ def scoring_sections(document: Mapping[str, Any]) -> list[str]:
         body = []
         for bench, entry in scorers.items():
             for used in entry["scorers"]:
+                named = used["name"] is not None
                 body.append(
                     [
                         bench,
-                        f"{used['name']} v{used['version']}",
+                        f"{used['name']} v{used['version']}"
+                        if named
+                        else "not recorded (an older eval table)",
                         "yes" if used["published_rule"] else "no (project rule)",
                         used.get("rule") or "",
                         entry.get("note", ""),

@@ -1,8 +1,9 @@
 """Per-benchmark scorers: conformance golden files, the registry, and each rule's edge cases.
 
 Golden files (``tests/scoring/golden/``): ``gaia_cases.jsonl`` (rewritings of the 103 GAIA dev
-answers with GAIA's verdict, built by :mod:`tests.scoring.gaia_cases`) and ``grader_replies.jsonl``
-(BrowseComp/HLE grader replies, well-formed and malformed, with the verdict each must give).
+answers with GAIA's verdict, built by :mod:`tests.scoring.gaia_cases`), ``answer_cases.jsonl`` (NQ
+and AIME rewritings, :mod:`tests.scoring.answer_cases`) and ``grader_replies.jsonl`` (BrowseComp/HLE
+grader replies, well-formed and malformed, with the verdict each must give).
 """
 
 from __future__ import annotations
@@ -264,3 +265,22 @@ def test_lcb_stdin_and_functional_semantics_in_the_sandbox() -> None:
     task = {"source": "livecodebench_v5", "family": "code", "test_cases": STDIN_TESTS, "metadata": "{}"}
     verdict = score_task(task, ok)
     assert verdict.correct and verdict.scorer.name == "livecodebench" and "2/2 tests run" in verdict.detail
+
+
+# -- NQ and AIME golden cases -------------------------------------------------------------------
+
+
+def test_nq_and_aime_golden_cases(afm_fixtures: Path) -> None:
+    from tests.scoring import answer_cases
+
+    cases = answer_cases.from_fixtures(afm_fixtures)
+    assert cases == answer_cases.read_golden(), "regenerate with `python -m tests.scoring.answer_cases`"
+    wrong = []
+    for c in cases:
+        scorer = SCORERS["afm-mhqa-em" if c["benchmark"] == "nq" else "afm-math-verify"]
+        verdict = scorer.score(
+            {"gold_answers": c["golds"], "source": c["benchmark"], "family": ""}, c["prediction"]
+        )
+        if verdict.correct != c["expected"]:
+            wrong.append((c["benchmark"], c["task"], c["rewrite"], c["prediction"], verdict.detail))
+    assert wrong == [] and {c["benchmark"] for c in cases} == {"nq", "aime24"}
