@@ -304,6 +304,13 @@ def _build_eval_report(b: Build) -> None:
     facts = {"candidate": candidate.uri}
     if base is not None:
         facts["baseline"] = base.ref.uri if isinstance(base, TableInput) else str(base)
+        from coa.evaluate.compare import scorer_mismatch
+
+        for bench, (cand_scorers, base_scorers) in scorer_mismatch(rows, base.read()).items():  # type: ignore[union-attr]
+            facts[f"warning: {bench}"] = (
+                f"scored by {', '.join(cand_scorers)} here but by {', '.join(base_scorers)} in the baseline: "
+                "the delta mixes two rules (re-score the baseline with `coa score`)"
+            )
     page = render_eval_report(
         title=f"Evaluation report: {model}", student=student, teacher=teacher,
         comparison=comparison or (), deltas=deltas, facts=facts,

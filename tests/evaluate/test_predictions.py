@@ -160,3 +160,19 @@ def test_bad_prediction_files_fail_in_one_line(afm_fixtures: Path, tmp_path: Pat
         read_prediction_rows([bad])
     result = runner.invoke(app, ["score", "-p", str(bad), "--tasks", str(afm_fixtures / "gaia_dev_103.json")])
     assert result.exit_code == 2 and "needs a 'prediction' key" in result.output
+
+
+def test_scorer_mismatch_between_evaluations_is_named(afm_fixtures: Path, tmp_path: Path) -> None:
+    import schemas
+    from coa.evaluate.compare import scorer_mismatch
+
+    tasks = _tasks(afm_fixtures / "gaia_dev_103.json")
+    rows = read_prediction_rows([write_predictions(tasks, tmp_path / "p.jsonl")])
+    gaia = predictions_table(tasks, rows, "m")
+    project = predictions_table(tasks, rows, "m", scorers={"gaia_dev_103": "coa-web"})
+    old = schemas.EVAL.conform(gaia.drop_columns(["scorer", "scorer_version", "score_detail"]))
+    assert scorer_mismatch(gaia, gaia) == {}
+    assert scorer_mismatch(gaia, project) == {"gaia_dev_103": (["gaia v1"], ["coa-web v1"])}
+    assert scorer_mismatch(gaia, old) == {"gaia_dev_103": (["gaia v1"], ["unrecorded"])}
+    assert old.column("scorer").null_count == old.num_rows  # an older table reads with nulls there
+    assert [r["correct"] for r in gaia.to_pylist()] != [r["correct"] for r in project.to_pylist()]
