@@ -4,8 +4,13 @@
   (``EvalConfig.benchmarks``: imported ``task.v1`` artifacts, each with its own limit and sample
   count) → ``eval`` (eval.v1) and ``metrics.json`` (per family and per benchmark); its key hashes
   the config, the tools, the task tables and the model (its artifact when the pipeline built it,
-  else its name). Search and crawl run behind the leak guard (blocked benchmark hosts). The artifact
-  also holds ``report.html`` (:mod:`coa.evaluate.eval_report`) and its headline.
+  else its name). Search and crawl run behind the leak guard (blocked benchmark hosts), live or
+  from a recording (``tool_record``, ``recording``; the lineage and ``metrics.json`` say which:
+  :mod:`coa.evaluate.replay`). Each answer is scored by its benchmark's scorer, named in the rows
+  and ``metrics.json``. The artifact also holds ``report.html`` (:mod:`coa.evaluate.eval_report`)
+  and its headline.
+* :func:`predictions_step`: the same artifact from prediction files instead of a model
+  (``coa evaluate --predictions``; :mod:`coa.evaluate.predictions`).
 * :func:`eval_report_step`: the HTML evaluation report of an evaluation, beside the teacher on the
   same tasks and a paired comparison with a baseline evaluation (its headline: ``summary``).
 * :func:`report_step`: the HTML training report: the student before and after SFT beside the
