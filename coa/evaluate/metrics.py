@@ -6,8 +6,9 @@ Every group is summarised by :func:`summarize` (rows are (task, sample) runs; a 
 * ``pass@1``: the mean correctness over all samples (avg@K); ``pass@1_se`` its standard error,
   the standard deviation of the per-task means over the tasks (ddof 1) divided by sqrt(tasks):
   tasks are the sampling unit, samples of one task are not independent draws of the benchmark;
-* ``pass@k`` for each power of two ``k <= K`` (K = the fewest samples any task of the group has):
-  the unbiased estimator of Chen et al. (2021), ``1 - C(n-c, k) / C(n, k)`` per task, averaged;
+* ``pass@k`` for each power of two ``k <= K`` and for ``k = K`` (K = the fewest samples any task of
+  the group has; pass@K is "any of the K samples correct", AFM's Pass@3 with 3 rounds): the
+  unbiased estimator of Chen et al. (2021), ``1 - C(n-c, k) / C(n, k)`` per task, averaged;
 * ``maj@K``: a task is solved when its most frequent answer is a correct one (math answers grouped
   by math-verify equivalence, QA answers by their normalised text; ties go to the class seen first;
   runs without an answer do not vote); ``None`` for code, whose programs are not compared;
@@ -147,7 +148,7 @@ def summarize(
         "pass@1": pass1,
         "pass@1_se": _standard_error(per_task),
     }
-    for k in powers_of_two(k_max)[1:]:
+    for k in sorted(set(powers_of_two(k_max)[1:]) | ({k_max} if k_max > 1 else set())):
         out[f"pass@{k}"] = sum(
             pass_at_k(len(runs), sum(bool(r["correct"]) for r in runs), k) for runs in tasks.values()
         ) / len(tasks)
@@ -229,7 +230,8 @@ COMPUTATION = {
     "pass@1": "avg@K: the mean correctness over all K samples of every task of the group (K = samples per "
     "task; greedy when K = 1), with its standard error over tasks (pass@1_se)",
     "pass@k": "unbiased pass@k (Chen et al. 2021): 1 - C(n-c, k) / C(n, k) per task with n samples of which "
-    "c are correct, averaged over the tasks; k = 2, 4, 8, ... up to K",
+    "c are correct, averaged over the tasks; k = 2, 4, 8, ... up to K, and K itself (pass@K: any of the "
+    "K samples correct, e.g. AFM's Pass@3 over 3 rounds)",
     "maj@K": "a task counts when its most frequent answer among its K samples is correct (math answers "
     "grouped by math-verify equivalence, others by normalised text; runs without an answer do not vote)",
     "tasks": "every selected task counts, a run without an answer as wrong; `coverage` gives the tasks of "

@@ -143,6 +143,11 @@ def test_afm_round_files_are_matched_by_question_and_round(afm_fixtures: Path, t
     assert len(table) == 3 * len(tasks)  # every task of the set counts, with or without a prediction
     per_task = {t["task_id"]: sum(r["correct"] for r in table if r["task_id"] == t["task_id"]) for t in tasks}
     assert [per_task[t["task_id"]] for t in tasks] == [1] * 5 + [0] * (len(tasks) - 5)
+    from coa.evaluate.metrics import metrics_document
+
+    m = metrics_document(predictions_table(tasks, rows, "afm"))["benchmarks"]["gaia_dev_103"]
+    assert m["samples"] == 3 and m["pass@1"] == 5 / (3 * len(tasks))
+    assert m["pass@3"] == 5 / len(tasks)  # AFM's Pass@3: any of the 3 rounds correct
 
 
 def test_bad_prediction_files_fail_in_one_line(afm_fixtures: Path, tmp_path: Path) -> None:
