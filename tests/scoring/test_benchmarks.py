@@ -248,6 +248,7 @@ FUNCTIONAL_TESTS = {"kind": "functional", "stdin": None, "expected_output": None
                     "starter_code": None}  # fmt: skip
 
 
+@pytest.mark.sandbox
 @requires_sandbox
 def test_lcb_stdin_and_functional_semantics_in_the_sandbox() -> None:
     ok = "```python\nn = int(input())\nprint(sum(map(int, input().split())))\n```"
