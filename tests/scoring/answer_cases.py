@@ -1,7 +1,7 @@
 """NQ and AIME conformance cases from the fixtures' golds, each with the verdict of the benchmark's rule.
 
-NQ (AFM's ``mhqa_eval``): normalise (lower-case, drop punctuation and the articles a/an/the, collapse
-spaces), split the prediction on ``|``, drop empty parts, and the *first* part must equal a gold.
+NQ (AFM's ``mhqa_eval``): normalise (lower-case, drop ASCII punctuation and the articles a/an/the,
+collapse spaces), split the prediction on ``|``, drop empty parts, and the *first* part must equal a gold.
 AIME (math-verify as AFM uses it): the answer's expression must equal the gold's numerically
 (leading zeros, a box, ``$…$``, an equivalent fraction do not matter). The verdicts below are written
 from those rules and the kind of rewriting, not computed by the scorers.
@@ -26,6 +26,7 @@ def _nq(golds: list[str]) -> Iterator[tuple[str, str, bool]]:
     yield "upper_case", gold.upper(), True
     yield "article_and_period", f"The {gold}.", True
     yield "quoted", f'"{gold}"', True
+    yield "curly_quoted", f"\u201c{gold}\u201d", False  # not ASCII punctuation: SQuAD keeps them
     yield "first_of_two", f"{gold} | Nobody Knows", True
     yield "second_of_two", f"Nobody Knows | {gold}", False
     yield "empty_first_part", f" | {gold}", True  # empty parts are dropped

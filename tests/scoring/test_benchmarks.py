@@ -259,6 +259,7 @@ def test_lcb_stdin_and_functional_semantics_in_the_sandbox() -> None:
     assert not slow.passed and slow.reason == "test 0: time_limit_exceeded"
     crash = run_lcb("raise SystemExit(3)", STDIN_TESTS)
     assert crash.reason == "test 0: runtime_error"
+    assert run_lcb("print(", STDIN_TESTS).reason == "test 0: compilation_error"
     assert run_lcb("class Solution:\n    def double(self, x):\n        return 2 * x", FUNCTIONAL_TESTS).passed
     assert run_lcb("def double(x):\n    return 2 * x", FUNCTIONAL_TESTS).passed  # the fn_name shim
     bad = run_lcb("class Solution:\n    def double(self, x):\n        return x", FUNCTIONAL_TESTS)

@@ -158,6 +158,13 @@ def _qa(mode: str) -> ScoreFn:
     return fn
 
 
+def _afm_mhqa(task: Mapping[str, Any], prediction: str, judge: Any) -> tuple[bool, float, str]:
+    from coa.scoring.benchmarks.afm_qa import mhqa_eval_match
+
+    correct, detail = mhqa_eval_match(prediction, _golds(task))
+    return correct, float(correct), f"mhqa_eval EM, {detail}"
+
+
 def _coa_web(task: Mapping[str, Any], prediction: str, judge: Any) -> tuple[bool, float, str]:
     from coa.scoring import score_answer
 
@@ -241,10 +248,10 @@ SCORERS: dict[str, Scorer] = {
         _scorer(
             "afm-mhqa-em",
             "1",
-            "AFM mhqa_eval: normalised exact match of the first |-separated answer against any gold",
+            "AFM mhqa_eval: SQuAD-normalised exact match of the first |-separated answer against any gold",
             True,
             ("mhqa",),
-            _qa("first"),
+            _afm_mhqa,
         ),  # fmt: skip
         _scorer(
             "coa-web",

@@ -80,6 +80,8 @@ class LCBResult:
 
 
 def _failure(result: SandboxResult) -> str | None:
+    if result.exit_code != 0 and "SyntaxError" in result.stderr[-2000:]:
+        return "compilation_error"
     if result.timed_out or result.killed_reason in ("wall_time", "cpu_time"):
         return "time_limit_exceeded"
     if result.killed_reason is not None:
