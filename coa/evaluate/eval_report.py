@@ -212,8 +212,10 @@ def headline(
     student: Mapping[str, Any],
     comparison: Sequence[Mapping[str, Any]] = (),
     deltas: Mapping[str, Any] | None = None,
+    coverage: Mapping[str, Mapping[str, Any]] | None = None,
 ) -> str:
-    """A markdown paragraph: pass@1 ± SE per benchmark, the token reduction, the delta to baseline."""
+    """A markdown paragraph: pass@1 ± SE per benchmark (and of how many of its tasks, when
+    ``coverage`` is given), the token reduction, the delta to baseline."""
     lines = [f"**Evaluation of `{model}`**", ""]
     for name, m in student.items():
         if not m.get("runs"):
@@ -221,8 +223,10 @@ def headline(
         se = m.get("pass@1_se")
         spread = "" if se is None else f" ± {se:.1%}"
         tokens = m.get("total_tokens_per_task") or 0
+        cover = (coverage or {}).get(name)
+        of = f" of {cover['tasks_in_set']}" if cover and cover["tasks_in_set"] != m["tasks"] else ""
         lines.append(
-            f"- {name}: pass@1 {m['pass@1']:.1%}{spread} ({m['tasks']} tasks × {m['samples']} samples), "
+            f"- {name}: pass@1 {m['pass@1']:.1%}{spread} ({m['tasks']}{of} tasks × {m['samples']} samples), "
             f"{tokens:,.0f} tokens/task"
         )
     overall = next((r for r in comparison if r["benchmark"] == ALL), None)

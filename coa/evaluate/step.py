@@ -172,7 +172,7 @@ def _build(b: Build) -> None:
     b.writer.extra_lineage["scorers"] = document["scorers"]
     b.summary["metrics"] = document["families"]
     b.summary["benchmarks"] = document["benchmarks"]
-    b.summary["headline"] = headline(model.name, document["benchmarks"])
+    b.summary["headline"] = headline(model.name, document["benchmarks"], coverage=document["coverage"])
     b.summary["report"] = io.join(b.writer.uri, REPORT_FILE)
 
 
@@ -255,7 +255,7 @@ def _build_predictions(b: Build) -> None:
     b.writer.extra_lineage["scorers"] = document["scorers"]
     b.summary["metrics"] = document["families"]
     b.summary["benchmarks"] = document["benchmarks"]
-    b.summary["headline"] = headline(model, document["benchmarks"])
+    b.summary["headline"] = headline(model, document["benchmarks"], coverage=document["coverage"])
     b.summary["report"] = io.join(b.writer.uri, REPORT_FILE)
 
 

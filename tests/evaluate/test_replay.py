@@ -85,6 +85,10 @@ def test_replayed_gaia_evaluation_of_the_tiny_student_is_identical_twice(
         assert document["scorers"]["gaia_dev_103"]["scorers"][0]["name"] == "gaia"
         page = io.read_file(result.ref, "report.html").decode()
         assert f"Tools: {mode}" in page and "How each figure is computed" in page and "SUBSET" in page
+        assert (
+            "gaia_dev_103: pass@1" in result.summary["headline"]
+            and "(3 of 103 tasks" in result.summary["headline"]
+        )
     assert (
         io.read_lineage(first.ref)["tools"]["observations_digest"]
         == io.read_lineage(second.ref)["tools"]["observations_digest"]

@@ -97,3 +97,15 @@ def test_benchmark_graders_run_on_the_judge_endpoint(judge: LLMJudge, server: Fa
     hle = score_task(dict(task, source="hle_test", task_id="hle_test:0"), "1990", judge=judge)
     assert not hle.correct and hle.scorer.name == "hle-judge" and "no correct field" in hle.detail
     assert server.hits == 3  # a malformed reply is asked again, then scored incorrect
+
+
+def test_a_cached_verdict_gives_the_same_row_detail(judge: LLMJudge, server: FakeLLMServer) -> None:
+    from coa.scoring.benchmarks import score_task
+
+    task = {"task_id": "webwalker_main:0", "source": "webwalker_main", "family": "web", "question": "Who?",
+            "gold_answers": ["EU4Health"], "metadata": "{}"}  # fmt: skip
+    server.push(verdict("correct"))
+    first = score_task(task, "the EU4Health programme", judge=judge)
+    again = score_task(task, "the EU4Health programme", judge=judge)
+    assert first.correct and first.scorer.name == "coa-web" and server.hits == 1
+    assert first.detail == again.detail and "cached" not in again.detail

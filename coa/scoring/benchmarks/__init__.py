@@ -169,7 +169,9 @@ def _coa_web(task: Mapping[str, Any], prediction: str, judge: Any) -> tuple[bool
     from coa.scoring import score_answer
 
     s = score_answer(prediction, _golds(task), "web", judge=judge, question=task.get("question"))
-    return s.correct, s.value, f"{s.method} {s.detail}".strip()
+    # whether the judge's verdict came from the response cache is not part of the row: a rerun that
+    # replays cached verdicts must give the same rows
+    return s.correct, s.value, f"{s.method} {s.detail.replace(' (cached)', '')}".strip()
 
 
 def _coa_math(task: Mapping[str, Any], prediction: str, judge: Any) -> tuple[bool, float, str]:
