@@ -68,6 +68,7 @@ def step(
         expects["evaluation"] = "eval.v1"
     return Step(
         name=name,
+        builder="rl",
         kind="model",
         artifact=config.name,
         config=config,
