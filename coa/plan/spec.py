@@ -17,7 +17,7 @@ import hashlib
 from collections.abc import Mapping
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, ValidationError
 
 from coa import io
 from coa.config import canonical_json
@@ -154,10 +154,17 @@ def accept(
             f"step {spec.name}: unknown builder {spec.builder!r} (known: {', '.join(sorted(KINDS))})"
         )
     inputs = {role: _open_input(role, value, store.settings) for role, value in spec.inputs.items()}
-    step = rebuild(
-        spec.builder,
-        Parts(spec.name, spec.artifact, spec.config, spec.identity, dict(inputs)),
-    )
+    try:
+        step = rebuild(
+            spec.builder, Parts(spec.name, spec.artifact, spec.config, spec.identity, dict(inputs))
+        )
+    except KeyError as e:  # an input role or identity entry this side's builder needs
+        raise SpecRefused(f"step {spec.name}: the spec has no {e} (builder {spec.builder} needs it)") from None
+    except ValidationError as e:  # this side's config model does not take the spec's config
+        where = ", ".join(".".join(str(p) for p in err["loc"]) for err in e.errors()[:5])
+        raise SpecRefused(
+            f"step {spec.name}: config differs ({where}): not a valid config here: {e.errors()[0]['msg']}"
+        ) from None
     changed = _differences(spec.config, step.config_json()) + [
         f"identity.{p}" for p in _differences(spec.identity, dict(step.identity))
     ]
