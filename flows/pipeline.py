@@ -22,6 +22,7 @@ from typing import Any
 
 from prefect import flow, get_run_logger
 from prefect.artifacts import create_markdown_artifact, create_table_artifact
+from prefect.events import emit_event
 from prefect.runtime import flow_run
 from prefect.states import Failed
 
@@ -94,9 +95,24 @@ def run_planned_step(
 def fail(
     scope: str, cfg: PipelineConfig, steps: list[Step], done: dict[str, StepResult], name: str, reason: str
 ) -> Any:
-    """End the flow run Failed with the failing step's one-line reason (logged as well, so
-    ``prefect deployment run --watch`` prints it), after publishing the summary."""
+    """End the flow run Failed with the failing step's one-line reason, after publishing the summary.
+
+    The reason is also logged and sent as a ``coa.step.failed`` event about the flow run, whose
+    resource name is the reason: ``prefect deployment run --watch`` prints the run's events (its logs
+    only when the server streams them), so the reason is the line before "Flow run finished"."""
     get_run_logger().error("%s: %s", name, reason)
+    run_id = flow_run.id
+    if run_id:
+        emit_event(
+            event="coa.step.failed",
+            resource={
+                "prefect.resource.id": f"coa.step.{run_id}.{name}",
+                "prefect.resource.name": f"{name}: {reason}",
+            },
+            related=[
+                {"prefect.resource.id": f"prefect.flow-run.{run_id}", "prefect.resource.role": "flow-run"}
+            ],
+        )
     publish_summary(scope, cfg, steps, done, failed=(name, reason))
     return Failed(message=f"{name}: {reason}")
 

@@ -56,7 +56,22 @@ MERGE = "nightly.merge"
 MERGED_TASKS = Upstream(MERGE, "tasks")
 CANDIDATE_EVAL = "evaluate.candidate"
 CHAMPION_EVAL = "evaluate.champion"
-__all__ = ["GATE", "SFT_EVAL", "Ledger", "Night", "candidate_step", "nightly_plan", "tonight"]
+__all__ = [
+    "CANDIDATE_EVAL",
+    "CHAMPION_EVAL",
+    "GATE",
+    "MERGE",
+    "NEW_TASKS",
+    "SFT_EVAL",
+    "Ledger",
+    "Night",
+    "candidate_step",
+    "check_sections",
+    "merge_step",
+    "new_tasks_step",
+    "nightly_plan",
+    "tonight",
+]
 
 
 class Night(BaseModel):
@@ -104,6 +119,7 @@ class Ledger:
 
 
 def tonight() -> str:
+    """Tonight's label: the UTC date."""
     return dt.datetime.now(dt.UTC).strftime("%Y-%m-%d")
 
 

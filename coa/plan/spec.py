@@ -159,7 +159,9 @@ def accept(
             spec.builder, Parts(spec.name, spec.artifact, spec.config, spec.identity, dict(inputs))
         )
     except KeyError as e:  # an input role or identity entry this side's builder needs
-        raise SpecRefused(f"step {spec.name}: the spec has no {e} (builder {spec.builder} needs it)") from None
+        raise SpecRefused(
+            f"step {spec.name}: the spec has no {e} (builder {spec.builder} needs it)"
+        ) from None
     except ValidationError as e:  # this side's config model does not take the spec's config
         where = ", ".join(".".join(str(p) for p in err["loc"]) for err in e.errors()[:5])
         raise SpecRefused(

@@ -4,12 +4,14 @@ pools with one worker each, ``dispatch.mode: deployment``, two nights.
 Night 1 trains (SFT, then RL on the family ``evaluate.sft`` picks) and promotes its candidate. Night 2's
 SFT starts from night 1's champion and its RL reads night 2's ``evaluate.sft``: both are dispatched to
 the gpu worker as step specs, which it rebuilds without planning. The lineage of each trained model
-names the process that built it: the gpu worker's flow-run process, not the nightly flow's.
+names the process that built it: the gpu worker's flow-run process, not the nightly flow's. Night 3
+dispatches curation, whose gate cannot pass: the night fails with curation's own one-line reason.
 """
 
 from __future__ import annotations
 
 import json
+import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -19,7 +21,7 @@ import pytest
 from coa import io
 from coa.registry import Registry
 
-from .test_deployment import BIN, _deploy, _prefect, _start, _stop, prefect_env  # noqa: F401  (fixture)
+from .test_deployment import BIN, REPO, _deploy, _start, _stop, prefect_env  # noqa: F401  (fixture)
 from .test_pipeline_flow import TINY_TRAINING
 
 pytestmark = pytest.mark.slow
@@ -37,18 +39,44 @@ TRAIN = {
 }
 
 
-def _night(env: dict[str, str], night: str) -> str:
-    return _prefect(
-        env, "deployment", "run", "nightly/nightly",
+FAILING = [  # night 3: curation dispatched to the gpu pool, where its gate cannot pass
+    "synthetic.train={arithmetic: 14, multihop: 14, programming: 7}",
+    *NIGHT,
+    "curate.gate.correctness_floor=1.0",
+    "curate.filters.require_correct=false",
+    "collect.offline.slip_rate=0.5",
+    "dispatch.gpu_steps=[curate]",
+]
+
+
+def _night(env: dict[str, str], night: str, overrides: list[str]) -> subprocess.CompletedProcess[str]:
+    command = [
+        str(BIN / "prefect"), "deployment", "run", "nightly/nightly",
         "--param", "config_path=configs/demo.yaml",
-        "--param", f"overrides={json.dumps([TRAIN[night], *NIGHT])}",
+        "--param", f"overrides={json.dumps(overrides)}",
         "--param", f"night={night}",
-        "--watch", "--watch-timeout", "420", timeout=480,
-    )  # fmt: skip
+        "--watch", "--watch-timeout", "420",
+    ]  # fmt: skip
+    wide = {**env, "COLUMNS": "240"}  # the watch's console would wrap the reason at 80
+    return subprocess.run(command, env=wide, cwd=REPO, capture_output=True, text=True, timeout=480)
 
 
 def _post(env: dict[str, str], path: str, body: dict[str, Any] | None = None) -> Any:
     return httpx.post(f"{env['PREFECT_API_URL']}/{path}", json=body or {}, timeout=10).json()
+
+
+def _check_failed_night(
+    out: subprocess.CompletedProcess[str], run: dict[str, Any], runs: list[dict[str, Any]]
+) -> None:
+    """A step that fails on the gpu pool fails the night with the step's own reason: as the flow
+    run's state message and in what ``--watch`` prints; no "infrastructure error"."""
+    reason = "curate: check failed: curation gate failed"
+    printed = " ".join(out.stdout.split())  # what --watch printed: the reason, then the final state
+    assert out.returncode == 1 and f"coa.step.failed * {reason}" in printed, out.stdout[-3000:]
+    assert run["state_type"] == "FAILED" and run["state"]["message"].startswith(reason), run["state"]
+    child = next(r for r in runs if r["name"] == f"{run['name']}/curate")
+    assert child["work_pool_name"] == "gpu" and child["state"]["message"].startswith("check failed:")
+    assert "infrastructure error" not in out.stdout + run["state"]["message"]
 
 
 def _artifact(arts: list[dict[str, Any]], key: str, flow_run: str) -> dict[str, Any]:
@@ -62,8 +90,9 @@ def test_two_nights_on_the_gpu_pool(prefect_env: dict[str, str], tmp_path: Path,
     workers = [_start([str(BIN / "prefect"), "worker", "start", "--pool", p], env, logs[p]) for p in logs]
     try:
         for night in TRAIN:
-            out = _night(env, night)
-            assert "Completed" in out, out + "".join(log.read_text()[-3000:] for log in logs.values())
+            out = _night(env, night, [TRAIN[night], *NIGHT])
+            assert out.returncode == 0, out.stdout + "".join(log.read_text()[-3000:] for log in logs.values())
+        failed = _night(env, "2026-01-03", FAILING)
     finally:
         for worker in workers:
             _stop(worker)
@@ -71,7 +100,10 @@ def test_two_nights_on_the_gpu_pool(prefect_env: dict[str, str], tmp_path: Path,
     flows = {f["id"]: f["name"] for f in _post(env, "flows/filter")}
     runs = _post(env, "flow_runs/filter")
     nights = {r["parameters"]["night"]: r for r in runs if flows[r["flow_id"]] == "nightly"}
-    assert {n: r["name"] for n, r in nights.items()} == {n: f"nightly-demo-{n}" for n in TRAIN}
+    assert {n: r["name"] for n, r in nights.items()} == {
+        n: f"nightly-demo-{n}" for n in [*TRAIN, "2026-01-03"]
+    }
+    _check_failed_night(failed, nights.pop("2026-01-03"), runs)
     arts = _post(env, "artifacts/filter")
     stages: dict[str, dict[str, str]] = {}
     for night, run in nights.items():
