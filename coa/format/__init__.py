@@ -14,7 +14,8 @@ Modules:
 * :mod:`~coa.format.answers`: answer, ``\\boxed{}``, code-block and multi-answer extraction;
 * :mod:`~coa.format.masks`: observation character spans and per-token loss labels;
 * :mod:`~coa.format.prompts`: versioned system prompts per variant;
-* :mod:`~coa.format.code`: AFM's ```` ```py ```` / ```` ```sh ```` code format of ``code_math``;
+* :mod:`~coa.format.code`: AFM's ```` ```py ```` / ```` ```sh ```` code format of ``code_math`` and
+  ``extract_code``, the reading of a ``<code>`` payload the code tool runs;
 * :mod:`~coa.format.export`: AFM SFT (alpaca JSON) and RL (Parquet row) layouts, AFM reward routing;
 * :mod:`~coa.format.chat`: a ChatML training template whose ``{% generation %}`` blocks leave out
   the observations (plain TRL ``assistant_only_loss``);
