@@ -1,6 +1,6 @@
 """Harness sandboxes put to work: programs one after another, and warm sandboxes started ahead.
 
-A harness sandbox (:class:`~coa.tools.harness_sandbox.HarnessSandbox`, see there for what it
+A harness sandbox (:class:`~coa.tools.harness_host.HarnessSandbox`, see there for what it
 isolates and what it costs) runs many programs per sandbox start.
 
 * :class:`ProgramRunner`: programs one after another (the tests of one code-scoring run) in one
@@ -22,7 +22,7 @@ import os
 import threading
 import time
 
-from coa.tools.harness_sandbox import START_TIMEOUT_S, HarnessLost, HarnessSandbox
+from coa.tools.harness_host import START_TIMEOUT_S, HarnessLost, HarnessSandbox
 from coa.tools.sandbox import SandboxConfig, SandboxResult, SandboxUnavailable
 
 __all__ = ["ProgramRunner", "SandboxPool", "close_shared_pools", "shared_pool"]
