@@ -52,6 +52,7 @@ golden: $(STAMP)
 lint: $(STAMP)
 	$(BIN)/ruff check coa schemas tasks flows tests bench
 	$(BIN)/ruff format --check coa schemas tasks flows tests bench
+	$(BIN)/lint-imports --no-cache
 
 typecheck: $(STAMP)
 	$(BIN)/mypy
