@@ -323,6 +323,11 @@ def coverage_of(task_counts: Mapping[str, int], table: pa.Table) -> dict[str, di
     }
 
 
+def percent_by_family(accuracy: Mapping[str, float]) -> str:
+    """``code 0%, math 67%``: per-family accuracies as the CLI, the artifacts and the reports show them."""
+    return ", ".join(f"{f} {a:.0%}" for f, a in accuracy.items())
+
+
 def format_metrics_table(metrics: Mapping[str, Mapping[str, Any]], label: str = "family") -> str:
     """The metrics as an aligned plain-text table (rates in percent)."""
     ks = sorted(
