@@ -33,7 +33,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from coa import io
+from coa import io, tracking
 from coa.errors import CheckFailed, UserError
 from coa.execution import ShardExecutor
 from coa.io import ArtifactRef
@@ -292,7 +292,11 @@ def run_step(
         )
     build = Build(step, writer, inputs, store, progress, executor=executor)
     try:
-        step.build(build)
+        with tracking.step_run(step.name, writer.uri, [u.uri for u in upstream], store.root) as tracker:
+            step.build(build)
+            if tracker is not None:  # the lineage names the tracker run; the run gets the summary
+                writer.extra_lineage["tracker"] = tracker.lineage()
+                tracking.log_summary(tracker, build.summary)
     except BaseException as e:
         writer.abort()
         _mark_failed(writer, step, e)
