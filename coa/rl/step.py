@@ -63,6 +63,7 @@ def step(
         expects["evaluation"] = "eval.v1"
     return Step(
         name=name,
+        builder="rl",
         kind="model",
         artifact=config.name,
         config=config,

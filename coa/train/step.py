@@ -45,6 +45,7 @@ def step(
     """
     return Step(
         name=name,
+        builder="sft",
         kind="model",
         artifact=config.name,
         config=config,
