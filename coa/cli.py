@@ -63,6 +63,7 @@ models_app = typer.Typer(
 app.add_typer(models_app, name="models")
 console = Console()
 err = Console(stderr=True)
+CHAMPION_PREFIX = "champion:"
 
 
 def _fail(message: str, code: int = 2) -> typer.Exit:
@@ -72,7 +73,7 @@ def _fail(message: str, code: int = 2) -> typer.Exit:
 
 def _config(path: Path, overrides: list[str] | None, section: str | None = None) -> Any:
     """The pipeline profile with overrides; ``section`` must be configured in it."""
-    from coa.pipeline_config import load_pipeline_config
+    from coa.plan import load_pipeline_config
 
     cfg = load_pipeline_config(path, overrides or [])
     if section is not None and getattr(cfg, section) is None:
@@ -102,6 +103,18 @@ def _raw_table(uri: str) -> str:
     except io.ArtifactError:
         return "trajectories"  # _table reports the missing artifact
     return "rollouts" if "trajectories" not in tables and "rollouts" in tables else "trajectories"
+
+
+def _model(value: str) -> Any:
+    """A model named on the command line: ``champion:NAME`` (resolved through the registry), a
+    committed model artifact URI, else a folder or hub id."""
+    from coa.steps import ModelInput
+
+    if value.startswith(CHAMPION_PREFIX):
+        from coa.registry import Registry
+
+        value = Registry().resolve(value.removeprefix(CHAMPION_PREFIX))
+    return ModelInput.parse(value)
 
 
 def _run(step: Any, label: str | None = None, execution: Any = None) -> Any:
@@ -155,7 +168,7 @@ def run(
     ] = None,
 ) -> None:
     """Run the pipeline flow (Prefect) on a config profile with optional overrides."""
-    from coa.pipeline_config import not_planned, plan
+    from coa.plan import not_planned, plan
     from coa.steps import preview, select
 
     cfg = _config(config, overrides)
@@ -433,19 +446,16 @@ def sft(
     """Fine-tune the student on CoA examples (observations masked); resumes after a crash or a kill."""
     import logging
 
-    from coa.model import step as student_step
     from coa.model.config import StudentConfig
+    from coa.plan.choices import start_model
     from coa.steps import ModelInput
     from coa.train import step as sft_step
 
     cfg = _config(config, overrides, "sft")
     examples = _table(data, "sft", "coa convert")
-    if model is not None:
-        base = ModelInput.parse(model)
-    elif cfg.student is not None and cfg.student.base is not None:
-        base = ModelInput(external=cfg.student.base)
-    else:
-        base = ModelInput(ref=_run(student_step.step(cfg.student or StudentConfig(), examples)).ref)
+    base, first = start_model(cfg.student or StudentConfig(), examples, _model(model) if model else None)
+    for built in first:  # the tiny student, built on the examples' texts
+        base = ModelInput(ref=_run(built).ref)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     logging.getLogger("coa.train.sft").setLevel(logging.INFO)
     result = _run(sft_step.step(cfg.sft, base, examples))
@@ -480,14 +490,13 @@ def rl(
     import logging
 
     from coa.rl import step as rl_step
-    from coa.steps import ModelInput
 
     cfg = _config(config, overrides, "rl")
     prompts = _table(data, "rl_prompts", "coa convert")
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     logging.getLogger("coa.rl").setLevel(logging.INFO)
     judged = _table(evaluation, "eval", "coa evaluate") if evaluation is not None else None
-    result = _run(rl_step.step(cfg.rl, ModelInput.parse(model), prompts, evaluation=judged))
+    result = _run(rl_step.step(cfg.rl, _model(model), prompts, evaluation=judged))
     s = result.summary
     typer.echo(f"model: {result.ref.uri}")
     if s.get("family_choice"):
@@ -522,9 +531,9 @@ def rl(
 @app.command()
 def evaluate(
     model: Annotated[
-        str,
+        str | None,
         typer.Option("--model", help="Model folder, hub id, model artifact or champion:NAME (the registry)"),
-    ],
+    ] = None,
     tasks: Annotated[
         str | None,
         typer.Option(
@@ -545,14 +554,19 @@ def evaluate(
     config: Annotated[
         Path, typer.Option("--config", "-c", help="YAML profile with an evaluate section")
     ] = Path("configs/demo.yaml"),
+    predictions: Annotated[
+        list[Path] | None,
+        typer.Option(
+            "--predictions", help="Score these prediction files instead of running a model (coa score)"
+        ),
+    ] = None,
 ) -> None:
     """Run a CoA model on tasks with the real tools; write eval.v1 and metrics.json, and print
     pass@1 ± its standard error, pass@k, maj@K, format-valid rate, tokens and tool calls per
-    benchmark and per family."""
+    benchmark and per family. With --predictions, score prediction files instead (as `coa score`)."""
     from coa.evaluate import EvalConfig, format_metrics_table
     from coa.evaluate import step as eval_step
-    from coa.pipeline_config import eval_tools
-    from coa.steps import ModelInput
+    from coa.plan.choices import eval_tools
 
     cfg = _config(config, overrides)
     eval_cfg = cfg.evaluate or EvalConfig()
@@ -564,12 +578,27 @@ def evaluate(
     eval_cfg = eval_cfg.model_copy(update=update)
     if tasks and table is None and "heldout" in io.open_artifact(tasks).tables:
         table = "heldout"  # a synthetic task set: never evaluate on its training split by default
+    if predictions:
+        from coa._cli.score import evaluate_predictions
+
+        return evaluate_predictions(predictions, tasks, table, eval_cfg)
+    if model is None:
+        raise UserError("coa evaluate needs --model (or --predictions FILE to score predictions)")
     task_input = _table(tasks, table, "coa tasks import | coa tasks synthetic") if tasks else None
-    result = _run(eval_step.step(eval_cfg, eval_tools(cfg), task_input, ModelInput.parse(model)))
+    result = _run(eval_step.step(eval_cfg, eval_tools(cfg), task_input, _model(model)))
     typer.echo(f"eval: {result.ref.uri}")
     typer.echo(format_metrics_table(result.summary["benchmarks"], "benchmark"))
     typer.echo("")
     typer.echo(format_metrics_table(result.summary["metrics"]))
+
+
+def _register_score() -> None:
+    from coa._cli.score import score
+
+    app.command("score")(score)
+
+
+_register_score()
 
 
 @app.command("eval-report")

@@ -10,7 +10,7 @@ import pytest
 import schemas
 from coa import io
 from coa.errors import UserError
-from coa.pipeline_config import load_pipeline_config, plan
+from coa.plan import load_pipeline_config, plan
 from coa.steps import (
     FAILED_MARKER,
     Build,
