@@ -85,3 +85,21 @@ def check_contract_violation_commits_nothing(store: Store) -> None:
     with pytest.raises(schemas.ContractError, match="'question': missing"), writer:
         writer.write_table("tasks", bad, schemas.TASK)
     assert io.lookup(writer.uri) is None
+
+
+def recommit_file(ref: io.ArtifactRef, relpath: str, table) -> None:
+    """Replace a committed table file *and* its manifest entry (an artifact a bug or an older code
+    version committed like this): what the contract check, not the integrity check, must catch."""
+    import json
+
+    import pyarrow.parquet as pq
+
+    fs, path = io.filesystem(ref.uri)
+    with fs.open(f"{path}/{relpath}", "wb") as fh:
+        pq.write_table(table, fh)
+    manifest = json.loads(fs.cat_file(f"{path}/{io.MANIFEST}"))
+    manifest["files"][relpath] = io._sha256(fs, f"{path}/{relpath}")
+    manifest["sizes"][relpath] = fs.size(f"{path}/{relpath}")
+    with fs.open(f"{path}/{io.MANIFEST}", "wb") as fh:
+        fh.write(json.dumps(manifest).encode())
+    io._MANIFESTS.pop((ref.uri, ref.content_hash), None)

@@ -13,7 +13,6 @@ from coa import io
 from coa.errors import UserError
 from coa.pipeline_config import load_pipeline_config, plan
 from coa.steps import (
-    FAILED_MARKER,
     Build,
     ModelInput,
     Step,
@@ -21,6 +20,7 @@ from coa.steps import (
     TableInput,
     Upstream,
     accepted_contracts,
+    failure_marker,
     preview,
     run_step,
     select,
@@ -91,9 +91,13 @@ def test_a_crash_commits_nothing_and_leaves_a_failure_marker(tmp_path: Path) -> 
     (planned,) = [p for p in preview([_tasks_step(2), _count_step()], store) if p.name == "count"]
     assert planned.status.startswith("build (last attempt failed: disk on fire")
     assert planned.uri is not None and io.lookup(planned.uri) is None
-    assert (Path(planned.uri) / FAILED_MARKER).is_file()
+    marker = Path(failure_marker(planned.uri))
+    assert marker.is_file() and not Path(planned.uri).exists()  # the marker lives outside the artifact
     rerun = run_step(_count_step(), store, {"make": made})  # the rerun builds, and clears the marker
-    assert rerun.ref.uri == planned.uri and not (Path(planned.uri) / FAILED_MARKER).exists()
+    assert rerun.ref.uri == planned.uri and not marker.exists()
+    assert sorted(p.name for p in Path(rerun.ref.uri).iterdir()) == sorted(
+        [*rerun.ref.files, io.LINEAGE, io.MANIFEST]
+    )  # the committed folder holds exactly what its manifest lists
 
 
 def test_a_failed_check_commits_its_evidence_and_fails_the_same_way_every_time(tmp_path: Path) -> None:
