@@ -39,6 +39,12 @@ class _OneLineErrors(TyperGroup):
         except CoaError as e:
             err.print(f"[bold red]error:[/] {describe(e)}", highlight=False, soft_wrap=True)
             raise typer.Exit(e.exit_code) from None
+        except OSError as e:  # a full disk outside a step (the runner raises StorageFull inside one)
+            if not io.is_disk_full(e):
+                raise
+            full = io.StorageFull(f"no space left on the device ({e}): free space and rerun")
+            err.print(f"[bold red]error:[/] {describe(full)}", highlight=False, soft_wrap=True)
+            raise typer.Exit(full.exit_code) from None
 
 
 app = typer.Typer(
@@ -90,8 +96,64 @@ def _table(uri: str, table: str | None, produced_by: str) -> Any:
         raise UserError(f"{e} (it is produced by `{produced_by}`)") from None
     name = table or ref.primary_table
     if name not in ref.tables:
-        raise UserError(f"{ref.uri} has no table {name!r}; its tables: {', '.join(ref.tables)} (use --table)")
+        tables = ", ".join(ref.tables)
+        if table is not None and ref.kind in _MADE_FROM and _MADE_FROM[ref.kind][0] != produced_by:
+            given = _KIND_NAMES.get(ref.kind, ref.kind)
+            raise UserError(
+                f"{ref.uri} is a {given} artifact (tables: {tables}), not one with a {name!r} table: give "
+                f"the artifact `{produced_by}` makes{_MADE_FROM[ref.kind][1].format(uri=ref.uri)}"
+            )
+        raise UserError(f"{ref.uri} has no table {name!r}; its tables: {tables} (use --table)")
     return TableInput(ref, name)
+
+
+_KIND_NAMES = {
+    "curated": "curated",
+    "trajectories": "raw trajectory",
+    "converted": "converted",
+    "tasks": "task",
+}
+"""Artifact kind -> how a user calls it in an error."""
+_MADE_FROM = {
+    "curated": ("coa curate", ", e.g. coa convert --curated {uri} --tasks <task artifact>"),
+    "trajectories": ("coa collect", ", e.g. coa curate --raw {uri} --tasks <task artifact>"),
+    "tasks": ("coa tasks import | coa tasks synthetic", ""),
+}
+"""Artifact kind -> (the command that made it, the next command that takes it)."""
+
+
+def _model(value: str) -> Any:
+    """A ``--model`` value as a :class:`~coa.steps.ModelInput`, refused in one line when it names no
+    model: a missing folder, an artifact of another kind, a hub id that is not in the local cache
+    while offline."""
+    import os
+
+    from coa.steps import CHAMPION_PREFIX, ModelInput
+
+    if value.startswith(CHAMPION_PREFIX):
+        return ModelInput.parse(value)
+    hint = "give a model folder, a model artifact (`coa sft` / `coa rl`), a hub id or champion:NAME"
+    ref = io.lookup(value)
+    if ref is not None:
+        if ref.kind != "model":
+            given = _KIND_NAMES.get(ref.kind, ref.kind)
+            raise UserError(f"--model {value} is a {given} artifact (kind {ref.kind}), not a model: {hint}")
+        return ModelInput(ref=ref)
+    local = "://" in value or value.startswith(("/", ".", "~")) or os.path.exists(value)
+    fs, path = io.filesystem(value) if "://" in value else (None, os.path.expanduser(value))
+    if local and not (fs.exists(path) if fs is not None else os.path.isdir(path)):
+        raise UserError(f"--model {value}: no such model folder: {hint}")
+    if not local and os.environ.get("HF_HUB_OFFLINE", "").lower() in ("1", "true", "yes"):
+        from huggingface_hub import snapshot_download
+
+        try:
+            snapshot_download(value, local_files_only=True)
+        except Exception:  # noqa: BLE001 - any failure means: not usable offline
+            raise UserError(
+                f"--model {value}: not a folder, and no hub model of that id is in the local cache "
+                f"(HF_HUB_OFFLINE is set): {hint}"
+            ) from None
+    return ModelInput.parse(value)
 
 
 def _raw_table(uri: str) -> str:
@@ -126,10 +188,36 @@ def _run(step: Any, label: str | None = None, execution: Any = None) -> Any:
         def progress(done: int, total: int) -> None:
             bar.update(job, completed=done, total=total)
 
-        result = run_step(step, io.Store(), progress=progress, executor=executor)
+        try:
+            result = run_step(step, io.Store(), progress=progress, executor=executor)
+        except KeyboardInterrupt:
+            raise _fail(f"interrupted: {_saved(step)}", 130) from None
     verb = "reused committed artifact" if result.reused else "built"
     err.print(f"{step.name}: {verb} {result.ref.uri}", highlight=False)
     return result
+
+
+def _saved(step: Any) -> str:
+    """What an interrupted step kept for its rerun, and how to resume (Ctrl-C)."""
+    from coa.collect.runs import CheckpointFolder
+    from coa.steps import address, resolve
+
+    store = io.Store()
+    try:
+        uri, _ = address(step, resolve(step, {}), store)
+    except (CoaError, KeyError):
+        return f"{step.name} was not committed; rerun the same command"
+    folder = store.checkpoint_uri(uri)
+    fs, path = io.filesystem(folder)
+    if not fs.exists(path):
+        return f"{step.name} was not committed and saved nothing; rerun the same command to start it again"
+    if step.kind == "trajectories":
+        runs = len(CheckpointFolder(folder).done())
+        return (
+            f"{step.name} was not committed; {runs} finished run(s) are checkpointed in {folder}; "
+            "rerun the same command to resume from them"
+        )
+    return f"{step.name} was not committed; its checkpoints are in {folder}; rerun the same command to resume"
 
 
 # -- coa run ---------------------------------------------------------------------------------
@@ -317,6 +405,12 @@ def collect(
         previous = TableInput(result.ref, collect_step.TABLE)
         result = _run(collect_step.retry_step(cfg.collect, previous, task_input))
         _say_resumed(result.summary)
+        repaired = result.summary.get("repaired") or {}
+        err.print(
+            f"retried {repaired.get('retried', 0)} failed run(s): {repaired.get('requests_sent', 0)} LLM "
+            f"request(s) sent, {repaired.get('still_failed', 0)} still failed",
+            highlight=False,
+        )
     typer.echo(f"trajectories: {result.ref.uri}")
     summary = {k: v for k, v in result.summary.items() if k != "collect"}
     console.print_json(json.dumps(summary, default=str))
@@ -438,7 +532,7 @@ def sft(
     cfg = _config(config, overrides, "sft")
     examples = _table(data, "sft", "coa convert")
     if model is not None:
-        base = ModelInput.parse(model)
+        base = _model(model)
     elif cfg.student is not None and cfg.student.base is not None:
         base = ModelInput(external=cfg.student.base)
     else:
@@ -477,14 +571,13 @@ def rl(
     import logging
 
     from coa.rl import step as rl_step
-    from coa.steps import ModelInput
 
     cfg = _config(config, overrides, "rl")
     prompts = _table(data, "rl_prompts", "coa convert")
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     logging.getLogger("coa.rl").setLevel(logging.INFO)
     judged = _table(evaluation, "eval", "coa evaluate") if evaluation is not None else None
-    result = _run(rl_step.step(cfg.rl, ModelInput.parse(model), prompts, evaluation=judged))
+    result = _run(rl_step.step(cfg.rl, _model(model), prompts, evaluation=judged))
     s = result.summary
     typer.echo(f"model: {result.ref.uri}")
     if s.get("family_choice"):
@@ -548,7 +641,6 @@ def evaluate(
     from coa.evaluate import EvalConfig, format_metrics_table
     from coa.evaluate import step as eval_step
     from coa.pipeline_config import eval_tools
-    from coa.steps import ModelInput
 
     cfg = _config(config, overrides)
     eval_cfg = cfg.evaluate or EvalConfig()
@@ -561,7 +653,7 @@ def evaluate(
     if tasks and table is None and "heldout" in io.open_artifact(tasks).tables:
         table = "heldout"  # a synthetic task set: never evaluate on its training split by default
     task_input = _table(tasks, table, "coa tasks import | coa tasks synthetic") if tasks else None
-    result = _run(eval_step.step(eval_cfg, eval_tools(cfg), task_input, ModelInput.parse(model)))
+    result = _run(eval_step.step(eval_cfg, eval_tools(cfg), task_input, _model(model)))
     typer.echo(f"eval: {result.ref.uri}")
     typer.echo(format_metrics_table(result.summary["benchmarks"], "benchmark"))
     typer.echo("")
