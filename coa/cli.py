@@ -854,10 +854,13 @@ def _load_for_check(
         problems = [f"{rel}: {damaged[rel]}" for rel in info.files if rel in damaged]
         parts = []
         for rel in info.files:
-            if rel in damaged:  # a truncated file is not parsed: the integrity line says what is wrong
-                continue
-            with fs.open(posixpath.join(path, rel), "rb") as fh:
-                parts.append(pa.parquet.read_table(fh))
+            try:
+                with fs.open(posixpath.join(path, rel), "rb") as fh:
+                    parts.append(pa.parquet.read_table(fh))
+            except (OSError, pa.ArrowInvalid):
+                if rel not in damaged:
+                    raise
+                # a truncated file does not parse: its integrity line says what is wrong
         contract = schemas.get(schema_id or info.schema_id)
         raw = pa.concat_tables(parts) if parts else contract.empty_table()
         out.append((tname, contract, raw, problems))
