@@ -55,7 +55,7 @@ def _collect_args(tasks: str) -> list[str]:
     return ["collect", "--tasks", tasks, "--table", "train", "-c", CONFIG, "collect.concurrency=2"]
 
 
-@pytest.mark.parametrize("leave_kb", [16, 96])
+@pytest.mark.parametrize("leave_kb", [48])
 def test_a_full_disk_fails_in_one_line_commits_nothing_and_the_rerun_succeeds(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, leave_kb: int
 ) -> None:
