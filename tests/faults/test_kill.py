@@ -11,7 +11,10 @@ that names the checkpoint is in tests/test_failures.py.
 
 from __future__ import annotations
 
+import json
 import random
+import subprocess
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -21,6 +24,7 @@ import pytest
 from tests.faults.conftest import record
 from tests.faults.harness import (
     CONFIG,
+    REPO,
     TASKS,
     Stage,
     cli,
@@ -108,3 +112,50 @@ def test_sigkill_then_rerun_commits_the_reference(chain: tuple[Path, dict[str, S
     move_aside(str(reference), Path(stage.uri))
     assert injected >= 2, f"only {injected} of {KILLS} kills landed inside the build"
     assert all(checks.values()), checks
+
+
+def test_sigkill_sft_after_a_checkpoint_resumes_with_the_planned_steps(tmp_path: Path) -> None:
+    """``coa sft`` SIGKILLed after a checkpoint is written: the rerun resumes from it, runs the rest of
+    the planned steps, and commits at the same content key."""
+    import schemas
+    from coa import io
+    from coa.model import init_model, sft_corpus
+    from tests.faults.harness import command, subprocess_env
+    from tests.train.conftest import TINY
+    from tests.train.rows import arith_rows
+
+    root = tmp_path / "store"
+    model = init_model(sft_corpus(arith_rows(40, seed=0)), TINY, tmp_path / "tiny")
+    writer = io.Store(str(root)).writer("converted", "coa", {"faults": 1})
+    writer.write_table("sft", arith_rows(48, seed=1), schemas.SFT)
+    data = writer.commit().uri
+    args = ["sft", "--data", data, "--model", str(model), "-c", CONFIG, "sft.max_steps=6",
+            "sft.save_steps=2", "sft.batch_size=8", "sft.max_length=256", "sft.logging_steps=1",
+            "sft.launcher=in_process"]  # fmt: skip
+    proc = subprocess.Popen(command(*args), cwd=REPO, env=subprocess_env(root),
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
+    deadline = time.monotonic() + 180
+    states: list[Path] = []
+    while not states:
+        states = list(root.glob("checkpoints/model/*/checkpoints/checkpoint-*/trainer_state.json"))
+        if proc.poll() is not None or time.monotonic() > deadline:
+            break
+        time.sleep(0.05)
+    time.sleep(random.Random("sigkill-sft").random() * 0.2)  # a seeded moment right after the checkpoint
+    injected = proc.poll() is None
+    proc.kill()
+    proc.wait(timeout=30)
+    assert injected and states, "the SFT run ended before a checkpoint could be killed"
+    killed_at = Path(states[0]).parents[2].name  # the address the killed run was building
+    with in_repo():
+        code, out, err = cli(root, *args)
+    assert code == 0, err[-3000:]
+    uri = out.split("model: ", 1)[1].split()[0]
+    result = json.loads(io.read_file(uri, "sft_result.json"))
+    resumed = (
+        result["start_step"] >= 2
+        and result["start_step"] + result["steps_run"] == result["steps_planned"] == 6
+    )
+    held = Path(uri).name == killed_at and resumed and exactly_the_manifest(Path(uri))
+    record("sft", "SIGKILL after a checkpoint", held)
+    assert held, (killed_at, uri, result)
