@@ -573,8 +573,10 @@ def move_aside(uri: str, settings: Settings | None = None) -> str | None:
         fs.makedirs(posixpath.dirname(dest), exist_ok=True)
         if _is_local(fs):
             os.rename(path, dest)
-        else:
-            fs.mv(path, dest, recursive=True)
+        else:  # object by object, the manifest first: the artifact reads as uncommitted at once
+            files = sorted(fs.find(path), key=lambda f: not f.endswith(f"/{MANIFEST}"))
+            for f in files:
+                fs.mv(f, posixpath.join(dest, posixpath.relpath(f, path)))
     except FileNotFoundError:
         return None
     except OSError as e:
@@ -762,22 +764,46 @@ def local_folder(uri: str | ArtifactRef, relpath: str, settings: Settings | None
     ``~/.cache/coa/artifacts/<name-key>/`` (artifacts are immutable, so the copy never goes stale).
     """
     ref = open_artifact(uri, settings)
-    verify(ref, settings, [f for f in ref.files if f == relpath or f.startswith(relpath.rstrip("/") + "/")])
+    members = [f for f in ref.files if f == relpath or f.startswith(relpath.rstrip("/") + "/")]
     fs, path = filesystem(ref.uri, settings)
     if _is_local(fs):
+        verify(ref, settings, members)
         return pathlib.Path(path, relpath)
     cache = pathlib.Path(os.environ.get("COA_CACHE_DIR", pathlib.Path.home() / ".cache" / "coa"))
-    dest = cache / "artifacts" / posixpath.basename(path.rstrip("/")) / relpath
+    folder = f"{posixpath.basename(path.rstrip('/'))}-{ref.content_hash[:12]}"  # a rebuild is another copy
+    dest = cache / "artifacts" / folder / relpath
     done = dest.parent / f".{dest.name}.complete"
     if not done.exists():
         dest.parent.mkdir(parents=True, exist_ok=True)
         tmp = dest.parent / f".{dest.name}.partial-{uuid.uuid4().hex[:8]}"
         fs.get(posixpath.join(path, relpath), str(tmp), recursive=True)
+        _verify_copy(ref, relpath, members, tmp, settings)  # the download is checked, not the remote twice
         if dest.exists():
             shutil.rmtree(dest)
         tmp.rename(dest)
         done.touch()
     return dest
+
+
+def _verify_copy(
+    ref: ArtifactRef, relpath: str, members: Sequence[str], copy: pathlib.Path, settings: Settings | None
+) -> None:
+    """Check a downloaded copy of ``relpath`` against the manifest; a mismatch moves the artifact aside."""
+    fs, path = filesystem(ref.uri, settings)
+    digests: Mapping[str, str] = _manifest(ref, fs, path).get("files", {})
+    for rel in members:
+        local = copy if rel == relpath else copy / rel[len(relpath.rstrip("/")) + 1 :]
+        digest = hashlib.sha256(local.read_bytes()).hexdigest() if local.is_file() else "missing"
+        if digest != digests.get(rel, digest):
+            if copy.is_dir():
+                shutil.rmtree(copy, ignore_errors=True)
+            else:
+                copy.unlink(missing_ok=True)
+            dest = move_aside(ref.uri, settings)
+            raise IntegrityError(
+                f"file {rel} of artifact {ref.uri} differs from its manifest (sha256): the artifact was "
+                f"damaged after its commit; moved aside to {dest}; rerun the step that produced it"
+            )
 
 
 def read_parquet_file(uri: str, settings: Settings | None = None) -> pa.Table:

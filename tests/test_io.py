@@ -133,3 +133,33 @@ def test_file_batches_are_the_readers_batches_one_row_group_at_a_time(
     assert [t.num_rows for t in got] == [t.num_rows for t in expected]
     assert all(g.equals(e) for g, e in zip(got, expected, strict=True))
     assert pa.concat_tables(got).equals(table)
+
+
+def test_damage_is_detected_moved_aside_and_rebuilt() -> None:
+    cases.check_damage_is_detected_moved_aside_and_rebuilt(Store())
+
+
+def test_torn_manifest_reads_as_uncommitted() -> None:
+    cases.check_torn_manifest_reads_as_uncommitted(Store())
+
+
+def test_a_second_writer_of_the_same_key_reuses_the_first() -> None:
+    cases.check_second_writer_reuses_the_first(Store())
+
+
+def test_the_manifest_is_written_under_a_temporary_name_then_renamed(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The commit point is a rename: a crash while the manifest is written leaves no torn manifest."""
+    import os
+
+    renames: list[tuple[str, str]] = []
+    real = os.replace
+
+    def spy(src: str, dst: str) -> None:
+        renames.append((os.path.basename(src), os.path.basename(dst)))
+        real(src, dst)
+
+    monkeypatch.setattr(os, "replace", spy)
+    ref = cases.write_tasks(Store(), {"v": "rename"})
+    assert [dst for _, dst in renames] == [io.LINEAGE, io.MANIFEST]
+    assert all(src.startswith(".tmp-") for src, _ in renames)
+    assert sorted(p.name for p in Path(ref.uri).iterdir()) == sorted([*ref.files, io.LINEAGE, io.MANIFEST])
