@@ -115,9 +115,13 @@ def test_retry_failed_bypasses_the_cache_and_counts_the_requests(
         collect_step.retry_step(config, TableInput(first.ref, "trajectories"), task_input), store
     )
     sent = len(server.requests) - sent_before
-    assert sent == len(happy_replies())  # the cached "1. plan" reply was not replayed
-    assert repaired.summary["repaired"]["requests_sent"] == sent
-    assert [r["status"] for r in io.read_table(repaired.ref).to_pylist()] == ["completed", "completed"]
+    first_sent = server.requests[sent_before].body["messages"][-1]["content"]
+    assert first_sent == "Task:\nWho founded Zorvak? (1)"  # the plan call was sent, not replayed
+    assert repaired.summary["repaired"]["requests_sent"] == sent == len(happy_replies())
+    rows = io.read_table(repaired.ref).to_pylist()
+    assert [r["status"] for r in rows] == ["completed", "completed"]
+    plans = [s["text"] for s in rows[1]["steps"] if s["role"] == "plan"]
+    assert plans and "1. plan" not in plans[0]  # the retried run planned anew
 
 
 def test_a_collection_whose_runs_all_failed_is_not_a_success(server: FakeLLMServer, tmp_path: Path) -> None:
