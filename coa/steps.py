@@ -16,8 +16,8 @@ A :class:`Step` is a name, a frozen config, named typed inputs and a build funct
 * **integrity on reuse**: a reused artifact is checked against its manifest first (a damaged one is
   moved aside, an error names the file, the next run rebuilds it); a full disk is one
   :class:`~coa.io.StorageFull` line (exit 3) and commits nothing;
-* **lineage**: the step name, its inputs (by role and table) and its summary go into
-  ``_lineage.json``;
+* **lineage**: the step name, its inputs (by role and table), where it was built (host, process id)
+  and its summary go into ``_lineage.json``;
 * **checks that fail after the evidence is written** (the curation gate): the build calls
   :meth:`Build.fail`; the artifact is committed (so the report can be read) and the runner raises
   :class:`StepCheckFailed` with the recorded message, the same on every rerun.
@@ -32,7 +32,9 @@ import contextlib
 import dataclasses
 import datetime as dt
 import json
+import os
 import posixpath
+import socket
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -45,7 +47,6 @@ from coa.io import ArtifactRef
 
 FAILED_MARKER = "_FAILED.json"
 """Old name of the failure marker (inside the artifact folder); it now lives at :func:`failure_marker`."""
-CHAMPION_PREFIX = "champion:"
 Progress = Callable[[int, int], None]
 
 
@@ -105,12 +106,8 @@ class ModelInput:
 
     @classmethod
     def parse(cls, value: str) -> ModelInput:
-        """A model given on the command line: ``champion:NAME`` (the registry's champion), a committed
-        model artifact URI, else a folder/hub id."""
-        if value.startswith(CHAMPION_PREFIX):
-            from coa.registry import Registry
-
-            value = Registry().resolve(value.removeprefix(CHAMPION_PREFIX))
+        """A model given by name: a committed model artifact URI, else a folder/hub id (a registry
+        name such as ``champion:NAME`` is resolved by the caller first: the CLI, a plan)."""
         ref = io.lookup(value)
         return cls(ref=ref) if ref is not None else cls(external=value)
 
@@ -164,6 +161,8 @@ class Step:
 
     ``kind`` is the artifact folder (``trajectories``, ``curated``, ``model``…), ``artifact`` its
     name inside it (the config's ``name``); ``identity`` holds whatever else decides the content.
+    ``builder`` names the stage function that made the step, so a step spec
+    (:mod:`coa.plan.spec`) can be rebuilt from its config and inputs on another machine.
     """
 
     name: str
@@ -179,6 +178,9 @@ class Step:
     or the contracts it may have (``("trajectory.v1", "rollout.v1")``: the build tells them apart)."""
     produces: Mapping[str, str] = dataclasses.field(default_factory=dict)
     """Table → the data contract it is written under, e.g. ``{"sft": "sft.v1"}``."""
+    builder: str = ""
+    """The registered builder (:data:`coa.plan.kinds.KINDS`) that rebuilds this step from a spec;
+    empty: the step cannot be dispatched."""
 
     def config_json(self) -> Any:
         if isinstance(self.config, BaseModel):
@@ -210,7 +212,7 @@ class StepCheckFailed(CheckFailed):
 # -- identity ---------------------------------------------------------------------------------------
 
 
-def _identity(step: Step, inputs: Mapping[str, TableInput | ModelInput]) -> dict[str, Any]:
+def key_config(step: Step, inputs: Mapping[str, TableInput | ModelInput]) -> dict[str, Any]:
     """Everything but the upstream content hashes that decides the content (they go in separately)."""
     roles: dict[str, Any] = {}
     for role, value in sorted(inputs.items()):
@@ -223,7 +225,8 @@ def _identity(step: Step, inputs: Mapping[str, TableInput | ModelInput]) -> dict
     return {"config": step.config_json(), "identity": dict(step.identity), "inputs": roles}
 
 
-def _upstream(inputs: Mapping[str, TableInput | ModelInput]) -> list[ArtifactRef]:
+def upstream_refs(inputs: Mapping[str, TableInput | ModelInput]) -> list[ArtifactRef]:
+    """The committed artifacts the step reads (each once): their content hashes go into the key."""
     refs: list[ArtifactRef] = []
     for value in inputs.values():
         ref = value.ref
@@ -253,7 +256,7 @@ def resolve(step: Step, done: Mapping[str, StepResult]) -> dict[str, TableInput 
 
 def address(step: Step, inputs: Mapping[str, TableInput | ModelInput], store: io.Store) -> tuple[str, str]:
     """The content-addressed URI of the step's artifact, and its key."""
-    return store.address(step.kind, step.artifact, _identity(step, inputs), _upstream(inputs))
+    return store.address(step.kind, step.artifact, key_config(step, inputs), upstream_refs(inputs))
 
 
 # -- running ----------------------------------------------------------------------------------------
@@ -276,13 +279,13 @@ def run_step(
     store = store or io.Store()
     inputs = resolve(step, done or {})
     check_inputs(step, inputs)
-    upstream = _upstream(inputs)
+    upstream = upstream_refs(inputs)
     writer = store.writer(
         step.kind,
         step.artifact,
-        _identity(step, inputs),
+        key_config(step, inputs),
         upstream=upstream,
-        extra_lineage={"step": step.name, "inputs": _lineage_inputs(inputs)},
+        extra_lineage={"step": step.name, "inputs": _lineage_inputs(inputs), "built_by": _built_by()},
     )
     existing = writer.existing()  # checked against its manifest: a damaged one is moved aside, raises
     if existing is None and reuse_only:
@@ -380,6 +383,11 @@ def _lineage_inputs(inputs: Mapping[str, TableInput | ModelInput]) -> dict[str, 
         else:
             out[role] = {"uri": value.ref.uri if value.ref else None, "model": value.name}
     return out
+
+
+def _built_by() -> dict[str, Any]:
+    """Where the step is built (host and process id): a dispatched step's lineage names its worker."""
+    return {"host": socket.gethostname(), "pid": os.getpid()}
 
 
 def failure_marker(writer_path: str) -> str:
