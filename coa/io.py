@@ -542,6 +542,20 @@ def verify(ref: ArtifactRef, settings: Settings | None = None, files: Sequence[s
         )
 
 
+def size_mismatch(ref: ArtifactRef, settings: Settings | None = None) -> str | None:
+    """The first file of ``ref`` that is missing or not the size its manifest says (no hashing: what a
+    dry run can afford), or None."""
+    fs, path = filesystem(ref.uri, settings)
+    sizes: Mapping[str, int] = _manifest(ref, fs, path).get("sizes", {})
+    for rel, size in sorted(sizes.items()):
+        try:
+            if int(fs.size(posixpath.join(path, rel))) != size:
+                return rel
+        except FileNotFoundError:
+            return rel
+    return None
+
+
 def problems(ref: ArtifactRef, settings: Settings | None = None) -> dict[str, str]:
     """File -> what differs from the manifest, for every file of ``ref`` (``coa validate``; moves nothing)."""
     fs, path = filesystem(ref.uri, settings)
@@ -659,6 +673,11 @@ def open_artifact(uri: str | ArtifactRef, settings: Settings | None = None) -> A
     if ref is not None:
         return ref
     fs, path = filesystem(uri, settings)
+    if fs.exists(posixpath.join(path, MANIFEST)):
+        raise ArtifactError(
+            f"{uri} has a torn {MANIFEST} marker (a crash or power loss while it was written): it reads "
+            "as never committed and is never read; rerun the stage that produces it"
+        )
     if fs.exists(path):
         raise ArtifactError(
             f"{uri} exists but has no {MANIFEST} marker: it was never committed (a crashed or running "

@@ -469,6 +469,11 @@ def preview(steps: Sequence[Step], store: io.Store | None = None) -> list[Planne
             continue
         uri, key = address(step, inputs, store)
         ref = io.lookup(uri, store.settings)
+        damaged = io.size_mismatch(ref, store.settings) if ref is not None else None
+        if ref is not None and damaged:
+            status = f"damaged ({damaged} differs from its manifest): the run stops on it, the next rebuilds"
+            out.append(PlannedStep(step.name, step.kind, key, status, uri))
+            continue
         if ref is not None:
             record = io.read_lineage(ref).get("result", {})
             status = "reuse (check failed: " + record["failure"] + ")" if record.get("failure") else "reuse"

@@ -194,3 +194,17 @@ def test_retry_failed_switch_puts_the_repair_between_collect_and_curate() -> Non
     steps = {s.name: s for s in plan(config)}
     assert steps["collect.retry"].inputs["previous"] == Upstream("collect", "trajectories")
     assert steps["curate"].inputs["raw"] == Upstream("collect.retry", "trajectories")
+
+
+def test_preview_shows_a_damaged_artifact_and_the_run_names_it(tmp_path: Path) -> None:
+    store = io.Store(str(tmp_path))
+    made = run_step(_tasks_step(2), store)
+    table = Path(made.ref.uri) / "tasks.parquet"
+    table.write_bytes(table.read_bytes()[:-10])  # truncated after its commit
+    (planned,) = preview([_tasks_step(2)], store)
+    assert planned.status.startswith("damaged (tasks.parquet differs from its manifest)")
+    with pytest.raises(io.IntegrityError, match=rf"file tasks\.parquet of artifact {made.ref.uri} has"):
+        run_step(_tasks_step(2), store)
+    rebuilt = run_step(_tasks_step(2), store)  # the next run rebuilds it at the same key
+    assert not rebuilt.reused and rebuilt.ref.uri == made.ref.uri
+    assert len(list((tmp_path / io.DAMAGED_DIR / made.ref.kind).iterdir())) == 1
