@@ -33,6 +33,7 @@ from coa.format.export import (
     render_afm_sft,
     to_afm_rl_row,
     to_afm_sft_record,
+    to_mhqa,
 )
 from coa.format.grammar import GRAMMARS, VARIANTS, Grammar, ValidationResult, validate
 from coa.format.masks import IGNORE_INDEX, chat_text, label_chat, observation_spans, token_labels
@@ -86,6 +87,7 @@ __all__ = [
     "system_prompt",
     "to_afm_rl_row",
     "to_afm_sft_record",
+    "to_mhqa",
     "token_labels",
     "unescape_observation",
     "validate",
