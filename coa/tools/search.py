@@ -556,8 +556,12 @@ class SearchConfig(StrictModel):
         default=None, description="local_bm25: a saved index folder; unset = build from the given documents."
     )
     top_k: int = Field(default=10, ge=1, description="Results per query.")
-    serper: SerperConfig = Field(default_factory=SerperConfig)
-    retrieve: RetrieveConfig = Field(default_factory=RetrieveConfig)
+    serper: SerperConfig = Field(
+        default_factory=SerperConfig, description="The Serper-compatible endpoint (provider: serper)."
+    )
+    retrieve: RetrieveConfig = Field(
+        default_factory=RetrieveConfig, description="The AFM/Search-R1 /retrieve server (provider: retrieve)."
+    )
 
 
 def build_search_provider(

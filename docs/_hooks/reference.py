@@ -58,7 +58,7 @@ def _commands(group: Any, prefix: tuple[str, ...] = ()) -> Iterator[tuple[tuple[
 def _help(app: Any, path: tuple[str, ...]) -> str:
     from typer.testing import CliRunner
 
-    env = {"COLUMNS": "110", "NO_COLOR": "1", "TERM": "dumb", "_TYPER_FORCE_DISABLE_TERMINAL": "1"}
+    env = {"COLUMNS": "80", "NO_COLOR": "1", "TERM": "dumb", "_TYPER_FORCE_DISABLE_TERMINAL": "1"}
     result = CliRunner().invoke(app, [*path, "--help"], env=env, prog_name="coa")
     if result.exit_code != 0:
         raise RuntimeError(f"coa {' '.join(path)} --help exited {result.exit_code}: {result.output}")
@@ -259,7 +259,7 @@ def contracts_page() -> str:
     out.append("")
     for contract in schemas.ALL.values():
         module = importlib.import_module(f"schemas.{contract.name}")
-        out += [f"## {contract.id}", "", f"`schemas/{contract.name}.py`: {contract.doc}", ""]
+        out += [f"## {contract.id}", "", f"Defined in `schemas/{contract.name}.py`.", ""]
         if module.__doc__:
             out += [_plain(module.__doc__), ""]
         if contract.unique:
