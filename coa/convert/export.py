@@ -259,8 +259,16 @@ def _save_to_disk_layout(splits: dict[str, pa.Table], out: str) -> None:
 
     if not splits:
         return
+    from datasets.utils import logging as ds_logging
+
     layout = datasets.DatasetDict({name: datasets.Dataset(InMemoryTable(t)) for name, t in splits.items()})
-    layout.save_to_disk(out, storage_options=Settings.from_env().storage_options(out) or None)
+    bars = ds_logging.is_progress_bar_enabled()
+    ds_logging.disable_progress_bar()  # the command prints one line per export, not a bar per split
+    try:
+        layout.save_to_disk(out, storage_options=Settings.from_env().storage_options(out) or None)
+    finally:
+        if bars:
+            ds_logging.enable_progress_bar()
 
 
 def _table(ref: io.ArtifactRef, schema_id: str, default: Any = ...) -> Any:

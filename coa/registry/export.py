@@ -177,7 +177,7 @@ def training_data(graph: Graph) -> list[str]:
     """Markdown lines: tasks, teacher runs, curation (quarantine, decontamination), SFT/RL examples."""
     lines: list[str] = []
     for node in graph.walk():
-        if node.kind == EXTERNAL:
+        if node.kind in (EXTERNAL, "eval"):  # an evaluation the RL step read to pick its family
             continue
         rows = ", ".join(f"{t} {n:,}" for t, n in node.tables.items())
         step = node.step or node.kind
@@ -225,18 +225,32 @@ def base_models(graph: Graph) -> list[str]:
     return sorted(set(out))
 
 
+def trained_families(graph: Graph) -> set[str] | None:
+    """The families the SFT steps in the lineage trained on (``sft.families``); None = every family."""
+    found: set[str] = set()
+    for node in graph.walk():
+        if (node.step or "").split(".")[0] == "sft" and isinstance(node.config, dict):
+            families = node.config.get("families")
+            if not families:
+                return None
+            found |= set(families)
+    return found or None
+
+
 def prompt_formats(graph: Graph) -> list[tuple[str, str, str]]:
     """(variant, prompt version, system prompt) of the SFT examples the model was trained on, as the
-    examples hold them (the first example of each variant and version)."""
+    examples hold them (the first example of each variant and version, of the trained families)."""
+    families = trained_families(graph)
     found: dict[tuple[str, str], str] = {}
     for node in graph.walk():
         if node.kind != EXTERNAL and "sft" in node.tables and (node.step or "").startswith("convert"):
-            table = io.read_table(node.uri, "sft", columns=["variant", "prompt_version", "messages"])
-            for row in table.to_pylist():
+            columns = ["family", "variant", "prompt_version", "messages"]
+            for row in io.read_table(node.uri, "sft", columns=columns).to_pylist():
                 key = (row["variant"], row["prompt_version"])
-                if key not in found:
-                    system = [m["content"] for m in row["messages"] if m["role"] == "system"]
-                    found[key] = system[0] if system else ""
+                if key in found or (families is not None and row["family"] not in families):
+                    continue
+                system = [m["content"] for m in row["messages"] if m["role"] == "system"]
+                found[key] = system[0] if system else ""
     return [(v, version, text) for (v, version), text in sorted(found.items())]
 
 
