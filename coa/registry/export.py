@@ -36,8 +36,9 @@ from coa import io
 from coa.errors import UserError
 from coa.lineage import EXTERNAL, Graph, format_tree, trace
 from coa.registry.store import Registry
-from coa.steps import CHAMPION_PREFIX
 
+CHAMPION_PREFIX = "champion:"
+"""How a model is named by its registry name on the command line (as everywhere in ``coa``)."""
 CARD_FILE = "README.md"
 LINEAGE_FILE = "coa_lineage.json"
 Z95 = 1.959963984540054

@@ -3,7 +3,7 @@
 * ``reference/cli.md``: the ``--help`` of every ``coa`` command, produced by invoking the CLI's own
   parser in process (Typer's test runner), so a new command appears without touching the docs;
 * ``reference/config.md``: every field of the pipeline configuration, walked from the root model
-  (:class:`coa.pipeline_config.PipelineConfig`) through every nested section: dotted key, type,
+  (:class:`coa.plan.PipelineConfig`) through every nested section: dotted key, type,
   default and the field's description;
 * ``reference/contracts.md``: every data contract in ``schemas.ALL``: the module's docstring and
   each column's type, nullability, allowed values and docstring.
@@ -183,7 +183,7 @@ def _code(text: str) -> str:
 
 def config_page() -> str:
     """One table per top-level section of the pipeline configuration."""
-    from coa.pipeline_config import PipelineConfig
+    from coa.plan import PipelineConfig
 
     root = PipelineConfig
     out = [

@@ -26,7 +26,7 @@ def _build(config: Path, site: Path) -> subprocess.CompletedProcess[str]:
 
 def test_site_builds_strict_with_generated_reference(tmp_path: Path) -> None:
     import schemas
-    from coa.pipeline_config import PipelineConfig
+    from coa.plan import PipelineConfig
 
     result = _build(REPO / "mkdocs.yml", tmp_path / "site")
     assert result.returncode == 0, result.stdout + result.stderr
