@@ -66,3 +66,48 @@ def test_a_broken_link_fails_the_strict_build(tmp_path: Path) -> None:
     result = _build(config, tmp_path / "site")
     assert result.returncode != 0
     assert "no-such-page.md" in result.stdout + result.stderr
+
+
+STEP_NAMES = {"evaluate.after", "evaluate.after_rl", "evaluate.sft"}
+"""Step names the pages mention that look like config keys (``evaluate`` steps of the plans)."""
+WRONG_ON_PURPOSE = {"tasks.sources.0.pth"}
+"""The misspelt key of the example of an unknown-key error (docs/usage.md)."""
+
+
+def test_every_config_key_the_pages_name_exists() -> None:
+    """A hand-written page that names `section.key` names a key of the configuration as it is now."""
+    import re
+    import typing
+
+    from coa.plan import PipelineConfig
+
+    keys: dict[str, object] = {}
+
+    def walk(model: typing.Any, prefix: str) -> None:
+        for name, field in model.model_fields.items():
+            keys[prefix + name] = field.annotation
+            for arg in (field.annotation, *typing.get_args(field.annotation)):
+                inner = [
+                    a
+                    for a in (arg, *typing.get_args(arg))
+                    if isinstance(a, type) and hasattr(a, "model_fields")
+                ]
+                for sub in inner:
+                    listed = typing.get_origin(arg) in (tuple, list)
+                    walk(sub, f"{prefix}{name}.N." if listed else f"{prefix}{name}.")
+
+    walk(PipelineConfig, "")
+    mappings = {k for k, t in keys.items() if typing.get_origin(t) is dict or dict in typing.get_args(t)}
+    sections = set(PipelineConfig.model_fields)
+    unknown = []
+    for page in sorted((REPO / "docs").rglob("*.md")):
+        for token in re.findall(r"`([a-z_][a-z0-9_.]*)(?:[=:][^`]*)?`", page.read_text()):
+            if "." not in token or token.split(".")[0] not in sections or token in WRONG_ON_PURPOSE:
+                continue
+            if re.search(r"\.(v\d+|parquet|json|yaml|py|md|jinja)$", token):  # a contract id or a file
+                continue
+            key = re.sub(r"\.\d+(?=\.|$)", ".N", token)
+            if key in keys or key in STEP_NAMES or any(key.startswith(m + ".") for m in mappings):
+                continue
+            unknown.append(f"{page.relative_to(REPO)}: {token}")
+    assert unknown == [], unknown
