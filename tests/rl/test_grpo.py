@@ -13,9 +13,9 @@ from transformers import AutoModelForCausalLM, TrainerCallback
 import schemas
 from coa.rl.config import EntropyCollapse, RLError, RLRunConfig, RLStepCountError
 from coa.rl.grpo import ROLLOUTS_DIR, run_rl
-from coa.train.kit.run import CHECKPOINTS_DIR, last_checkpoint
 from coa.rollout import Codec
 from coa.tools.config import ToolsConfig
+from coa.train.kit.run import CHECKPOINTS_DIR, last_checkpoint
 
 from .helpers import TwoTurnPolicy, prompts_table
 
