@@ -725,12 +725,16 @@ def export_cmd(
     uri: Annotated[str, typer.Argument(help="Artifact from `coa convert`")],
     out: Annotated[str, typer.Argument(help="Output file (afm-sft: .json, afm-rl: .parquet) or folder (hf)")],
     fmt: Annotated[str, typer.Option("--format", "-f", help="afm-sft | afm-rl | hf")] = "hf",
+    grammar: Annotated[
+        str | None,
+        typer.Option(help="afm-sft/afm-rl: mhqa = multi-hop rows in AFM's MHQA grammar (<wiki_search>)"),
+    ] = None,
 ) -> None:
     """Export converted data: AFM alpaca SFT JSON, AFM RL Parquet, or a `datasets`-loadable folder."""
     from coa.convert.export import export
 
     try:
-        typer.echo(export(uri, fmt, out))
+        typer.echo(export(uri, fmt, out, grammar))
     except ValueError as e:
         raise _fail(str(e)) from None
 
@@ -1055,6 +1059,26 @@ def models_rollback(
 
     champion = Registry().rollback(name, reason)
     console.print(f"{name}: champion restored to {champion.model_uri}", highlight=False)
+
+
+@models_app.command("export")
+def models_export(
+    model: Annotated[str, typer.Argument(help="Model artifact URI or champion:NAME (the registry)")],
+    out: Annotated[Path, typer.Argument(help="New folder: weights, tokenizer and a model card README.md")],
+    license_id: Annotated[
+        str | None,
+        typer.Option(
+            "--license", help="License id for the card (default: apache-2.0, or other on a hub base)"
+        ),
+    ] = None,
+) -> None:
+    """A Hugging Face model folder with a model card (from_pretrained and push_to_hub take it as is)."""
+    from coa.registry.export import export_model
+
+    result = export_model(model, str(out), license_id)
+    console.print(f"{result.model_uri} -> {result.out} ({', '.join(result.files)})", highlight=False)
+    if result.evaluation is None:
+        err.print("note: no evaluation artifact of this model was found; the card has no benchmark figures")
 
 
 @app.command()
