@@ -59,7 +59,7 @@ from coa.train.kit.run import CHECKPOINTS_DIR
 PolicyFactory = Callable[[Any, Any], Policy]
 log = logging.getLogger(RL.logger)
 
-MODEL_DIR = "model"
+MODEL_DIR = kit.MODEL_DIR
 ROLLOUTS_DIR = "rollouts"
 ROLLOUTS_FILE = "rollouts.parquet"
 PLAN_FILE = RL.plan_file
@@ -106,7 +106,7 @@ def run_rl(
         raise EntropyCollapse(guard.tripped)
     planned = budget.plan.steps if budget is not None else config.planned_steps
     kit.check_steps(RL, counter.steps, trainer, planned, start)
-    return _finish(trainer, config, start, planned, counter.steps, runtime)
+    return _rl_result(trainer, config, start, planned, counter.steps, runtime)
 
 
 def build_trainer(
@@ -335,47 +335,43 @@ def _drop_rollouts_after(folder: Path, step: int) -> None:
             chunk.unlink()
 
 
-def _finish(
+def _rl_result(
     trainer: Any, config: RLRunConfig, start: kit.RunStart, planned: int, steps: int, runtime: float
 ) -> RLResult:
-    """Save the final model, join the rollout chunks, plot the curves, write ``rl_result.json`` (rank 0)."""
+    """The kit's end of a run with RL's result (the rollout chunks joined) and curves."""
     import pyarrow.parquet as pq
 
     out = start.out
-    trainer.save_model(str(out / MODEL_DIR))
-    table = read_rollouts(out / ROLLOUTS_DIR)
-    pq.write_table(table, out / ROLLOUTS_FILE)
-    points = curves(trainer.state.log_history)
-    heldout: HeldoutEval | None = getattr(trainer, "coa_heldout", None)
-    result = RLResult(
-        model_dir=str(out / MODEL_DIR),
-        output_dir=str(out),
-        steps_planned=planned,
-        steps_run=steps,
-        start_step=start.start_step,
-        global_step=int(trainer.state.global_step),
-        rollouts=table.num_rows,
-        rollouts_file=str(out / ROLLOUTS_FILE),
-        curves=points,
-        train_runtime_s=round(runtime, 3),
-        device=str(trainer.args.device),
-        time_budget_s=config.time_budget_s,
-        curves_png=str(out / CURVES_PNG),
-        judge_audit=getattr(trainer, "coa_judge_audit", None),
-        heldout_prompts=len(heldout.source.order) if heldout is not None else 0,
-        heldout=heldout.points if heldout is not None else [],
-        alarm=heldout.alarm if heldout is not None else None,
-    )
-    if trainer.is_world_process_zero():
-        plot_curves(
-            points,
-            out / CURVES_PNG,
-            f"GRPO/DAPO: {trainer.state.global_step} steps, {table.num_rows} rollouts",
-            heldout=result.heldout,
-            alarm=result.alarm,
+
+    def measure(model_dir: Path) -> RLResult:
+        table = read_rollouts(out / ROLLOUTS_DIR)
+        pq.write_table(table, out / ROLLOUTS_FILE)
+        heldout: HeldoutEval | None = getattr(trainer, "coa_heldout", None)
+        return RLResult(
+            model_dir=str(model_dir),
+            output_dir=str(out),
+            steps_planned=planned,
+            steps_run=steps,
+            start_step=start.start_step,
+            global_step=int(trainer.state.global_step),
+            rollouts=table.num_rows,
+            rollouts_file=str(out / ROLLOUTS_FILE),
+            curves=curves(trainer.state.log_history),
+            train_runtime_s=round(runtime, 3),
+            device=str(trainer.args.device),
+            time_budget_s=config.time_budget_s,
+            curves_png=str(out / CURVES_PNG),
+            judge_audit=getattr(trainer, "coa_judge_audit", None),
+            heldout_prompts=len(heldout.source.order) if heldout is not None else 0,
+            heldout=heldout.points if heldout is not None else [],
+            alarm=heldout.alarm if heldout is not None else None,
         )
-    kit.write_result(RL, trainer, out, result)
-    return result
+
+    def plot(result: RLResult) -> None:
+        title = f"GRPO/DAPO: {result.global_step} steps, {result.rollouts} rollouts"
+        plot_curves(result.curves, Path(result.curves_png), title, heldout=result.heldout, alarm=result.alarm)
+
+    return kit.finish(RL, trainer, start, measure, plot)
 
 
 def _run(config: RLRunConfig, output_dir: str | None, resume: bool) -> RLResult:

@@ -55,7 +55,7 @@ from coa.train.sft_trainer import BuiltTrainer, build_trainer
 
 log = logging.getLogger(SFT.logger)
 
-MODEL_DIR = "model"
+MODEL_DIR = kit.MODEL_DIR
 ADAPTER_DIR = "adapter"
 PLAN_FILE = SFT.plan_file
 RESULT_FILE = SFT.result_file
@@ -84,74 +84,78 @@ def run_sft(
         log.info("time budget: planned %d steps, re-planned %d times to %d", budget.first_plan,
                  budget.replans, budget.plan.steps)  # fmt: skip
     kit.check_steps(SFT, built.counter.steps, built.trainer, plan.steps, start)
-    return _finish(built, config, start, plan, runtime)
+    return _sft_result(built, config, start, plan, runtime)
 
 
-def _finish(
+def _sft_result(
     built: BuiltTrainer, config: SFTRunConfig, start: kit.RunStart, plan: Plan, runtime: float
 ) -> SFTResult:
-    """Save the final model, measure the run, plot the curves, write ``sft_result.json`` (rank 0)."""
+    """The kit's end of a run with SFT's model (merged, for LoRA), result and loss curve."""
     import torch
 
     trainer, out = built.trainer, start.out
-    model_dir, adapter_dir = out / MODEL_DIR, None
-    if config.lora is not None:
-        adapter_dir = out / ADAPTER_DIR
+    adapter_dir = out / ADAPTER_DIR if config.lora is not None else None
+
+    def save(trainer: Any, model_dir: Path) -> None:
+        if adapter_dir is None:
+            trainer.save_model(str(model_dir))
+            return
         trainer.save_model(str(adapter_dir))
         if trainer.is_world_process_zero():
             merged = trainer.accelerator.unwrap_model(trainer.model).merge_and_unload()
             merged.save_pretrained(str(model_dir))
             trainer.processing_class.save_pretrained(str(model_dir))
-    else:
-        trainer.save_model(str(model_dir))
-    state = trainer.state
-    session_tokens = int(state.num_input_tokens_seen) - built.counter.start_tokens
-    trained = torch.as_tensor(trainer.coa_trained_tokens, device=trainer.args.device).reshape(1)
-    trained_tokens = int(trainer.accelerator.gather(trained).sum().item())
-    points = curves.loss_curve(state.log_history)
-    heldout = curves.heldout_curve(state.log_history)
-    warning = curves.overfit_warning(points, heldout)
-    if warning:
-        log.warning("sft: %s", warning)
-    png = out / LOSS_PNG
-    result = SFTResult(
-        model_dir=str(model_dir),
-        output_dir=str(out),
-        adapter_dir=str(adapter_dir) if adapter_dir else None,
-        steps_planned=plan.steps,
-        steps_run=built.counter.steps,
-        start_step=start.start_step,
-        global_step=state.global_step,
-        final_loss=points[-1][1] if points else None,
-        loss_curve=points,
-        heldout_loss_curve=heldout,
-        n_heldout=built.n_heldout,
-        overfit_warning=warning,
-        tokens_seen=int(state.num_input_tokens_seen),
-        session_tokens=session_tokens,
-        trained_tokens=trained_tokens,
-        train_runtime_s=round(runtime, 3),
-        tokens_per_s=round(session_tokens / runtime, 1) if runtime > 0 else 0.0,
-        n_examples=built.encoded.n_rows,
-        n_truncated=built.encoded.n_truncated,
-        n_dropped=built.encoded.n_dropped,
-        n_rows=len(trainer.train_dataset),
-        packing=config.packing,
-        bf16=built.bf16,
-        device=built.device,
-        lora=config.lora is not None,
-        time_budget_s=config.time_budget_s,
-        calibrated_step_s=plan.calibrated_step_s,
-        loss_curve_png=str(png),
-        peak_gpu_memory_gib=(
-            round(torch.cuda.max_memory_allocated() / 2**30, 3) if torch.cuda.is_available() else None
-        ),
-    )
-    if trainer.is_world_process_zero():
-        title = f"SFT loss: {state.global_step} steps, {result.tokens_seen:,} tokens"
-        curves.plot_loss_curve(points, png, title=title, heldout=heldout)
-    kit.write_result(SFT, trainer, out, result)
-    return result
+
+    def measure(model_dir: Path) -> SFTResult:
+        state = trainer.state
+        session_tokens = int(state.num_input_tokens_seen) - built.counter.start_tokens
+        trained = torch.as_tensor(trainer.coa_trained_tokens, device=trainer.args.device).reshape(1)
+        trained_tokens = int(trainer.accelerator.gather(trained).sum().item())
+        points = curves.loss_curve(state.log_history)
+        heldout = curves.heldout_curve(state.log_history)
+        warning = curves.overfit_warning(points, heldout)
+        if warning:
+            log.warning("sft: %s", warning)
+        return SFTResult(
+            model_dir=str(model_dir),
+            output_dir=str(out),
+            adapter_dir=str(adapter_dir) if adapter_dir else None,
+            steps_planned=plan.steps,
+            steps_run=built.counter.steps,
+            start_step=start.start_step,
+            global_step=state.global_step,
+            final_loss=points[-1][1] if points else None,
+            loss_curve=points,
+            heldout_loss_curve=heldout,
+            n_heldout=built.n_heldout,
+            overfit_warning=warning,
+            tokens_seen=int(state.num_input_tokens_seen),
+            session_tokens=session_tokens,
+            trained_tokens=trained_tokens,
+            train_runtime_s=round(runtime, 3),
+            tokens_per_s=round(session_tokens / runtime, 1) if runtime > 0 else 0.0,
+            n_examples=built.encoded.n_rows,
+            n_truncated=built.encoded.n_truncated,
+            n_dropped=built.encoded.n_dropped,
+            n_rows=len(trainer.train_dataset),
+            packing=config.packing,
+            bf16=built.bf16,
+            device=built.device,
+            lora=config.lora is not None,
+            time_budget_s=config.time_budget_s,
+            calibrated_step_s=plan.calibrated_step_s,
+            loss_curve_png=str(out / LOSS_PNG),
+            peak_gpu_memory_gib=(
+                round(torch.cuda.max_memory_allocated() / 2**30, 3) if torch.cuda.is_available() else None
+            ),
+        )
+
+    def plot(result: SFTResult) -> None:
+        title = f"SFT loss: {result.global_step} steps, {result.tokens_seen:,} tokens"
+        curves.plot_loss_curve(result.loss_curve, result.loss_curve_png, title=title,
+                               heldout=result.heldout_loss_curve)  # fmt: skip
+
+    return kit.finish(SFT, trainer, start, measure, plot, save)
 
 
 # -- entry point ------------------------------------------------------------------------------------

@@ -134,6 +134,16 @@ def test_a_killed_run_resumes_from_its_checkpoint(tiny_model: Path, tmp_path: Pa
         "step-000000.parquet",
         "step-000002.parquet",
     ]
+    # resuming a finished run (killed while writing its model) takes no step and reports the same
+    # model and held-out curve (the kit's final-checkpoint path, shared with SFT)
+    trained = weights(Path(result.model_dir))
+    again = run_rl(
+        prompts, config(tiny_model, heldout_eval_steps=2), out, resume=True, policy_factory=scripted([])
+    )
+    assert (again.start_step, again.steps_run, again.global_step) == (4, 0, 4)
+    assert again.heldout == result.heldout and again.curves == result.curves
+    reloaded = weights(Path(again.model_dir))
+    assert all(torch.equal(trained[k], reloaded[k]) for k in trained)
 
 
 @pytest.mark.sandbox

@@ -2,7 +2,8 @@
 plan file, the loop, the steps-run guard, atomic result files.
 
 A run's output folder holds ``checkpoints/checkpoint-N`` (written by the trainer every
-``save_steps`` and at the end), the recipe's plan file and, once finished, its result file.
+``save_steps`` and at the end), the recipe's plan file and, once finished, ``model/`` and its
+result file (:func:`finish`).
 
 * :func:`open_run` before the trainer is built: a fresh run refuses a folder that already holds
   checkpoints (two runs would mix); a resumed run continues from the last *complete* checkpoint
@@ -21,13 +22,19 @@ from __future__ import annotations
 import dataclasses
 import json
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
+
+from pydantic import BaseModel
 
 from coa.train.kit.recipe import Recipe
 
 CHECKPOINTS_DIR = "checkpoints"
+MODEL_DIR = "model"
 TRAINER_STATE = "trainer_state.json"
+
+R = TypeVar("R", bound=BaseModel)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -143,10 +150,28 @@ def last_checkpoint(ckpt_dir: str | Path) -> Path | None:
     return max(done, key=checkpoint_step, default=None)
 
 
-def write_result(recipe: Recipe, trainer: Any, out: Path, result: Any) -> None:
-    """Write a finished run's result file (rank 0, atomically): the last file a run writes."""
+def finish(
+    recipe: Recipe,
+    trainer: Any,
+    start: RunStart,
+    measure: Callable[[Path], R],
+    plot: Callable[[R], None],
+    save: Callable[[Any, Path], None] | None = None,
+) -> R:
+    """The end of a run that passed the steps-run guard, the same for every recipe: the final model
+    saved to ``model/`` (by ``save(trainer, model_dir)``, else the trainer's own ``save_model``), the
+    recipe's result measured (``measure(model_dir)``), its curves plotted and, last, its result file
+    written (rank 0, atomically: a result file means a finished run)."""
+    model_dir = start.out / MODEL_DIR
+    if save is not None:
+        save(trainer, model_dir)
+    else:
+        trainer.save_model(str(model_dir))
+    result = measure(model_dir)
     if trainer.is_world_process_zero():
-        write_json(out / recipe.result_file, result.model_dump(mode="json"))
+        plot(result)
+        write_json(start.out / recipe.result_file, result.model_dump(mode="json"))
+    return result
 
 
 def write_json(path: Path, value: Any) -> None:
