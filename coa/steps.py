@@ -314,7 +314,8 @@ def _build_and_commit(
 ) -> StepResult:
     build = Build(step, writer, inputs, store, progress, executor=executor)
     try:
-        with tracking.step_run(step.name, writer.uri, [u.uri for u in upstream], store.root) as tracker:
+        upstream = [u.uri for u in writer.upstream]
+        with tracking.step_run(step.name, writer.uri, upstream, store.root) as tracker:
             step.build(build)
             if tracker is not None:  # the lineage names the tracker run; the run gets the summary
                 writer.extra_lineage["tracker"] = tracker.lineage()

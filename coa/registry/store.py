@@ -169,32 +169,6 @@ class Registry:
         reasons: Sequence[str] = (),
         if_champion: str | None | object = ...,
     ) -> Champion:
-<<<<<<< HEAD
-        """Make ``model_uri`` the champion of ``name``: history entry first, then the alias."""
-        current = self.champion(name)
-        entry = self._append(
-            name, "promote", model_uri, verdict, evaluations, reasons, current.model_uri if current else None
-        )
-        previous = current.previous + ((current.model_uri, current.entry),) if current else ()
-        new = Champion(name=name, model_uri=model_uri, entry=entry.id, since=entry.at, previous=previous)
-        self._write_alias(new)
-        mirror_event("promote", name, model_uri, verdict, reasons)
-        return new
-
-    def rollback(self, name: str, reason: str = "rollback") -> Champion:
-        """Restore the champion before the current one (an error when there is none)."""
-        current = self.champion(name)
-        if current is None or not current.previous:
-            raise RegistryError(f"model {name!r} has no earlier champion to roll back to")
-        model_uri, entry_id = current.previous[-1]
-        entry = self._append(name, "rollback", model_uri, None, None, (reason,), current.model_uri)
-        restored = Champion(
-            name=name, model_uri=model_uri, entry=entry_id, since=entry.at, previous=current.previous[:-1]
-        )
-        self._write_alias(restored)
-        mirror_event("rollback", name, model_uri, None, (reason,))
-        return restored
-=======
         """Make ``model_uri`` the champion of ``name``: history entry first, then the alias.
 
         ``if_champion``: the champion's model URI the gate compared against (None: there was none);
@@ -212,7 +186,8 @@ class Registry:
             previous = current.previous + ((current.model_uri, current.entry),) if current else ()
             new = Champion(name=name, model_uri=model_uri, entry=entry.id, since=entry.at, previous=previous)
             self._write_alias(new)
-            return new
+        mirror_event("promote", name, model_uri, verdict, reasons)  # after the lock: best effort
+        return new
 
     def rollback(self, name: str, reason: str = "rollback") -> Champion:
         """Restore the champion before the current one (an error when there is none)."""
@@ -226,7 +201,8 @@ class Registry:
                 name=name, model_uri=model_uri, entry=entry_id, since=entry.at, previous=current.previous[:-1]
             )
             self._write_alias(restored)
-            return restored
+        mirror_event("rollback", name, model_uri, None, (reason,))
+        return restored
 
     @contextlib.contextmanager
     def lock(self, name: str) -> Iterator[None]:
@@ -242,7 +218,6 @@ class Registry:
         with open(os.path.join(folder, f"{name}.lock"), "a+b") as fh:
             fcntl.flock(fh.fileno(), fcntl.LOCK_EX)
             yield  # closing the file drops the lock
->>>>>>> main
 
     # -- internals ----------------------------------------------------------------------------
     def _alias(self, name: str) -> str:

@@ -9,12 +9,15 @@ import math
 import os
 import time
 from pathlib import Path
+from typing import Any
 
 import pyarrow as pa
 import pytest
 
 import schemas
 from coa import io, tracking
+from coa.curate import step as curate_step
+from coa.curate.config import CurateConfig
 from coa.evaluate import EvalConfig
 from coa.evaluate import step as eval_step
 from coa.registry import Registry
@@ -173,3 +176,36 @@ def test_a_chosen_tracker_that_is_not_installed_names_the_pip_command() -> None:
         tracking.require("wandb")
     tracking.require("none")
     tracking.require("mlflow")  # installed (pinned in pyproject)
+
+
+def test_mlflow_gets_the_curation_gate_and_row_counts(
+    mlflow_server: str,
+    teacher_runs: list[dict[str, Any]],
+    synthetic_tasks: dict[str, Any],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from mlflow import MlflowClient
+
+    monkeypatch.chdir(tmp_path)
+    store = io.Store(str(tmp_path / "store"))
+    writer = store.writer("trajectories", "t", {"rows": len(teacher_runs)})
+    writer.write_table("trajectories", schemas.TRAJECTORY.from_rows(teacher_runs), schemas.TRAJECTORY)
+    raw = writer.commit()
+    writer = store.writer("tasks", "t", {"rows": synthetic_tasks["train"].num_rows})
+    writer.write_table("train", synthetic_tasks["train"], schemas.TASK)
+    tasks = writer.commit()
+    config = CurateConfig(dedup={"near": False}, gate={"correctness_floor": 0.3})  # type: ignore[arg-type]
+    step = curate_step.step(config, TableInput(raw, "trajectories"), TableInput(tasks, "train"))
+    with tracking.activate(TrackingConfig(backend="mlflow", uri=mlflow_server, experiment="coa-curate")):
+        curated = run_step(step, store)
+    client = MlflowClient(mlflow_server)
+    run = client.get_run(io.read_lineage(curated.ref)["tracker"]["run_id"])
+    assert run.data.tags["coa.artifact_uri"] == curated.ref.uri
+    assert {run.data.tags["coa.upstream.0"], run.data.tags["coa.upstream.1"]} == {raw.uri, tasks.uri}
+    logged = run.data.metrics
+    for key in ("rows_in", "rows_kept", "rows_quarantined"):
+        assert logged[key] == curated.summary[key]
+    assert logged["rows_in"] == len(teacher_runs)
+    assert logged["gate_success"] == 1.0 and curated.summary["gate_success"] is True
+    assert {f"reasons/{k}": float(v) for k, v in curated.summary["reasons"].items()}.items() <= logged.items()
