@@ -1038,9 +1038,16 @@ def models_promote(
         str, typer.Argument(help="Model artifact URI (or folder / hub id) to make champion")
     ],
     reason: Annotated[str, typer.Option(help="Why (kept in the history)")] = "manual promotion",
+    tracking_config: Annotated[
+        Path | None,
+        typer.Option("--config", "-c", help="YAML profile whose tracking section mirrors this into MLflow"),
+    ] = None,
 ) -> None:
     """Make MODEL_URI the champion of NAME by hand (no gate; the history records it)."""
     from coa.registry import Registry
+
+    if tracking_config is not None:
+        _config(tracking_config, None)  # activates its tracking section (the MLflow registry mirror)
 
     ref = io.lookup(model_uri)
     if ref is None and "://" in model_uri:
@@ -1055,9 +1062,16 @@ def models_promote(
 def models_rollback(
     name: Annotated[str, typer.Argument(help="Registered model name")],
     reason: Annotated[str, typer.Option(help="Why (kept in the history)")] = "manual rollback",
+    tracking_config: Annotated[
+        Path | None,
+        typer.Option("--config", "-c", help="YAML profile whose tracking section mirrors this into MLflow"),
+    ] = None,
 ) -> None:
     """Restore the champion NAME had before the current one."""
     from coa.registry import Registry
+
+    if tracking_config is not None:
+        _config(tracking_config, None)  # activates its tracking section (the MLflow registry mirror)
 
     champion = Registry().rollback(name, reason)
     console.print(f"{name}: champion restored to {champion.model_uri}", highlight=False)

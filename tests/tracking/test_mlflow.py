@@ -13,9 +13,11 @@ from typing import Any
 
 import pyarrow as pa
 import pytest
+from typer.testing import CliRunner
 
 import schemas
 from coa import io, tracking
+from coa.cli import app
 from coa.curate import step as curate_step
 from coa.curate.config import CurateConfig
 from coa.evaluate import EvalConfig
@@ -104,7 +106,7 @@ def test_mlflow_gets_the_sft_curve_the_eval_metrics_and_the_registry(
     assert not any("sk-do-not-log-me" in str(v) for v in every.values())
 
     # the registry mirror: a promotion moves the alias, a refused candidate leaves it, a rollback moves it
-    registry = Registry(str(tmp_path / "registry"))
+    registry = Registry()  # under the test's storage root, as the CLI finds it
     student = ModelInput(external=str(tiny_model)).local_path()
     yes = {"promote": True, "reasons": ["beats the champion"], "checks": {"lineage": True}}
     no = {"promote": False, "reasons": ["math: -0.10 pass@1"], "checks": {"lineage": True}}
@@ -115,8 +117,15 @@ def test_mlflow_gets_the_sft_curve_the_eval_metrics_and_the_registry(
         champion = client.get_model_version_by_alias("coa-agent", "champion")
         registry.record("coa-agent", evaluated.ref.uri, no, reasons=["math: -0.10 pass@1"])
         after_refusal = client.get_model_version_by_alias("coa-agent", "champion")
-        registry.rollback("coa-agent", reason="bad answers in production")
-        rolled = client.get_model_version_by_alias("coa-agent", "champion")
+    # the operator's rollback from the command line, with the profile that names the tracker
+    profile = tmp_path / "tracked.yaml"
+    profile.write_text(f"tracking:\n  backend: mlflow\n  uri: {mlflow_server}\n  experiment: coa-test\n")
+    monkeypatch.delenv(tracking.ENV, raising=False)  # the CLI activates the profile's tracking: undo after
+    cli = CliRunner().invoke(
+        app, ["models", "rollback", "coa-agent", "--reason", "bad answers in production", "-c", str(profile)]
+    )
+    assert cli.exit_code == 0, cli.output
+    rolled = client.get_model_version_by_alias("coa-agent", "champion")
     assert first.tags["coa.model_uri"] == student and first.tags["coa.verdict"] == "promote"
     assert champion.tags["coa.model_uri"] == sft.ref.uri and champion.version != first.version
     assert champion.run_id == tracker["run_id"]  # the version links to the run that trained it
