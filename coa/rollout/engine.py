@@ -68,6 +68,7 @@ async def run_episode(spec: EpisodeSpec, policy: Policy, toolbox: Any, config: R
         start = time.perf_counter()
         generation = await policy.generate(context(episode, codec, config, budget), budget, sampling)
         episode.generation_s += time.perf_counter() - start
+        episode.policy_versions.append(generation.version)
         call = advance(episode, generation, codec, config)
         if call is None:
             break

@@ -50,6 +50,9 @@ class Generation:
     logprobs: list[float]
     finish: Finish
     stop: str | None = None
+    version: int | None = None
+    """The weight version the ids were sampled with, when the policy reports one (a server's
+    ``weight_version``); a generation spanning an update names the oldest."""
 
 
 class Codec:

@@ -19,7 +19,9 @@ from pathlib import Path
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m coa.serve", description=__doc__.split("\n")[0])
     parser.add_argument("--model", required=True, help="a local Hugging Face model folder")
-    parser.add_argument("--served-model-name", default=None, help="the name requests use (default: the folder's)")
+    parser.add_argument(
+        "--served-model-name", default=None, help="the name requests use (default: the folder's)"
+    )
     parser.add_argument("--host", default="127.0.0.1", help="the address to bind (default 127.0.0.1)")
     parser.add_argument("--port", type=int, default=8000, help="the port (0 = a free one, printed)")
     parser.add_argument("--max-batch", type=int, default=256, help="sequences in the running batch at most")
@@ -40,7 +42,10 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     folder = Path(args.model)
     if not (folder / "config.json").is_file():
-        print(f"input error: {folder} is not a model folder (no config.json); pass --model FOLDER", file=sys.stderr)
+        print(
+            f"input error: {folder} is not a model folder (no config.json); pass --model FOLDER",
+            file=sys.stderr,
+        )
         return 2
     import torch
     import uvicorn
@@ -74,7 +79,10 @@ def main(argv: list[str] | None = None) -> int:
     try:
         sock.bind((args.host, args.port))
     except OSError as e:
-        print(f"infrastructure error: cannot bind {args.host}:{args.port}: {e}; pick another --port", file=sys.stderr)
+        print(
+            f"infrastructure error: cannot bind {args.host}:{args.port}: {e}; pick another --port",
+            file=sys.stderr,
+        )
         return 3
     port = sock.getsockname()[1]
     config = uvicorn.Config(

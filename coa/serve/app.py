@@ -49,7 +49,9 @@ class CompletionRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     model: str = Field(description="The served model name, or the name of a loaded LoRA adapter.")
-    prompt: list[int] | str = Field(description="Token ids (or a text, tokenized with the model's tokenizer).")
+    prompt: list[int] | str = Field(
+        description="Token ids (or a text, tokenized with the model's tokenizer)."
+    )
     max_tokens: int = Field(default=16, ge=1, description="Tokens to generate at most.")
     temperature: float = Field(default=1.0, ge=0, description="0 = greedy.")
     top_p: float = Field(default=1.0, gt=0, le=1, description="Nucleus mass (1 = off).")
@@ -181,7 +183,7 @@ class ModelServer:
         future: asyncio.Future[GenRequest] = loop.create_future()
 
         def done(r: GenRequest) -> None:
-            loop.call_soon_threadsafe(lambda: future.done() or future.set_result(r))
+            loop.call_soon_threadsafe(_settle, future, r)
 
         request.done = done
         try:
@@ -416,3 +418,8 @@ def create_app(server: ModelServer) -> Any:
         return server.info()
 
     return app
+
+
+def _settle(future: asyncio.Future[GenRequest], request: GenRequest) -> None:
+    if not future.done():
+        future.set_result(request)

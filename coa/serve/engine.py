@@ -290,9 +290,8 @@ class ContinuousBatcher:
             ids, torch.ones((1, n), dtype=torch.long), torch.arange(n).view(1, n), cache, [request]
         )[0].float()
         if request.prompt_logprobs is not None:
-            request.prompt_logprob_values = [None] + _ranked(
-                torch.log_softmax(logits[:-1], dim=-1), ids[0, 1:], request.prompt_logprobs
-            )
+            ranked = _ranked(torch.log_softmax(logits[:-1], dim=-1), ids[0, 1:], request.prompt_logprobs)
+            request.prompt_logprob_values = [None, *ranked]
         row = _Row(request, n)
         self._sample([row], logits[-1:])
         self._merge(row, cache)
@@ -380,7 +379,9 @@ class ContinuousBatcher:
             values, indices = torch.topk(logprobs_all, wide, dim=-1)
             for i, r in enumerate(requests):
                 if r.logprobs:
-                    tops[i] = list(zip(indices[i, : r.logprobs].tolist(), values[i, : r.logprobs].tolist()))
+                    tops[i] = list(
+                        zip(indices[i, : r.logprobs].tolist(), values[i, : r.logprobs].tolist(), strict=True)
+                    )
         now = time.perf_counter()
         for i, (row, token, logprob) in enumerate(zip(rows, ids, picked, strict=True)):
             request = row.request
@@ -445,14 +446,12 @@ def _ranked(logprobs: Any, actual: Any, n: int) -> list[list[tuple[int, float]] 
 
     own = logprobs.gather(1, actual.view(-1, 1)).view(-1).tolist()
     out: list[list[tuple[int, float]] | None] = []
-    top_values, top_ids = (torch.topk(logprobs, n, dim=-1) if n > 0 else (None, None))
+    top_values, top_ids = torch.topk(logprobs, n, dim=-1) if n > 0 else (None, None)
     for i, token in enumerate(actual.tolist()):
         entry = [(token, own[i])]
         if top_ids is not None and top_values is not None:
             entry += [
-                (t, v)
-                for t, v in zip(top_ids[i].tolist(), top_values[i].tolist(), strict=True)
-                if t != token
+                (t, v) for t, v in zip(top_ids[i].tolist(), top_values[i].tolist(), strict=True) if t != token
             ][:n]
         out.append(entry)
     return out

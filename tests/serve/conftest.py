@@ -1,4 +1,4 @@
-"""``python -m coa.serve`` started by the tests on 127.0.0.1 over the tiny random Qwen2 of the rollout tests."""
+"""``python -m coa.serve`` started by the tests on 127.0.0.1, over the rollout tests' tiny random Qwen2."""
 
 from __future__ import annotations
 
@@ -24,7 +24,7 @@ class ServeProcess:
     def __init__(self, model: Path, *extra: str) -> None:
         env = os.environ | {"PYTHONPATH": str(REPO), "TOKENIZERS_PARALLELISM": "false"}
         command = [sys.executable, "-m", "coa.serve", "--model", str(model), "--port", "0", "--threads", "1"]
-        self.log = tempfile.TemporaryFile(mode="w+")  # stderr: never a pipe nobody drains
+        self.log = tempfile.TemporaryFile(mode="w+")  # noqa: SIM115 - stderr: never a pipe nobody drains
         self.process = subprocess.Popen(
             [*command, *extra], stdout=subprocess.PIPE, stderr=self.log, text=True, env=env, cwd=REPO
         )
@@ -38,7 +38,9 @@ class ServeProcess:
             if not line:
                 self.log.seek(0)
                 err = self.log.read()
-                raise RuntimeError(f"coa.serve exited {self.process.wait()} before it was ready: {err[-2000:]}")
+                raise RuntimeError(
+                    f"coa.serve exited {self.process.wait()} before it was ready: {err[-2000:]}"
+                )
             if "coa.serve:" in line:
                 self.url = line.split(" on ", 1)[1].strip()
                 self.root = self.url.removesuffix("/v1")

@@ -1,4 +1,4 @@
-"""``python -m coa.serve`` end to end: the rollout engine's endpoint policy, logprobs, weight updates, adapters."""
+"""``python -m coa.serve`` end to end: the endpoint policy, logprobs, weight updates, adapters."""
 
 from __future__ import annotations
 
@@ -10,7 +10,6 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-import pytest
 
 from coa.llm.config import EndpointConfig
 from coa.rollout import Codec, EpisodeSpec, RolloutConfig, rollout
@@ -55,7 +54,9 @@ def close(a: list[float], b: list[float], tol: float = 1e-4) -> bool:
     return len(a) == len(b) and all(math.isclose(x, y, abs_tol=tol) for x, y in zip(a, b, strict=True))
 
 
-def test_endpoint_policy_episodes_equal_hf_generate(serve: ServeProcess, tiny_model: Path, codec: Codec) -> None:
+def test_endpoint_policy_episodes_equal_hf_generate(
+    serve: ServeProcess, tiny_model: Path, codec: Codec
+) -> None:
     """The rollout engine's EndpointPolicy against the project's server gives HF generate's greedy
     episodes, id for id, with the model's logprobs; the requests shared decode steps."""
     config = RolloutConfig(max_turns=2, max_new_tokens=20, max_total_tokens=40, concurrency=4)
@@ -63,7 +64,9 @@ def test_endpoint_policy_episodes_equal_hf_generate(serve: ServeProcess, tiny_mo
         EpisodeSpec(f"t{i}", codec.encode(CHATML.format("Solve it.", "What is " + "9 + " * i + "1?")))
         for i in range(8)
     ]
-    endpoint = EndpointConfig(name="coa-serve", base_url=serve.url, model="student", max_retries=0, timeout_s=60)
+    endpoint = EndpointConfig(
+        name="coa-serve", base_url=serve.url, model="student", max_retries=0, timeout_s=60
+    )
     before = httpx.get(f"{serve.root}/server_info").json()
     served = rollout(specs, EndpointPolicy(endpoint, codec, max_connections=4), SpyToolBox(), config)
     after = httpx.get(f"{serve.root}/server_info").json()
@@ -75,6 +78,8 @@ def test_endpoint_policy_episodes_equal_hf_generate(serve: ServeProcess, tiny_mo
         sampled = [lp for lp, m in zip(s.logprobs, s.mask, strict=True) if m]
         expected = [lp for lp, m in zip(h.logprobs, h.mask, strict=True) if m]
         assert close(sampled, expected, 1e-3)  # type: ignore[arg-type]
+    assert all(e.policy_versions == [before["weight_version"]] * e.turns for e in served)
+    assert all(e.policy_versions == [None] * e.turns for e in local)  # HF generate reports none
     generated = sum(e.completion_tokens for e in served)
     assert after["steps"] - before["steps"] < generated  # rows shared decode steps (continuous batching)
 
@@ -97,7 +102,9 @@ def test_served_logprobs_follow_weight_updates(serve: ServeProcess, tiny_model: 
     assert max(abs(a - b) for a, b in zip(new, old, strict=True)) > 0.05  # the change is visible
 
     assert httpx.post(f"{serve.root}/pause", params={"mode": "wait"}).json()["paused"] is True
-    update = httpx.post(f"{serve.root}/update_weights", json={"path": str(tmp_path / "v1"), "version": version + 1})
+    update = httpx.post(
+        f"{serve.root}/update_weights", json={"path": str(tmp_path / "v1"), "version": version + 1}
+    )
     assert update.status_code == 200, update.text
     assert httpx.post(f"{serve.root}/resume").json()["paused"] is False
     response = complete(serve, prompt=FIXED, prompt_logprobs=0)
@@ -119,10 +126,14 @@ def test_served_logprobs_follow_weight_updates(serve: ServeProcess, tiny_model: 
     assert close(served_logprobs(serve, FIXED), old)
 
 
-def test_adapter_changes_only_requests_naming_it(serve: ServeProcess, tiny_model: Path, tmp_path: Path) -> None:
+def test_adapter_changes_only_requests_naming_it(
+    serve: ServeProcess, tiny_model: Path, tmp_path: Path
+) -> None:
     from peft import LoraConfig, get_peft_model
 
-    lora = LoraConfig(r=4, lora_alpha=16, target_modules=["q_proj", "v_proj", "down_proj"], init_lora_weights=False)
+    lora = LoraConfig(
+        r=4, lora_alpha=16, target_modules=["q_proj", "v_proj", "down_proj"], init_lora_weights=False
+    )
     adapted = get_peft_model(load(tiny_model), lora).eval()
     adapted.save_pretrained(tmp_path / "lora")
     with_adapter = hf_logprobs(adapted, FIXED)
@@ -141,7 +152,9 @@ def test_adapter_changes_only_requests_naming_it(serve: ServeProcess, tiny_model
     for name, logprobs in zip(names, answers, strict=True):
         assert close(logprobs, with_adapter if name == "rl-v1" else without), name
     assert complete(serve, prompt=FIXED, model="rl-v2").status_code == 404
-    again = httpx.post(f"{serve.url}/load_lora_adapter", json={"lora_name": "rl-v1", "lora_path": str(tmp_path)})
+    again = httpx.post(
+        f"{serve.url}/load_lora_adapter", json={"lora_name": "rl-v1", "lora_path": str(tmp_path)}
+    )
     assert again.status_code == 400
     assert httpx.post(f"{serve.url}/unload_lora_adapter", json={"lora_name": "rl-v1"}).status_code == 200
     assert complete(serve, prompt=FIXED, model="rl-v1").status_code == 404
@@ -162,7 +175,9 @@ def test_sampling_seeds_stops_and_bad_requests(serve: ServeProcess) -> None:
 
     greedy = complete(serve, prompt=FIXED, max_tokens=6, return_token_ids=True, ignore_eos=True).json()
     ids = greedy["choices"][0]["token_ids"]
-    stopped = complete(serve, prompt=FIXED, max_tokens=6, return_token_ids=True, stop_token_ids=[ids[2]]).json()
+    stopped = complete(
+        serve, prompt=FIXED, max_tokens=6, return_token_ids=True, stop_token_ids=[ids[2]]
+    ).json()
     choice = stopped["choices"][0]
     cut = ids.index(ids[2]) + 1
     assert choice["token_ids"] == ids[:cut] and choice["finish_reason"] == "stop"

@@ -117,7 +117,9 @@ class EndpointPolicy:
         if status != 200:
             text = raw[:300].decode("utf-8", "replace")
             raise RuntimeError(f"completion endpoint {self.url} answered {status}: {text}")
-        choice = json.loads(raw)["choices"][0]
+        payload = json.loads(raw)
+        choice = payload["choices"][0]
+        version = payload.get("weight_version")  # coa.serve's; vLLM reports none
         ids = choice.get("token_ids")
         if ids is None:
             raise RuntimeError(f"completion endpoint {self.url} returned no token_ids (needs vLLM >= 0.10)")
@@ -127,9 +129,10 @@ class EndpointPolicy:
                 f"completion endpoint {self.url}: {len(ids)} token ids but {len(logprobs)} logprobs"
             )
         generation = self.codec.cut(ids, logprobs, max_new_tokens)
-        if generation.finish == "length" and choice.get("finish_reason") == "stop":
+        finish, stop = generation.finish, generation.stop
+        if finish == "length" and choice.get("finish_reason") == "stop":
             matched = choice.get("stop_reason")  # a stop string the ids did not show, or EOS
-            if isinstance(matched, str) and matched in STOP_TAGS:
-                return Generation(generation.ids, generation.logprobs, "stop", matched)
-            return Generation(generation.ids, generation.logprobs, "eos")
-        return generation
+            finish, stop = (
+                ("stop", matched) if isinstance(matched, str) and matched in STOP_TAGS else ("eos", None)
+            )
+        return Generation(generation.ids, generation.logprobs, finish, stop, version)

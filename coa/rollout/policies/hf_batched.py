@@ -17,10 +17,12 @@ between must do it outside an engine run (the sync RL loop does).
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from collections.abc import Sequence
 from typing import Any
 
 from coa.rollout.policy import STOP_TAGS, Codec, Generation, Sampling
+from coa.serve.engine import ContinuousBatcher, GenRequest
 
 
 class HFBatchedPolicy:
@@ -37,16 +39,16 @@ class HFBatchedPolicy:
         self._setup(loaded.to(device).eval(), AutoTokenizer.from_pretrained(model), max_batch)
 
     @classmethod
-    def from_model(cls, model: Any, tokenizer: Any, *, name: str = "trainer", max_batch: int = 256) -> HFBatchedPolicy:
-        """A policy on a model already in memory (used as it is: its device, dtype and mode are the caller's)."""
+    def from_model(
+        cls, model: Any, tokenizer: Any, *, name: str = "trainer", max_batch: int = 256
+    ) -> HFBatchedPolicy:
+        """A policy on a model already in memory, used as it is (device, dtype and mode are the caller's)."""
         policy = cls.__new__(cls)
         policy.name = name
         policy._setup(model, tokenizer, max_batch)
         return policy
 
     def _setup(self, model: Any, tokenizer: Any, max_batch: int) -> None:
-        from coa.serve.engine import ContinuousBatcher
-
         self.model = model
         eos = model.generation_config.eos_token_id
         self.codec = Codec(tokenizer, eos if isinstance(eos, list) else [eos])
@@ -76,13 +78,11 @@ class HFBatchedPolicy:
     async def generate(
         self, prompt_ids: Sequence[int], max_new_tokens: int, sampling: Sampling
     ) -> Generation:
-        from coa.serve.engine import GenRequest
-
         loop = asyncio.get_running_loop()
         future: asyncio.Future[GenRequest] = loop.create_future()
 
         def done(r: GenRequest) -> None:
-            loop.call_soon_threadsafe(lambda: future.done() or future.set_result(r))
+            loop.call_soon_threadsafe(_settle, future, r)
 
         request = GenRequest(
             prompt=list(prompt_ids),
@@ -100,4 +100,10 @@ class HFBatchedPolicy:
         result = await future
         if result.finish == "abort":
             raise RuntimeError(f"the hf_batched policy's batcher ended the request: {result.error}")
-        return self.codec.cut(result.ids, result.token_logprobs, max_new_tokens)
+        generation = self.codec.cut(result.ids, result.token_logprobs, max_new_tokens)
+        return dataclasses.replace(generation, version=result.version_first)
+
+
+def _settle(future: asyncio.Future[GenRequest], request: GenRequest) -> None:
+    if not future.done():
+        future.set_result(request)
