@@ -69,6 +69,8 @@ class Codec:
         self.eos_ids: frozenset[int] = frozenset(i for i in eos if i is not None)
         pad = tokenizer.pad_token_id
         self.pad_id: int = int(pad if pad is not None else tokenizer.eos_token_id)
+        self.newline_ids: list[int] = self.encode("\n")
+        """The newline that ends every canonical block (appended after each generation)."""
 
     @classmethod
     def from_pretrained(cls, name: str) -> Codec:
