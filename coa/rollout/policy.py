@@ -4,7 +4,8 @@ A :class:`Policy` continues a list of token ids and returns a :class:`Generation
 as sampled (ending with the stop tag's or EOS's id when it stopped on one), one logprob per id, and
 why it stopped. Generation stops after a closing tool tag or ``</answer>`` (:data:`STOP_TAGS`), at
 an end-of-turn id, or at ``max_new_tokens``. Policies: Hugging Face ``generate``
-(:mod:`~coa.rollout.policies.hf`), an OpenAI-compatible completions server
+(:mod:`~coa.rollout.policies.hf`), continuous batching in process
+(:mod:`~coa.rollout.policies.hf_batched`), an OpenAI-compatible completions server
 (:mod:`~coa.rollout.policies.endpoint`), a scripted mock (:mod:`~coa.rollout.policies.scripted`).
 
 :class:`Codec` is the token side of the CoA format for one tokenizer: encode/decode without added
