@@ -58,6 +58,19 @@ class ServeProcess:
             return self.process.wait()
 
 
+@pytest.fixture(autouse=True)
+def one_torch_thread() -> Iterator[None]:
+    """One intra-op thread for the in-process models (two on a shared 2-core host: ~40x slower)."""
+    import torch
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(threads)
+
+
 @pytest.fixture(scope="module")
 def serve(tiny_model: Path) -> Iterator[ServeProcess]:  # noqa: F811 (the imported fixture)
     server = ServeProcess(tiny_model, "--served-model-name", "student")
