@@ -4,7 +4,7 @@ Given a store holding a finished pipeline run (the demo by default), this answer
 question: did the RL phase beat simply training the SFT model longer on the same family's data?
 
 1. **The run's artifacts.** The config (``configs/demo.yaml`` + overrides) gives the plan
-   (:func:`coa.pipeline_config.plan`); its committed ``synthetic``, ``convert``, ``sft`` and ``rl``
+   (:func:`coa.plan.pipeline.plan`); its committed ``synthetic``, ``convert``, ``sft`` and ``rl``
    artifacts are found by content key exactly as ``coa run --dry-run`` does
    (:func:`coa.steps.preview`). Nothing is rebuilt: a missing or failed step is a user error. The
    keys hash the code (``coa/``, ``schemas/``): run the bench from the checkout that made the run, or
@@ -61,7 +61,8 @@ import pyarrow as pa
 
 from coa import io
 from coa.errors import CheckFailed, UserError
-from coa.pipeline_config import PipelineConfig, eval_tools, load_pipeline_config, plan
+from coa.plan import PipelineConfig, load_pipeline_config, plan
+from coa.plan.choices import eval_tools
 from coa.rl.config import RLStageConfig
 from coa.steps import ModelInput, preview
 from coa.synthetic import SyntheticConfig

@@ -63,6 +63,7 @@ models_app = typer.Typer(
 app.add_typer(models_app, name="models")
 console = Console()
 err = Console(stderr=True)
+CHAMPION_PREFIX = "champion:"
 
 
 def _fail(message: str, code: int = 2) -> typer.Exit:
@@ -72,7 +73,7 @@ def _fail(message: str, code: int = 2) -> typer.Exit:
 
 def _config(path: Path, overrides: list[str] | None, section: str | None = None) -> Any:
     """The pipeline profile with overrides; ``section`` must be configured in it."""
-    from coa.pipeline_config import load_pipeline_config
+    from coa.plan import load_pipeline_config
 
     cfg = load_pipeline_config(path, overrides or [])
     if section is not None and getattr(cfg, section) is None:
@@ -104,13 +105,24 @@ def _raw_table(uri: str) -> str:
     return "rollouts" if "trajectories" not in tables and "rollouts" in tables else "trajectories"
 
 
+def _model(value: str) -> Any:
+    """A model named on the command line: ``champion:NAME`` (resolved through the registry), a
+    committed model artifact URI, else a folder or hub id."""
+    from coa.steps import ModelInput
+
+    if value.startswith(CHAMPION_PREFIX):
+        from coa.registry import Registry
+
+        value = Registry().resolve(value.removeprefix(CHAMPION_PREFIX))
+    return ModelInput.parse(value)
+
+
 def _run(step: Any, label: str | None = None, execution: Any = None) -> Any:
     """Run a step with a progress bar on stderr; print whether it was reused.
 
     ``execution`` (the profile's ``execution`` section): with ``engine: ray`` the step's shards run on
     Ray through the orchestration skin (:mod:`tasks.fanout`, loaded only then)."""
     import contextlib
-    import importlib
 
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
@@ -119,7 +131,9 @@ def _run(step: Any, label: str | None = None, execution: Any = None) -> Any:
     columns = (TextColumn(label or step.name), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
     shards: Any = contextlib.nullcontext(None)
     if execution is not None and execution.engine != "local":
-        shards = importlib.import_module("tasks.fanout").executor(execution)
+        from tasks.fanout import executor as fanout_executor
+
+        shards = fanout_executor(execution)
     with shards as executor, Progress(*columns, console=err, transient=True) as bar:
         job = bar.add_task(step.name, total=None)
 
@@ -154,9 +168,7 @@ def run(
     ] = None,
 ) -> None:
     """Run the pipeline flow (Prefect) on a config profile with optional overrides."""
-    import importlib
-
-    from coa.pipeline_config import not_planned, plan
+    from coa.plan import not_planned, plan
     from coa.steps import preview, select
 
     cfg = _config(config, overrides)
@@ -166,9 +178,13 @@ def run(
     if dry_run:
         _print_plan(preview(steps), chosen, not_planned(cfg, steps))
         return
-    # The orchestration skin is loaded only here, so `coa` (the domain library) never imports Prefect.
-    pipeline = importlib.import_module("flows.pipeline").pipeline
-    state = pipeline(config_path=str(config), overrides=list(overrides or []), only=chosen, return_state=True)
+    # The orchestration skin is loaded only here: the CLI is the one module of coa above the Prefect
+    # layer (the import contracts in pyproject.toml), and the other commands start without Prefect.
+    from flows.pipeline import pipeline
+
+    state: Any = pipeline(
+        config_path=str(config), overrides=list(overrides or []), only=chosen, return_state=True
+    )
     if state.is_failed():
         raise _failed_run(state.message or "the pipeline run failed")
     result = state.result()
@@ -430,19 +446,16 @@ def sft(
     """Fine-tune the student on CoA examples (observations masked); resumes after a crash or a kill."""
     import logging
 
-    from coa.model import step as student_step
     from coa.model.config import StudentConfig
+    from coa.plan.choices import start_model
     from coa.steps import ModelInput
     from coa.train import step as sft_step
 
     cfg = _config(config, overrides, "sft")
     examples = _table(data, "sft", "coa convert")
-    if model is not None:
-        base = ModelInput.parse(model)
-    elif cfg.student is not None and cfg.student.base is not None:
-        base = ModelInput(external=cfg.student.base)
-    else:
-        base = ModelInput(ref=_run(student_step.step(cfg.student or StudentConfig(), examples)).ref)
+    base, first = start_model(cfg.student or StudentConfig(), examples, _model(model) if model else None)
+    for built in first:  # the tiny student, built on the examples' texts
+        base = ModelInput(ref=_run(built).ref)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     logging.getLogger("coa.train.sft").setLevel(logging.INFO)
     result = _run(sft_step.step(cfg.sft, base, examples))
@@ -477,22 +490,22 @@ def rl(
     import logging
 
     from coa.rl import step as rl_step
-    from coa.steps import ModelInput
 
     cfg = _config(config, overrides, "rl")
     prompts = _table(data, "rl_prompts", "coa convert")
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     logging.getLogger("coa.rl").setLevel(logging.INFO)
     judged = _table(evaluation, "eval", "coa evaluate") if evaluation is not None else None
-    result = _run(rl_step.step(cfg.rl, ModelInput.parse(model), prompts, evaluation=judged))
+    result = _run(rl_step.step(cfg.rl, _model(model), prompts, evaluation=judged))
     s = result.summary
     typer.echo(f"model: {result.ref.uri}")
     if s.get("family_choice"):
         choice = s["family_choice"]
-        from coa.rl.family import shown
+        from coa.evaluate.metrics import percent_by_family
 
         typer.echo(
-            f"family: {choice['family']} ({choice['rule']}; held-out accuracy {shown(choice['accuracy'])})"
+            f"family: {choice['family']} ({choice['rule']}; "
+            f"held-out accuracy {percent_by_family(choice['accuracy'])})"
         )
     typer.echo(
         f"{s['steps_run']} steps ({s['steps_planned']} planned), {s['rollouts']:,} rollouts in "
@@ -547,8 +560,7 @@ def evaluate(
     benchmark and per family."""
     from coa.evaluate import EvalConfig, format_metrics_table
     from coa.evaluate import step as eval_step
-    from coa.pipeline_config import eval_tools
-    from coa.steps import ModelInput
+    from coa.plan.choices import eval_tools
 
     cfg = _config(config, overrides)
     eval_cfg = cfg.evaluate or EvalConfig()
@@ -561,7 +573,7 @@ def evaluate(
     if tasks and table is None and "heldout" in io.open_artifact(tasks).tables:
         table = "heldout"  # a synthetic task set: never evaluate on its training split by default
     task_input = _table(tasks, table, "coa tasks import | coa tasks synthetic") if tasks else None
-    result = _run(eval_step.step(eval_cfg, eval_tools(cfg), task_input, ModelInput.parse(model)))
+    result = _run(eval_step.step(eval_cfg, eval_tools(cfg), task_input, _model(model)))
     typer.echo(f"eval: {result.ref.uri}")
     typer.echo(format_metrics_table(result.summary["benchmarks"], "benchmark"))
     typer.echo("")
@@ -952,7 +964,18 @@ def lineage(
         err.print(f"lineage page: {write_html(graph, html)}", highlight=False)
 
 
+async def _prefect_secret_block(name: str) -> Any:
+    """An endpoint's ``api_key_block``, read as a Prefect Secret block by the Prefect layer (loaded only
+    when a command reads one: the domain library reads environment variables only)."""
+    from tasks.secrets import read_secret_block
+
+    return await read_secret_block(name)
+
+
 def main() -> None:
+    from coa.llm.secrets import set_secret_block_reader
+
+    set_secret_block_reader(_prefect_secret_block)
     app()
 
 

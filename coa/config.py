@@ -120,8 +120,8 @@ def apply_overrides(data: Mapping[str, Any], overrides: Sequence[str]) -> dict[s
 def build_config(data: Mapping[str, Any], model: type[StrictModel], origin: str = "config") -> Any:
     """Validate plain data into ``model``; errors name the bad keys' dotted paths.
 
-    The pipeline's own model is :class:`coa.pipeline_config.PipelineConfig`
-    (:func:`coa.pipeline_config.load_pipeline_config` loads a profile into it).
+    The pipeline's own model is :class:`coa.plan.PipelineConfig`
+    (:func:`coa.plan.load_pipeline_config` loads a profile into it).
     """
     try:
         return model.model_validate(data)

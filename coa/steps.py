@@ -10,8 +10,8 @@ A :class:`Step` is a name, a frozen config, named typed inputs and a build funct
 * the **commit**: the build function writes into an :class:`~coa.io.ArtifactWriter`; the runner
   commits it (manifest last) or, on an exception, removes what was staged and leaves a failure
   marker (``_FAILED.json``: the error, when) that ``coa run --dry-run`` shows;
-* **lineage**: the step name, its inputs (by role and table) and its summary go into
-  ``_lineage.json``;
+* **lineage**: the step name, its inputs (by role and table), where it was built (host, process id)
+  and its summary go into ``_lineage.json``;
 * **checks that fail after the evidence is written** (the curation gate): the build calls
   :meth:`Build.fail`; the artifact is committed (so the report can be read) and the runner raises
   :class:`StepCheckFailed` with the recorded message, the same on every rerun.
@@ -25,7 +25,9 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 import json
+import os
 import posixpath
+import socket
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -37,7 +39,6 @@ from coa.execution import ShardExecutor
 from coa.io import ArtifactRef
 
 FAILED_MARKER = "_FAILED.json"
-CHAMPION_PREFIX = "champion:"
 Progress = Callable[[int, int], None]
 
 
@@ -97,12 +98,8 @@ class ModelInput:
 
     @classmethod
     def parse(cls, value: str) -> ModelInput:
-        """A model given on the command line: ``champion:NAME`` (the registry's champion), a committed
-        model artifact URI, else a folder/hub id."""
-        if value.startswith(CHAMPION_PREFIX):
-            from coa.registry import Registry
-
-            value = Registry().resolve(value.removeprefix(CHAMPION_PREFIX))
+        """A model given by name: a committed model artifact URI, else a folder/hub id (a registry
+        name such as ``champion:NAME`` is resolved by the caller first: the CLI, a plan)."""
         ref = io.lookup(value)
         return cls(ref=ref) if ref is not None else cls(external=value)
 
@@ -156,6 +153,8 @@ class Step:
 
     ``kind`` is the artifact folder (``trajectories``, ``curated``, ``model``…), ``artifact`` its
     name inside it (the config's ``name``); ``identity`` holds whatever else decides the content.
+    ``builder`` names the stage function that made the step, so a step spec
+    (:mod:`coa.plan.spec`) can be rebuilt from its config and inputs on another machine.
     """
 
     name: str
@@ -171,6 +170,9 @@ class Step:
     or the contracts it may have (``("trajectory.v1", "rollout.v1")``: the build tells them apart)."""
     produces: Mapping[str, str] = dataclasses.field(default_factory=dict)
     """Table → the data contract it is written under, e.g. ``{"sft": "sft.v1"}``."""
+    builder: str = ""
+    """The registered builder (:data:`coa.plan.kinds.KINDS`) that rebuilds this step from a spec;
+    empty: the step cannot be dispatched."""
 
     def config_json(self) -> Any:
         if isinstance(self.config, BaseModel):
@@ -202,7 +204,7 @@ class StepCheckFailed(CheckFailed):
 # -- identity ---------------------------------------------------------------------------------------
 
 
-def _identity(step: Step, inputs: Mapping[str, TableInput | ModelInput]) -> dict[str, Any]:
+def key_config(step: Step, inputs: Mapping[str, TableInput | ModelInput]) -> dict[str, Any]:
     """Everything but the upstream content hashes that decides the content (they go in separately)."""
     roles: dict[str, Any] = {}
     for role, value in sorted(inputs.items()):
@@ -215,7 +217,8 @@ def _identity(step: Step, inputs: Mapping[str, TableInput | ModelInput]) -> dict
     return {"config": step.config_json(), "identity": dict(step.identity), "inputs": roles}
 
 
-def _upstream(inputs: Mapping[str, TableInput | ModelInput]) -> list[ArtifactRef]:
+def upstream_refs(inputs: Mapping[str, TableInput | ModelInput]) -> list[ArtifactRef]:
+    """The committed artifacts the step reads (each once): their content hashes go into the key."""
     refs: list[ArtifactRef] = []
     for value in inputs.values():
         ref = value.ref
@@ -245,7 +248,7 @@ def resolve(step: Step, done: Mapping[str, StepResult]) -> dict[str, TableInput 
 
 def address(step: Step, inputs: Mapping[str, TableInput | ModelInput], store: io.Store) -> tuple[str, str]:
     """The content-addressed URI of the step's artifact, and its key."""
-    return store.address(step.kind, step.artifact, _identity(step, inputs), _upstream(inputs))
+    return store.address(step.kind, step.artifact, key_config(step, inputs), upstream_refs(inputs))
 
 
 # -- running ----------------------------------------------------------------------------------------
@@ -268,13 +271,13 @@ def run_step(
     store = store or io.Store()
     inputs = resolve(step, done or {})
     check_inputs(step, inputs)
-    upstream = _upstream(inputs)
+    upstream = upstream_refs(inputs)
     writer = store.writer(
         step.kind,
         step.artifact,
-        _identity(step, inputs),
+        key_config(step, inputs),
         upstream=upstream,
-        extra_lineage={"step": step.name, "inputs": _lineage_inputs(inputs)},
+        extra_lineage={"step": step.name, "inputs": _lineage_inputs(inputs), "built_by": _built_by()},
     )
     existing = writer.existing()
     if existing is not None:
@@ -345,6 +348,11 @@ def _lineage_inputs(inputs: Mapping[str, TableInput | ModelInput]) -> dict[str, 
         else:
             out[role] = {"uri": value.ref.uri if value.ref else None, "model": value.name}
     return out
+
+
+def _built_by() -> dict[str, Any]:
+    """Where the step is built (host and process id): a dispatched step's lineage names its worker."""
+    return {"host": socket.gethostname(), "pid": os.getpid()}
 
 
 def _mark_failed(writer: io.ArtifactWriter, step: Step, error: BaseException) -> None:

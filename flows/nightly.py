@@ -1,29 +1,30 @@
 """Nightly retraining: new tasks → collect → curate across nights → convert → SFT → RL → evaluate → gate.
 
-The plan is :func:`coa.registry.nightly.nightly_plan` (RL when the config has an ``rl`` section; the
-candidate is the last model trained: the RL model then, else the SFT model).
-Each step runs through the same Prefect task as the pipeline flow (or on the GPU pool with
-``dispatch.mode: deployment``). The gate's verdict then moves the champion (promote) or is recorded
-as a refused candidate; a refused candidate keeps the champion and fails nothing: the run completes
-and publishes the reasons (a Prefect artifact, the log, the registry history). With no new task
-tonight the run stops after ``nightly.new_tasks`` and trains nothing.
+The plan is :func:`coa.plan.nightly.nightly_plan` (RL when the config has an ``rl`` section; the
+candidate is the last model trained: the RL model then, else the SFT model); this flow resolves
+what it needs from the registry (the champion) and the ledger (the earlier nights) first. Each step
+runs through the same Prefect task as the pipeline flow, or crosses as a step spec to the GPU pool
+with ``dispatch.mode: deployment``. The gate's verdict then moves the champion (promote) or is
+recorded as a refused candidate; a refused candidate keeps the champion and fails nothing: the run
+completes and publishes the reasons (a Prefect artifact, the log, the registry history). With no new
+task tonight the run stops after ``nightly.new_tasks`` and trains nothing. Runs are named by profile
+and night (``nightly-nightly-2026-11-25``); artifact keys are scoped the same way (``nightly-demo-gate``).
 """
 
 from __future__ import annotations
 
 import time
+from pathlib import PurePath
 from typing import Any
 
 from prefect import flow, get_run_logger
 from prefect.artifacts import create_markdown_artifact
-from prefect.states import Failed
+from prefect.runtime import flow_run
 
-from coa.pipeline_config import load_pipeline_config
-from coa.registry import Registry
-from coa.registry.config import PromotionConfig
-from coa.registry.gate import Verdict, apply
-from coa.registry.nightly import (
+from coa.plan import PromotionConfig, load_pipeline_config
+from coa.plan.nightly import (
     CANDIDATE_EVAL,
+    CHAMPION_EVAL,
     GATE,
     MERGE,
     NEW_TASKS,
@@ -31,14 +32,23 @@ from coa.registry.nightly import (
     candidate_step,
     nightly_plan,
     tonight,
-    verdict_markdown,
 )
-from coa.steps import StepResult
-from flows.pipeline import publish_lineage, publish_summary, run_planned_step
+from coa.registry import Registry
+from coa.registry.gate import Verdict, apply
+from coa.steps import ModelInput, StepResult
+from flows.pipeline import fail, publish_lineage, publish_summary, run_planned_step
 from tasks.fanout import executor
+from tasks.publish import artifact_key, scope_of, verdict_markdown
 
 
-@flow(name="nightly", log_prints=True)
+def run_name() -> str:
+    """``nightly-<profile>-<night>``: the nights of one profile told apart at a glance."""
+    parameters = flow_run.parameters
+    profile = PurePath(str(parameters.get("config_path") or "configs/nightly.yaml")).stem
+    return f"nightly-{profile}-{parameters.get('night') or tonight()}"
+
+
+@flow(name="nightly", flow_run_name=run_name, log_prints=True)
 def nightly(
     config_path: str = "configs/nightly.yaml", overrides: list[str] | None = None, night: str | None = None
 ) -> Any:
@@ -47,23 +57,26 @@ def nightly(
     cfg = load_pipeline_config(config_path, overrides or [])
     promotion = cfg.promotion or PromotionConfig()
     night = night or tonight()
+    scope = scope_of("nightly", config_path)
     registry, ledger = Registry(), Ledger(cfg.run_name)
-    steps = nightly_plan(cfg, night, registry, ledger)
+    champion = registry.champion(promotion.model_name)
+    champion_model = ModelInput.parse(champion.model_uri) if champion else None
+    earlier = ledger.before(night, promotion.previous_nights)
+    steps = nightly_plan(cfg, champion_model, earlier, registry.settings)
     logger.info("nightly %r, night %s: %s", cfg.run_name, night, " → ".join(s.name for s in steps))
     done: dict[str, StepResult] = {}
     seconds: dict[str, float] = {}
     with executor(cfg.execution) as shards:  # engine ray: a Ray cluster for the night's shards
         for step in steps:
             start = time.perf_counter()
-            outcome = run_planned_step(cfg, config_path, overrides or [], step, done, shards)
+            outcome = run_planned_step(cfg, step, done, shards, scope=scope)
             if isinstance(outcome, str):
-                publish_summary(cfg, steps, done, failed=(step.name, outcome))
-                return Failed(message=f"{step.name}: {outcome}")
+                return fail(scope, cfg, steps, done, step.name, outcome)
             done[step.name] = outcome
             seconds[step.name] = round(time.perf_counter() - start, 2)
             if step.name == NEW_TASKS and done[step.name].summary.get("new") == 0:
                 logger.info("no new tasks tonight: nothing to collect or train; the champion stays")
-                publish_summary(cfg, steps, done)
+                publish_summary(scope, cfg, steps, done)
                 return {"night": night, "outcome": "no new tasks", "seconds": seconds}
             if step.name == MERGE:  # tonight's data is committed: later nights build on it whatever follows
                 ledger.record(night, done["collect"].ref.uri, done[NEW_TASKS].ref.uri)
@@ -76,29 +89,27 @@ def nightly(
     )
     candidate = done[candidate_step(steps)].ref.uri
     evaluations = {"candidate": done[CANDIDATE_EVAL].ref.uri}
-    if "evaluate.champion" in done:
-        evaluations["champion"] = done["evaluate.champion"].ref.uri
+    if CHAMPION_EVAL in done:
+        evaluations["champion"] = done[CHAMPION_EVAL].ref.uri
     apply(registry, promotion.model_name, candidate, verdict, evaluations)
-    champion = registry.champion(promotion.model_name)
+    now = registry.champion(promotion.model_name)
     outcome = "promoted" if verdict.promote else "refused: the champion stays"
     for reason in verdict.reasons:
         (logger.info if verdict.promote else logger.warning)("gate: %s", reason)
-    logger.info(
-        "gate %s; champion of %s: %s", outcome, promotion.model_name, champion.model_uri if champion else "-"
-    )
+    logger.info("gate %s; champion of %s: %s", outcome, promotion.model_name, now.model_uri if now else "-")
     create_markdown_artifact(
-        key="nightly-gate",
+        key=artifact_key(scope, "gate"),
         markdown=verdict_markdown(promotion.model_name, candidate, verdict.as_dict(), outcome),
         description=f"Promotion gate of night {night}: {outcome}",
     )
-    publish_lineage(done)
-    result = publish_summary(cfg, steps, done)
+    publish_lineage(scope, done)
+    result = publish_summary(scope, cfg, steps, done)
     result.update(
         night=night,
         outcome=outcome,
         verdict=verdict.as_dict(),
         candidate=candidate,
-        champion=champion.model_uri if champion else None,
+        champion=now.model_uri if now else None,
         seconds=seconds,
     )
     return result

@@ -1,11 +1,12 @@
-"""One step of a pipeline plan as its own flow: what the GPU pool's deployment runs.
+"""One step of a plan as its own flow: what the GPU pool's deployment runs.
 
-The pipeline flow dispatches a GPU step (SFT, RL, GPU evaluation) with ``run_deployment``, passing
-the profile, its overrides, the step's name and the artifact URIs of the steps before it. This flow
-re-plans from the same config, rebuilds those results from the store, and runs the one step through
-the same Prefect task as an inline run. The step commits its artifact at its content address, which
-the parent computes itself: nothing but URIs crosses between the two (both reach the store: a shared
-folder on one machine, S3 in production).
+A flow (pipeline, nightly, any other) dispatches a step with ``run_deployment``, passing its
+:class:`~coa.plan.spec.StepSpec`. This flow never plans: it rebuilds exactly that step from the spec
+(:func:`coa.plan.spec.accept`: the same stage function, the config validated back, the inputs the
+spec names), refuses a spec whose key it computes differently with the part that differs, and runs
+the step through the same Prefect task as an inline run. The step commits its artifact at the
+address the spec names; nothing but the spec and URIs crosses between the two (both reach the store:
+a shared folder on one machine, S3 in production).
 """
 
 from __future__ import annotations
@@ -14,30 +15,34 @@ from typing import Any
 
 from prefect import flow, get_run_logger
 from prefect.states import Failed
+from pydantic import ValidationError
 
-from coa import io
-from coa.pipeline_config import load_pipeline_config, plan
+from coa.errors import CoaError, describe
+from coa.plan.spec import SPEC_VERSION, StepSpec, accept
 from coa.steps import StepResult
 from tasks.steps import run_step_task
 
 
-@flow(name="run-one-step", flow_run_name="{step_name}", log_prints=True)
-def run_one_step(
-    config_path: str, overrides: list[str], step_name: str, done: dict[str, str] | None = None
-) -> Any:
-    """Run ``step_name`` of the plan of ``config_path`` + ``overrides``; ``done``: step → artifact URI."""
+@flow(name="run-one-step", log_prints=True)
+def run_one_step(spec: dict[str, Any], scope: str = "", upstream: list[dict[str, Any]] | None = None) -> Any:
+    """Rebuild and run the step of ``spec``; ``scope`` prefixes its Prefect artifact keys;
+    ``upstream``: the artifacts it reads (the same as the spec's inputs; they give the parent's run
+    graph its edges)."""
     logger = get_run_logger()
-    cfg = load_pipeline_config(config_path, overrides)
-    steps = {s.name: s for s in plan(cfg)}
-    if step_name not in steps:
-        return Failed(message=f"input error: no step {step_name!r} in the plan ({', '.join(steps)})")
-    results = {}
-    for name, uri in (done or {}).items():
-        ref = io.open_artifact(uri)
-        results[name] = StepResult(name, ref, True, io.read_lineage(ref).get("result", {}).get("summary", {}))
-    state = run_step_task(steps[step_name], results, True, return_state=True)
+    try:
+        parsed = StepSpec.model_validate(spec)
+        step, inputs = accept(parsed)
+    except ValidationError as e:
+        reason = f"input error: not a step spec of version {SPEC_VERSION}: {e.errors()[0]['msg']}"
+        logger.error("%s: %s", spec.get("name", "step"), reason)
+        return Failed(message=reason)
+    except CoaError as e:
+        logger.error("%s: %s", spec.get("name", "step"), describe(e))
+        return Failed(message=describe(e))
+    logger.info("%s: spec accepted (key %s, %d inputs)", step.name, parsed.key, len(inputs))
+    state = run_step_task(step.with_inputs(inputs), {}, True, scope=scope, return_state=True)
     if state.is_failed():
-        return Failed(message=state.message or f"{step_name} failed")
+        return Failed(message=state.message or f"{step.name} failed")
     result: StepResult = state.result()
-    logger.info("%s committed %s", step_name, result.ref.uri)
+    logger.info("%s committed %s", step.name, result.ref.uri)
     return result.ref.uri

@@ -1,69 +1,98 @@
-"""Run a step on another work pool: ``run_deployment`` of ``flows/step.py:run_one_step``.
+"""Run a step on another work pool: its spec goes to ``flows/step.py:run_one_step`` by ``run_deployment``.
 
-Called from the pipeline flow (the child flow run is linked as its subflow). The parent passes the
-config and the upstream artifact URIs; the child commits the step's artifact at its content address,
-which the parent computes from the same step and inputs (:func:`coa.steps.address`) and opens once
-the child completes: no result storage is needed, only a store both sides reach.
+Called from a flow (the child flow run is linked as its subflow). The parent sends the step's
+:class:`~coa.plan.spec.StepSpec` (config, resolved inputs, code version, expected key and URI); the
+child rebuilds exactly that step, refuses it if it would compute another key, and commits the
+artifact at the address the spec names, which the parent opens once the child completes: no result
+storage is needed, only a store both sides reach.
+
+A step already committed at its address is not dispatched: it is reused through the one step task,
+so the run's graph has a node for it all the same. The child run's graph edges are the step's own
+upstream results (passed as ``upstream``), never every step before it. A child that fails with a
+reason (a failed check, bad input, a refused spec) fails the step with that reason, as an inline
+run would; "infrastructure error" is kept for a child that crashed, was cancelled, or completed
+without committing at the expected address.
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
+from typing import Any
 
 from prefect import get_run_logger
-from prefect.client.schemas.objects import FlowRun
+from prefect.client.schemas.objects import FlowRun, RunType, State, StateDetails
 from prefect.deployments import run_deployment
+from prefect.runtime import flow_run
+from prefect.states import Completed
+from prefect.utilities.engine import link_state_to_result
 
 from coa import io
-from coa.errors import InfraError
-from coa.steps import Step, StepCheckFailed, StepResult, address, resolve
+from coa.errors import InfraError, describe
+from coa.plan.spec import spec_of
+from coa.steps import Step, StepResult, resolve
+from tasks.steps import run_step_task
 
 
-def committed(step: Step, done: Mapping[str, StepResult], store: io.Store) -> StepResult | None:
-    """The step's committed result at its content address, if there is one (a failed check raises)."""
-    uri, _ = address(step, resolve(step, done), store)
+def committed(uri: str, step: str, store: io.Store) -> StepResult | None:
+    """The committed result at ``uri`` (a recorded failed check is returned too: the step task
+    re-raises it as the inline path does)."""
     ref = io.lookup(uri, store.settings)
     if ref is None:
         return None
-    record = io.read_lineage(ref, store.settings).get("result", {})
-    if record.get("failure"):
-        raise StepCheckFailed(step.name, ref.uri, record["failure"])
-    return StepResult(step.name, ref, True, record.get("summary", {}))
+    return StepResult(
+        step, ref, True, io.read_lineage(ref, store.settings).get("result", {}).get("summary", {})
+    )
 
 
 def run_on_pool(
     step: Step,
-    done: Mapping[str, StepResult],
+    upstream: Mapping[str, StepResult],
     deployment: str,
-    config_path: str,
-    overrides: list[str],
     timeout_s: float | None = None,
-) -> StepResult:
-    """Run ``step`` through ``deployment`` and return its committed artifact (reused if already there)."""
+    scope: str = "",
+) -> StepResult | str:
+    """Run ``step`` through ``deployment``: its committed result, or the one line saying why not.
+
+    ``upstream``: the results of the steps it reads (:func:`flows.pipeline.upstream_of`)."""
     logger = get_run_logger()
     store = io.Store()
-    existing = committed(step, done, store)
-    if existing is not None:
-        logger.info("%s: reused %s (not dispatched)", step.name, existing.ref.uri)
-        return existing
+    spec = spec_of(step, resolve(step, upstream), store)
+    if io.lookup(spec.uri, store.settings) is not None:  # reuse here: a node in this run, no dispatch
+        logger.info("%s: committed at %s, reused (not dispatched)", step.name, spec.uri)
+        reused = run_step_task(step, dict(upstream), False, scope=scope, return_state=True)
+        return reused.message or "failed" if reused.is_failed() else reused.result()
     parameters = {
-        "config_path": config_path,
-        "overrides": overrides,
-        "step_name": step.name,
-        "done": {name: result.ref.uri for name, result in done.items()},
+        "spec": json.loads(spec.model_dump_json()),  # fresh objects: no false edge in the run graph
+        "scope": scope,
+        "upstream": [result.ref for result in upstream.values()],  # the graph's edges: the real ones
     }
-    logger.info("%s: dispatched to deployment %s", step.name, deployment)
-    child: FlowRun = run_deployment(deployment, parameters=parameters, timeout=timeout_s)  # type: ignore[assignment]
+    name = f"{flow_run.name or 'run'}/{step.name}"
+    logger.info("%s: dispatched to deployment %s as %s (key %s)", step.name, deployment, name, spec.key)
+    child: FlowRun = run_deployment(  # type: ignore[assignment]
+        deployment, parameters=parameters, timeout=timeout_s, flow_run_name=name
+    )
     state = child.state
-    if state is None or not state.is_completed():
-        message = state.message if state is not None and state.message else "did not complete"
-        name = state.name if state is not None else "unknown"
-        raise InfraError(f"flow run {child.name} of {deployment} ended {name}: {message}")
-    result = committed(step, done, store)
+    if state is None or not state.is_final():
+        return describe(
+            InfraError(f"flow run {child.name} of {deployment} did not finish within {timeout_s} s")
+        )
+    if state.is_failed() and state.message:  # the step's own reason, with its kind
+        return state.message
+    if not state.is_completed():
+        why = state.message or "no message"
+        return describe(InfraError(f"flow run {child.name} of {deployment} ended {state.name}: {why}"))
+    result = committed(spec.uri, step.name, store)
     if result is None:
-        raise InfraError(
-            f"{deployment} completed {step.name} but no artifact is committed at its address: the worker "
-            "and this flow do not share the store (COA_STORAGE_ROOT) or the code version"
+        return describe(
+            InfraError(
+                f"{deployment} completed {step.name} but nothing is committed at {spec.uri}: "
+                "the worker and this flow do not share the store (COA_STORAGE_ROOT)"
+            )
         )
     logger.info("%s: %s committed %s", step.name, child.name, result.ref.uri)
-    return StepResult(step.name, result.ref, False, result.summary)
+    built = StepResult(step.name, result.ref, False, result.summary)
+    if child.parent_task_run_id is not None:  # later steps draw their edge from the dispatch node
+        node: State[Any] = Completed(state_details=StateDetails(task_run_id=child.parent_task_run_id))
+        link_state_to_result(node, built, RunType.TASK_RUN)
+    return built

@@ -1,6 +1,7 @@
 """Prefect artifacts per stage, made from a step's summary: small, keyed per step, described.
 
-Keys are unique per step (``collect-summary`` and ``collect-heldout-summary`` are two artifacts);
+Keys are unique per flow, profile and step (``pipeline-demo-collect-summary`` and
+``pipeline-demo-collect-heldout-summary`` are two artifacts; ``nightly-demo-…`` keeps its own);
 tables rather than code blocks (the UI clips wide code); links point at the committed artifact
 (its store URI), never at a temporary folder.
 """
@@ -10,19 +11,31 @@ from __future__ import annotations
 import base64
 import json
 from collections.abc import Callable, Mapping
+from pathlib import PurePath
 from typing import Any
 
 from prefect.artifacts import create_link_artifact, create_markdown_artifact, create_table_artifact
 
 from coa import io
-from coa.rl.family import shown
+from coa.evaluate.metrics import percent_by_family
 from coa.steps import Step, StepResult
 
+Keys = Callable[[str], str]
+"""``what`` → the artifact key of ``what`` of the step being published."""
+PASS, FAIL = "PASS", "FAIL"
+"""The gate's marks: plain text, readable without an emoji font."""
 
-def artifact_key(step: str, what: str) -> str:
-    """A Prefect artifact key (lowercase letters, digits, dashes) for ``what`` of ``step``."""
-    raw = f"{step}-{what}".lower()
-    return "".join(c if c.isalnum() else "-" for c in raw).strip("-")
+
+def artifact_key(*parts: str) -> str:
+    """A Prefect artifact key (lowercase letters, digits, single dashes) made of ``parts``
+    (e.g. the scope ``nightly-demo``, the step ``evaluate.sft``, ``metrics``)."""
+    raw = "-".join(p for p in parts if p).lower()
+    return "-".join(w for w in "".join(c if c.isalnum() else "-" for c in raw).split("-") if w)
+
+
+def scope_of(flow: str, config_path: str) -> str:
+    """The artifact-key scope of a flow run: the flow and its profile (``nightly-demo``)."""
+    return artifact_key(flow, PurePath(config_path).stem)
 
 
 def link(uri: str) -> str:
@@ -41,7 +54,7 @@ def show(value: Any) -> Any:
     return value
 
 
-def _collect(step: Step, result: StepResult) -> None:
+def _collect(step: Step, result: StepResult, key: Keys) -> None:
     s = result.summary
     keys = (
         "runs",
@@ -60,31 +73,31 @@ def _collect(step: Step, result: StepResult) -> None:
     if s.get("repaired"):
         rows.append({"metric": "repaired (retry of failed runs)", "value": show(s["repaired"])})
     create_table_artifact(
-        key=artifact_key(step.name, "summary"),
+        key=key("summary"),
         table=rows,
         description=f"Teacher collection `{step.name}`: {result.ref.uri}",
     )
 
 
-def _curate(step: Step, result: StepResult) -> None:
+def _curate(step: Step, result: StepResult, key: Keys) -> None:
     s = result.summary
     create_markdown_artifact(
-        key=artifact_key(step.name, "headline"),
+        key=key("headline"),
         markdown=str(s.get("headline", "")),
         description=f"Curation headline: {result.ref.uri}",
     )
     create_link_artifact(
-        key=artifact_key(step.name, "report"),
+        key=key("report"),
         link=link(str(s.get("report", io.join(result.ref.uri, "report.html")))),
         description="Data-quality report (committed with the curated artifact)",
     )
 
 
-def _sft(step: Step, result: StepResult) -> None:
+def _sft(step: Step, result: StepResult, key: Keys) -> None:
     s = result.summary
     png = base64.b64encode(io.read_file(result.ref, "loss_curve.png")).decode()
     create_markdown_artifact(
-        key=artifact_key(step.name, "loss-curve"),
+        key=key("loss-curve"),
         markdown=f"# SFT loss\n\n![loss curve](data:image/png;base64,{png})\n\n"
         f"| steps run / planned | final loss | held-out loss | tokens seen | tokens/s | device |\n"
         f"|---|---|---|---|---|---|\n"
@@ -107,13 +120,13 @@ def _family_markdown(choice: dict[str, Any] | None) -> str:
     """The family ``rl.families: auto`` picked, why, and its warning when it fell back."""
     if not choice:
         return ""
-    scores = shown(choice["accuracy"])
+    scores = percent_by_family(choice["accuracy"])
     warning = f" **Warning:** {choice['warning']}" if choice.get("warning") else ""
     why = f"{choice['rule']}; held-out accuracy after SFT: {scores}"
     return f"Family: **{choice['family']}** ({why}).{warning}\n\n"
 
 
-def _rl(step: Step, result: StepResult) -> None:
+def _rl(step: Step, result: StepResult, key: Keys) -> None:
     s = result.summary
     png = base64.b64encode(io.read_file(result.ref, "rl_curves.png")).decode()
     points = s.get("curves") or []
@@ -128,7 +141,7 @@ def _rl(step: Step, result: StepResult) -> None:
     alarm = s.get("alarm")
     heldout = s.get("heldout") or []
     create_markdown_artifact(
-        key=artifact_key(step.name, "curves"),
+        key=key("curves"),
         markdown="# RL (GRPO/DAPO)\n\n"
         + (f"**Reward-hacking alarm:** {alarm}\n\n" if alarm else "")
         + (f"**No learning signal:** {s['no_signal']}\n\n" if s.get("no_signal") else "")
@@ -144,7 +157,7 @@ def _rl(step: Step, result: StepResult) -> None:
         + (": REWARD-HACKING ALARM" if alarm else ""),
     )
     create_table_artifact(
-        key=artifact_key(step.name, "curve-points"),
+        key=key("curve-points"),
         table=[{k: show(p.get(k)) for k in keys} for p in points],
         description=f"RL curves per logged step: {result.ref.uri}",
     )
@@ -163,67 +176,86 @@ def _heldout_markdown(points: list[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
-def _evaluate(step: Step, result: StepResult) -> None:
+def _evaluate(step: Step, result: StepResult, key: Keys) -> None:
     metrics: Mapping[str, Mapping[str, Any]] = result.summary.get("metrics", {})
     create_table_artifact(
-        key=artifact_key(step.name, "metrics"),
+        key=key("metrics"),
         table=[{"family": f, **{k: show(v) for k, v in m.items()}} for f, m in metrics.items()],
         description=f"Evaluation `{step.name}` of {_model_of(result)}: {result.ref.uri}",
     )
     benchmarks: Mapping[str, Mapping[str, Any]] = result.summary.get("benchmarks", {})
     if benchmarks:
         create_table_artifact(
-            key=artifact_key(step.name, "benchmarks"),
+            key=key("benchmarks"),
             table=[{"benchmark": b, **{k: show(v) for k, v in m.items()}} for b, m in benchmarks.items()],
             description=f"Evaluation `{step.name}` per benchmark (pass@1 ± SE, pass@k, maj@K, tokens)",
         )
-    _headline(step, result, "Evaluation")
+    _headline(step, result, key, "Evaluation")
 
 
-def _headline(step: Step, result: StepResult, what: str) -> None:
+def _headline(step: Step, result: StepResult, key: Keys, what: str) -> None:
     """The report's headline as a markdown artifact, with a link to the HTML report."""
     text = result.summary.get("headline")
     if not text:
         return
     report = result.summary.get("report")
     create_markdown_artifact(
-        key=artifact_key(step.name, "headline"),
+        key=key("headline"),
         markdown=text + (f"\n\n[{what} report]({link(str(report))})" if report else ""),
         description=f"{what} `{step.name}`: {result.ref.uri}",
     )
 
 
-def _report(step: Step, result: StepResult) -> None:
+def _report(step: Step, result: StepResult, key: Keys) -> None:
     rows = result.summary.get("comparison", [])
     create_table_artifact(
-        key=artifact_key(step.name, "comparison"),
+        key=key("comparison"),
         table=[{k: show(v) for k, v in row.items()} for row in rows],
         description="Student before/after SFT vs the teacher on the held-out tasks",
     )
     create_link_artifact(
-        key=artifact_key(step.name, "link"),
+        key=key("link"),
         link=link(str(result.summary.get("report", ""))),
         description="Training report",
     )
 
 
-PUBLISHERS: dict[str, Callable[[Step, StepResult], None]] = {
+PUBLISHERS: dict[str, Callable[[Step, StepResult, Keys], None]] = {
+    "sft": _sft,
+    "rl": _rl,
     "trajectories": _collect,
     "curated": _curate,
     "eval": _evaluate,
-    "eval-report": lambda step, result: _headline(step, result, "Evaluation report"),
+    "eval-report": lambda step, result, key: _headline(step, result, key, "Evaluation report"),
     "report": _report,
 }
 
 
-def publish(step: Step, result: StepResult) -> None:
-    """The stage's Prefect artifacts for a built or reused step."""
-    if step.kind == "model" and step.name.startswith("sft"):
-        _sft(step, result)
-        return
-    if step.kind == "model" and step.name.startswith("rl"):
-        _rl(step, result)
-        return
-    publisher = PUBLISHERS.get(step.kind)
+def publish(step: Step, result: StepResult, scope: str = "") -> None:
+    """The stage's Prefect artifacts for a built or reused step; ``scope`` (the flow and its profile,
+    :func:`scope_of`) prefixes their keys so runs of other flows and profiles keep their own."""
+
+    def key(what: str) -> str:
+        return artifact_key(scope, step.name, what)
+
+    publisher = PUBLISHERS.get(step.builder) or PUBLISHERS.get(step.kind)
     if publisher is not None:
-        publisher(step, result)
+        publisher(step, result, key)
+
+
+def verdict_markdown(name: str, model: str, verdict: dict[str, Any], outcome: str) -> str:
+    """The verdict as the Prefect artifact of a night: outcome, checks, reasons, per-benchmark table."""
+    lines = [f"# Promotion gate for `{name}`: {outcome}", "", f"candidate: `{model}`", ""]
+    lines += [f"- **{PASS if ok else FAIL}** {check}" for check, ok in verdict["checks"].items()]
+    lines += ["", "## Reasons", ""] + [f"- {r}" for r in verdict["reasons"]]
+    per = verdict.get("per_benchmark") or {}
+    if per:
+        lines += ["", "| benchmark | pairs | champion | candidate | delta | interval | regression |"]
+        lines += ["|---|---|---|---|---|---|---|"]
+        for bench, d in per.items():
+            lines.append(
+                f"| {bench} | {d['pairs']} | {d['baseline']:.3f} | {d['candidate']:.3f} | "
+                f"{d['delta']:+.3f} | [{d['low']:+.3f}, {d['high']:+.3f}] | "
+                f"{'yes' if d['regression'] else 'no'} |"
+            )
+    return "\n".join(lines)

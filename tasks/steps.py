@@ -34,11 +34,17 @@ def _progress(logger: Any, name: str) -> Any:
 
 @task(name="step", task_run_name="{step.name}", cache_policy=NO_CACHE, log_prints=False)
 def run_step_task(
-    step: Step, done: dict[str, StepResult], run_it: bool = True, executor: ShardExecutor | None = None
+    step: Step,
+    done: dict[str, StepResult],
+    run_it: bool = True,
+    executor: ShardExecutor | None = None,
+    scope: str = "",
 ) -> Any:
     """Run (or reuse) ``step``; publish its Prefect artifacts; a project error becomes ``Failed``.
 
-    ``executor``: where the step's shards run (:mod:`tasks.fanout`; None = in this process)."""
+    ``done``: the results of the steps it reads (only those: Prefect draws an edge from each);
+    ``executor``: where the step's shards run (:mod:`tasks.fanout`; None = in this process);
+    ``scope``: the prefix of its artifact keys (:func:`tasks.publish.scope_of`)."""
     logger = get_run_logger()
     try:
         result = run_step(
@@ -51,5 +57,5 @@ def run_step_task(
     for key in ("alarm", "no_signal"):  # RL's reward-hacking alarm, its no-correct-rollout warning
         if result.summary.get(key):
             logger.warning("%s: %s", step.name, result.summary[key])
-    publish(step, result)
+    publish(step, result, scope)
     return result

@@ -13,7 +13,7 @@ from coa.collect import step as collect_step
 from coa.convert import step as convert_step
 from coa.curate import step as curate_step
 from coa.execution import ShardExecutor
-from coa.pipeline_config import load_pipeline_config
+from coa.plan import load_pipeline_config
 from coa.steps import StepResult, run_step
 from coa.synthetic import step as synthetic_step
 

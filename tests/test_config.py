@@ -6,7 +6,7 @@ import pytest
 from pydantic import ValidationError
 
 from coa.config import ConfigError, apply_overrides, build_config
-from coa.pipeline_config import PipelineConfig, load_pipeline_config
+from coa.plan import PipelineConfig, load_pipeline_config
 
 REPO = Path(__file__).resolve().parents[1]
 PROFILES = sorted(p for p in (REPO / "configs").glob("*.yaml"))

@@ -14,7 +14,7 @@ import pytest
 import schemas
 from coa.convert.config import ConvertConfig
 from coa.convert.core import rl_prompts, sft_examples
-from coa.pipeline_config import load_pipeline_config
+from coa.plan import load_pipeline_config
 
 from .golden import FIXTURES, check
 

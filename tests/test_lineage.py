@@ -10,7 +10,7 @@ from typer.testing import CliRunner
 from coa import io
 from coa.cli import app
 from coa.lineage import EXTERNAL, format_tree, to_markdown, trace
-from coa.pipeline_config import load_pipeline_config, plan
+from coa.plan import load_pipeline_config, plan
 from coa.steps import StepResult, run_step
 
 from .flows.test_pipeline_flow import SMALL

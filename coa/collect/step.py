@@ -45,6 +45,7 @@ def step(config: CollectConfig, tasks: StepInput, name: str = "collect") -> Step
     """Collect ``config.samples_per_task`` teacher runs per task of ``tasks``."""
     return Step(
         name=name,
+        builder="collect",
         kind="trajectories",
         artifact=config.name,
         config=config.model_copy(update={"retry_failed": False}),  # the switch does not change this step
@@ -101,6 +102,7 @@ def retry_step(
     """Re-run the runs of ``previous`` that ended in an error; keep every other run as it is."""
     return Step(
         name=name,
+        builder="collect.retry",
         kind="trajectories",
         artifact=config.name,
         config=config.model_copy(update={"retry_failed": True}),

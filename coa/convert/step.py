@@ -28,6 +28,7 @@ def step(config: ConvertConfig, curated: StepInput, tasks: StepInput, name: str 
     """Convert the curated runs (``trajectories`` of ``curated``) and the RL prompts of ``tasks``."""
     return Step(
         name=name,
+        builder="convert",
         kind="converted",
         artifact=config.name,
         config=config,

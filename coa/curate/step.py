@@ -60,6 +60,7 @@ def step(config: CurateConfig, raw: StepInput, tasks: StepInput, name: str = "cu
     """Curate the runs of ``raw`` (which solved the tasks of ``tasks``)."""
     return Step(
         name=name,
+        builder="curate",
         kind="curated",
         artifact=config.name,
         config=config,

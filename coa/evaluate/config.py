@@ -9,6 +9,7 @@ from pydantic import Field, model_validator
 from coa.config import StrictModel
 from coa.format.prompts import PromptStyle
 from coa.llm.config import EndpointConfig, LLMConfig
+from coa.rollout.config import RolloutLimits
 from coa.tools.config import ToolsConfig
 
 DEFAULT_BLOCKED_HOSTS: tuple[str, ...] = (
@@ -69,8 +70,10 @@ class LeakGuardConfig(StrictModel):
     )
 
 
-class EvalConfig(StrictModel):
-    """How a CoA model is run on evaluation tasks, and when a run stops."""
+class EvalConfig(RolloutLimits):
+    """How a CoA model is run on evaluation tasks; when an episode stops is :class:`RolloutLimits`
+    (``max_turns``, ``max_new_tokens``, ``max_total_tokens``, ``duplicate_calls``,
+    ``max_context_tokens``), declared once for evaluation and RL."""
 
     name: str = Field(default="eval", description="Artifact name of the evaluation.")
     backend: Literal["hf", "endpoint"] = Field(
@@ -80,23 +83,6 @@ class EvalConfig(StrictModel):
     )
     endpoint: EndpointConfig | None = Field(
         default=None, description="The completions server for backend=endpoint (its `model` is sent)."
-    )
-    duplicate_calls: Literal["run", "refuse"] = Field(
-        default="refuse",
-        description="A search/crawl call repeating an earlier one of the episode: refused with a canned "
-        "observation (AFM's guard) or run again.",
-    )
-    max_context_tokens: int | None = Field(
-        default=None,
-        ge=64,
-        description="AFM's context management: cut what the model sees to this many tokens, keeping the "
-        "prompt, the plan and reflection pieces and the most recent pieces (32768 in AFM's web-agent "
-        "evaluation); None = never cut.",
-    )
-    max_turns: int = Field(default=8, ge=1, description="Model generations per task (one per tool call + 1).")
-    max_new_tokens: int = Field(default=256, ge=1, description="Tokens one generation may produce.")
-    max_total_tokens: int = Field(
-        default=1536, ge=1, description="Generated tokens per task over all turns (observations not counted)."
     )
     batch_size: int = Field(
         default=32, ge=1, description="hf: most generations batched into one `generate` call."

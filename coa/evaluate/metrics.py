@@ -230,6 +230,11 @@ def metrics_document(table: pa.Table, prices: Mapping[str, TokenPrice] | None = 
     return {"families": eval_metrics(table, prices), "benchmarks": benchmark_metrics(table, prices)}
 
 
+def percent_by_family(accuracy: Mapping[str, float]) -> str:
+    """``code 0%, math 67%``: per-family accuracies as the CLI, the artifacts and the reports show them."""
+    return ", ".join(f"{f} {a:.0%}" for f, a in accuracy.items())
+
+
 def format_metrics_table(metrics: Mapping[str, Mapping[str, Any]], label: str = "family") -> str:
     """The metrics as an aligned plain-text table (rates in percent)."""
     ks = sorted(

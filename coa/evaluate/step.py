@@ -60,6 +60,7 @@ def step(
         identity["judge_prompt"] = judge_prompt()["version"]
     return Step(
         name=name,
+        builder="evaluate",
         kind="eval",
         artifact=config.name,
         config=config,
@@ -156,6 +157,7 @@ def eval_report_step(
         raise UserError("the teacher's runs need the task table they ran on (tasks)")
     return Step(
         name=name,
+        builder="eval-report",
         kind="eval-report",
         artifact=name,
         config={"bootstrap_samples": bootstrap_samples},
@@ -226,6 +228,7 @@ def report_step(
         expects["after_rl"] = "eval.v1"
     return Step(
         name=name,
+        builder="report",
         kind="report",
         artifact=run_name,
         config={"run_name": run_name},

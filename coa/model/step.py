@@ -24,6 +24,7 @@ def step(config: StudentConfig, converted: StepInput, name: str = "student") -> 
         raise ValueError(f"student.base is {config.base!r}: there is nothing to build")
     return Step(
         name=name,
+        builder="student",
         kind="model",
         artifact=config.name,
         config=config.tiny,

@@ -1,8 +1,8 @@
-"""Configuration of the promotion gate and of nightly retraining (the ``promotion`` section)."""
+"""Configuration of the promotion gate (``promotion.gate``)."""
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Any
 
 from pydantic import Field
 
@@ -57,23 +57,3 @@ class GateConfig(StrictModel):
         for value in (self.metric, self.primary_metric):
             if value not in METRICS:
                 raise ValueError(f"gate metric must be one of {METRICS}, got {value!r}")
-
-
-class PromotionConfig(StrictModel):
-    """Nightly retraining: which registry name the candidate competes for, and how."""
-
-    model_name: str = Field(
-        default="coa-agent", description="Registry name whose champion the candidate challenges."
-    )
-    sft_from: Literal["base", "champion"] = Field(
-        default="champion",
-        description="Fine-tune the configured base (student section) or tonight's champion (the base when "
-        "there is none yet).",
-    )
-    new_tasks_only: bool = Field(
-        default=True, description="Collect only tasks whose ids no earlier night collected."
-    )
-    previous_nights: int | None = Field(
-        default=None, ge=0, description="Earlier nights whose data is curated with tonight's; None = all."
-    )
-    gate: GateConfig = Field(default_factory=GateConfig, description="The promotion gate.")

@@ -13,6 +13,7 @@ def step(config: SyntheticConfig, name: str = "synthetic") -> Step:
     """Generate the train and held-out splits (disjoint questions), keyed by the config alone."""
     return Step(
         name=name,
+        builder="synthetic",
         kind="tasks",
         artifact="synthetic",
         config=config,

@@ -25,6 +25,7 @@ def step(config: TasksConfig, name: str = "tasks") -> Step:
         raise TaskImportError(f"{e}; check tasks.sources (paths are relative to where you run)") from None
     return Step(
         name=name,
+        builder="tasks",
         kind="tasks",
         artifact=config.name,
         config=config,

@@ -13,7 +13,7 @@ from safetensors.torch import load_file
 
 from coa import io
 from coa.errors import UserError
-from coa.pipeline_config import load_pipeline_config, plan
+from coa.plan import load_pipeline_config, plan
 from coa.steps import StepResult, run_step
 from tests.flows.test_pipeline_flow import TINY_TRAINING
 

@@ -149,14 +149,15 @@ def test_deploy_run_and_collect_artifacts(
     arts = httpx.post(f"{api}/artifacts/filter", json={}, timeout=10).json()
     by_key = {a["key"]: a for a in arts if a.get("key")}
     expected = {
-        "pipeline-row-counts",
-        "pipeline-summary",
-        "collect-summary",
-        "curate-headline",
-        "curate-report",
+        "pipeline-demo-row-counts",
+        "pipeline-demo-summary",
+        "pipeline-demo-collect-summary",
+        "pipeline-demo-curate-headline",
+        "pipeline-demo-curate-report",
     }
     assert expected <= set(by_key)
-    rows = by_key["pipeline-row-counts"]["data"]
+    assert demo[0]["name"].startswith("pipeline-demo-")  # named by profile and start time
+    rows = by_key["pipeline-demo-row-counts"]["data"]
     rows = json.loads(rows) if isinstance(rows, str) else rows
     collect_row = next(r for r in rows if r["stage"] == "collect")
     assert collect_row["rows"] == 10
@@ -196,11 +197,11 @@ def _check_ui(env: dict[str, str], tmp_path: Path, flow_run_id: str, keys: list[
     run = _page_text(f"{ui}/runs/flow-run/{flow_run_id}", shots / "flow-run.png")
     assert "Completed" in run and "pipeline" in run
     artifacts = _page_text(f"{ui}/artifacts", shots / "artifacts.png")
-    for key in ("pipeline-summary", "pipeline-row-counts", "collect-summary", "curate-headline",
-                "pipeline-lineage", "evaluate-before-metrics", "report-comparison"):  # fmt: skip
-        assert key in keys, key
-        assert key in artifacts, (key, artifacts[:2000])
-    summary = _page_text(f"{ui}/artifacts/key/pipeline-summary", shots / "pipeline-summary.png")
+    for key in ("summary", "row-counts", "collect-summary", "curate-headline", "lineage",
+                "evaluate-before-metrics", "report-comparison"):  # fmt: skip
+        assert f"pipeline-demo-{key}" in keys, key
+        assert f"pipeline-demo-{key}" in artifacts, (key, artifacts[:2000])
+    summary = _page_text(f"{ui}/artifacts/key/pipeline-demo-summary", shots / "pipeline-summary.png")
     assert "Pipeline summary" in summary
 
 
@@ -252,23 +253,23 @@ def test_sft_step_runs_on_the_gpu_pool_worker(
     flows = {f["id"]: f["name"] for f in httpx.post(f"{api}/flows/filter", json={}, timeout=10).json()}
     runs = httpx.post(f"{api}/flow_runs/filter", json={}, timeout=10).json()
     (parent,) = [r for r in runs if flows[r["flow_id"]] == "pipeline"]
-    children = {r["parameters"]["step_name"]: r for r in runs if flows[r["flow_id"]] == "run-one-step"}
+    children = {r["parameters"]["spec"]["name"]: r for r in runs if flows[r["flow_id"]] == "run-one-step"}
     assert set(children) == {"sft", "rl"}  # dispatch.stages defaults; nothing else left cpu
     assert parent["state_type"] == "COMPLETED" and parent["work_pool_name"] == "cpu"
     for step_name, child in children.items():
         assert child["state_type"] == "COMPLETED" and child["work_pool_name"] == "gpu"
-        assert child["name"] == step_name
+        assert child["name"] == f"{parent['name']}/{step_name}"
         assert child["parent_task_run_id"] is not None  # linked into the pipeline run as its subflow
         assert child["infrastructure_pid"] and child["infrastructure_pid"] != parent["infrastructure_pid"]
         assert child["id"] in (tmp_path / "gpu-worker.log").read_text()  # the gpu worker ran it
         assert child["id"] not in (tmp_path / "cpu-worker.log").read_text()
 
     arts = httpx.post(f"{api}/artifacts/filter", json={}, timeout=10).json()
-    rows = next(a for a in arts if a.get("key") == "pipeline-row-counts")["data"]
+    rows = next(a for a in arts if a.get("key") == "pipeline-demo-row-counts")["data"]
     rows = json.loads(rows) if isinstance(rows, str) else rows
     by_stage = {r["stage"]: r for r in rows}
     sft = by_stage["sft"]["artifact"]
     assert by_stage["sft"]["status"] == "built" and io.read_lineage(sft)["steps_run"] == 4
     after = io.read_lineage(by_stage["evaluate.after"]["artifact"])
     assert after["inputs"]["model"]["uri"] == sft  # the pipeline continued with the gpu worker's artifact
-    assert any(a.get("key") == "pipeline-lineage" for a in arts)
+    assert any(a.get("key") == "pipeline-demo-lineage" for a in arts)

@@ -5,7 +5,7 @@ model. Night 1 has no champion: its candidate passes the lineage checks and is p
 twice the tasks: only the new half is collected, curated together with night 1's runs, fine-tuned
 from the champion and gated against it; its gate is set so no candidate can pass (a gain of 1.0),
 so it is refused: the run still completes, the champion stays, and the reasons are in the registry
-history and in the ``nightly-gate`` Prefect artifact. A rerun of night 2 reuses every artifact and
+history and in the ``nightly-demo-gate`` Prefect artifact. A rerun of night 2 reuses every artifact and
 records nothing twice.
 """
 
@@ -19,8 +19,8 @@ from prefect.client.orchestration import get_client
 
 from coa import io
 from coa.lineage import trace
+from coa.plan.nightly import Ledger
 from coa.registry import Registry
-from coa.registry.nightly import Ledger
 
 from .test_pipeline_flow import TINY_TRAINING, prefect_harness  # noqa: F401  (fixture)
 
@@ -108,7 +108,7 @@ def test_two_nights_promote_then_refuse(
         second["verdict"]["reasons"]
     )
     assert set(history[-1].evaluations) == {"candidate", "champion"}
-    published = asyncio.run(_artifact("nightly-gate"))
+    published = asyncio.run(_artifact("nightly-demo-gate"))
     assert "refused" in published and "no gain" in published
     warned = asyncio.run(_warnings())
     assert any(m.startswith("gate: no gain") for m in warned), warned  # the flow run's log

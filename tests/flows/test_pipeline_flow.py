@@ -50,7 +50,7 @@ def prefect_harness() -> Iterator[None]:
 def test_pipeline_runs_built_stages_and_reports_the_rest(
     prefect_harness: None, storage_root: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from coa.pipeline_config import NOT_BUILT
+    from coa.plan.pipeline import NOT_BUILT
     from flows.pipeline import pipeline
 
     monkeypatch.chdir(REPO)

@@ -12,7 +12,7 @@ from moto.server import ThreadedMotoServer
 
 from coa import io
 from coa.lineage import trace
-from coa.pipeline_config import load_pipeline_config, plan
+from coa.plan import load_pipeline_config, plan
 from coa.registry import Registry
 from coa.registry.gate import GateConfig, apply, decide
 from coa.steps import StepResult, run_step

@@ -10,7 +10,7 @@ import pytest
 import schemas
 from coa import io
 from coa.errors import UserError
-from coa.pipeline_config import PipelineConfig, load_pipeline_config, plan
+from coa.plan import PipelineConfig, load_pipeline_config, plan
 from coa.rl import step as rl_step
 from coa.rl.config import RLError, RLStageConfig
 from coa.rl.family import EVAL_COLUMNS, accuracy_by_family, pick_family
@@ -125,14 +125,12 @@ def test_the_rl_step_trains_on_the_picked_family_and_records_why(
     assert "code 0%, math 33%" in made[-1]["markdown"]
 
 
-def test_a_night_with_auto_families_evaluates_its_sft_model_first(tmp_path: Path) -> None:
-    from coa.registry import Registry
-    from coa.registry.nightly import Ledger, nightly_plan
+def test_a_night_with_auto_families_evaluates_its_sft_model_first() -> None:
+    from coa.plan.nightly import nightly_plan
 
-    root = str(tmp_path / "store")
     for families, has_sft_eval in (("auto", True), ("[math]", False)):
         cfg = load_pipeline_config("configs/demo.yaml", [f"rl.families={families}"])
-        steps = {s.name: s for s in nightly_plan(cfg, "n1", Registry(root), Ledger("t", root))}
+        steps = {s.name: s for s in nightly_plan(cfg, champion=None)}
         assert ("evaluate.sft" in steps) == has_sft_eval
         if has_sft_eval:
             order = list(steps)

@@ -10,7 +10,7 @@ import pytest
 
 import schemas
 from coa import io
-from coa.pipeline_config import PipelineConfig, load_pipeline_config, not_planned, plan
+from coa.plan import PipelineConfig, load_pipeline_config, not_planned, plan
 from coa.rl import step as rl_step
 from coa.rl.config import RLStageConfig
 from coa.steps import ModelInput, Step, StepResult, TableInput, run_step

@@ -17,11 +17,13 @@ A night (a date, or any label) runs :func:`nightly_plan`:
    RL runs, else the SFT model; :func:`candidate_step` names it) and ``evaluate.champion`` on the
    held-out tasks (the champion's evaluation is content-addressed: reused every night until the
    champion or the tasks change);
-9. ``gate``: the promotion gate's verdict (:mod:`coa.registry.gate`) as an artifact. The gate
+9. ``gate``: the promotion gate's verdict (:mod:`coa.registry.step`) as an artifact. The gate
    traces the candidate's lineage, so with RL it checks the RL step's steps run as well as SFT's,
    and the curation gates behind both.
 
-The flow applies the verdict to the registry and, once tonight's collection is committed, records
+The flow resolves the champion through the registry and the earlier nights through the
+:class:`Ledger` before it plans. It applies the verdict to the registry and, once tonight's
+collection is committed, records
 the night in the :class:`Ledger` (``{root}/nightly/{run name}/{night}.json``, one file per night,
 never rewritten), which is how the next night knows what was collected before.
 """
@@ -29,9 +31,8 @@ never rewritten), which is how the next night knows what was collected before.
 from __future__ import annotations
 
 import datetime as dt
-import json
 import posixpath
-from typing import Any
+from collections.abc import Mapping, Sequence
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -39,19 +40,38 @@ from pydantic import BaseModel, ConfigDict
 
 import schemas
 from coa import io
+from coa.collect import step as collect
+from coa.convert import step as convert
+from coa.curate import step as curate
 from coa.errors import UserError
-from coa.pipeline_config import PipelineConfig, eval_tools
-from coa.registry.config import GateConfig, PromotionConfig
-from coa.registry.store import Registry
+from coa.plan.choices import CONVERTED_SFT, SFT_EVAL, evaluation, rl_after_evaluation, start_model, task_steps
+from coa.plan.config import PipelineConfig, PromotionConfig
+from coa.registry.step import GATE, gate_step
 from coa.settings import Settings
 from coa.steps import Build, ModelInput, Step, StepInput, TableInput, Upstream
+from coa.train import step as sft
 
 NEW_TASKS = "nightly.new_tasks"
 MERGE = "nightly.merge"
-GATE = "gate"
+MERGED_TASKS = Upstream(MERGE, "tasks")
 CANDIDATE_EVAL = "evaluate.candidate"
-SFT_EVAL = "evaluate.sft"  # with rl.families: auto only
-VERDICT_FILE = "verdict.json"
+CHAMPION_EVAL = "evaluate.champion"
+__all__ = [
+    "CANDIDATE_EVAL",
+    "CHAMPION_EVAL",
+    "GATE",
+    "MERGE",
+    "NEW_TASKS",
+    "SFT_EVAL",
+    "Ledger",
+    "Night",
+    "candidate_step",
+    "check_sections",
+    "merge_step",
+    "new_tasks_step",
+    "nightly_plan",
+    "tonight",
+]
 
 
 class Night(BaseModel):
@@ -99,22 +119,61 @@ class Ledger:
 
 
 def tonight() -> str:
+    """Tonight's label: the UTC date."""
     return dt.datetime.now(dt.UTC).strftime("%Y-%m-%d")
 
 
-def nightly_plan(config: PipelineConfig, night: str, registry: Registry, ledger: Ledger) -> list[Step]:
-    """The steps of ``night`` (see the module docstring); the gate is last."""
-    from coa.collect import step as collect
-    from coa.convert import step as convert
-    from coa.curate import step as curate
-    from coa.evaluate import step as evaluate
-    from coa.model import step as student
-    from coa.rl import step as rl
-    from coa.synthetic import step as synthetic
-    from coa.tasksets import step as tasksets
-    from coa.train import step as sft
+def nightly_plan(
+    config: PipelineConfig,
+    champion: ModelInput | None,
+    earlier: Sequence[Night] = (),
+    settings: Settings | None = None,
+) -> list[Step]:
+    """The steps of a night (see the module docstring); the gate is last.
 
+    ``champion``: the registry's champion of ``promotion.model_name`` (resolved by the caller), None
+    before the first promotion; ``earlier``: the nights whose data is curated with tonight's
+    (:meth:`Ledger.before`)."""
+    check_sections(config)
+    assert config.collect and config.curate and config.convert and config.student and config.sft
     promotion = config.promotion or PromotionConfig()
+    previous = {f"night{i}": _table(n.collected, "trajectories", settings) for i, n in enumerate(earlier)}
+    previous_tasks = {f"night{i}": _table(n.tasks, "tasks", settings) for i, n in enumerate(earlier)}
+    steps, source = task_steps(config)
+    steps += [
+        new_tasks_step(source, previous if promotion.new_tasks_only else {}),
+        collect.step(config.collect, Upstream(NEW_TASKS, "tasks")),
+        merge_step(
+            Upstream("collect", "trajectories"), Upstream(NEW_TASKS, "tasks"), previous, previous_tasks
+        ),
+        curate.step(config.curate, Upstream(MERGE, "trajectories"), MERGED_TASKS),
+        convert.step(config.convert, Upstream("curate", "trajectories"), MERGED_TASKS),
+    ]
+    base, built = start_model(
+        config.student, CONVERTED_SFT, champion if promotion.sft_from == "champion" else None
+    )
+    steps += [*built, sft.step(config.sft, base, CONVERTED_SFT)]
+    steps += rl_after_evaluation(config, Upstream("sft"), None)
+    steps.append(evaluation(config, Upstream("rl" if config.rl is not None else "sft"), CANDIDATE_EVAL))
+    if champion is not None:
+        steps.append(evaluation(config, champion, CHAMPION_EVAL))
+    steps.append(
+        gate_step(
+            promotion.model_name,
+            promotion.gate,
+            Upstream(CANDIDATE_EVAL, "eval"),
+            Upstream(CHAMPION_EVAL, "eval") if champion is not None else None,
+        )
+    )
+    return steps
+
+
+def _table(uri: str, table: str, settings: Settings | None) -> StepInput:
+    return TableInput(io.open_artifact(uri, settings), table)
+
+
+def check_sections(config: PipelineConfig) -> None:
+    """A night needs every stage up to SFT, an evaluation and held-out synthetic tasks."""
     missing = [
         s
         for s in ("collect", "curate", "convert", "student", "sft", "evaluate")
@@ -127,60 +186,6 @@ def nightly_plan(config: PipelineConfig, night: str, registry: Registry, ledger:
             f"nightly retraining needs the sections {', '.join(missing)} "
             "(held-out synthetic tasks are the benchmark the gate reads)"
         )
-    assert (
-        config.collect
-        and config.curate
-        and config.convert
-        and config.student
-        and config.sft
-        and config.evaluate
-        and config.synthetic
-    )
-    steps: list[Step] = [synthetic.step(config.synthetic)]
-    source: Upstream = Upstream("synthetic", "train")
-    if config.tasks.sources:
-        steps.append(tasksets.step(config.tasks))
-        source = Upstream("tasks", "tasks")
-    earlier = ledger.before(night, promotion.previous_nights)
-    previous = {f"night{i}": io.open_artifact(n.collected, registry.settings) for i, n in enumerate(earlier)}
-    steps.append(new_tasks_step(source, previous if promotion.new_tasks_only else {}))
-    steps.append(collect.step(config.collect, Upstream(NEW_TASKS, "tasks")))
-    earlier_tasks = {f"night{i}": io.open_artifact(n.tasks, registry.settings) for i, n in enumerate(earlier)}
-    steps.append(merge_step(previous, earlier_tasks))
-    steps.append(curate.step(config.curate, Upstream(MERGE, "trajectories"), Upstream(MERGE, "tasks")))
-    steps.append(convert.step(config.convert, Upstream("curate", "trajectories"), Upstream(MERGE, "tasks")))
-    champion = registry.champion(promotion.model_name)
-    champion_model = ModelInput.parse(champion.model_uri) if champion else None
-    base: StepInput
-    if promotion.sft_from == "champion" and champion_model is not None:
-        base = champion_model
-    elif config.student.base is not None:
-        base = ModelInput(external=config.student.base)
-    else:
-        steps.append(student.step(config.student, Upstream("convert", "sft")))
-        base = Upstream("student")
-    steps.append(sft.step(config.sft, base, Upstream("convert", "sft")))
-    candidate = Upstream("sft")
-    heldout, tools = Upstream("synthetic", "heldout"), eval_tools(config)
-    if config.rl is not None:
-        evaluation = None
-        if config.rl.families == "auto":  # RL's family is picked from the SFT model's evaluation
-            steps.append(evaluate.step(config.evaluate, tools, heldout, candidate, name=SFT_EVAL))
-            evaluation = Upstream(SFT_EVAL, "eval")
-        steps.append(rl.step(config.rl, candidate, Upstream("convert", "rl_prompts"), evaluation=evaluation))
-        candidate = Upstream("rl")
-    steps.append(evaluate.step(config.evaluate, tools, heldout, candidate, name=CANDIDATE_EVAL))
-    if champion_model is not None:
-        steps.append(evaluate.step(config.evaluate, tools, heldout, champion_model, name="evaluate.champion"))
-    steps.append(
-        gate_step(
-            promotion.model_name,
-            promotion.gate,
-            Upstream(CANDIDATE_EVAL, "eval"),
-            Upstream("evaluate.champion", "eval") if champion_model is not None else None,
-        )
-    )
-    return steps
 
 
 def candidate_step(steps: list[Step]) -> str:
@@ -194,12 +199,14 @@ def candidate_step(steps: list[Step]) -> str:
 # -- nightly.new_tasks ---------------------------------------------------------------------------
 
 
-def new_tasks_step(tasks: StepInput, previous: dict[str, io.ArtifactRef]) -> Step:
-    """The tasks of ``tasks`` whose ids none of the ``previous`` collections holds."""
+def new_tasks_step(tasks: StepInput, previous: Mapping[str, StepInput]) -> Step:
+    """The tasks of ``tasks`` whose ids none of the ``previous`` collections (night → its
+    ``trajectories``) holds."""
     inputs: dict[str, StepInput | None] = {"tasks": tasks}
-    inputs.update({role: TableInput(ref, "trajectories") for role, ref in previous.items()})
+    inputs.update(previous)
     return Step(
         name=NEW_TASKS,
+        builder=NEW_TASKS,
         kind="tasks",
         artifact="new-tasks",
         config={"exclude": "task ids of earlier nights' collections"},
@@ -228,16 +235,20 @@ def _build_new_tasks(b: Build) -> None:
 # -- nightly.merge -------------------------------------------------------------------------------
 
 
-def merge_step(previous: dict[str, io.ArtifactRef], previous_tasks: dict[str, io.ArtifactRef]) -> Step:
-    """Tonight's runs and tasks with the earlier nights' ones (a run or task id kept once)."""
-    inputs: dict[str, StepInput | None] = {
-        "raw": Upstream("collect", "trajectories"),
-        "tasks": Upstream(NEW_TASKS, "tasks"),
-    }
-    inputs.update({f"{role}.raw": TableInput(ref, "trajectories") for role, ref in previous.items()})
-    inputs.update({f"{role}.tasks": TableInput(ref, "tasks") for role, ref in previous_tasks.items()})
+def merge_step(
+    raw: StepInput,
+    tasks: StepInput,
+    previous: Mapping[str, StepInput],
+    previous_tasks: Mapping[str, StepInput],
+) -> Step:
+    """Tonight's runs and tasks (``raw``, ``tasks``) with the earlier nights' ones (``previous``:
+    night → its collection, ``previous_tasks``: night → its tasks); a run or task id kept once."""
+    inputs: dict[str, StepInput | None] = {"raw": raw, "tasks": tasks}
+    inputs.update({f"{role}.raw": value for role, value in previous.items()})
+    inputs.update({f"{role}.tasks": value for role, value in previous_tasks.items()})
     return Step(
         name=MERGE,
+        builder=MERGE,
         kind="trajectories",
         artifact="nightly-merged",
         config={"dedup": ["run_id", "task_id"]},
@@ -274,50 +285,3 @@ def _build_merge(b: Build) -> None:
         tasks=merged_tasks.num_rows,
         tonight=b.table("raw").rows(),
     )
-
-
-# -- gate ----------------------------------------------------------------------------------------
-
-
-def gate_step(name: str, config: GateConfig, candidate: StepInput, champion: StepInput | None) -> Step:
-    """The promotion gate's verdict on ``candidate`` (an eval.v1 table) against ``champion``."""
-    return Step(
-        name=GATE,
-        kind="gate",
-        artifact=name,
-        config=config,
-        build=_build_gate,
-        inputs={"candidate": candidate, "champion": champion},
-        describe="promotion gate: lineage checks, paired bootstrap per benchmark, primary gain",
-        expects={"candidate": "eval.v1", "champion": "eval.v1"},
-    )
-
-
-def _build_gate(b: Build) -> None:
-    from coa.registry.gate import decide
-
-    config: GateConfig = b.step.config
-    champion = b.optional("champion")
-    verdict = decide(
-        config, b.table("candidate").uri, champion.ref.uri if champion and champion.ref else None
-    )
-    b.writer.write_file(VERDICT_FILE, json.dumps(verdict.as_dict(), indent=2, default=str))
-    b.summary.update(verdict.as_dict())
-
-
-def verdict_markdown(name: str, model: str, verdict: dict[str, Any], outcome: str) -> str:
-    """The verdict as the Prefect artifact of a night: outcome, checks, reasons, per-benchmark table."""
-    lines = [f"# Promotion gate for `{name}`: {outcome}", "", f"candidate: `{model}`", ""]
-    lines += [f"- {'✅' if ok else '❌'} {check}" for check, ok in verdict["checks"].items()]
-    lines += ["", "## Reasons", ""] + [f"- {r}" for r in verdict["reasons"]]
-    per = verdict.get("per_benchmark") or {}
-    if per:
-        lines += ["", "| benchmark | pairs | champion | candidate | delta | interval | regression |"]
-        lines += ["|---|---|---|---|---|---|---|"]
-        for bench, d in per.items():
-            lines.append(
-                f"| {bench} | {d['pairs']} | {d['baseline']:.3f} | {d['candidate']:.3f} | "
-                f"{d['delta']:+.3f} | [{d['low']:+.3f}, {d['high']:+.3f}] | "
-                f"{'yes' if d['regression'] else 'no'} |"
-            )
-    return "\n".join(lines)

@@ -1,0 +1,25 @@
+"""The plans: the one home of the modules that know every stage.
+
+* :mod:`coa.plan.config`: the run's config (:class:`PipelineConfig`, one section per stage) and
+  :func:`load_pipeline_config`;
+* :mod:`coa.plan.choices`: the choices the plans share, written once (the task source, the model
+  SFT starts from, RL after an evaluation, the student's tools);
+* :mod:`coa.plan.pipeline`: the pipeline plan (``coa run``, the ``pipeline`` flow);
+* :mod:`coa.plan.nightly`: the nightly plan and the ledger of nights (the ``nightly`` flow);
+* :mod:`coa.plan.kinds` and :mod:`coa.plan.spec`: a step as a spec that another machine rebuilds
+  (the GPU pool's ``run-one-step`` flow), never re-plans.
+
+The runner (:mod:`coa.steps`), the registry and the stages know no plan.
+"""
+
+from coa.plan.config import DispatchConfig, PipelineConfig, PromotionConfig, load_pipeline_config
+from coa.plan.pipeline import not_planned, plan
+
+__all__ = [
+    "DispatchConfig",
+    "PipelineConfig",
+    "PromotionConfig",
+    "load_pipeline_config",
+    "not_planned",
+    "plan",
+]

@@ -1,0 +1,99 @@
+"""The choices every plan shares, written once: where the data comes from, which model SFT starts
+from, what RL reads, which tools the student gets.
+
+The pipeline plan (:mod:`coa.plan.pipeline`), the nightly plan (:mod:`coa.plan.nightly`) and the
+CLI's one-stage commands (``coa sft``, ``coa evaluate``) call these, so a night and a pipeline run
+with the same sections build the same steps where they overlap.
+"""
+
+from __future__ import annotations
+
+from coa.collect import step as collect
+from coa.collect.config import CollectConfig
+from coa.errors import UserError
+from coa.evaluate import step as evaluate
+from coa.model import step as student
+from coa.model.config import StudentConfig
+from coa.plan.config import PipelineConfig
+from coa.rl import step as rl
+from coa.steps import ModelInput, Step, StepInput, Upstream
+from coa.synthetic import step as synthetic
+from coa.tasksets import step as tasksets
+from coa.tools.config import ToolsConfig
+
+HELDOUT = Upstream("synthetic", "heldout")
+CONVERTED_SFT = Upstream("convert", "sft")
+RL_PROMPTS = Upstream("convert", "rl_prompts")
+SFT_EVAL = "evaluate.sft"
+"""The evaluation of the model RL starts from, when the plan has none yet (``rl.families: auto``)."""
+
+
+def task_steps(config: PipelineConfig) -> tuple[list[Step], Upstream]:
+    """The task sources (synthetic families and/or imported task sets) and the table to train on:
+    the synthetic ``train`` split, else the imported tasks."""
+    steps: list[Step] = []
+    if config.synthetic is not None:
+        steps.append(synthetic.step(config.synthetic))
+    if config.tasks.sources:
+        steps.append(tasksets.step(config.tasks))
+    if not steps:
+        raise UserError("no tasks: configure `synthetic` or `tasks.sources` (see configs/demo.yaml)")
+    train = Upstream("synthetic", "train") if config.synthetic is not None else Upstream("tasks", "tasks")
+    return steps, train
+
+
+def collect_steps(config: CollectConfig, tasks: StepInput) -> tuple[list[Step], Upstream]:
+    """Teacher collection on ``tasks`` (and its retry of the failed runs when configured), and the
+    runs curation reads."""
+    steps = [collect.step(config, tasks)]
+    if not config.retry_failed:
+        return steps, Upstream("collect", "trajectories")
+    steps.append(collect.retry_step(config, Upstream("collect", "trajectories"), tasks))
+    return steps, Upstream("collect.retry", "trajectories")
+
+
+def start_model(
+    config: StudentConfig, data: StepInput, champion: StepInput | None = None
+) -> tuple[StepInput, list[Step]]:
+    """The model SFT starts from, and the step that builds it first (if any).
+
+    ``champion`` (the registry's champion with ``promotion.sft_from: champion``, or a model named on
+    the command line) when given, else the configured base (``student.base``: a folder or hub id),
+    else the tiny student built on ``data``'s SFT texts."""
+    if champion is not None:
+        return champion, []
+    if config.base is not None:
+        return ModelInput(external=config.base), []
+    return Upstream("student"), [student.step(config, data)]
+
+
+def eval_tools(config: PipelineConfig) -> ToolsConfig:
+    """The tools the student gets: the evaluate section's, else the teacher's, else the defaults."""
+    if config.evaluate is not None and config.evaluate.tools is not None:
+        return config.evaluate.tools
+    return config.collect.tools if config.collect is not None else ToolsConfig()
+
+
+def evaluation(config: PipelineConfig, model: StepInput, name: str) -> Step:
+    """``model`` on the held-out synthetic tasks (the ``evaluate`` section; the plan checked it is set)."""
+    if config.evaluate is None:
+        raise UserError(f"{name} needs an `evaluate` section")
+    return evaluate.step(config.evaluate, eval_tools(config), HELDOUT, model, name=name)
+
+
+def rl_after_evaluation(config: PipelineConfig, start: StepInput, judged: StepInput | None) -> list[Step]:
+    """RL from ``start`` on the converted RL prompts.
+
+    With ``rl.families: auto`` RL picks its family from an evaluation of ``start`` on the held-out
+    tasks: ``judged`` when the plan already evaluates ``start``, else ``evaluate.sft`` runs first
+    (when there are held-out tasks and an ``evaluate`` section; without them :func:`coa.rl.step.step`
+    says what to configure). Named families read no evaluation."""
+    if config.rl is None:
+        return []
+    steps: list[Step] = []
+    can_evaluate = config.evaluate is not None and config.synthetic is not None
+    if config.rl.families == "auto" and judged is None and can_evaluate:
+        steps.append(evaluation(config, start, SFT_EVAL))
+        judged = Upstream(SFT_EVAL, "eval")
+    steps.append(rl.step(config.rl, start, RL_PROMPTS, evaluation=judged))
+    return steps

@@ -1,0 +1,147 @@
+"""The config of a pipeline or nightly run: one section per stage, where steps run, and promotion.
+
+:func:`load_pipeline_config` reads a profile (code defaults → YAML with ``inherit`` → dotted
+overrides) into :class:`PipelineConfig`; the plans (:mod:`coa.plan.pipeline`, :mod:`coa.plan.nightly`)
+turn it into steps. A stage whose section is absent (``null``) has no step.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Literal
+
+from pydantic import Field, model_validator
+
+from coa.collect.config import CollectConfig
+from coa.config import StrictModel, canonical_json, load_config
+from coa.convert.config import ConvertConfig
+from coa.curate.config import CurateConfig
+from coa.evaluate.config import EvalConfig
+from coa.execution import ExecutionConfig
+from coa.model.config import StudentConfig
+from coa.registry.config import GateConfig
+from coa.rl.config import RLStageConfig
+from coa.synthetic import SyntheticConfig
+from coa.tasksets.config import TasksConfig
+from coa.train.config import SFTStageConfig
+
+
+class DispatchConfig(StrictModel):
+    """Where the steps run: all in the flow's process, or the GPU steps on their own work pool."""
+
+    mode: Literal["inline", "deployment"] = Field(
+        default="inline",
+        description="inline: every step in the pipeline flow's process (no worker needed); deployment: the "
+        "steps named in gpu_steps run as the `run-one-step` flow of `deployment` (e.g. on the gpu pool).",
+    )
+    deployment: str = Field(
+        default="run-one-step/gpu",
+        description="The deployment ('flow-name/deployment-name') that runs one step on the GPU pool.",
+    )
+    gpu_steps: tuple[str, ...] = Field(
+        default=("sft", "rl"),
+        description="Stages dispatched to the deployment (a stage covers its sub-steps, e.g. rl.*).",
+    )
+    timeout_s: float | None = Field(
+        default=None, gt=0, description="Longest wait for a dispatched step's flow run; None = no limit."
+    )
+
+    def dispatches(self, step_name: str) -> bool:
+        """Whether ``step_name`` runs on the deployment."""
+        stage = step_name.split(".")[0]
+        return self.mode == "deployment" and (step_name in self.gpu_steps or stage in self.gpu_steps)
+
+
+class PromotionConfig(StrictModel):
+    """Nightly retraining: which registry name the candidate competes for, and how."""
+
+    model_name: str = Field(
+        default="coa-agent", description="Registry name whose champion the candidate challenges."
+    )
+    sft_from: Literal["base", "champion"] = Field(
+        default="champion",
+        description="Fine-tune the configured base (student section) or tonight's champion (the base when "
+        "there is none yet).",
+    )
+    new_tasks_only: bool = Field(
+        default=True, description="Collect only tasks whose ids no earlier night collected."
+    )
+    previous_nights: int | None = Field(
+        default=None, ge=0, description="Earlier nights whose data is curated with tonight's; None = all."
+    )
+    gate: GateConfig = Field(default_factory=GateConfig, description="The promotion gate.")
+
+
+class PipelineConfig(StrictModel):
+    """The whole pipeline run."""
+
+    run_name: str = Field(default="coa", description="Human-readable name of this pipeline configuration.")
+    synthetic: SyntheticConfig | None = Field(
+        default=None, description="Built-in synthetic task families (train + held-out); null = none."
+    )
+    tasks: TasksConfig = Field(default_factory=TasksConfig, description="Task sets to import (task.v1).")
+    collect: CollectConfig | None = Field(
+        default=None, description="Teacher collection on the training tasks; null = skip."
+    )
+    curate: CurateConfig | None = Field(
+        default=None, description="Filter, dedup, decontaminate and gate the raw trajectories; null = skip."
+    )
+    convert: ConvertConfig | None = Field(
+        default=None, description="Curated trajectories to CoA SFT examples and RL prompts; null = skip."
+    )
+
+    student: StudentConfig | None = Field(
+        default=None,
+        description="The model to fine-tune (a folder or hub id, or the tiny student built on the spot); "
+        "null = no training.",
+    )
+    sft: SFTStageConfig | None = Field(
+        default=None,
+        description="Supervised fine-tuning of the student on the converted examples; null = skip.",
+    )
+    rl: RLStageConfig | None = Field(
+        default=None,
+        description="Agentic RL (GRPO/DAPO on multi-turn tool rollouts) of the SFT model on the converted "
+        "RL prompts, evaluated after it; null = skip.",
+    )
+
+    evaluate: EvalConfig | None = Field(
+        default=None,
+        description="Evaluate the student on the held-out synthetic tasks before and after SFT, beside the "
+        "teacher's cost on them; null = skip.",
+    )
+
+    promotion: PromotionConfig | None = Field(
+        default=None,
+        description="Nightly retraining (coa/plan/nightly.py): registry name, SFT start, promotion gate.",
+    )
+    dispatch: DispatchConfig = Field(
+        default_factory=DispatchConfig,
+        description="Inline (one process) or GPU steps dispatched to a work pool's deployment.",
+    )
+    execution: ExecutionConfig = Field(
+        default_factory=ExecutionConfig,
+        description="Where collection, curation and conversion shards run: local (one process) or Ray; never "
+        "part of an artifact's identity (the same inputs give the same artifacts either way).",
+    )
+
+    @model_validator(mode="after")
+    def _prompts_match(self) -> PipelineConfig:
+        if self.evaluate and self.convert and self.evaluate.prompt_style != self.convert.prompt_style:
+            raise ValueError(
+                f"evaluate.prompt_style ({self.evaluate.prompt_style}) must equal convert.prompt_style "
+                f"({self.convert.prompt_style}): the model is evaluated with the prompts it was trained on"
+            )
+        return self
+
+    def fingerprint(self) -> str:
+        """Stable hash of the resolved config."""
+        return hashlib.sha256(canonical_json(self.model_dump(mode="json")).encode()).hexdigest()
+
+
+def load_pipeline_config(path: str | Path | None, overrides: Sequence[str] = ()) -> PipelineConfig:
+    """A pipeline profile: code defaults → YAML (with ``inherit``) → dotted ``key=value`` overrides."""
+    config: PipelineConfig = load_config(path, overrides, model=PipelineConfig)
+    return config

@@ -1,0 +1,43 @@
+"""The gate step: the promotion gate's verdict on a candidate's evaluation as an artifact.
+
+The artifact holds ``verdict.json`` (:meth:`coa.registry.gate.Verdict.as_dict`); its summary is the
+same verdict, which the nightly flow applies to the registry (:func:`coa.registry.gate.apply`).
+"""
+
+from __future__ import annotations
+
+import json
+
+from coa.registry.config import GateConfig
+from coa.steps import Build, Step, StepInput
+
+GATE = "gate"
+VERDICT_FILE = "verdict.json"
+
+
+def gate_step(name: str, config: GateConfig, candidate: StepInput, champion: StepInput | None) -> Step:
+    """The promotion gate's verdict on ``candidate`` (an eval.v1 table) against ``champion``;
+    ``name``: the registry name the candidate competes for (the artifact's name)."""
+    return Step(
+        name=GATE,
+        builder=GATE,
+        kind="gate",
+        artifact=name,
+        config=config,
+        build=_build_gate,
+        inputs={"candidate": candidate, "champion": champion},
+        describe="promotion gate: lineage checks, paired bootstrap per benchmark, primary gain",
+        expects={"candidate": "eval.v1", "champion": "eval.v1"},
+    )
+
+
+def _build_gate(b: Build) -> None:
+    from coa.registry.gate import decide
+
+    config: GateConfig = b.step.config
+    champion = b.optional("champion")
+    verdict = decide(
+        config, b.table("candidate").uri, champion.ref.uri if champion and champion.ref else None
+    )
+    b.writer.write_file(VERDICT_FILE, json.dumps(verdict.as_dict(), indent=2, default=str))
+    b.summary.update(verdict.as_dict())
