@@ -531,9 +531,9 @@ def rl(
 @app.command()
 def evaluate(
     model: Annotated[
-        str,
+        str | None,
         typer.Option("--model", help="Model folder, hub id, model artifact or champion:NAME (the registry)"),
-    ],
+    ] = None,
     tasks: Annotated[
         str | None,
         typer.Option(
@@ -554,10 +554,16 @@ def evaluate(
     config: Annotated[
         Path, typer.Option("--config", "-c", help="YAML profile with an evaluate section")
     ] = Path("configs/demo.yaml"),
+    predictions: Annotated[
+        list[Path] | None,
+        typer.Option(
+            "--predictions", help="Score these prediction files instead of running a model (coa score)"
+        ),
+    ] = None,
 ) -> None:
     """Run a CoA model on tasks with the real tools; write eval.v1 and metrics.json, and print
     pass@1 ± its standard error, pass@k, maj@K, format-valid rate, tokens and tool calls per
-    benchmark and per family."""
+    benchmark and per family. With --predictions, score prediction files instead (as `coa score`)."""
     from coa.evaluate import EvalConfig, format_metrics_table
     from coa.evaluate import step as eval_step
     from coa.plan.choices import eval_tools
@@ -572,12 +578,27 @@ def evaluate(
     eval_cfg = eval_cfg.model_copy(update=update)
     if tasks and table is None and "heldout" in io.open_artifact(tasks).tables:
         table = "heldout"  # a synthetic task set: never evaluate on its training split by default
+    if predictions:
+        from coa._cli.score import evaluate_predictions
+
+        return evaluate_predictions(predictions, tasks, table, eval_cfg)
+    if model is None:
+        raise UserError("coa evaluate needs --model (or --predictions FILE to score predictions)")
     task_input = _table(tasks, table, "coa tasks import | coa tasks synthetic") if tasks else None
     result = _run(eval_step.step(eval_cfg, eval_tools(cfg), task_input, _model(model)))
     typer.echo(f"eval: {result.ref.uri}")
     typer.echo(format_metrics_table(result.summary["benchmarks"], "benchmark"))
     typer.echo("")
     typer.echo(format_metrics_table(result.summary["metrics"]))
+
+
+def _register_score() -> None:
+    from coa._cli.score import score
+
+    app.command("score")(score)
+
+
+_register_score()
 
 
 @app.command("eval-report")
