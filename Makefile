@@ -1,6 +1,7 @@
 # The two commands of the README. Each creates or updates .venv itself on a fresh machine.
 #   make demo   run the pipeline flow on the embedded default (configs/demo.yaml)
-#   make test   install everything needed, then run the test suite
+#   make test   install everything needed, then lint (ruff), type-check (mypy) and run the test suite
+#               (the suite includes the import contracts: tests/test_import_contracts.py runs lint-imports)
 PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
@@ -44,7 +45,7 @@ pgdeps:
 demo: $(STAMP) sysdeps
 	$(BIN)/coa run --config configs/demo.yaml
 
-test: $(STAMP) sysdeps uideps pgdeps
+test: $(STAMP) sysdeps uideps pgdeps lint typecheck
 	$(BIN)/python -m pytest -q
 
 # Development: skip the slow end-to-end tier (Prefect server + worker, CLI subprocess runs).
@@ -58,6 +59,7 @@ golden: $(STAMP)
 lint: $(STAMP)
 	$(BIN)/ruff check coa schemas tasks flows tests bench
 	$(BIN)/ruff format --check coa schemas tasks flows tests bench
+	$(BIN)/lint-imports --no-cache
 
 typecheck: $(STAMP)
 	$(BIN)/mypy

@@ -123,7 +123,6 @@ def _run(step: Any, label: str | None = None, execution: Any = None) -> Any:
     ``execution`` (the profile's ``execution`` section): with ``engine: ray`` the step's shards run on
     Ray through the orchestration skin (:mod:`tasks.fanout`, loaded only then)."""
     import contextlib
-    import importlib
 
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
@@ -132,7 +131,9 @@ def _run(step: Any, label: str | None = None, execution: Any = None) -> Any:
     columns = (TextColumn(label or step.name), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
     shards: Any = contextlib.nullcontext(None)
     if execution is not None and execution.engine != "local":
-        shards = importlib.import_module("tasks.fanout").executor(execution)
+        from tasks.fanout import executor as fanout_executor
+
+        shards = fanout_executor(execution)
     with shards as executor, Progress(*columns, console=err, transient=True) as bar:
         job = bar.add_task(step.name, total=None)
 
@@ -167,8 +168,6 @@ def run(
     ] = None,
 ) -> None:
     """Run the pipeline flow (Prefect) on a config profile with optional overrides."""
-    import importlib
-
     from coa.plan import not_planned, plan
     from coa.steps import preview, select
 
@@ -179,9 +178,13 @@ def run(
     if dry_run:
         _print_plan(preview(steps), chosen, not_planned(cfg, steps))
         return
-    # The orchestration skin is loaded only here, so `coa` (the domain library) never imports Prefect.
-    pipeline = importlib.import_module("flows.pipeline").pipeline
-    state = pipeline(config_path=str(config), overrides=list(overrides or []), only=chosen, return_state=True)
+    # The orchestration skin is loaded only here: the CLI is the one module of coa above the Prefect
+    # layer (the import contracts in pyproject.toml), and the other commands start without Prefect.
+    from flows.pipeline import pipeline
+
+    state: Any = pipeline(
+        config_path=str(config), overrides=list(overrides or []), only=chosen, return_state=True
+    )
     if state.is_failed():
         raise _failed_run(state.message or "the pipeline run failed")
     result = state.result()
@@ -498,10 +501,11 @@ def rl(
     typer.echo(f"model: {result.ref.uri}")
     if s.get("family_choice"):
         choice = s["family_choice"]
-        from coa.rl.family import shown
+        from coa.evaluate.metrics import percent_by_family
 
         typer.echo(
-            f"family: {choice['family']} ({choice['rule']}; held-out accuracy {shown(choice['accuracy'])})"
+            f"family: {choice['family']} ({choice['rule']}; "
+            f"held-out accuracy {percent_by_family(choice['accuracy'])})"
         )
     typer.echo(
         f"{s['steps_run']} steps ({s['steps_planned']} planned), {s['rollouts']:,} rollouts in "
@@ -527,9 +531,9 @@ def rl(
 @app.command()
 def evaluate(
     model: Annotated[
-        str,
+        str | None,
         typer.Option("--model", help="Model folder, hub id, model artifact or champion:NAME (the registry)"),
-    ],
+    ] = None,
     tasks: Annotated[
         str | None,
         typer.Option(
@@ -550,10 +554,16 @@ def evaluate(
     config: Annotated[
         Path, typer.Option("--config", "-c", help="YAML profile with an evaluate section")
     ] = Path("configs/demo.yaml"),
+    predictions: Annotated[
+        list[Path] | None,
+        typer.Option(
+            "--predictions", help="Score these prediction files instead of running a model (coa score)"
+        ),
+    ] = None,
 ) -> None:
     """Run a CoA model on tasks with the real tools; write eval.v1 and metrics.json, and print
     pass@1 ± its standard error, pass@k, maj@K, format-valid rate, tokens and tool calls per
-    benchmark and per family."""
+    benchmark and per family. With --predictions, score prediction files instead (as `coa score`)."""
     from coa.evaluate import EvalConfig, format_metrics_table
     from coa.evaluate import step as eval_step
     from coa.plan.choices import eval_tools
@@ -568,12 +578,27 @@ def evaluate(
     eval_cfg = eval_cfg.model_copy(update=update)
     if tasks and table is None and "heldout" in io.open_artifact(tasks).tables:
         table = "heldout"  # a synthetic task set: never evaluate on its training split by default
+    if predictions:
+        from coa._cli.score import evaluate_predictions
+
+        return evaluate_predictions(predictions, tasks, table, eval_cfg)
+    if model is None:
+        raise UserError("coa evaluate needs --model (or --predictions FILE to score predictions)")
     task_input = _table(tasks, table, "coa tasks import | coa tasks synthetic") if tasks else None
     result = _run(eval_step.step(eval_cfg, eval_tools(cfg), task_input, _model(model)))
     typer.echo(f"eval: {result.ref.uri}")
     typer.echo(format_metrics_table(result.summary["benchmarks"], "benchmark"))
     typer.echo("")
     typer.echo(format_metrics_table(result.summary["metrics"]))
+
+
+def _register_score() -> None:
+    from coa._cli.score import score
+
+    app.command("score")(score)
+
+
+_register_score()
 
 
 @app.command("eval-report")
@@ -960,7 +985,18 @@ def lineage(
         err.print(f"lineage page: {write_html(graph, html)}", highlight=False)
 
 
+async def _prefect_secret_block(name: str) -> Any:
+    """An endpoint's ``api_key_block``, read as a Prefect Secret block by the Prefect layer (loaded only
+    when a command reads one: the domain library reads environment variables only)."""
+    from tasks.secret_blocks import read_secret_block
+
+    return await read_secret_block(name)
+
+
 def main() -> None:
+    from coa.llm.secrets import set_secret_block_reader
+
+    set_secret_block_reader(_prefect_secret_block)
     app()
 
 

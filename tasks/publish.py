@@ -17,7 +17,7 @@ from typing import Any
 from prefect.artifacts import create_link_artifact, create_markdown_artifact, create_table_artifact
 
 from coa import io
-from coa.rl.family import shown
+from coa.evaluate.metrics import percent_by_family
 from coa.steps import Step, StepResult
 
 Keys = Callable[[str], str]
@@ -120,7 +120,7 @@ def _family_markdown(choice: dict[str, Any] | None) -> str:
     """The family ``rl.families: auto`` picked, why, and its warning when it fell back."""
     if not choice:
         return ""
-    scores = shown(choice["accuracy"])
+    scores = percent_by_family(choice["accuracy"])
     warning = f" **Warning:** {choice['warning']}" if choice.get("warning") else ""
     why = f"{choice['rule']}; held-out accuracy after SFT: {scores}"
     return f"Family: **{choice['family']}** ({why}).{warning}\n\n"

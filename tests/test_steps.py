@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import ast
 from pathlib import Path
 
 import pyarrow as pa
@@ -149,21 +148,6 @@ def test_preview_keys_match_the_run(tmp_path: Path) -> None:
     assert after[0].status == "reuse" and after[0].uri == made.ref.uri and after[0].key == made.ref.key
     counted = run_step(steps[1], store, {"make": made})
     assert preview(steps, store)[1].key == counted.ref.key
-
-
-def test_domain_code_imports_no_prefect() -> None:
-    """No module under coa/ imports Prefect when it is imported (a Secret-block lookup may, lazily)."""
-    offenders = []
-    for path in sorted((REPO / "coa").rglob("*.py")):
-        for node in ast.parse(path.read_text()).body:
-            names = []
-            if isinstance(node, ast.Import):
-                names = [a.name for a in node.names]
-            elif isinstance(node, ast.ImportFrom) and node.module:
-                names = [node.module]
-            if any(n == "prefect" or n.startswith("prefect.") for n in names):
-                offenders.append(str(path.relative_to(REPO)))
-    assert offenders == [], f"Prefect imported under coa/: {offenders}"
 
 
 def test_table_input_reads_through_the_contract(tmp_path: Path) -> None:

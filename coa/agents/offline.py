@@ -30,7 +30,7 @@ from coa.agents.tokens import qwen_token_count
 from coa.config import StrictModel
 from coa.format.code import render_code
 from coa.llm.tokens import estimate_prompt_tokens
-from coa.synthetic import arithmetic, multihop, programming
+from coa.synthetic import arithmetic, encyclopedia, multihop, programming
 
 
 class OfflineConfig(StrictModel):
@@ -292,7 +292,7 @@ class RuleBasedBackend:
     @staticmethod
     def _find_fact(relation: str, subject: str, text: str) -> tuple[str, str] | None:
         name = r"((?:the )?[A-Z][a-z]+(?: [A-Z][a-z]+)*)"
-        for template in multihop.RELATIONS[relation].sentences:
+        for template in encyclopedia.RELATIONS[relation].sentences:
             pattern = (
                 re.escape(template)
                 .replace(re.escape("{s}"), re.escape(subject))
@@ -439,7 +439,7 @@ class RuleBasedBackend:
         for claimed, sentence in claims:
             if claimed != answer:
                 continue
-            for template in multihop.RELATIONS[relation].sentences:
+            for template in encyclopedia.RELATIONS[relation].sentences:
                 pattern = (
                     re.escape(template)
                     .replace(re.escape("{s}"), r".+")

@@ -1,7 +1,7 @@
 """Exports of converted data that AFM's own tools and plain TRL read correctly.
 
 ``coa export --format afm-sft|afm-rl|hf URI OUT`` (the layouts and the reasons are in
-:mod:`coa.format.export` and :mod:`coa.format.chat`):
+:mod:`coa.format.afm` and :mod:`coa.format.chat`):
 
 * ``afm-sft``: a JSON list of alpaca records ``{instruction: system prompt, input: "\\n" +
   question, output: trajectory}`` from ``sft.v1``, so LLaMA-Factory's one user turn holds the CoA

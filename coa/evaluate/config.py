@@ -9,6 +9,7 @@ from pydantic import Field, model_validator
 from coa.config import StrictModel
 from coa.format.prompts import PromptStyle
 from coa.llm.config import EndpointConfig, LLMConfig
+from coa.rollout.config import RolloutLimits
 from coa.tools.config import ToolsConfig
 
 DEFAULT_BLOCKED_HOSTS: tuple[str, ...] = (
@@ -69,8 +70,10 @@ class LeakGuardConfig(StrictModel):
     )
 
 
-class EvalConfig(StrictModel):
-    """How a CoA model is run on evaluation tasks, and when a run stops."""
+class EvalConfig(RolloutLimits):
+    """How a CoA model is run on evaluation tasks; when an episode stops is :class:`RolloutLimits`
+    (``max_turns``, ``max_new_tokens``, ``max_total_tokens``, ``duplicate_calls``,
+    ``max_context_tokens``), declared once for evaluation and RL."""
 
     name: str = Field(default="eval", description="Artifact name of the evaluation.")
     backend: Literal["hf", "endpoint"] = Field(
@@ -80,23 +83,6 @@ class EvalConfig(StrictModel):
     )
     endpoint: EndpointConfig | None = Field(
         default=None, description="The completions server for backend=endpoint (its `model` is sent)."
-    )
-    duplicate_calls: Literal["run", "refuse"] = Field(
-        default="refuse",
-        description="A search/crawl call repeating an earlier one of the episode: refused with a canned "
-        "observation (AFM's guard) or run again.",
-    )
-    max_context_tokens: int | None = Field(
-        default=None,
-        ge=64,
-        description="AFM's context management: cut what the model sees to this many tokens, keeping the "
-        "prompt, the plan and reflection pieces and the most recent pieces (32768 in AFM's web-agent "
-        "evaluation); None = never cut.",
-    )
-    max_turns: int = Field(default=8, ge=1, description="Model generations per task (one per tool call + 1).")
-    max_new_tokens: int = Field(default=256, ge=1, description="Tokens one generation may produce.")
-    max_total_tokens: int = Field(
-        default=1536, ge=1, description="Generated tokens per task over all turns (observations not counted)."
     )
     batch_size: int = Field(
         default=32, ge=1, description="hf: most generations batched into one `generate` call."
@@ -145,6 +131,23 @@ class EvalConfig(StrictModel):
     )
     tools: ToolsConfig | None = Field(
         default=None, description="The tools the model calls; null = the collect section's tools."
+    )
+    scorers: dict[str, str] = Field(
+        default_factory=dict,
+        description="Benchmark (task.v1 source) → scorer name (coa.scoring.benchmarks.SCORERS), overriding "
+        "the scorer chosen by the benchmark; empty = each benchmark's own rule.",
+    )
+    tool_record: Literal["off", "record", "replay", "auto"] | None = Field(
+        default=None,
+        description="Observation store mode for this evaluation, over the tools' `record`: replay = only "
+        "recorded observations, a missing one fails the run (a reproducible web evaluation); record = call "
+        "live and record; auto = recorded when present, else live; off = live, nothing recorded; null = the "
+        "tools' setting.",
+    )
+    recording: str | None = Field(
+        default=None,
+        description="Where recorded tool observations are read and written: a folder or URI holding "
+        "`observations/` (e.g. the store root of the run that recorded them); null = this store's root.",
     )
 
     @model_validator(mode="after")

@@ -29,14 +29,10 @@ def rollout_config(config: EvalConfig) -> RolloutConfig:
     """The engine's limits and sampling for an evaluation."""
     sampled = config.samples > 1
     return RolloutConfig(
-        max_turns=config.max_turns,
-        max_new_tokens=config.max_new_tokens,
-        max_total_tokens=config.max_total_tokens,
+        **config.limits(),
         concurrency=config.concurrency,
         temperature=config.temperature if sampled else 0.0,
         top_p=config.top_p if sampled else 1.0,
-        duplicate_calls=config.duplicate_calls,
-        max_context_tokens=config.max_context_tokens,
     )
 
 

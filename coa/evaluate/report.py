@@ -23,8 +23,7 @@ from typing import Any
 import pyarrow as pa
 
 from coa import reporting
-from coa.evaluate.metrics import aligned_table, cell
-from coa.rl.family import shown
+from coa.evaluate.metrics import aligned_table, cell, percent_by_family
 
 ALL = "all"
 METRIC_LABELS = {
@@ -328,7 +327,9 @@ def write_training_report(b: Any) -> list[dict[str, Any]]:
         if rl_lineage.get("families"):
             choice = rl_lineage.get("family_choice")
             rl_facts["families"] = ", ".join(rl_lineage["families"]) + (
-                f" (auto: {choice['rule']}; after SFT {shown(choice['accuracy'])})" if choice else ""
+                f" (auto: {choice['rule']}; after SFT {percent_by_family(choice['accuracy'])})"
+                if choice
+                else ""
             )
         signal = rl_lineage.get("learning_signal")
         if signal:  # RL artifacts made before it was recorded have none

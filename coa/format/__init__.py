@@ -14,17 +14,15 @@ Modules:
 * :mod:`~coa.format.answers`: answer, ``\\boxed{}``, code-block and multi-answer extraction;
 * :mod:`~coa.format.masks`: observation character spans and per-token loss labels;
 * :mod:`~coa.format.prompts`: versioned system prompts per variant;
-* :mod:`~coa.format.code`: AFM's ```` ```py ```` / ```` ```sh ```` code format of ``code_math``;
-* :mod:`~coa.format.export`: AFM SFT (alpaca JSON) and RL (Parquet row) layouts, AFM reward routing;
+* :mod:`~coa.format.code`: AFM's ```` ```py ```` / ```` ```sh ```` code format of ``code_math`` and
+  ``extract_code``, the reading of a ``<code>`` payload the code tool runs;
+* :mod:`~coa.format.afm`: AFM SFT (alpaca JSON) and RL (Parquet row) layouts, AFM reward routing;
 * :mod:`~coa.format.chat`: a ChatML training template whose ``{% generation %}`` blocks leave out
   the observations (plain TRL ``assistant_only_loss``);
 * :mod:`~coa.format.check`: ``check_rows``, the hook of ``coa format check``.
 """
 
-from coa.format.answers import extract_answer, extract_boxed, extract_code_block, split_multi_answers
-from coa.format.check import check_rows
-from coa.format.codec import escape_observation, parse, render, unescape_observation
-from coa.format.export import (
+from coa.format.afm import (
     AfmTarget,
     afm_rl_group,
     afm_sft_dataset_entry,
@@ -34,6 +32,9 @@ from coa.format.export import (
     to_afm_rl_row,
     to_afm_sft_record,
 )
+from coa.format.answers import extract_answer, extract_boxed, extract_code_block, split_multi_answers
+from coa.format.check import check_rows
+from coa.format.codec import escape_observation, parse, render, unescape_observation
 from coa.format.grammar import GRAMMARS, VARIANTS, Grammar, ValidationResult, validate
 from coa.format.masks import IGNORE_INDEX, chat_text, label_chat, observation_spans, token_labels
 from coa.format.prompts import system_prompt

@@ -19,16 +19,30 @@ The canonical content is::
 
 The stdin block is left out when the program reads nothing. Tools stay lenient on purpose: the
 code tool still runs ```` ```python ````, bare fences and unfenced code from other models
-(:func:`coa.tools.code.extract_code`); only trajectories written as training data must be canonical.
+(:func:`extract_code`); only trajectories written as training data must be canonical.
+
+:func:`extract_code` parses a ``<code>`` payload the way AFM's executor does: text after an
+``<answer>`` tag only, when there is one; the ```` ```py ```` / ```` ```python ```` blocks joined
+by a blank line; the ```` ```sh ```` / ```` ```bash ```` blocks joined by ``\\n`` as stdin. Unlike
+AFM (whose fallback path crashes, so a fence is effectively mandatory there) an unfenced payload
+that compiles as Python is run as is, as are bare ```` ``` ```` blocks when no tagged block exists.
+The code tool, code scoring and conversion all read ``<code>`` payloads through it.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import re
 
 PY_OPEN = "```py\n"
 SH_OPEN = "```sh\n"
 FENCE = "```"
+
+_ANSWER_TAG = "<answer>"
+_CODE_TAG = re.compile(r"<code>(.*?)(?:</code>|\Z)", re.DOTALL)
+_PY_BLOCK = re.compile(r"```(?:py|python|python3)[ \t]*\n(.*?)\n[ \t]*```", re.DOTALL)
+_SH_BLOCK = re.compile(r"```(?:sh|bash)[ \t]*\n(.*?)```", re.DOTALL)
+_BARE_BLOCK = re.compile(r"```[ \t]*\n(.*?)\n[ \t]*```", re.DOTALL)
 
 _CANONICAL = re.compile(
     r"\A```py\n(?P<code>(?:(?!```).)*?)\n```(?:\n```sh\n(?P<stdin>(?:(?!```).)*?)```)?\Z", re.DOTALL
@@ -68,3 +82,37 @@ def code_format_error(content: str) -> str | None:
     if stdin and not stdin.endswith("\n"):
         return "the ```sh block must end with a newline before its closing fence"
     return None
+
+
+@dataclasses.dataclass(frozen=True)
+class ExtractedCode:
+    """Python source and the stdin found in a payload."""
+
+    code: str
+    stdin: str = ""
+
+
+def extract_code(payload: str) -> ExtractedCode | None:
+    """The Python code (and stdin) in a ``<code>`` payload; ``None`` when there is none."""
+    text = payload
+    if _ANSWER_TAG in text:
+        text = text.split(_ANSWER_TAG)[-1]
+    m = _CODE_TAG.search(text)
+    if m:
+        text = m.group(1)
+    stdin = "\n".join(_SH_BLOCK.findall(text))
+    blocks = _PY_BLOCK.findall(text) or _BARE_BLOCK.findall(text)
+    if blocks:
+        return ExtractedCode("\n\n".join(blocks), stdin)
+    stripped = text.strip()
+    if stripped and "```" not in stripped and _compiles(stripped):
+        return ExtractedCode(stripped, stdin)
+    return None
+
+
+def _compiles(source: str) -> bool:
+    try:
+        compile(source, "<payload>", "exec")
+    except (SyntaxError, ValueError):
+        return False
+    return True

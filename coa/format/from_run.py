@@ -20,7 +20,7 @@ manager ``final_answer``                      ``answer`` (``\\boxed{}`` for math
 
 AFM's code format (:mod:`coa.format.code`): in ``code_math`` the code of a call is re-fenced as one
 ```` ```py ```` block plus, when the program read standard input, one ```` ```sh ```` block. The
-code and stdin are those the code tool extracted and ran (:func:`coa.tools.code.extract_code`:
+code and stdin are those the code tool extracted and ran (:func:`coa.format.code.extract_code`:
 ```` ```python ```` / ```` ```py ```` blocks joined, bare fences, or unfenced code), so the
 observation still belongs to the text; a payload that holds no runnable code, or code holding
 ```` ``` ````, stays as it was and fails the grammar's ``code_fence`` rule.
@@ -44,8 +44,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from coa.format import FormatError, Segment, Trajectory, extract_boxed, extract_code_block, render, validate
-from coa.format.code import render_code
-from coa.tools.code import extract_code
+from coa.format.code import extract_code, render_code
 
 NATIVE_TAG = "coa_tag"
 """Step field of a native CoA run: the tag of the segment the step holds."""

@@ -10,9 +10,11 @@ Typical use::
         if result.truncated: ...
 
 Modules: :mod:`~coa.llm.config` (typed config), :mod:`~coa.llm.client` (client, router, result),
-:mod:`~coa.llm.cache` (response cache), :mod:`~coa.llm.limits` (token buckets, budget),
-:mod:`~coa.llm.tokens` (token counting), :mod:`~coa.llm.secrets` (API keys, scrubbing),
-:mod:`~coa.llm.errors`. Nothing here imports Prefect (only ``api_key_block`` does, lazily).
+:mod:`~coa.llm.transport` (responses, retries, proxies), :mod:`~coa.llm.cache` (response cache),
+:mod:`~coa.llm.limits` (token buckets, budget), :mod:`~coa.llm.tokens` (token counting),
+:mod:`~coa.llm.secrets` (API keys, scrubbing), :mod:`~coa.llm.errors`. Nothing here imports Prefect:
+``api_key_block`` is read by the reader the Prefect layer installs
+(:func:`~coa.llm.secrets.set_secret_block_reader`, :mod:`tasks.secret_blocks`).
 """
 
 from coa.llm.cache import ResponseCache, cache_key
@@ -21,8 +23,6 @@ from coa.llm.client import (
     ClientStats,
     LLMClient,
     LLMRouter,
-    is_context_length_error,
-    parse_retry_after,
 )
 from coa.llm.config import ROLES, EndpointConfig, LLMConfig, Role
 from coa.llm.errors import (
@@ -33,8 +33,9 @@ from coa.llm.errors import (
     LLMRetriesExhausted,
 )
 from coa.llm.limits import AsyncTokenBucket, Budget, Reservation
-from coa.llm.secrets import Scrubber, resolve_api_key
+from coa.llm.secrets import Scrubber, resolve_api_key, set_secret_block_reader
 from coa.llm.tokens import TokenCounter, approx_token_count, estimate_prompt_tokens, hf_token_counter
+from coa.llm.transport import is_context_length_error, parse_retry_after
 
 __all__ = [
     "ROLES",
@@ -63,4 +64,5 @@ __all__ = [
     "is_context_length_error",
     "parse_retry_after",
     "resolve_api_key",
+    "set_secret_block_reader",
 ]

@@ -39,14 +39,10 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import datetime as dt
-import email.utils
 import json
 import logging
 import random
 import time
-import urllib.parse
-import urllib.request
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -65,26 +61,24 @@ from coa.llm.tokens import (
     hf_token_counter,
     message_text,
 )
+from coa.llm.transport import (
+    CONTEXT_LENGTH_STATUSES,
+    RETRY_STATUSES,
+    RETRYABLE_TRANSPORT,
+    SNIPPET,
+    HTTPResponse,
+    Retryable,
+    env_proxy,
+    error_detail,
+    is_context_length_error,
+    parse_retry_after,
+    proxy_and_auth,
+    public_url,
+)
 
 log = logging.getLogger("coa.llm")
 
 Message = Mapping[str, Any]
-
-RETRY_STATUSES = frozenset({408, 409, 425, 429})
-CONTEXT_LENGTH_STATUSES = frozenset({400, 413, 422})
-CONTEXT_LENGTH_MARKERS = (
-    "context_length_exceeded",
-    "context length",
-    "maximum context",
-    "context window",
-    "prompt is too long",
-)
-_RETRYABLE_TRANSPORT = (
-    aiohttp.ClientConnectionError,  # refused, reset, server disconnected, OS errors
-    aiohttp.ClientPayloadError,  # body cut short or undecodable
-    aiohttp.ClientResponseError,  # malformed status line or headers
-)
-_SNIPPET = 300
 
 
 class ChatResult(BaseModel):
@@ -124,120 +118,6 @@ class ClientStats:
     completion_tokens: int = 0
 
 
-@dataclasses.dataclass(frozen=True)
-class _Response:
-    """What one HTTP attempt returned: status, headers (lower-cased names) and the raw body."""
-
-    status_code: int
-    reason_phrase: str
-    headers: dict[str, str]
-    content: bytes
-
-    @property
-    def text(self) -> str:
-        return self.content.decode("utf-8", errors="replace")
-
-    def json(self) -> Any:
-        """The body parsed as JSON (``ValueError`` if it is not)."""
-        return json.loads(self.content)
-
-
-class _Retryable(Exception):
-    def __init__(self, reason: str, retry_after: float | None = None) -> None:
-        super().__init__(reason)
-        self.reason = reason
-        self.retry_after = retry_after
-
-
-def parse_retry_after(headers: Mapping[str, str], now: dt.datetime | None = None) -> float | None:
-    """Seconds to wait from ``retry-after-ms`` or ``Retry-After`` (seconds or an HTTP date), or None."""
-    lowered = {k.lower(): v for k, v in headers.items()}
-    ms = lowered.get("retry-after-ms")
-    if ms is not None:
-        try:
-            value = float(ms) / 1000.0
-            if value >= 0:
-                return value
-        except ValueError:
-            pass
-    raw = lowered.get("retry-after")
-    if raw is None or not raw.strip():
-        return None
-    try:
-        seconds = float(raw)
-        return seconds if seconds >= 0 else None
-    except ValueError:
-        pass
-    try:
-        when = email.utils.parsedate_to_datetime(raw)
-    except (TypeError, ValueError):
-        return None
-    if when.tzinfo is None:
-        when = when.replace(tzinfo=dt.UTC)
-    now = now or dt.datetime.now(dt.UTC)
-    return max(0.0, (when - now).total_seconds())
-
-
-def is_context_length_error(text: str) -> bool:
-    """Whether an error body says the prompt does not fit the model's context."""
-    lowered = text.lower()
-    return any(marker in lowered for marker in CONTEXT_LENGTH_MARKERS)
-
-
-def env_proxy(url: str) -> str | None:
-    """The proxy the environment names for ``url`` (``HTTP(S)_PROXY`` unless ``NO_PROXY`` matches).
-
-    Read once per client: aiohttp's own ``trust_env`` looks the proxy and ``.netrc`` up in worker
-    threads on every request (two thread hops a call, which queue at 64 calls in flight).
-    """
-    parts = urllib.parse.urlsplit(url)
-    if parts.hostname and urllib.request.proxy_bypass(parts.hostname):
-        return None
-    return urllib.request.getproxies().get(parts.scheme) or None
-
-
-def _proxy_and_auth(proxy: str | None, scrubber: Scrubber) -> tuple[str | None, aiohttp.BasicAuth | None]:
-    """A proxy URL without its user info, and that user info as basic auth (its password scrubbed)."""
-    if not proxy:
-        return None, None
-    parts = urllib.parse.urlsplit(proxy)
-    if parts.username is None:
-        return proxy, None
-    password = urllib.parse.unquote(parts.password or "")
-    scrubber.add(password, parts.password)
-    auth = aiohttp.BasicAuth(urllib.parse.unquote(parts.username), password)
-    return _public_url(proxy), auth
-
-
-def _public_url(url: str) -> str:
-    """``url`` without user info, query or fragment (what may be stored and logged)."""
-    parts = urllib.parse.urlsplit(url)
-    host = parts.hostname or ""
-    if parts.port:
-        host = f"{host}:{parts.port}"
-    return urllib.parse.urlunsplit((parts.scheme, host, parts.path, "", ""))
-
-
-def _error_detail(response: _Response) -> str:
-    """A short human-readable reason from an error response (JSON ``error.message`` or the text)."""
-    return _error_detail_full(response)[: 2 * _SNIPPET]
-
-
-def _error_detail_full(response: _Response) -> str:
-    try:
-        data = response.json()
-    except ValueError:
-        return response.text[:_SNIPPET].strip() or response.reason_phrase
-    if isinstance(data, dict):
-        err = data.get("error", data)
-        if isinstance(err, dict):
-            msg = err.get("message") or err.get("detail") or json.dumps(err)[:_SNIPPET]
-            code = err.get("code") or err.get("type")
-            return f"{msg} (code: {code})" if code else str(msg)
-        return str(err)[:_SNIPPET]
-    return json.dumps(data)[:_SNIPPET]
-
-
 class LLMClient:
     """Chat completions against one endpoint, with its limits, retries, the run budget and the cache."""
 
@@ -260,9 +140,9 @@ class LLMClient:
         self.count_tokens: TokenCounter = token_counter
         self.base_url = endpoint.resolved_base_url()
         self._url = f"{self.base_url}/chat/completions"
-        self._public_base_url = _public_url(self.base_url)
+        self._public_base_url = public_url(self.base_url)
         self._scrubber = Scrubber()
-        self._proxy, self._proxy_auth = _proxy_and_auth(env_proxy(self._url), self._scrubber)
+        self._proxy, self._proxy_auth = proxy_and_auth(env_proxy(self._url), self._scrubber)
         self._random = rng or random.Random()
         self._semaphore = asyncio.Semaphore(endpoint.max_concurrency)
         self._rpm = (
@@ -439,7 +319,7 @@ class LLMClient:
             )
         return self._http
 
-    async def _post(self, body: dict[str, Any]) -> _Response:
+    async def _post(self, body: dict[str, Any]) -> HTTPResponse:
         """One POST of ``body``; the whole exchange (connect, send, read the body) is the caller's to time."""
         data = json.dumps(body, ensure_ascii=False).encode("utf-8")
         async with self._session().post(
@@ -451,7 +331,7 @@ class LLMClient:
             proxy_auth=self._proxy_auth,
         ) as response:
             content = await response.read()
-            return _Response(
+            return HTTPResponse(
                 response.status,
                 response.reason or "",
                 {k.lower(): v for k, v in response.headers.items()},
@@ -465,7 +345,7 @@ class LLMClient:
         for attempt in range(1, total + 1):
             try:
                 return await self._attempt(body, est_prompt, cap, attempt)
-            except _Retryable as e:
+            except Retryable as e:
                 last = self._scrubber.text(e.reason)
                 if attempt == total:
                     break
@@ -509,9 +389,9 @@ class LLMClient:
                 async with asyncio.timeout(ep.timeout_s):
                     response = await self._post(body)
             except TimeoutError:  # also aiohttp's connect and read timeouts
-                raise _Retryable(f"no reply within timeout_s={ep.timeout_s}s") from None
-            except _RETRYABLE_TRANSPORT as e:
-                raise _Retryable(f"connection error ({type(e).__name__}: {e})") from None
+                raise Retryable(f"no reply within timeout_s={ep.timeout_s}s") from None
+            except RETRYABLE_TRANSPORT as e:
+                raise Retryable(f"connection error ({type(e).__name__}: {e})") from None
             except aiohttp.ClientError as e:
                 raise LLMError(
                     self._scrubber.text(f"LLM endpoint {ep.name!r}: request failed ({type(e).__name__}: {e})")
@@ -522,13 +402,13 @@ class LLMClient:
             self._tpm.adjust(result.total_tokens - est_total)
         return result
 
-    def _parse(self, response: _Response, latency: float, attempt: int, est_prompt: int) -> ChatResult:
+    def _parse(self, response: HTTPResponse, latency: float, attempt: int, est_prompt: int) -> ChatResult:
         ep = self.endpoint
         status = response.status_code
         if status in RETRY_STATUSES or status >= 500:
-            raise _Retryable(f"HTTP {status}: {_error_detail(response)}", parse_retry_after(response.headers))
+            raise Retryable(f"HTTP {status}: {error_detail(response)}", parse_retry_after(response.headers))
         if status >= 300:
-            detail = self._scrubber.text(_error_detail(response))
+            detail = self._scrubber.text(error_detail(response))
             where = f"LLM endpoint {ep.name!r} (model {ep.model})"
             if status in CONTEXT_LENGTH_STATUSES and is_context_length_error(response.text):
                 raise ContextLengthExceeded(
@@ -540,9 +420,9 @@ class LLMClient:
         try:
             data = response.json()
         except ValueError:
-            raise _Retryable(f"malformed JSON body: {response.text[:80]!r}") from None
+            raise Retryable(f"malformed JSON body: {response.text[:80]!r}") from None
         if not isinstance(data, dict):
-            raise _Retryable(f"malformed body: expected a JSON object, got {type(data).__name__}")
+            raise Retryable(f"malformed body: expected a JSON object, got {type(data).__name__}")
         choices = data.get("choices")
         if not isinstance(choices, list) or not choices or not isinstance(choices[0], dict):
             err = data.get("error")
@@ -554,7 +434,7 @@ class LLMClient:
                     status=status,
                     endpoint=ep.name,
                 )
-            raise _Retryable(f"malformed body: no choices ({json.dumps(data)[:_SNIPPET]})")
+            raise Retryable(f"malformed body: no choices ({json.dumps(data)[:SNIPPET]})")
         choice = choices[0]
         raw_message = choice.get("message")
         message: dict[str, Any] = raw_message if isinstance(raw_message, dict) else {}

@@ -1,14 +1,16 @@
 """API keys: where they come from and how they are kept out of logs, caches, results and errors.
 
-A key is read from the environment variable an endpoint names (``api_key_env``) or from a Prefect
-Secret block (``api_key_block``; Prefect is imported only in that branch, so :mod:`coa` stays
-Prefect-free). It is only ever placed in the ``Authorization`` header. Every string the LLM layer
-logs, raises or stores goes through :class:`Scrubber`, which masks what :func:`coa.settings.scrub` does
-(secret-looking environment values) and also masks the endpoint's own key, whatever its variable is
-called or wherever it came from. The environment's secret values are read once and re-read at most
-every ``env_refresh_s`` (1 s): scanning the whole environment on every string cost ~0.12 ms a call,
-a quarter of the client's CPU per call; a secret exported while a client runs is masked within that
-interval, the endpoint's own key always.
+A key is read from the environment variable an endpoint names (``api_key_env``) or from a named secret
+block (``api_key_block``). :mod:`coa` reads environment variables only; the block is read by the reader
+the orchestration layer installs with :func:`set_secret_block_reader` (:mod:`tasks.secret_blocks` installs
+Prefect's Secret block lookup when :mod:`tasks` is imported, and the ``coa`` CLI installs it lazily), so
+:mod:`coa` imports no Prefect. It is only ever placed in the ``Authorization`` header. Every string the
+LLM layer logs, raises or stores goes through :class:`Scrubber`, which masks what
+:func:`coa.settings.scrub` does (secret-looking environment values) and also masks the endpoint's own
+key, whatever its variable is called or wherever it came from. The environment's secret values are read
+once and re-read at most every ``env_refresh_s`` (1 s): scanning the whole environment on every string
+cost ~0.12 ms a call, a quarter of the client's CPU per call; a secret exported while a client runs is
+masked within that interval, the endpoint's own key always.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ from __future__ import annotations
 import math
 import os
 import time
-from collections.abc import Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from typing import Any
 
 from coa.config import ConfigError
@@ -25,6 +27,23 @@ from coa.settings import scrub, secret_values
 
 MASK = "***"
 _MIN_SECRET_LEN = 4
+
+SecretBlockReader = Callable[[str], Awaitable[Any]]
+"""Reads the value held by a named secret block (``api_key_block``): a non-empty string is a key."""
+
+_block_reader: SecretBlockReader | None = None
+
+
+def set_secret_block_reader(reader: SecretBlockReader | None) -> SecretBlockReader | None:
+    """Install how ``api_key_block`` names are read (``None``: none); returns the reader it replaces."""
+    global _block_reader
+    previous, _block_reader = _block_reader, reader
+    return previous
+
+
+def secret_block_reader() -> SecretBlockReader | None:
+    """The installed reader of ``api_key_block`` names, or ``None`` (only env vars can be read)."""
+    return _block_reader
 
 
 class Scrubber:
@@ -80,20 +99,20 @@ async def resolve_api_key(endpoint: EndpointConfig) -> str | None:
             )
         return key
     if endpoint.api_key_block:
-        try:
-            from prefect.blocks.system import Secret  # lazy: only deployments that use blocks need Prefect
-        except ImportError as e:  # pragma: no cover - prefect is installed with the pipeline
+        reader = _block_reader
+        if reader is None:
             raise ConfigError(
-                f"endpoint {endpoint.name!r}: api_key_block needs Prefect installed ({e})"
-            ) from None
+                f"endpoint {endpoint.name!r}: api_key_block {endpoint.api_key_block!r} is read by the "
+                "Prefect layer, which this process has not loaded; run through the pipeline's flows or "
+                "the coa CLI, or name an environment variable instead (api_key_env)"
+            )
         try:
-            block = await Secret.aload(endpoint.api_key_block)
+            value: Any = await reader(endpoint.api_key_block)
         except Exception as e:  # re-raised with a clean, scrubbed message
             raise ConfigError(
                 f"endpoint {endpoint.name!r}: cannot load Prefect Secret block "
                 f"{endpoint.api_key_block!r}: {scrub(type(e).__name__ + ': ' + str(e))}"
             ) from None
-        value: Any = block.get()  # type: ignore[attr-defined]
         if not isinstance(value, str) or not value.strip():
             raise ConfigError(
                 f"endpoint {endpoint.name!r}: Prefect Secret block {endpoint.api_key_block!r} "

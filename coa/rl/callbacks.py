@@ -1,4 +1,5 @@
-"""The RL run's trainer callbacks: the step counter, the refill deadline, the entropy guard, the log.
+"""The RL recipe's own trainer callbacks: the refill deadline and the entropy guard (the step
+counter and the log lines are the trainer kit's, :mod:`coa.train.kit.callbacks`).
 
 :class:`EntropyGuard` reads the mean token entropy TRL logs each step and stops the run when its
 mean over the last few logged steps falls below the floor (the run then raises
@@ -7,26 +8,10 @@ mean over the last few logged steps falls below the floor (the run then raises
 
 from __future__ import annotations
 
-import json
-import logging
 import time
 from typing import Any
 
 from transformers import TrainerCallback
-
-from coa.rl.curves import CURVE_KEYS
-
-log = logging.getLogger("coa.rl")
-
-
-class StepCounter(TrainerCallback):
-    """Counts optimizer steps taken in this process (a ``TrainerCallback``)."""
-
-    def __init__(self) -> None:
-        self.steps = 0
-
-    def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
-        self.steps += 1
 
 
 class Deadline(TrainerCallback):
@@ -77,18 +62,3 @@ class EntropyGuard(TrainerCallback):
                 "entropy_floor: null)"
             )
             control.should_training_stop = True
-
-
-class LogToLogger(TrainerCallback):
-    """Training logs as one line each on the ``coa.rl`` logger."""
-
-    def on_log(
-        self, args: Any, state: Any, control: Any, logs: dict[str, Any] | None = None, **kw: Any
-    ) -> None:
-        if logs and state.is_world_process_zero:
-            shown = {
-                k: round(v, 4) if isinstance(v, float) else v for k, v in logs.items() if k in CURVE_KEYS
-            }
-            log.info(
-                "rl step %d/%d %s", state.global_step, state.max_steps, json.dumps(shown, sort_keys=True)
-            )

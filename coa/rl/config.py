@@ -2,7 +2,9 @@
 
 :class:`RLParams` is how to train (shared by a single run and the pipeline's RL stage),
 :class:`RLRunConfig` one run from a file (``python -m coa.rl.grpo``), :class:`RLStageConfig` the
-pipeline section, :class:`RLResult` what a finished run reports (``rl_result.json``).
+pipeline section, :class:`RLResult` what a finished run reports (``rl_result.json``), :data:`RL`
+the recipe the trainer kit (:mod:`coa.train.kit`) runs it as. The fields every recipe shares are
+declared once in :mod:`coa.train.kit.config`, the episodes' limits in :mod:`coa.rollout.config`.
 """
 
 from __future__ import annotations
@@ -12,26 +14,27 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from coa.config import StrictModel
-from coa.errors import CheckFailed, CoaError
+from coa.errors import CheckFailed
 from coa.llm.config import LLMConfig
+from coa.rollout.config import MaxTotalTokens, MaxTurns, RolloutLimits
 from coa.tools.config import ToolsConfig
-
-RESUME_FREE_FIELDS = frozenset(
-    {
-        "prompts",
-        "output_dir",
-        "logging_steps",
-        "save_steps",
-        "save_total_limit",
-        "alarm_window",
-        "alarm_reward_rise",
-        "alarm_heldout_drop",
-    }
+from coa.train.kit.config import RESUME_FREE_FIELDS as KIT_RESUME_FREE
+from coa.train.kit.config import (
+    LearningRate,
+    LoggingSteps,
+    MaxSteps,
+    SaveSteps,
+    TrainLoop,
+    TrainRun,
+    TrainStage,
 )
+from coa.train.kit.recipe import Recipe, TrainError
+
+RESUME_FREE_FIELDS = KIT_RESUME_FREE | {"prompts", "alarm_window", "alarm_reward_rise", "alarm_heldout_drop"}
 """Fields that may differ between a run and its resumption (they do not change the training itself)."""
 
 
-class RLError(CoaError, RuntimeError):
+class RLError(TrainError):
     """An RL run that cannot start or cannot be reported (no prompts, config changed on resume…)."""
 
 
@@ -70,23 +73,24 @@ class RewardWeights(StrictModel):
     )
 
 
-class RLParams(StrictModel):
+class RLParams(TrainLoop, RolloutLimits):
     """How to train: GRPO on multi-turn tool rollouts with DAPO's defaults.
 
-    One generation batch = ``prompts_per_step`` groups of ``group_size`` episodes; it feeds
-    ``steps_per_generation`` optimizer steps (so the clip ratio differs from 1 and clip-higher acts).
-    ``max_steps`` is the plan; with ``time_budget_s`` the plan is re-fitted while training so the run
-    ends within the budget (never more than ``max_steps``).
+    The loop's fields are the trainer kit's (:class:`~coa.train.kit.config.TrainLoop`) and the
+    episodes' limits the rollout engine's (:class:`~coa.rollout.config.RolloutLimits`, as in
+    evaluation), with RL's defaults. One generation batch = ``prompts_per_step`` groups of
+    ``group_size`` episodes; it feeds ``steps_per_generation`` optimizer steps (so the clip ratio
+    differs from 1 and clip-higher acts). ``max_steps`` is the plan; with ``time_budget_s`` the plan
+    is re-fitted while training so the run ends within the budget (never more than ``max_steps``).
     """
 
-    max_steps: int = Field(
-        default=20, ge=1, description="Optimizer steps planned (the cap with a time budget)."
-    )
-    time_budget_s: float | None = Field(
-        default=None, gt=0, description="Stop by this many seconds of training: the plan is re-fitted to it."
-    )
-    learning_rate: float = Field(default=1e-4, gt=0, description="AdamW learning rate (constant).")
-    max_grad_norm: float = Field(default=1.0, gt=0, description="Gradient clipping norm.")
+    max_steps: MaxSteps = 20
+    learning_rate: LearningRate = 1e-4
+    save_steps: SaveSteps = 10
+    logging_steps: LoggingSteps = 1
+    max_turns: MaxTurns = 6
+    max_total_tokens: MaxTotalTokens = 768
+
     prompts_per_step: int = Field(
         default=4, ge=1, description="Groups (distinct prompts) per generation batch."
     )
@@ -180,11 +184,6 @@ class RLParams(StrictModel):
         "the alarm.",
     )
     temperature: float = Field(default=1.0, gt=0, description="Sampling temperature of the rollouts.")
-    max_turns: int = Field(default=6, ge=1, description="Generations per episode (one per tool call + 1).")
-    max_new_tokens: int = Field(default=256, ge=1, description="Tokens one generation may produce.")
-    max_total_tokens: int = Field(
-        default=768, ge=8, description="Generated tokens per episode over all turns."
-    )
     generation_batch: int = Field(
         default=64, ge=1, description="Most generations batched into one generate call."
     )
@@ -210,13 +209,16 @@ class RLParams(StrictModel):
         le=1,
         description="Agreement with the audit set below which the run does not start.",
     )
-    seed: int = Field(default=0, description="Seed of prompt order, refills and sampling.")
-    save_steps: int = Field(default=10, ge=1, description="Checkpoint every this many optimizer steps.")
-    save_total_limit: int | None = Field(default=2, ge=1, description="Checkpoints kept (oldest removed).")
-    logging_steps: int = Field(default=1, ge=1, description="Log metrics every this many optimizer steps.")
 
     @model_validator(mode="after")
     def _batch_divides(self) -> RLParams:
+        if self.max_steps is None:
+            raise ValueError("rl needs max_steps (the plan, and the cap of a time budget)")
+        if self.max_context_tokens is not None:
+            raise ValueError(
+                "max_context_tokens must be null in RL: the trainer scores every sampled token against the "
+                "whole context, which a cut context would not have shown the policy (off-policy tokens)"
+            )
         episodes = self.prompts_per_step * self.group_size
         if episodes % self.steps_per_generation:
             raise ValueError(
@@ -238,33 +240,28 @@ class RLParams(StrictModel):
     def episodes_per_generation(self) -> int:
         return self.prompts_per_step * self.group_size
 
+    @property
+    def planned_steps(self) -> int:
+        """``max_steps``, which RL always has (checked on construction)."""
+        assert self.max_steps is not None
+        return self.max_steps
 
-class RLRunConfig(RLParams):
+
+class RLRunConfig(RLParams, TrainRun):
     """One RL run (``python -m coa.rl.grpo --config``): the model to start from and where to write."""
 
-    base_model: str = Field(description="The model to train: a local folder (an SFT model) or a hub id.")
     prompts: str | None = Field(
         default=None, description="For `python -m coa.rl.grpo`: a Parquet file of rl_prompt.v1 rows."
-    )
-    output_dir: str | None = Field(
-        default=None, description="Folder for checkpoints, rollouts and the model."
     )
     observation_root: str | None = Field(
         default=None, description="Storage root whose observation store the tools record into (null = none)."
     )
 
 
-class RLStageConfig(RLParams):
+class RLStageConfig(RLParams, TrainStage):
     """The RL stage of the pipeline: training settings plus where it runs."""
 
     name: str = Field(default="rl", description="Artifact name of the RL-trained model.")
-    launcher: Literal["auto", "in_process", "accelerate"] = Field(
-        default="auto",
-        description="auto = in this process on CPU, `accelerate launch` when a CUDA GPU is present.",
-    )
-    accelerate_config: str = Field(
-        default="infra/accelerate/single_gpu.yaml", description="accelerate config of a launched run."
-    )
 
 
 class RLResult(BaseModel):
@@ -298,3 +295,20 @@ class RLResult(BaseModel):
     alarm: str | None = Field(
         default=None, description="The reward-hacking alarm's message (its first firing); None = never."
     )
+
+
+RL = Recipe(
+    name="rl",
+    title="RL",
+    module="coa.rl.grpo",
+    plan_file="rl_plan.json",
+    result_file="rl_result.json",
+    data_field="prompts",
+    data_file="prompts.parquet",
+    resume_free=RESUME_FREE_FIELDS,
+    error=RLError,
+    step_count_error=RLStepCountError,
+    check_errors=(EntropyCollapse,),
+    logger="coa.rl",
+)
+"""GRPO with DAPO's defaults as a recipe of the trainer kit."""

@@ -20,6 +20,7 @@ from typing import Any
 
 import pyarrow as pa
 
+from coa.evaluate.metrics import percent_by_family
 from coa.rl.config import RLError
 
 EVAL_COLUMNS = ("family", "correct", "format_valid")
@@ -73,12 +74,8 @@ def pick_family(evaluation: pa.Table, prompt_families: Iterable[str]) -> dict[st
             else "every family solved, the first by name"
         )
         warning = (
-            f"rl.families: auto found no family the SFT model solves sometimes ({shown(accuracy)}); "
+            "rl.families: auto found no family the SFT model solves sometimes "
+            f"({percent_by_family(accuracy)}); "
             f"RL trains on {family}, where GRPO may have nothing to learn from (see the learning signal)"
         )
     return {"family": family, "accuracy": accuracy, "rule": rule, "warning": warning}
-
-
-def shown(accuracy: dict[str, float]) -> str:
-    """``code 0%, math 67%``: per-family accuracies as the CLI, the artifacts and the report show them."""
-    return ", ".join(f"{f} {a:.0%}" for f, a in accuracy.items())

@@ -1,4 +1,5 @@
-"""GRPO with DAPO's defaults on multi-turn CoA tool rollouts: TRL's ``GRPOTrainer`` + our rollouts.
+"""GRPO with DAPO's defaults on multi-turn CoA tool rollouts: TRL's ``GRPOTrainer`` + our rollouts,
+the RL recipe of the trainer kit (:mod:`coa.train.kit`), beside SFT's (:mod:`coa.train.sft`).
 
 ``run_rl(prompts, config, output_dir, resume)`` trains ``config.base_model`` (an SFT model) on an
 ``rl_prompt.v1`` table and returns :class:`RLResult`. ``python -m coa.rl.grpo --config X.yaml``
@@ -23,53 +24,46 @@ prompts is kept out of training and scored by greedy rollouts on a schedule
 (:mod:`coa.rl.heldout`); a rising training reward with a falling held-out score is the alarm
 (:mod:`coa.rl.alarm`), logged as a WARNING and reported as ``RLResult.alarm``.
 
-**Checkpoints and resume** as in SFT: ``checkpoints/checkpoint-N`` every ``save_steps``; a resumed
-run continues from the last one (the config must match, ``rl_plan.json``), and the rollout rows of
-steps after that checkpoint are discarded (they are generated again). Each generation batch's rows
-go to ``rollouts/step-NNNNNN.parquet`` as it is made; the finished run joins them into
+**Checkpoints and resume** are the kit's, as in SFT: ``checkpoints/checkpoint-N`` every
+``save_steps``; a resumed run continues from the last one (the config must match, ``rl_plan.json``),
+and the rollout rows of steps after that checkpoint are discarded (they are generated again). Each
+generation batch's rows go to ``rollouts/step-NNNNNN.parquet`` as it is made; the finished run joins them into
 ``rollouts.parquet`` (``rollout.v1``).
 """
 
 from __future__ import annotations
 
-import argparse
 import json
 import logging
 import math
 import os
 import sys
-import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
 
-from coa.rl.callbacks import Deadline, EntropyGuard, LogToLogger, StepCounter
-from coa.rl.config import (
-    RESUME_FREE_FIELDS,
-    EntropyCollapse,
-    RLError,
-    RLResult,
-    RLRunConfig,
-    RLStepCountError,
-)
-from coa.rl.curves import curves, plot_curves
+from coa.rl.callbacks import Deadline, EntropyGuard
+from coa.rl.config import RL, EntropyCollapse, RLError, RLResult, RLRunConfig
+from coa.rl.curves import CURVE_KEYS, curves, plot_curves
 from coa.rl.heldout import HeldoutEval, split_prompts
 from coa.rl.rewards import TERMS
 from coa.rl.rollouts import RolloutSource, train_mask
 from coa.rollout import Policy
-from coa.train.sft import checkpoint_step, last_checkpoint
+from coa.train.kit import entry
+from coa.train.kit import run as kit
+from coa.train.kit.callbacks import StepCounter
+from coa.train.kit.run import CHECKPOINTS_DIR
 
 PolicyFactory = Callable[[Any, Any], Policy]
-log = logging.getLogger("coa.rl")
+log = logging.getLogger(RL.logger)
 
-CHECKPOINTS_DIR = "checkpoints"
-MODEL_DIR = "model"
+MODEL_DIR = kit.MODEL_DIR
 ROLLOUTS_DIR = "rollouts"
 ROLLOUTS_FILE = "rollouts.parquet"
-PLAN_FILE = "rl_plan.json"
-RESULT_FILE = "rl_result.json"
+PLAN_FILE = RL.plan_file
+RESULT_FILE = RL.result_file
 JUDGE_AUDIT_FILE = "judge_audit.json"
 CURVES_PNG = "rl_curves.png"
 
@@ -103,45 +97,16 @@ def run_rl(
     ``policy_factory(model, tokenizer)`` replaces the HF policy on the trainer's weights (tests drive
     the trainer with scripted episodes through it).
     """
-    chosen = output_dir if output_dir is not None else config.output_dir
-    if chosen is None:
-        raise RLError("no output folder: pass output_dir or set output_dir in the config")
-    out = Path(chosen)
-    last = last_checkpoint(out / CHECKPOINTS_DIR)
-    if last is not None and not resume:
-        raise RLError(
-            f"{out / CHECKPOINTS_DIR} already holds checkpoints (last: {last.name}); "
-            "resume, or use a new folder"
-        )
-    plan_path = out / PLAN_FILE
-    if last is not None:
-        if not plan_path.is_file():
-            raise RLError(f"{plan_path} is missing: cannot tell what plan {last} belongs to")
-        _check_resumable(json.loads(plan_path.read_text())["config"], config)
-    start_step = checkpoint_step(last) if last is not None else 0
-    _drop_rollouts_after(out / ROLLOUTS_DIR, start_step)
-
-    trainer, guard, counter, budget = build_trainer(prompts, config, out, callbacks, policy_factory)
-    if trainer.is_world_process_zero():
-        out.mkdir(parents=True, exist_ok=True)
-        plan_path.write_text(
-            json.dumps({"max_steps": config.max_steps, "config": config.model_dump(mode="json")}, indent=2)
-        )
-    t0 = time.perf_counter()
-    trainer.train(resume_from_checkpoint=str(last) if last is not None else None)
-    runtime = time.perf_counter() - t0
-    state = trainer.state
+    start = kit.open_run(RL, config, output_dir, resume)
+    _drop_rollouts_after(start.out / ROLLOUTS_DIR, start.start_step)
+    trainer, guard, counter, budget = build_trainer(prompts, config, start.out, callbacks, policy_factory)
+    kit.write_plan(RL, trainer, start, {"max_steps": config.planned_steps}, config)
+    runtime = kit.train(RL, trainer, start, config.planned_steps)
     if guard.tripped is not None:
         raise EntropyCollapse(guard.tripped)
-    planned = budget.plan.steps if budget is not None else config.max_steps
-    if counter.steps != planned - start_step or state.global_step != planned:
-        raise RLStepCountError(
-            f"RL took {counter.steps} optimizer steps in this run but the plan was {planned - start_step} "
-            f"(global step {state.global_step} of {planned}, resumed from {start_step}); "
-            "not reporting success. "
-            f"The checkpoints in {out / CHECKPOINTS_DIR} are kept; no final model was written."
-        )
-    return _finish(trainer, config, out, planned, start_step, counter.steps, runtime)
+    planned = budget.plan.steps if budget is not None else config.planned_steps
+    kit.check_steps(RL, counter.steps, trainer, planned, start)
+    return _rl_result(trainer, config, start, planned, counter.steps, runtime)
 
 
 def build_trainer(
@@ -161,6 +126,8 @@ def build_trainer(
 
     from coa.tools.config import build_toolbox
     from coa.train.budget import StepPlan, TimeBudget
+    from coa.train.kit.callbacks import LogToLogger
+    from coa.train.kit.tracking import tracking_args
 
     rows = select_prompts(prompts, config.families)
     heldout_rows: list[dict[str, Any]] = []
@@ -178,7 +145,7 @@ def build_trainer(
     cuda = torch.cuda.is_available()
     args = GRPOConfig(
         output_dir=str(out / CHECKPOINTS_DIR),
-        max_steps=config.max_steps,
+        max_steps=config.planned_steps,
         learning_rate=config.learning_rate,
         lr_scheduler_type="constant",
         max_grad_norm=config.max_grad_norm,
@@ -205,7 +172,7 @@ def build_trainer(
         save_steps=config.save_steps,
         save_total_limit=config.save_total_limit,
         logging_steps=config.logging_steps,
-        report_to="none",
+        **tracking_args(RL, config, out),
         disable_tqdm=True,
         dataloader_num_workers=0,
     )
@@ -228,7 +195,7 @@ def build_trainer(
         train_dataset=Dataset.from_list([{"prompt": r["prompt_id"]} for r in rows]),
         processing_class=tokenizer,
         rollout_func=lambda batch, tr: _rollouts(batch, tr, source, writer, config, policy_factory),
-        callbacks=[counter, guard, LogToLogger(), *callbacks],
+        callbacks=[counter, guard, LogToLogger(RL.logger, "rl step", CURVE_KEYS, digits=4), *callbacks],
     )
     trainer.remove_callback(PrinterCallback)
     trainer.coa_judge_audit = audit  # type: ignore[attr-defined]
@@ -249,8 +216,8 @@ def build_trainer(
         # ones, so the speed of one whole batch is the unit (measured: per-step re-plans swung 33 -> 11)
         budget = TimeBudget(
             config.time_budget_s,
-            StepPlan(config.max_steps),
-            cap=config.max_steps,
+            StepPlan(config.planned_steps),
+            cap=config.planned_steps,
             replan_every=config.steps_per_generation,
         )
         trainer.add_callback(budget)
@@ -368,93 +335,72 @@ def _drop_rollouts_after(folder: Path, step: int) -> None:
             chunk.unlink()
 
 
-def _check_resumable(saved: dict[str, Any], config: RLRunConfig) -> None:
-    now = config.model_dump(mode="json")
-    changed = sorted(
-        k for k in set(saved) | set(now) if k not in RESUME_FREE_FIELDS and saved.get(k) != now.get(k)
-    )
-    if changed:
-        diffs = ", ".join(f"{k}: {saved.get(k)!r} -> {now.get(k)!r}" for k in changed)
-        raise RLError(f"cannot resume with a changed RL config ({diffs}); use a new output folder")
-
-
-def _finish(
-    trainer: Any, config: RLRunConfig, out: Path, planned: int, start_step: int, steps: int, runtime: float
+def _rl_result(
+    trainer: Any, config: RLRunConfig, start: kit.RunStart, planned: int, steps: int, runtime: float
 ) -> RLResult:
+    """The kit's end of a run with RL's result (the rollout chunks joined) and curves."""
     import pyarrow.parquet as pq
 
-    trainer.save_model(str(out / MODEL_DIR))
-    table = read_rollouts(out / ROLLOUTS_DIR)
-    pq.write_table(table, out / ROLLOUTS_FILE)
-    points = curves(trainer.state.log_history)
-    heldout: HeldoutEval | None = getattr(trainer, "coa_heldout", None)
-    result = RLResult(
-        model_dir=str(out / MODEL_DIR),
-        output_dir=str(out),
-        steps_planned=planned,
-        steps_run=steps,
-        start_step=start_step,
-        global_step=int(trainer.state.global_step),
-        rollouts=table.num_rows,
-        rollouts_file=str(out / ROLLOUTS_FILE),
-        curves=points,
-        train_runtime_s=round(runtime, 3),
-        device=str(trainer.args.device),
-        time_budget_s=config.time_budget_s,
-        curves_png=str(out / CURVES_PNG),
-        judge_audit=getattr(trainer, "coa_judge_audit", None),
-        heldout_prompts=len(heldout.source.order) if heldout is not None else 0,
-        heldout=heldout.points if heldout is not None else [],
-        alarm=heldout.alarm if heldout is not None else None,
-    )
-    if trainer.is_world_process_zero():
-        plot_curves(
-            points,
-            out / CURVES_PNG,
-            f"GRPO/DAPO: {trainer.state.global_step} steps, {table.num_rows} rollouts",
-            heldout=result.heldout,
-            alarm=result.alarm,
+    out = start.out
+
+    def measure(model_dir: Path) -> RLResult:
+        table = read_rollouts(out / ROLLOUTS_DIR)
+        pq.write_table(table, out / ROLLOUTS_FILE)
+        heldout: HeldoutEval | None = getattr(trainer, "coa_heldout", None)
+        return RLResult(
+            model_dir=str(model_dir),
+            output_dir=str(out),
+            steps_planned=planned,
+            steps_run=steps,
+            start_step=start.start_step,
+            global_step=int(trainer.state.global_step),
+            rollouts=table.num_rows,
+            rollouts_file=str(out / ROLLOUTS_FILE),
+            curves=curves(trainer.state.log_history),
+            train_runtime_s=round(runtime, 3),
+            device=str(trainer.args.device),
+            time_budget_s=config.time_budget_s,
+            curves_png=str(out / CURVES_PNG),
+            judge_audit=getattr(trainer, "coa_judge_audit", None),
+            heldout_prompts=len(heldout.source.order) if heldout is not None else 0,
+            heldout=heldout.points if heldout is not None else [],
+            alarm=heldout.alarm if heldout is not None else None,
         )
-        (out / RESULT_FILE).write_text(result.model_dump_json(indent=2))
-    return result
+
+    def plot(result: RLResult) -> None:
+        title = f"GRPO/DAPO: {result.global_step} steps, {result.rollouts} rollouts"
+        plot_curves(result.curves, Path(result.curves_png), title, heldout=result.heldout, alarm=result.alarm)
+
+    return kit.finish(RL, trainer, start, measure, plot)
+
+
+def _run(config: RLRunConfig, output_dir: str | None, resume: bool) -> RLResult:
+    from coa import io
+
+    assert config.prompts is not None
+    return run_rl(io.read_parquet_file(config.prompts), config, output_dir, resume=resume)
+
+
+def _summary(result: RLResult) -> dict[str, Any]:
+    return result.model_dump(mode="json", exclude={"curves"})
+
+
+def _unsound(result: RLResult) -> str | None:
+    bad = [p["step"] for p in result.curves if not math.isfinite(p.get("reward", 0.0))]
+    return f"non-finite reward at steps {bad}" if bad else None
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """``python -m coa.rl.grpo --config X.yaml [--output-dir DIR] [--resume] [k=v ...]``."""
-    from coa import io
-    from coa.config import ConfigError, load_config
-
-    parser = argparse.ArgumentParser(prog="python -m coa.rl.grpo", description=__doc__.split("\n")[0])
-    parser.add_argument("--config", required=True, help="YAML with the RLRunConfig fields")
-    parser.add_argument("--output-dir", help="output folder (overrides `output_dir`)")
-    parser.add_argument("--resume", action="store_true", help="continue from the last checkpoint if any")
-    parser.add_argument("overrides", nargs="*", help="dotted key=value overrides")
-    ns = parser.parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
-    try:
-        config = load_config(ns.config, ns.overrides, model=RLRunConfig)
-    except ConfigError as e:
-        print(e, file=sys.stderr)
-        return 2
-    if config.prompts is None:
-        print(
-            "no prompts: set `prompts` (a Parquet file of rl_prompt.v1 rows) in the config", file=sys.stderr
-        )
-        return 2
-    try:
-        result = run_rl(io.read_parquet_file(config.prompts), config, ns.output_dir, resume=ns.resume)
-    except EntropyCollapse as e:
-        print(f"check failed: {e}", file=sys.stderr)
-        return 1
-    except RLStepCountError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 3
-    except RLError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
-    if int(os.environ.get("RANK", "0")) == 0:
-        print(json.dumps(result.model_dump(mode="json", exclude={"curves"}), indent=2, sort_keys=True))
-    return 0 if all(math.isfinite(p.get("reward", 0.0)) for p in result.curves) else 1
+    """``python -m coa.rl.grpo --config X.yaml [--data PROMPTS] [--output-dir DIR] [--resume] [k=v ...]``."""
+    return entry.main(
+        RL,
+        argv,
+        config_model=RLRunConfig,
+        run=_run,
+        description="GRPO with DAPO's defaults on multi-turn CoA tool rollouts (TRL GRPOTrainer).",
+        summary=_summary,
+        unsound=_unsound,
+    )
 
 
 if __name__ == "__main__":

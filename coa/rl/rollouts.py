@@ -65,9 +65,7 @@ def rollout_config(params: RLParams, greedy: bool = False) -> RolloutConfig:
     """Sampled episodes under the run's limits (greedy ones for the held-out score); EOS closes an
     answer so TRL sees it finished."""
     return RolloutConfig(
-        max_turns=params.max_turns,
-        max_new_tokens=params.max_new_tokens,
-        max_total_tokens=params.max_total_tokens,
+        **params.limits(),
         concurrency=max(1, 2 * params.episodes_per_generation),
         temperature=0.0 if greedy else params.temperature,
         top_p=1.0,

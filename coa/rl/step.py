@@ -9,35 +9,30 @@ signal (:mod:`coa.rl.signal`: groups that held a correct episode; a warning when
 
 **Where it runs.** ``launcher: auto`` trains in this process on a CPU and launches ``accelerate
 launch --config_file <accelerate_config> -m coa.rl.grpo --config resolved.yaml`` when a CUDA GPU is
-present. Checkpoints go to ``{root}/checkpoints/model/<name>-<key>`` (as SFT's); a rerun after a
-kill resumes from the last one. An entropy collapse commits the evidence (rollouts, curves, no
-model) and fails the step with the guard's message.
+present (the trainer kit's launcher, :mod:`coa.train.kit.launch`, as SFT's). Checkpoints go to
+``{root}/checkpoints/model/<name>-<key>`` (as SFT's); a rerun after a kill resumes from the last
+one. An entropy collapse commits the evidence (rollouts, curves, no model) and fails the step with
+the guard's message.
 """
 
 from __future__ import annotations
 
-import json
 import logging
 import shutil
-import subprocess
-import sys
 from collections.abc import Sequence
-from pathlib import Path
 from typing import Any
 
-import yaml
-
 from coa.errors import UserError
-from coa.rl.config import EntropyCollapse, RLError, RLParams, RLResult, RLRunConfig, RLStageConfig
+from coa.rl.config import RL, EntropyCollapse, RLParams, RLResult, RLRunConfig, RLStageConfig
 from coa.rl.family import EVAL_COLUMNS, pick_family
 from coa.rl.signal import learning_signal
 from coa.steps import Build, Step, StepInput
-from coa.train.step import resolve_launcher, work_dir
+from coa.train.kit.launch import launch_accelerate, resolve_launcher, work_dir
 
 PROMPTS_TABLE = "rl_prompts"
 ROLLOUTS_TABLE = "rollouts"
 MODEL_FOLDER = "model"
-RESULT_FILE = "rl_result.json"
+RESULT_FILE = RL.result_file
 CURVES_PNG = "rl_curves.png"
 
 log = logging.getLogger("coa.rl")
@@ -112,12 +107,15 @@ def _build(b: Build, callbacks: Sequence[Any]) -> None:
     try:
         if resolve_launcher(config) == "in_process":
             from coa.rl.grpo import run_rl
-            from coa.train.step import progress_callback
+            from coa.train.kit.callbacks import progress_callback
 
             progress = [progress_callback(b.progress)] if b.progress is not None else []
             result = run_rl(prompts.read(), run_config, out, resume=True, callbacks=[*callbacks, *progress])
         else:
-            result = launch_accelerate(prompts.read(), run_config, out, config.accelerate_config)
+            launched = launch_accelerate(
+                RL, prompts.read(), run_config, out, config.accelerate_config, config.num_processes
+            )
+            result = RLResult.model_validate(launched)
     except EntropyCollapse as e:
         b.writer.write_table(ROLLOUTS_TABLE, read_rollouts(out / ROLLOUTS_DIR), schemas.ROLLOUT)
         b.summary["entropy_collapse"] = str(e)
@@ -166,28 +164,3 @@ def read_result(ref: Any) -> RLResult:
     from coa import io
 
     return RLResult.model_validate_json(io.read_file(ref, RESULT_FILE))
-
-
-def launch_accelerate(prompts: Any, config: RLRunConfig, out: Path, accelerate_config: str) -> RLResult:
-    """Run ``accelerate launch -m coa.rl.grpo`` on the prompts; its ``rl_result.json`` is the result."""
-    import pyarrow.parquet as pq
-
-    out.mkdir(parents=True, exist_ok=True)
-    data = out / "prompts.parquet"
-    pq.write_table(prompts, data)
-    resolved = out / "resolved.yaml"
-    resolved.write_text(
-        yaml.safe_dump(config.model_copy(update={"prompts": str(data)}).model_dump(mode="json"))
-    )
-    if not Path(accelerate_config).is_file():
-        raise RLError(
-            f"accelerate config {accelerate_config} not found (paths are relative to the repo root)"
-        )
-    cmd = [sys.executable, "-m", "accelerate.commands.launch", "--config_file", accelerate_config]
-    cmd += ["-m", "coa.rl.grpo", "--config", str(resolved), "--output-dir", str(out), "--resume"]
-    proc = subprocess.run(cmd, check=False)
-    if proc.returncode == 1 and not (out / "rl_result.json").is_file():
-        raise EntropyCollapse(f"`{' '.join(cmd)}` stopped on a failed check; its log is above")
-    if proc.returncode != 0:
-        raise RLError(f"`{' '.join(cmd)}` exited with {proc.returncode}; its log is above")
-    return RLResult.model_validate(json.loads((out / "rl_result.json").read_text()))

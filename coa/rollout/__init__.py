@@ -4,12 +4,14 @@
   loss mask, text, tool calls, finish, timings);
 * :mod:`~coa.rollout.policy`: the :class:`Policy` protocol, :class:`Codec` (tokenizer side of the
   format), :class:`Sampling`, :class:`Generation`;
+* :mod:`~coa.rollout.config`: :class:`RolloutLimits` (declared once, embedded by evaluation and RL)
+  and :class:`RolloutConfig`;
 * :mod:`~coa.rollout.engine`: :func:`run_episodes` / :func:`rollout` (every episode its own task,
   tools overlapping generation, under a concurrency bound);
 * :mod:`~coa.rollout.policies`: HF ``generate`` (micro-batched), a completions server, a script.
 """
 
-from coa.rollout.config import RolloutConfig
+from coa.rollout.config import RolloutConfig, RolloutLimits
 from coa.rollout.engine import EpisodeSpec, rollout, run_episode, run_episodes, run_sync
 from coa.rollout.episode import Episode, ToolCall
 from coa.rollout.policy import GREEDY, STOP_TAGS, Codec, Generation, Policy, Sampling
@@ -23,6 +25,7 @@ __all__ = [
     "Generation",
     "Policy",
     "RolloutConfig",
+    "RolloutLimits",
     "Sampling",
     "ToolCall",
     "rollout",

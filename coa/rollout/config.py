@@ -1,27 +1,64 @@
-"""Configuration of a rollout run: limits, concurrency, sampling (light to import: no torch)."""
+"""Configuration of a rollout run: limits, concurrency, sampling (light to import: no torch).
+
+:class:`RolloutLimits` holds when an episode stops and what the environment does with repeated
+calls and long contexts. It is declared once here and embedded (inherited, so the YAML keys stay
+flat) by every caller of the engine: :class:`RolloutConfig` (the engine's own config),
+``EvalConfig`` (``evaluate.max_turns``) and ``RLParams`` (``rl.max_turns``). A caller whose
+default differs restates only the default, with the type alias declared here (``MaxTurns`` …).
+"""
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import Field
 
 from coa.config import StrictModel
 from coa.rollout.policy import Sampling
 
+MaxTurns = Annotated[int, Field(ge=1, description="Model generations per episode (one per tool call + 1).")]
+MaxNewTokens = Annotated[int, Field(ge=1, description="Tokens one generation may produce.")]
+MaxTotalTokens = Annotated[
+    int,
+    Field(ge=1, description="Generated tokens per episode over all turns (observations not counted)."),
+]
+DuplicateCalls = Annotated[
+    Literal["run", "refuse"],
+    Field(
+        description="A search or crawl call identical to an earlier one in the same episode: refuse "
+        "(AFM's guard: not run, a canned observation says it was done before) or run it again. Code "
+        "calls always run."
+    ),
+]
+MaxContextTokens = Annotated[
+    int | None,
+    Field(
+        ge=64,
+        description="AFM's context management: when prompt + completion + the next generation would pass "
+        "this many tokens, the policy sees the prompt, every piece holding a <plan> or <reflection>, and "
+        "the most recent pieces that fit (the episode's record keeps everything; 32768 in AFM's web-agent "
+        "evaluation). None = never cut.",
+    ),
+]
 
-class RolloutConfig(StrictModel):
-    """When an episode stops, how many run at once, and how tokens are sampled."""
 
-    max_turns: int = Field(
-        default=8, ge=1, description="Model generations per episode (one per tool call + 1)."
-    )
-    max_new_tokens: int = Field(default=256, ge=1, description="Tokens one generation may produce.")
-    max_total_tokens: int = Field(
-        default=1536,
-        ge=1,
-        description="Generated tokens per episode over all turns (observations not counted).",
-    )
+class RolloutLimits(StrictModel):
+    """When an episode stops, and how the environment treats repeated calls and long contexts."""
+
+    max_turns: MaxTurns = 8
+    max_new_tokens: MaxNewTokens = 256
+    max_total_tokens: MaxTotalTokens = 1536
+    duplicate_calls: DuplicateCalls = "refuse"
+    max_context_tokens: MaxContextTokens = None
+
+    def limits(self) -> dict[str, Any]:
+        """The :class:`RolloutLimits` fields of this config, to build a :class:`RolloutConfig` from."""
+        return {name: getattr(self, name) for name in RolloutLimits.model_fields}
+
+
+class RolloutConfig(RolloutLimits):
+    """The engine's limits (:class:`RolloutLimits`), how many episodes run at once, and sampling."""
+
     concurrency: int = Field(
         default=128,
         ge=1,
@@ -34,20 +71,6 @@ class RolloutConfig(StrictModel):
         default=False,
         description="Append the end-of-turn id (environment, mask 0) after a final answer, so a trainer "
         "that treats a completion not ending in EOS as truncated (TRL) counts it as finished.",
-    )
-
-    duplicate_calls: Literal["run", "refuse"] = Field(
-        default="refuse",
-        description="A search or crawl call identical to an earlier one in the same episode: refuse "
-        "(AFM's guard: not run, a canned observation says it was done before) or run it again. Code "
-        "calls always run.",
-    )
-    max_context_tokens: int | None = Field(
-        default=None,
-        ge=64,
-        description="AFM's context management: when prompt + completion + the next generation would pass "
-        "this many tokens, the policy sees the prompt, every piece holding a <plan> or <reflection>, and "
-        "the most recent pieces that fit (the episode's record keeps everything). None = never cut.",
     )
 
     def sampling(self) -> Sampling:

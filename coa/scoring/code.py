@@ -18,7 +18,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from coa.tools.code import AssertTest, CodeTest, extract_code, io_tests
+from coa.format.code import extract_code
+from coa.tools.code import AssertTest, CodeTest, io_tests
 
 PRELUDE = (
     "from typing import *\n"

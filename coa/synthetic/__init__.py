@@ -5,8 +5,8 @@ Three families, each generated deterministically from a seed:
 - ``arithmetic`` (task family ``math``): multi-step arithmetic/algebra word problems whose numbers
   call for the code tool; gold answer an integer string (:mod:`coa.synthetic.arithmetic`);
 - ``multihop`` (``mhqa``): 2- and 3-hop questions over a generated encyclopedia of fictional
-  entities; gold answer the final entity's name (:mod:`coa.synthetic.multihop`,
-  :func:`build_encyclopedia` gives the documents a search tool serves);
+  entities; gold answer the final entity's name (:mod:`coa.synthetic.multihop`; the world and
+  its documents, which a search tool serves, are :mod:`coa.synthetic.encyclopedia`);
 - ``programming`` (``code``): small stdin/stdout programs with generated tests
   (:mod:`coa.synthetic.programming`).
 
@@ -27,7 +27,7 @@ import pyarrow as pa
 from pydantic import Field
 
 from coa.config import StrictModel
-from coa.synthetic import arithmetic, multihop, programming
+from coa.synthetic import arithmetic, encyclopedia, multihop, programming
 from coa.synthetic._common import (
     SPLITS,
     Split,
@@ -36,7 +36,8 @@ from coa.synthetic._common import (
     check_split,
     split_of,
 )
-from coa.synthetic.multihop import Document, World, build_encyclopedia, build_world, hop_query
+from coa.synthetic.encyclopedia import Document, World, build_encyclopedia, build_world
+from coa.synthetic.multihop import hop_query
 from schemas import TASK
 
 SyntheticFamily = Literal["arithmetic", "multihop", "programming"]
@@ -70,8 +71,8 @@ class SyntheticConfig(StrictModel):
     )
     encyclopedia_seed: int = Field(default=0, ge=0, description="Seed of the multi-hop encyclopedia.")
     encyclopedia_size: int = Field(
-        default=multihop.DEFAULT_ENTITIES,
-        ge=multihop.MIN_ENTITIES,
+        default=encyclopedia.DEFAULT_ENTITIES,
+        ge=encyclopedia.MIN_ENTITIES,
         description="Number of entities in the encyclopedia (distractor pages come on top).",
     )
 
@@ -94,7 +95,7 @@ def generate(
     split: str = "train",
     *,
     encyclopedia_seed: int = 0,
-    encyclopedia_size: int = multihop.DEFAULT_ENTITIES,
+    encyclopedia_size: int = encyclopedia.DEFAULT_ENTITIES,
     arithmetic_templates: tuple[str, ...] | None = None,
 ) -> pa.Table:
     """``n`` tasks of one synthetic ``family`` for ``split`` (``train``/``heldout``), as ``task.v1``.

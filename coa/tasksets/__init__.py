@@ -1,6 +1,8 @@
 """The task-import stage: benchmark and training task files → ``task.v1`` (+ a quarantine).
 
-``config`` (what to import), ``importer`` (the layouts it reads, pure), ``step`` (the step).
+``config`` (what to import), ``importer`` (the import, pure: ``containers`` reads files and folders,
+``layouts`` detects a source's layout and converts its rows, ``quarantine`` keeps the rejected rows),
+``step`` (the step).
 """
 
 from coa.tasksets.config import Family, TasksConfig, TaskSourceConfig

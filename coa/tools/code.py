@@ -1,10 +1,7 @@
 """The ``code`` tool and the code-test runner, on top of :mod:`coa.tools.sandbox`.
 
-* :func:`extract_code` parses a ``<code>`` payload the way AFM's executor does: text after an
-  ``<answer>`` tag only, when there is one; the ```` ```py ```` / ```` ```python ```` blocks joined
-  by a blank line; the ```` ```sh ```` / ```` ```bash ```` blocks joined by ``\\n`` as stdin. Unlike
-  AFM (whose fallback path crashes, so a fence is effectively mandatory there) an unfenced payload
-  that compiles as Python is run as is, as are bare ```` ``` ```` blocks when no tagged block exists.
+* The code it runs is what :func:`coa.format.code.extract_code` (the CoA format's parser) reads in
+  a ``<code>`` payload.
 * :func:`format_observation` renders a :class:`~coa.tools.sandbox.SandboxResult` in AFM's
   observation shapes (``[EXECUTED] Code exited with status 0.`` + ``[STDOUT:BEGIN]…[STDOUT:END]``,
   ``… (no output).``, ``[FAILED] Code exited with status N.`` with a STDERR or STDOUT block, or
@@ -26,12 +23,12 @@
 from __future__ import annotations
 
 import dataclasses
-import re
 import threading
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Literal
 
+from coa.format.code import extract_code
 from coa.tools.harness_pool import ProgramRunner, SandboxPool, shared_pool
 from coa.tools.sandbox import SandboxConfig, SandboxResult, run_python
 
@@ -40,13 +37,11 @@ __all__ = [
     "TEST_CONFIG",
     "AssertTest",
     "CaseResult",
-    "ExtractedCode",
     "IOTest",
     "NO_CODE_OBSERVATION",
     "CodeTest",
     "RunTestsReport",
     "code_tool",
-    "extract_code",
     "format_observation",
     "io_tests",
     "make_code_tool",
@@ -62,12 +57,6 @@ DEFAULT_MAX_CHARS = 1536
 TEST_CONFIG = SandboxConfig(cpu_seconds=6, wall_seconds=10)
 """Default limits per test case (AFM/skywork give each test a 6 s timeout)."""
 
-_ANSWER_TAG = "<answer>"
-_CODE_TAG = re.compile(r"<code>(.*?)(?:</code>|\Z)", re.DOTALL)
-_PY_BLOCK = re.compile(r"```(?:py|python|python3)[ \t]*\n(.*?)\n[ \t]*```", re.DOTALL)
-_SH_BLOCK = re.compile(r"```(?:sh|bash)[ \t]*\n(.*?)```", re.DOTALL)
-_BARE_BLOCK = re.compile(r"```[ \t]*\n(.*?)\n[ \t]*```", re.DOTALL)
-
 _LIMIT_NOTES = {
     "wall_time": "Time out: the code ran past the {wall:g} s wall-clock limit and was killed. "
     "Check for infinite loops, blocked I/O (e.g., input()), or deadlocks.",
@@ -78,40 +67,6 @@ _LIMIT_NOTES = {
     "file_size": "File size limit exceeded (files of at most {fsize} MB).",
     "output_limit": "Output limit exceeded: the code printed more than {out} bytes and was killed.",
 }
-
-
-@dataclasses.dataclass(frozen=True)
-class ExtractedCode:
-    """Python source and the stdin found in a payload."""
-
-    code: str
-    stdin: str = ""
-
-
-def extract_code(payload: str) -> ExtractedCode | None:
-    """The Python code (and stdin) in a ``<code>`` payload; ``None`` when there is none."""
-    text = payload
-    if _ANSWER_TAG in text:
-        text = text.split(_ANSWER_TAG)[-1]
-    m = _CODE_TAG.search(text)
-    if m:
-        text = m.group(1)
-    stdin = "\n".join(_SH_BLOCK.findall(text))
-    blocks = _PY_BLOCK.findall(text) or _BARE_BLOCK.findall(text)
-    if blocks:
-        return ExtractedCode("\n\n".join(blocks), stdin)
-    stripped = text.strip()
-    if stripped and "```" not in stripped and _compiles(stripped):
-        return ExtractedCode(stripped, stdin)
-    return None
-
-
-def _compiles(source: str) -> bool:
-    try:
-        compile(source, "<payload>", "exec")
-    except (SyntaxError, ValueError):
-        return False
-    return True
 
 
 def truncate_content(content: str, max_length: int = DEFAULT_MAX_CHARS) -> str:

@@ -17,14 +17,8 @@ from coa.config import StrictModel
 from coa.tools.code import make_code_tool
 from coa.tools.crawl import CrawlConfig, make_crawl_tool
 from coa.tools.sandbox import SandboxConfig
-from coa.tools.search import (
-    BlockingSearch,
-    LocalBM25Search,
-    SearchConfig,
-    build_search_provider,
-    make_web_search_tool,
-    make_wiki_search_tool,
-)
+from coa.tools.search import BlockingSearch, LocalBM25Search, make_web_search_tool, make_wiki_search_tool
+from coa.tools.search_providers import SearchConfig, build_search_provider
 from coa.tools.toolbox import FunctionToolBox, ObservationStore
 
 

@@ -1,6 +1,6 @@
 """The in-sandbox harness: runs many programs in ONE bubblewrap sandbox, each as a fresh process.
 
-This file is not imported by the host: :mod:`coa.tools.harness_pool` binds its source read-only into
+This file is not imported by the host: :mod:`coa.tools.harness_host` binds its source read-only into
 the sandbox (``/opt/coa-harness/harness.py``) and starts it there as the sandbox's program, after
 the sandbox dropped to its unprivileged uid. Standard library only; it runs under the sandbox's
 interpreter with ``site`` loaded once, which is what makes a program's start cheap: each program is

@@ -7,12 +7,10 @@ providers:
   encyclopedia (:func:`coa.synthetic.build_encyclopedia`). The embedded default: offline and
   deterministic (ties broken by collection order); the index saves to and loads from a folder.
   Hit urls are ``local://doc/<id>``, which :mod:`coa.tools.crawl` can open.
-- :class:`SerperSearch`: a Serper-compatible web search API (``POST {"q", "num"}`` with the key in
-  the ``X-API-KEY`` header). The config names the *environment variable* holding the key; the key
-  is never logged nor put in an error message.
-- :class:`RetrieveServerSearch`: an AFM/Search-R1 style ``/retrieve`` server for ``wiki_search``
-  (``POST {"queries": [q], "topk": k, "return_scores": true}`` →
-  ``{"result": [[{"document": {"id", "contents"}, "score"}]]}``; ``contents`` is title line + text).
+- :class:`~coa.tools.search_providers.SerperSearch` (a Serper-compatible web search API) and
+  :class:`~coa.tools.search_providers.RetrieveServerSearch` (an AFM/Search-R1 ``/retrieve`` server for
+  ``wiki_search``), over HTTP, in :mod:`coa.tools.search_providers` with the config that picks a
+  provider (``SearchConfig``, ``build_search_provider``).
 
 The observations follow the AFM tools (afm-spec §5.1, §5.3): :func:`format_web_results` gives
 ``Found N results:\\n\\n## Web Results\\n1. [title](url)\\n…`` and :func:`format_wiki_results`
@@ -24,23 +22,14 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import logging
-import os
 import re
-import time
 import urllib.parse
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
-from typing import Any, Literal, Protocol
+from typing import Any, Protocol
 
-import httpx
-from pydantic import Field
-
-from coa.config import StrictModel
 from coa.errors import InfraError
 from coa.settings import scrub
-
-log = logging.getLogger(__name__)
 
 LOCAL_SCHEME = "local"
 LOCAL_URL_PREFIX = "local://doc/"
@@ -368,215 +357,3 @@ class LocalBM25Search:
             snippet_chars=manifest["snippet_chars"],
             _index=index,
         )
-
-
-# -- HTTP providers ----------------------------------------------------------------------------
-
-_ENV_NAME = r"^[A-Za-z_][A-Za-z0-9_]*$"
-_RETRY_STATUS = frozenset({429, 500, 502, 503, 504})
-
-
-class SerperConfig(StrictModel):
-    """A Serper-compatible search endpoint (Serper itself, or a caching proxy that speaks its JSON)."""
-
-    url: str = Field(default="https://google.serper.dev/search", description="POST endpoint.")
-    api_key_env: str | None = Field(
-        default="SERPER_API_KEY",
-        pattern=_ENV_NAME,
-        description="NAME of the environment variable holding the API key (never the key itself); "
-        "null sends no X-API-KEY header (e.g. a local proxy).",
-    )
-    timeout_s: float = Field(default=30.0, gt=0, description="Per-request timeout.")
-    max_retries: int = Field(
-        default=2, ge=0, description="Retries on 429/5xx, timeouts and connection errors."
-    )
-    backoff_s: float = Field(default=1.0, ge=0, description="Linear back-off step between retries.")
-
-
-class RetrieveConfig(StrictModel):
-    """An AFM/Search-R1 ``/retrieve`` server (dense or BM25 over Wikipedia)."""
-
-    url: str | None = Field(default=None, description="Full endpoint, e.g. `http://host:8000/retrieve`.")
-    url_env: str | None = Field(
-        default="WIKI_RAG_SERVER_URL",
-        pattern=_ENV_NAME,
-        description="NAME of the environment variable holding the endpoint when `url` is unset.",
-    )
-    timeout_s: float = Field(default=30.0, gt=0, description="Per-request timeout.")
-    max_retries: int = Field(default=3, ge=0, description="Retries on 5xx, timeouts and connection errors.")
-    backoff_s: float = Field(default=0.5, ge=0, description="Linear back-off step between retries.")
-
-
-def _post_json(
-    url: str,
-    payload: dict[str, Any],
-    *,
-    headers: dict[str, str],
-    timeout_s: float,
-    max_retries: int,
-    backoff_s: float,
-    what: str,
-) -> Any:
-    """POST JSON with bounded linear-back-off retries; errors never include the request headers."""
-    last = ""
-    for attempt in range(max_retries + 1):
-        if attempt:
-            time.sleep(backoff_s * attempt)
-        try:
-            with httpx.Client(timeout=timeout_s, follow_redirects=False) as client:
-                resp = client.post(url, json=payload, headers=headers)
-        except httpx.TimeoutException:
-            last = f"{what}: timed out after {timeout_s:g} s"
-        except httpx.TransportError as e:
-            last = f"{what}: connection error ({type(e).__name__})"
-        else:
-            if resp.status_code == 200:
-                try:
-                    return resp.json()
-                except ValueError:
-                    raise SearchError(f"{what}: response is not JSON") from None
-            last = f"{what}: HTTP {resp.status_code} {resp.reason_phrase}".rstrip()
-            if resp.status_code not in _RETRY_STATUS:
-                raise SearchError(last)
-        log.warning("%s (attempt %d of %d)", last, attempt + 1, max_retries + 1)
-    raise SearchError(last)
-
-
-class SerperSearch:
-    """Web search through a Serper-compatible API."""
-
-    name = "serper"
-
-    def __init__(self, config: SerperConfig | None = None) -> None:
-        self.config = config or SerperConfig()
-
-    def _headers(self) -> dict[str, str]:
-        headers = {"Content-Type": "application/json"}
-        env = self.config.api_key_env
-        if env is not None:
-            key = os.environ.get(env)
-            if not key:
-                raise SearchError(f"serper: environment variable {env} (the API key) is not set")
-            headers["X-API-KEY"] = key
-        return headers
-
-    def search(self, query: str, top_k: int = 10) -> list[SearchHit]:
-        cfg = self.config
-        data = _post_json(
-            cfg.url,
-            {"q": query, "num": top_k},
-            headers=self._headers(),
-            timeout_s=cfg.timeout_s,
-            max_retries=cfg.max_retries,
-            backoff_s=cfg.backoff_s,
-            what="serper",
-        )
-        if not isinstance(data, dict):
-            raise SearchError("serper: unexpected response (not a JSON object)")
-        organic = data.get("organic") or []
-        if not isinstance(organic, list):
-            raise SearchError("serper: unexpected response ('organic' is not a list)")
-        hits = []
-        for item in organic[:top_k]:
-            if not isinstance(item, dict):
-                continue
-            hits.append(
-                SearchHit(
-                    title=str(item.get("title", "")),
-                    url=str(item.get("link", "")),
-                    snippet=str(item.get("snippet", "")),
-                    date=str(item["date"]) if item.get("date") else None,
-                    source=str(item["source"]) if item.get("source") else None,
-                )
-            )
-        return hits
-
-
-class RetrieveServerSearch:
-    """``wiki_search`` through an AFM/Search-R1 ``/retrieve`` server."""
-
-    name = "retrieve"
-
-    def __init__(self, config: RetrieveConfig | None = None) -> None:
-        self.config = config or RetrieveConfig()
-
-    def endpoint(self) -> str:
-        cfg = self.config
-        url = cfg.url or (os.environ.get(cfg.url_env) if cfg.url_env else None)
-        if not url:
-            raise SearchError(f"retrieve: no endpoint (set `url` or the environment variable {cfg.url_env})")
-        return url
-
-    def search(self, query: str, top_k: int = 3) -> list[SearchHit]:
-        cfg = self.config
-        data = _post_json(
-            self.endpoint(),
-            {"queries": [query], "topk": top_k, "return_scores": True},
-            headers={"Content-Type": "application/json"},
-            timeout_s=cfg.timeout_s,
-            max_retries=cfg.max_retries,
-            backoff_s=cfg.backoff_s,
-            what="retrieve",
-        )
-        try:
-            results = data["result"][0]
-        except (KeyError, IndexError, TypeError):
-            raise SearchError("retrieve: unexpected response (no result list)") from None
-        hits = []
-        for item in results[:top_k]:
-            doc = item.get("document", item) if isinstance(item, dict) else None
-            if not isinstance(doc, dict):
-                continue
-            contents = str(doc.get("contents", ""))
-            title, _, text = contents.partition("\n")
-            doc_id = doc.get("id")
-            score = item.get("score") if "document" in item else None
-            hits.append(
-                SearchHit(
-                    title=title,
-                    url=f"wiki://{doc_id}" if doc_id is not None else "",
-                    snippet=text,
-                    content=text,
-                    score=float(score) if isinstance(score, int | float) else None,
-                )
-            )
-        return hits
-
-
-# -- config ------------------------------------------------------------------------------------
-
-
-class SearchConfig(StrictModel):
-    """Which provider serves a search tool."""
-
-    provider: Literal["local_bm25", "serper", "retrieve"] = Field(
-        default="local_bm25", description="local_bm25 (embedded default), serper (web) or retrieve (wiki)."
-    )
-    index_dir: str | None = Field(
-        default=None, description="local_bm25: a saved index folder; unset = build from the given documents."
-    )
-    top_k: int = Field(default=10, ge=1, description="Results per query.")
-    serper: SerperConfig = Field(default_factory=SerperConfig)
-    retrieve: RetrieveConfig = Field(default_factory=RetrieveConfig)
-
-
-def build_search_provider(
-    config: SearchConfig, documents: Iterable[DocumentLike] | None = None
-) -> SearchProvider:
-    """The provider ``config`` names; ``local_bm25`` loads ``index_dir`` or indexes ``documents``."""
-    if config.provider == "serper":
-        return SerperSearch(config.serper)
-    if config.provider == "retrieve":
-        return RetrieveServerSearch(config.retrieve)
-    if config.index_dir is not None:
-        return LocalBM25Search.load(config.index_dir)
-    if documents is None:
-        raise ValueError("local_bm25 needs documents or an index_dir")
-    return LocalBM25Search(documents)
-
-
-def encyclopedia_search(seed: int = 0, n_entities: int | None = None) -> LocalBM25Search:
-    """The embedded default: BM25 over the synthetic encyclopedia ``(seed, n_entities)``."""
-    from coa.synthetic import multihop
-
-    return LocalBM25Search(multihop.build_encyclopedia(seed, n_entities or multihop.DEFAULT_ENTITIES))

@@ -1,7 +1,10 @@
-"""Configuration and result of an SFT run: :class:`SFTRunConfig`, :class:`SFTResult`, the errors.
+"""Configuration and result of an SFT run: :class:`SFTRunConfig`, :class:`SFTResult`, the errors,
+and :data:`SFT`, the recipe the trainer kit (:mod:`coa.train.kit`) runs it as.
 
-Kept apart from :mod:`coa.train.sft` so that the pipeline config can import it without importing
-torch, transformers or TRL.
+The fields every recipe shares (the plan, learning rate, checkpoints, logging; the model and output
+folder; where the stage runs) are declared once in :mod:`coa.train.kit.config`. Kept apart from
+:mod:`coa.train.sft` so that the pipeline config can import it without importing torch,
+transformers or TRL.
 """
 
 from __future__ import annotations
@@ -11,17 +14,25 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from coa.config import StrictModel
-from coa.errors import CheckFailed, CoaError
+from coa.errors import CheckFailed
+from coa.train.kit.config import RESUME_FREE_FIELDS as KIT_RESUME_FREE
+from coa.train.kit.config import (
+    LearningRate,
+    LoggingSteps,
+    MaxSteps,
+    SaveSteps,
+    TrainLoop,
+    TrainRun,
+    TrainStage,
+)
+from coa.train.kit.recipe import Recipe, TrainError
 
 DEFAULT_LORA_TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
-RESUME_FREE_FIELDS = frozenset(
-    {"data", "table", "output_dir", "logging_steps", "save_steps", "save_total_limit", "time_budget_s",
-     "calibration_steps", "eval_steps"}
-)  # fmt: skip
+RESUME_FREE_FIELDS = KIT_RESUME_FREE | {"data", "table", "time_budget_s", "calibration_steps", "eval_steps"}
 """Fields that may differ between a run and its resumption (they do not change the training itself)."""
 
 
-class SFTError(CoaError, RuntimeError):
+class SFTError(TrainError):
     """A run that cannot start or cannot be reported (bad output folder, config changed on resume…)."""
 
 
@@ -40,34 +51,24 @@ class LoraSettings(StrictModel):
     )
 
 
-class SFTParams(StrictModel):
-    """How to train (shared by a single run and the pipeline's SFT stage).
+class SFTParams(TrainLoop):
+    """How to train (shared by a single run and the pipeline's SFT stage); the loop's fields are the
+    kit's (:class:`~coa.train.kit.config.TrainLoop`), with SFT's defaults.
 
     ``max_steps`` or ``time_budget_s`` sets the plan; with both, the time budget plans and
     ``max_steps`` caps it (a faster machine stops at the cap instead of training more epochs).
     """
 
-    max_steps: int | None = Field(
-        default=None,
-        ge=1,
-        description="Optimizer steps to run (the plan); with time_budget_s, the most the budget may plan.",
-    )
-    time_budget_s: float | None = Field(
-        default=None,
-        gt=0,
-        description="Instead of max_steps: plan as many optimizer steps as fit in this many seconds of "
-        "training at the measured speed (setup and calibration not counted). Single-process runs only.",
-    )
+    max_steps: MaxSteps = None
+    learning_rate: LearningRate = 2e-5
+    save_steps: SaveSteps = 500
+    logging_steps: LoggingSteps = 10
+
     calibration_steps: int = Field(
         default=20,
         ge=1,
         description="Optimizer steps a throwaway copy of the model times (after 5 warm-up steps) to plan a "
         "time budget.",
-    )
-    learning_rate: float = Field(
-        default=2e-5,
-        gt=0,
-        description="Peak learning rate (AdamW). The tiny CPU student learns well at 2e-3.",
     )
     lr_scheduler: Literal["cosine", "linear", "constant", "constant_with_warmup"] = Field(
         default="cosine", description="Schedule after warm-up, over the planned steps."
@@ -79,7 +80,6 @@ class SFTParams(StrictModel):
     weight_decay: float = Field(default=0.0, ge=0, description="AdamW weight decay.")
     adam_beta1: float = Field(default=0.9, gt=0, lt=1, description="AdamW beta1.")
     adam_beta2: float = Field(default=0.999, gt=0, lt=1, description="AdamW beta2 (0.98 suits tiny models).")
-    max_grad_norm: float = Field(default=1.0, gt=0, description="Gradient clipping norm.")
     batch_size: int = Field(
         default=8,
         ge=1,
@@ -137,10 +137,6 @@ class SFTParams(StrictModel):
         description="DeepSpeed JSON config (e.g. infra/accelerate/zero3.json); not needed when `accelerate "
         "launch` is given a DeepSpeed config.",
     )
-    seed: int = Field(default=0, description="Seed of data order and any random init.")
-    save_steps: int = Field(default=500, ge=1, description="Checkpoint every this many optimizer steps.")
-    save_total_limit: int | None = Field(default=2, ge=1, description="Checkpoints kept (oldest removed).")
-    logging_steps: int = Field(default=10, ge=1, description="Log the loss every this many optimizer steps.")
 
     @model_validator(mode="after")
     def _one_plan(self) -> SFTParams:
@@ -149,22 +145,15 @@ class SFTParams(StrictModel):
         return self
 
 
-class SFTRunConfig(SFTParams):
+class SFTRunConfig(SFTParams, TrainRun):
     """One SFT run: what to train, on what, and where (``python -m coa.train.sft --config``)."""
 
-    base_model: str = Field(
-        description="Model to fine-tune: a local folder (e.g. `coa model init`) or a hub id."
-    )
     data: str | None = Field(
         default=None,
         description="For `python -m coa.train.sft`: an sft.v1 artifact URI (local or s3://) or a "
         "Parquet file.",
     )
     table: str = Field(default="sft", description="Table of the `data` artifact holding the sft.v1 rows.")
-    output_dir: str | None = Field(
-        default=None,
-        description="Folder for checkpoints, the final model and the report (run_sft may override).",
-    )
 
 
 class SFTResult(BaseModel):
@@ -212,21 +201,26 @@ class SFTResult(BaseModel):
     )
 
 
-class SFTStageConfig(SFTParams):
+class SFTStageConfig(SFTParams, TrainStage):
     """The SFT stage: training settings plus where and on which examples it runs."""
 
     name: str = Field(default="sft", description="Artifact name of the fine-tuned model.")
     families: tuple[str, ...] | None = Field(
         default=None, description="Train only on examples of these task families; null = all."
     )
-    launcher: Literal["auto", "in_process", "accelerate"] = Field(
-        default="auto",
-        description="auto = in this process on CPU, `accelerate launch` when a CUDA GPU is present.",
-    )
-    accelerate_config: str = Field(
-        default="infra/accelerate/single_gpu.yaml",
-        description="accelerate config for the launched run (multi_gpu_zero3.yaml for DeepSpeed ZeRO-3).",
-    )
-    num_processes: int | None = Field(
-        default=None, ge=1, description="Override of the accelerate config's process count (GPUs)."
-    )
+
+
+SFT = Recipe(
+    name="sft",
+    title="SFT",
+    module="coa.train.sft",
+    plan_file="sft_plan.json",
+    result_file="sft_result.json",
+    data_field="data",
+    data_file="examples.parquet",
+    resume_free=RESUME_FREE_FIELDS,
+    error=SFTError,
+    step_count_error=StepCountError,
+    logger="coa.train.sft",
+)
+"""Supervised fine-tuning as a recipe of the trainer kit."""

@@ -31,9 +31,9 @@ from coa.format import (
     to_afm_rl_row,
     validate,
 )
+from coa.format.code import extract_code
 from coa.steps import TableInput, run_step
 from coa.tasksets import TaskSourceConfig, import_tasks
-from coa.tools.code import extract_code
 from tests.format.afm_rules import (
     afm_code_format_ok,
     afm_reward_path,

@@ -7,8 +7,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from coa.format import render, validate
-from coa.format.code import code_format_error, render_code
-from coa.tools.code import extract_code
+from coa.format.code import code_format_error, extract_code, render_code
 
 from .afm_rules import afm_code_format_ok
 from .samples import AFM, CODE, MATH, traj

@@ -20,6 +20,7 @@ from coa.llm import (
     ResponseCache,
     Scrubber,
     resolve_api_key,
+    set_secret_block_reader,
 )
 from tests.llm.fake_server import FakeLLMServer, Reply, completion
 from tests.llm.helpers import chat_once, endpoint, run
@@ -91,9 +92,24 @@ def test_missing_key_env_names_the_variable(fake: FakeLLMServer, monkeypatch: py
     assert fake.hits == 0
 
 
-def test_key_from_prefect_secret_block(fake: FakeLLMServer, monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.fixture
+def block_reader() -> Any:
+    """Restores whichever secret-block reader was installed before the test."""
+    previous = set_secret_block_reader(None)
+    yield
+    set_secret_block_reader(previous)
+
+
+def test_key_from_prefect_secret_block(
+    fake: FakeLLMServer, monkeypatch: pytest.MonkeyPatch, block_reader: None
+) -> None:
+    """The Prefect layer (tasks.secret_blocks) installs the Secret-block lookup; the key reaches the
+    Authorization header."""
     from prefect.blocks import system
 
+    import tasks.secret_blocks
+
+    set_secret_block_reader(tasks.secret_blocks.read_secret_block)  # what importing tasks did once
     loaded: list[str] = []
 
     class FakeSecret:
@@ -111,20 +127,54 @@ def test_key_from_prefect_secret_block(fake: FakeLLMServer, monkeypatch: pytest.
     assert fake.requests[0].headers["authorization"] == f"Bearer {KEY}"
 
 
-def test_failed_block_load_is_a_clean_config_error(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_failed_block_load_is_a_clean_config_error(
+    monkeypatch: pytest.MonkeyPatch, block_reader: None
+) -> None:
     from prefect.blocks import system
 
-    async def aload(name: str, *args: Any, **kwargs: Any) -> Any:
-        raise ValueError(f"Unable to find block document named {name}")
+    import tasks.secret_blocks
 
+    set_secret_block_reader(tasks.secret_blocks.read_secret_block)
+
+    async def aload(name: str, *args: Any, **kwargs: Any) -> Any:
+        raise ValueError(f"Unable to find block document named {name}, key {KEY}")
+
+    monkeypatch.setenv("COA_TEST_LLM_API_KEY", KEY)  # a secret-looking env value: scrubbed from the error
     monkeypatch.setattr(system.Secret, "aload", aload)
     cfg = EndpointConfig(name="x", base_url="http://127.0.0.1:9/v1", model="m", api_key_block="missing")
-    with pytest.raises(ConfigError, match="cannot load Prefect Secret block 'missing'"):
+    with pytest.raises(ConfigError, match="cannot load Prefect Secret block 'missing'") as caught:
         run(resolve_api_key(cfg))
+    assert KEY not in _all_text(caught.value)
+
+
+@pytest.mark.parametrize("value", ["", "   ", None, 42])
+def test_block_without_a_key_is_a_config_error(value: Any, block_reader: None) -> None:
+    async def reader(name: str) -> Any:
+        return value
+
+    set_secret_block_reader(reader)
+    cfg = EndpointConfig(name="x", base_url="http://127.0.0.1:9/v1", model="m", api_key_block="empty")
+    with pytest.raises(ConfigError, match="'empty' does not hold a non-empty string"):
+        run(resolve_api_key(cfg))
+
+
+def test_block_without_the_prefect_layer_names_the_fix(fake: FakeLLMServer, block_reader: None) -> None:
+    """coa alone reads environment variables only: a block name fails before any request, with the fix."""
+    with pytest.raises(ConfigError, match="api_key_block 'llm-teacher-key'.*api_key_env"):
+        run(chat_once(endpoint(fake, api_key_block="llm-teacher-key")))
+    assert fake.hits == 0
 
 
 def test_coa_llm_does_not_import_prefect() -> None:
     code = "import sys, coa.llm; assert not [m for m in sys.modules if m.split('.')[0] == 'prefect']"
+    subprocess.run([sys.executable, "-c", code], check=True, cwd=Path(__file__).resolve().parents[2])
+
+
+def test_importing_the_prefect_layer_installs_the_block_reader() -> None:
+    code = (
+        "import coa.llm.secrets as s; assert s.secret_block_reader() is None; "
+        "import tasks, tasks.secret_blocks as b; assert s.secret_block_reader() is b.read_secret_block"
+    )
     subprocess.run([sys.executable, "-c", code], check=True, cwd=Path(__file__).resolve().parents[2])
 
 

@@ -11,10 +11,11 @@ import torch
 from transformers import AutoModelForCausalLM, TrainerCallback
 
 import schemas
-from coa.rl.config import EntropyCollapse, RLRunConfig, RLStepCountError
-from coa.rl.grpo import CHECKPOINTS_DIR, ROLLOUTS_DIR, last_checkpoint, run_rl
+from coa.rl.config import EntropyCollapse, RLError, RLRunConfig, RLStepCountError
+from coa.rl.grpo import ROLLOUTS_DIR, run_rl
 from coa.rollout import Codec
 from coa.tools.config import ToolsConfig
+from coa.train.kit.run import CHECKPOINTS_DIR, last_checkpoint
 
 from .helpers import TwoTurnPolicy, prompts_table
 
@@ -113,7 +114,7 @@ def test_a_killed_run_resumes_from_its_checkpoint(tiny_model: Path, tmp_path: Pa
     assert last is not None and last.name == "checkpoint-2"
     with pytest.raises(Exception, match="already holds checkpoints"):
         run_rl(prompts, config(tiny_model, heldout_eval_steps=2), out, policy_factory=scripted([]))
-    with pytest.raises(Exception, match="changed RL config"):
+    with pytest.raises(RLError, match=r"changed training config \(learning_rate"):
         run_rl(
             prompts,
             config(tiny_model, heldout_eval_steps=2, learning_rate=1e-3),
@@ -133,6 +134,16 @@ def test_a_killed_run_resumes_from_its_checkpoint(tiny_model: Path, tmp_path: Pa
         "step-000000.parquet",
         "step-000002.parquet",
     ]
+    # resuming a finished run (killed while writing its model) takes no step and reports the same
+    # model and held-out curve (the kit's final-checkpoint path, shared with SFT)
+    trained = weights(Path(result.model_dir))
+    again = run_rl(
+        prompts, config(tiny_model, heldout_eval_steps=2), out, resume=True, policy_factory=scripted([])
+    )
+    assert (again.start_step, again.steps_run, again.global_step) == (4, 0, 4)
+    assert again.heldout == result.heldout and again.curves == result.curves
+    reloaded = weights(Path(again.model_dir))
+    assert all(torch.equal(trained[k], reloaded[k]) for k in trained)
 
 
 @pytest.mark.sandbox
@@ -157,12 +168,14 @@ def test_entropy_collapse_stops_the_run_with_a_clear_message(tiny_model: Path, t
 def test_accelerate_launch_runs_the_rl_stage_on_a_gpu(tiny_model: Path, tmp_path: Path) -> None:
     if not torch.cuda.is_available():
         pytest.skip("needs a CUDA GPU: the RL stage is launched with `accelerate launch` only there")
-    from coa.rl.step import launch_accelerate
+    from coa.rl.config import RL, RLResult
+    from coa.train.kit.launch import launch_accelerate
 
     cfg = config(tiny_model, max_steps=2, max_new_tokens=32, max_total_tokens=64, max_turns=2)
-    result = launch_accelerate(
-        prompts_table(N_PROMPTS), cfg, tmp_path / "run", "infra/accelerate/single_gpu.yaml"
+    launched = launch_accelerate(
+        RL, prompts_table(N_PROMPTS), cfg, tmp_path / "run", "infra/accelerate/single_gpu.yaml"
     )
+    result = RLResult.model_validate(launched)
     assert result.global_step == 2 and result.device.startswith("cuda")
     assert schemas.ROLLOUT.check(pq.read_table(result.rollouts_file)).ok
 

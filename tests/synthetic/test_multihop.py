@@ -9,7 +9,15 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from coa.synthetic import Document, build_encyclopedia, build_world, generate, hop_query, multihop
+from coa.synthetic import (
+    Document,
+    build_encyclopedia,
+    build_world,
+    encyclopedia,
+    generate,
+    hop_query,
+    multihop,
+)
 
 WORLD = build_world(0, 120)
 
@@ -22,11 +30,11 @@ def test_encyclopedia_is_deterministic_and_well_formed() -> None:
     assert len({d.id for d in docs}) == len(docs)
     assert sum(d.id.startswith("event-") for d in docs) >= 120 // 3  # distractors
     assert len(WORLD.entities) == 120
-    assert {e.kind for e in WORLD.entities} == set(multihop.KINDS)
+    assert {e.kind for e in WORLD.entities} == set(encyclopedia.KINDS)
 
 
 def test_names_are_unique_syllable_words() -> None:
-    syllable_word = re.compile("(?:" + "|".join(multihop.SYLLABLES) + "){2,3}")
+    syllable_word = re.compile("(?:" + "|".join(encyclopedia.SYLLABLES) + "){2,3}")
     names = [e.name for e in WORLD.entities]
     assert len(set(names)) == len(names)
     words = []
@@ -45,7 +53,7 @@ def test_each_fact_is_stated_in_the_subject_document_only() -> None:
     docs = {d.id: d for d in WORLD.documents}
     for (relation, subject_id), object_id in WORLD.facts.items():
         subject, obj = WORLD.by_id[subject_id], WORLD.by_id[object_id]
-        rel = multihop.RELATIONS[relation]
+        rel = encyclopedia.RELATIONS[relation]
         assert (subject.kind, obj.kind) == (rel.subject, rel.object)
         text = docs[subject_id].text
         assert any(s.format(s=subject.name, o=obj.name) in text for s in rel.sentences), (relation, text)
@@ -54,9 +62,9 @@ def test_each_fact_is_stated_in_the_subject_document_only() -> None:
 def test_every_chain_and_phrasing_round_trips() -> None:
     for hops in (2, 3):
         for chain in multihop.chains(hops):
-            starts = [e for e in WORLD.of_kind(multihop.RELATIONS[chain[0]].subject)]
+            starts = [e for e in WORLD.of_kind(encyclopedia.RELATIONS[chain[0]].subject)]
             start = next(e for e in starts if _resolves(e.name, list(chain)))
-            for variant in range(len(multihop.RELATIONS[chain[-1]].questions)):
+            for variant in range(len(encyclopedia.RELATIONS[chain[-1]].questions)):
                 question = multihop.render_question(start.name, chain, variant)
                 assert multihop.parse_question(question) == multihop.structure_of(start.name, chain, variant)
 
@@ -87,8 +95,8 @@ def test_both_hop_counts_and_all_final_relations_appear() -> None:
     table = generate("multihop", 300, seed=0, encyclopedia_size=120)
     structures = [json.loads(m)["structure"] for m in table["metadata"].to_pylist()]
     assert {s["hops"] for s in structures} == {2, 3}
-    objects = {r.object for r in multihop.RELATIONS.values()}
-    can_be_last = {name for name, r in multihop.RELATIONS.items() if r.subject in objects}
+    objects = {r.object for r in encyclopedia.RELATIONS.values()}
+    can_be_last = {name for name, r in encyclopedia.RELATIONS.items() if r.subject in objects}
     assert {s["template"] for s in structures} == can_be_last
 
 

@@ -11,12 +11,12 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from coa.synthetic import generate, programming
+from coa.synthetic import generate, program_specs, programming
 
 
 def test_every_spec_and_parameter_set_round_trips() -> None:
     count = 0
-    for spec in programming.SPECS.values():
+    for spec in program_specs.SPECS.values():
         for params in spec.space():
             question = programming.render_question(spec.id, params, "1\n", "1\n")
             assert programming.parse_question(question) == programming.structure_of(spec.id, params)
@@ -33,7 +33,7 @@ def test_parse_recovers_generated_structure_and_tests_match_reference(seed: int,
         structure = json.loads(row["metadata"])["structure"]
         assert programming.parse_question(row["question"]) == structure
         tests = row["test_cases"]
-        assert tests["kind"] == "stdin" and len(tests["stdin"]) == programming.N_TESTS
+        assert tests["kind"] == "stdin" and len(tests["stdin"]) == program_specs.N_TESTS
         source = programming.reference_solution(structure["spec"], structure["params"])
         for stdin, expected in zip(tests["stdin"], tests["expected_output"], strict=True):
             assert programming.run_program(source, stdin) == expected
@@ -44,15 +44,15 @@ def test_parse_recovers_generated_structure_and_tests_match_reference(seed: int,
 def test_specs_are_balanced() -> None:
     table = generate("programming", 140, seed=4)
     specs = [json.loads(m)["structure"]["spec"] for m in table["metadata"].to_pylist()]
-    counts = {s: specs.count(s) for s in programming.SPECS}
+    counts = {s: specs.count(s) for s in program_specs.SPECS}
     assert min(counts.values()) >= 2, counts
 
 
-@pytest.mark.parametrize("spec", sorted(programming.SPECS))
+@pytest.mark.parametrize("spec", sorted(program_specs.SPECS))
 def test_reference_programs_run_as_real_programs(spec: str) -> None:
-    params = programming.SPECS[spec].space()[0]
+    params = program_specs.SPECS[spec].space()[0]
     source = programming.reference_solution(spec, params)
-    stdin = programming.SPECS[spec].inputs(random.Random(0), params)[0]
+    stdin = program_specs.SPECS[spec].inputs(random.Random(0), params)[0]
     done = subprocess.run(
         [sys.executable, "-c", source], input=stdin, capture_output=True, text=True, timeout=20, check=True
     )

@@ -7,13 +7,13 @@ import textwrap
 
 import pytest
 
+from coa.format.code import extract_code
 from coa.tools.code import (
     DEFAULT_MAX_CHARS,
     NO_CODE_OBSERVATION,
     AssertTest,
     IOTest,
     code_tool,
-    extract_code,
     format_observation,
     io_tests,
     make_code_tool,

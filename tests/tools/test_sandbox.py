@@ -23,9 +23,10 @@ from pathlib import Path
 
 import pytest
 
-from coa.tools import harness_pool, sandbox
+from coa.tools import harness_host, sandbox
 from coa.tools.code import IOTest, code_tool, run_tests, run_tests_batch
-from coa.tools.harness_pool import HarnessSandbox, ProgramRunner, SandboxPool, close_shared_pools
+from coa.tools.harness_host import HarnessSandbox
+from coa.tools.harness_pool import ProgramRunner, SandboxPool, close_shared_pools
 from coa.tools.sandbox import (
     SandboxConfig,
     SandboxResult,
@@ -843,10 +844,10 @@ def test_userns_mode_for_unprivileged_callers() -> None:
 @requires_sandbox
 def test_harness_without_pidfd_polls_for_the_exit(monkeypatch: pytest.MonkeyPatch) -> None:
     # Kernels before 5.3 have no pidfd: the harness then polls waitpid; same results.
-    source = harness_pool._harness_source()
+    source = harness_host._harness_source()
     patched = source.replace(b"return os.pidfd_open(pid)", b"return -1")
     assert patched != source
-    monkeypatch.setattr(harness_pool, "_harness_source", lambda: patched)
+    monkeypatch.setattr(harness_host, "_harness_source", lambda: patched)
     config = dataclasses.replace(FAST, wall_seconds=1.5)
     with ProgramRunner(config) as runner:
         echo = runner.run("print(input()[::-1])", "olleh\n")
@@ -861,7 +862,7 @@ def test_harness_without_pidfd_polls_for_the_exit(monkeypatch: pytest.MonkeyPatc
 def test_a_harness_that_never_starts_is_unavailable_not_a_failing_program(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setattr(harness_pool, "_harness_source", lambda: b"raise SystemExit('broken harness')\n")
-    monkeypatch.setattr(harness_pool, "_started", set())
+    monkeypatch.setattr(harness_host, "_harness_source", lambda: b"raise SystemExit('broken harness')\n")
+    monkeypatch.setattr(harness_host, "_started", set())
     with pytest.raises(SandboxUnavailable, match="broken harness"):
         run_tests("print(1)", [IOTest("", "1")], FAST)

@@ -18,14 +18,8 @@ from coa.synthetic import build_encyclopedia, generate, hop_query
 from coa.tools.search import (
     LocalBM25Search,
     LocalDocument,
-    RetrieveConfig,
-    RetrieveServerSearch,
-    SearchConfig,
     SearchError,
     SearchHit,
-    SerperConfig,
-    SerperSearch,
-    build_search_provider,
     format_web_results,
     format_wiki_results,
     local_doc_id,
@@ -33,6 +27,14 @@ from coa.tools.search import (
     tokenize,
     web_search,
     wiki_search,
+)
+from coa.tools.search_providers import (
+    RetrieveConfig,
+    RetrieveServerSearch,
+    SearchConfig,
+    SerperConfig,
+    SerperSearch,
+    build_search_provider,
 )
 
 ENTITIES = 300

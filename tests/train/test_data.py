@@ -12,7 +12,7 @@ import schemas
 from coa.format import IGNORE_INDEX, observation_spans
 from coa.train import SFTRunConfig
 from coa.train.data import ExampleError, encode_examples
-from coa.train.sft import build_trainer
+from coa.train.sft_trainer import build_trainer
 
 from .rows import arith_rows
 

@@ -11,7 +11,7 @@ import torch
 from coa.format import IGNORE_INDEX
 from coa.train import SFTRunConfig
 from coa.train.data import encode_examples
-from coa.train.sft import build_trainer
+from coa.train.sft_trainer import build_trainer
 
 
 def _segments(position_ids: torch.Tensor) -> list[tuple[int, int]]:

@@ -23,17 +23,9 @@ from coa.train import SFTError, SFTRunConfig, StepCountError
 from coa.train import budget as budget_module
 from coa.train.budget import HEADROOM
 from coa.train.data import encode_examples
-from coa.train.sft import (
-    CALIBRATION_WARMUP,
-    LOSS_PNG,
-    PLAN_FILE,
-    RESULT_FILE,
-    calibration_order,
-    last_checkpoint,
-    main,
-    run_sft,
-    step_seconds_at,
-)
+from coa.train.kit.run import last_checkpoint
+from coa.train.sft import LOSS_PNG, PLAN_FILE, RESULT_FILE, main, run_sft
+from coa.train.sft_plan import CALIBRATION_WARMUP, calibration_order, step_seconds_at
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -369,7 +361,7 @@ def test_cuda_deepspeed_zero3_config(tiny_model: Path, sft_rows: pa.Table, tmp_p
 
 
 def test_heldout_split_is_by_whole_task_and_deterministic(sft_rows: pa.Table) -> None:
-    from coa.train.sft import split_heldout
+    from coa.train.sft_trainer import split_heldout
 
     train, heldout = split_heldout(sft_rows, 0.1, 64)
     again_train, again_heldout = split_heldout(sft_rows, 0.1, 64)
@@ -381,7 +373,7 @@ def test_heldout_split_is_by_whole_task_and_deterministic(sft_rows: pa.Table) ->
 
 
 def test_overfit_warning_when_heldout_rises_while_training_falls() -> None:
-    from coa.train.sft import overfit_warning
+    from coa.train.curves import overfit_warning
 
     train = [(s, 2.0 - s / 100) for s in range(1, 101)]
     rising = [(25, 1.5), (50, 1.2), (75, 1.4), (100, 1.6)]

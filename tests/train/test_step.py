@@ -18,7 +18,8 @@ from coa.steps import ModelInput, TableInput, address, run_step
 from coa.train import SFTError
 from coa.train import step as sft_step
 from coa.train.config import SFTStageConfig
-from coa.train.step import read_result, select_examples, work_dir
+from coa.train.kit.launch import work_dir
+from coa.train.step import read_result, select_examples
 
 from .conftest import TINY
 from .test_sft import CrashAt

@@ -1,4 +1,5 @@
-"""Exporters to the AFM layouts, read the way AFM's LLaMA-Factory and verl forks read them.
+"""AFM's layouts: SFT records and RL rows as AFM's LLaMA-Factory and verl forks read them (written by
+:mod:`coa.convert.export`).
 
 The facts behind every choice are in ``afm-spec.md`` (§2.1 SFT data, §3.1 RL Parquet, §4 rewards).
 

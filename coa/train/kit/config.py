@@ -1,0 +1,92 @@
+"""What every trainer recipe (SFT, GRPO) shares in its config, declared once.
+
+* :class:`TrainLoop`: the optimizer-step loop: the plan (``max_steps``, ``time_budget_s``), the
+  learning rate, clipping, the seed, checkpoints and logging;
+* :class:`TrainRun`: one run from a file (``python -m <recipe> --config resolved.yaml``): the model
+  to start from and the output folder;
+* :class:`TrainStage`: where the pipeline stage runs (``launcher``, ``accelerate_config``,
+  ``num_processes``).
+
+A recipe's config inherits them, so the YAML keys stay flat (``sft.learning_rate``,
+``rl.save_steps``). Where the recipes' defaults differ the field has none here and each recipe
+states its own with the type alias below (``learning_rate: LearningRate = 2e-5``): the type,
+bounds and documentation stay in one place.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+from pydantic import Field
+
+from coa.config import StrictModel
+
+MaxSteps = Annotated[
+    int | None,
+    Field(
+        ge=1,
+        description="Optimizer steps to run (the plan); with time_budget_s, the most the budget may plan. "
+        "SFT needs max_steps or time_budget_s; RL always needs max_steps.",
+    ),
+]
+LearningRate = Annotated[
+    float,
+    Field(
+        gt=0,
+        description="Peak AdamW learning rate (after warm-up; SFT follows lr_scheduler, RL keeps it "
+        "constant). The tiny CPU student learns well at 2e-3 in SFT.",
+    ),
+]
+SaveSteps = Annotated[int, Field(ge=1, description="Checkpoint every this many optimizer steps.")]
+LoggingSteps = Annotated[int, Field(ge=1, description="Log the metrics every this many optimizer steps.")]
+
+RESUME_FREE_FIELDS = frozenset({"output_dir", "logging_steps", "save_steps", "save_total_limit"})
+"""Fields of every recipe that may differ between a run and its resumption (they do not change the
+training itself); each recipe adds its own."""
+
+
+class TrainLoop(StrictModel):
+    """The optimizer-step loop every recipe runs (recipes set the defaults that differ)."""
+
+    max_steps: MaxSteps
+    time_budget_s: float | None = Field(
+        default=None,
+        gt=0,
+        description="Train for at most this many seconds: the plan is fitted to the measured step time and "
+        "re-fitted while training so the run ends on time, never past max_steps (SFT: setup and "
+        "calibration not counted; single-process runs only).",
+    )
+    learning_rate: LearningRate
+    max_grad_norm: float = Field(default=1.0, gt=0, description="Gradient clipping norm.")
+    seed: int = Field(default=0, description="Seed of the data order, sampling and any random init.")
+    save_steps: SaveSteps
+    save_total_limit: int | None = Field(default=2, ge=1, description="Checkpoints kept (oldest removed).")
+    logging_steps: LoggingSteps
+
+
+class TrainRun(StrictModel):
+    """One run from a file: the model to start from and where to write."""
+
+    base_model: str = Field(
+        description="The model to train: a local folder (`coa model init`, an SFT model) or a hub id."
+    )
+    output_dir: str | None = Field(
+        default=None,
+        description="Folder for the checkpoints, the final model and the report (the caller may override).",
+    )
+
+
+class TrainStage(StrictModel):
+    """Where a pipeline training stage runs."""
+
+    launcher: Literal["auto", "in_process", "accelerate"] = Field(
+        default="auto",
+        description="auto = in this process on CPU, `accelerate launch` when a CUDA GPU is present.",
+    )
+    accelerate_config: str = Field(
+        default="infra/accelerate/single_gpu.yaml",
+        description="accelerate config for the launched run (multi_gpu_zero3.yaml for DeepSpeed ZeRO-3).",
+    )
+    num_processes: int | None = Field(
+        default=None, ge=1, description="Override of the accelerate config's process count (GPUs)."
+    )

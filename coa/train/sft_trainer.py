@@ -1,0 +1,260 @@
+"""The SFT recipe's trainer: TRL's ``SFTTrainer`` on a pre-tokenized dataset, built from a run config.
+
+:func:`build_trainer` encodes the ``sft.v1`` rows (:mod:`coa.train.data`: ``input_ids`` and loss
+``labels``, ``-100`` on the prompt and every observation), holds out whole tasks for a held-out
+loss (:func:`split_heldout`, :class:`HeldoutLoss`), loads the model and returns the trainer with
+the kit's callbacks (:mod:`coa.train.kit.callbacks`), not yet trained. :class:`CoaSFTTrainer`
+counts the tokens it trains on, follows a time budget's plan in its schedule, and uses TRL's fused
+LM head or the model's own loss (``fused_lm_head``).
+
+**Packing** (``packing: true``) uses TRL's best-fit-decreasing packing (``bfd``) of whole examples
+(already cut to ``max_length``), which is padding-free: each packed row keeps the ``labels`` of its
+examples, the collator concatenates the rows of a batch into one sequence with per-example
+``position_ids`` (restarting at 0) and no attention mask, and the model derives a block-diagonal
+causal mask from those position ids, so no example attends to another and no loss crosses a
+boundary (the first label of each example is ``-100``). TRL's ``wrapped`` strategy cuts examples
+mid-sequence and is not offered. Without flash-attention the block-diagonal mask is dense,
+quadratic in ``batch_size * max_length``: on CPU packing is ~3x slower per token than plain padded
+batches, so pack on GPUs only.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+from transformers import Trainer, TrainerCallback
+from transformers.trainer_callback import PrinterCallback
+from trl import SFTTrainer
+
+from coa.train.budget import StepPlan, follow_plan
+from coa.train.config import SFT, LoraSettings, SFTError, SFTRunConfig
+from coa.train.data import EncodedExamples, encode_examples
+from coa.train.kit.callbacks import LogLastStep, LogToLogger, StepCounter
+from coa.train.kit.run import CHECKPOINTS_DIR
+from coa.train.kit.tracking import tracking_args
+
+log = logging.getLogger(SFT.logger)
+
+
+@dataclasses.dataclass
+class BuiltTrainer:
+    """A ready ``SFTTrainer`` and what went into it (see :func:`build_trainer`)."""
+
+    trainer: Any
+    encoded: EncodedExamples
+    counter: StepCounter
+    bf16: bool
+    device: str
+    n_heldout: int = 0
+
+
+def build_trainer(
+    examples: pa.Table,
+    config: SFTRunConfig,
+    output_dir: str | Path,
+    max_steps: int | None = None,
+    callbacks: Sequence[Any] = (),
+) -> BuiltTrainer:
+    """The ``SFTTrainer`` of a run (dataset encoded and, with packing, packed), not yet trained."""
+    import torch
+    from datasets import Dataset
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from trl import SFTConfig
+
+    cuda = torch.cuda.is_available()
+    bf16 = bool(cuda and torch.cuda.is_bf16_supported()) if config.bf16 == "auto" else bool(config.bf16)
+    fused_lm_head = cuda if config.fused_lm_head == "auto" else config.fused_lm_head
+    scheduler: str = config.lr_scheduler
+    scheduler_kwargs: dict[str, Any] = {}
+    if scheduler == "cosine" and config.min_lr_ratio > 0:
+        scheduler, scheduler_kwargs = "cosine_with_min_lr", {"min_lr_rate": config.min_lr_ratio}
+    # The arguments come first: under DeepSpeed ZeRO-3 they make from_pretrained load the weights sharded.
+    args = SFTConfig(
+        output_dir=str(Path(output_dir) / CHECKPOINTS_DIR),
+        max_steps=max_steps or config.max_steps or 1,
+        per_device_train_batch_size=config.batch_size,
+        gradient_accumulation_steps=config.grad_accumulation,
+        learning_rate=config.learning_rate,
+        lr_scheduler_type=scheduler,
+        lr_scheduler_kwargs=scheduler_kwargs,
+        warmup_steps=config.warmup_steps,
+        weight_decay=config.weight_decay,
+        adam_beta1=config.adam_beta1,
+        adam_beta2=config.adam_beta2,
+        max_grad_norm=config.max_grad_norm,
+        max_length=config.max_length,
+        packing=config.packing,
+        train_sampling_strategy=config.sampling,
+        packing_strategy="bfd",  # whole examples; never "wrapped", which cuts them mid-sequence
+        activation_checkpointing=config.gradient_checkpointing,
+        bf16=bf16,
+        fp16=False,
+        use_cpu=not cuda,
+        deepspeed=config.deepspeed,
+        seed=config.seed,
+        data_seed=config.seed,
+        save_strategy="steps",
+        save_steps=config.save_steps,
+        save_total_limit=config.save_total_limit,
+        logging_strategy="steps",
+        logging_steps=config.logging_steps,
+        logging_first_step=True,
+        include_num_input_tokens_seen="non_padding",
+        **tracking_args(SFT, config, Path(output_dir)),
+        disable_tqdm=True,
+        dataloader_num_workers=0,
+    )
+    if config.packing and config.attn_implementation != "flash_attention_2":
+        log.warning(
+            "packing with %s attention: each batch is one sequence with a dense block-diagonal mask, "
+            "quadratic in batch_size * max_length (measured 3x slower per token than unpacked on CPU); "
+            "pack with flash_attention_2 on a GPU",
+            config.attn_implementation,
+        )
+    tokenizer = AutoTokenizer.from_pretrained(config.base_model)
+    if tokenizer.pad_token is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    train_rows, heldout_rows = split_heldout(examples, config.heldout_fraction, config.heldout_max_examples)
+    encoded = encode_examples(train_rows, tokenizer, config.max_length)
+    heldout = encode_examples(heldout_rows, tokenizer, config.max_length) if heldout_rows.num_rows else None
+    model = AutoModelForCausalLM.from_pretrained(
+        config.base_model, dtype=torch.float32, attn_implementation=config.attn_implementation
+    )
+    peft_config = peft_config_of(config.lora) if config.lora is not None else None
+    counter = StepCounter()
+    trainer = CoaSFTTrainer(
+        model=model,
+        args=args,
+        train_dataset=Dataset.from_dict(encoded.as_columns()),
+        processing_class=tokenizer,
+        peft_config=peft_config,
+        callbacks=[counter, LogLastStep(), LogToLogger(SFT.logger), *callbacks],
+    )
+    trainer.remove_callback(PrinterCallback)  # logs go to the `coa.train.sft` logger instead
+    trainer.coa_fused_lm_head = fused_lm_head
+    if heldout is not None and heldout.input_ids:
+        trainer.add_callback(HeldoutLoss(trainer, heldout, config.eval_steps, config.batch_size))
+    n_heldout = len(heldout.input_ids) if heldout is not None else 0
+    return BuiltTrainer(trainer, encoded, counter, bf16, str(args.device), n_heldout)
+
+
+def split_heldout(examples: pa.Table, fraction: float, max_examples: int) -> tuple[pa.Table, pa.Table]:
+    """``(train, held-out)``: whole tasks, in the order of a hash of their id, until the held-out set
+    holds ``fraction`` of the examples (at most ``max_examples``; at least one when ``fraction > 0``
+    and two or more tasks). Deterministic, so a resumed run holds out the same examples."""
+    import hashlib
+
+    import pyarrow.compute as pc
+
+    task_ids = examples.column("task_id").to_pylist()
+    tasks = sorted(set(task_ids), key=lambda t: hashlib.sha256(t.encode()).hexdigest())
+    target = min(max_examples, round(fraction * len(task_ids)))
+    if fraction > 0 and len(tasks) > 1:
+        target = max(target, 1)
+    per_task = {t: task_ids.count(t) for t in tasks} if target else {}
+    chosen: set[str] = set()
+    taken = 0
+    for task in tasks[:-1]:  # the last task always trains
+        if taken >= target:
+            break
+        chosen.add(task)
+        taken += per_task[task]
+    mask = pc.is_in(examples.column("task_id"), pa.array(sorted(chosen), pa.string()))
+    return examples.filter(pc.invert(mask)), examples.filter(mask)
+
+
+def peft_config_of(lora: LoraSettings) -> Any:
+    """The ``peft.LoraConfig`` of the run's LoRA settings."""
+    try:
+        from peft import LoraConfig
+    except ImportError as e:  # pragma: no cover - depends on the environment
+        raise SFTError("lora needs the `peft` package (pip install peft)") from e
+    return LoraConfig(
+        r=lora.r,
+        lora_alpha=lora.alpha,
+        lora_dropout=lora.dropout,
+        target_modules=list(lora.target_modules),
+        task_type="CAUSAL_LM",
+    )
+
+
+class CoaSFTTrainer(SFTTrainer):
+    """``SFTTrainer`` that counts the tokens it trains on (labels other than -100); fused head optional.
+
+    Without the fused LM head (``coa_fused_lm_head`` false) the loss is ``transformers.Trainer``'s:
+    the model's own causal-LM loss over the same labels (no entropy / token-accuracy metrics).
+    """
+
+    coa_trained_tokens: Any = 0  # a device tensor once counting starts (no host sync per step)
+    coa_step_tokens: list[int] | None = None  # calibration: computed tokens added to the last entry
+    coa_fused_lm_head: bool = True
+    coa_step_plan: StepPlan | None = None  # a time budget's plan: the schedule follows it
+
+    def create_scheduler(self, num_training_steps: int, optimizer: Any = None) -> Any:
+        created = self.lr_scheduler is None
+        scheduler = super().create_scheduler(num_training_steps, optimizer)
+        if created and self.coa_step_plan is not None:
+            if not hasattr(scheduler, "lr_lambdas"):
+                raise SFTError(f"a time budget needs a LambdaLR schedule, got {type(scheduler).__name__}")
+            warmup = self.args.get_warmup_steps(num_training_steps)
+            follow_plan(scheduler, self.coa_step_plan, num_training_steps, warmup)
+        return scheduler
+
+    def compute_loss(self, model: Any, inputs: dict[str, Any], *args: Any, **kwargs: Any) -> Any:
+        if model.training and "labels" in inputs:
+            self.coa_trained_tokens = self.coa_trained_tokens + (inputs["labels"][..., 1:] != -100).sum()
+            if self.coa_step_tokens is not None:
+                self.coa_step_tokens[-1] += int(inputs["labels"].numel())
+        if not self.coa_fused_lm_head:
+            return Trainer.compute_loss(self, model, inputs, *args, **kwargs)
+        return super().compute_loss(model, inputs, *args, **kwargs)
+
+
+class HeldoutLoss(TrainerCallback):
+    """Every ``every`` optimizer steps (and at the last), the mean loss per trained token on the
+    held-out examples, appended to the trainer's log history (so it survives a resume)."""
+
+    def __init__(self, trainer: Any, heldout: EncodedExamples, every: int, batch_size: int) -> None:
+        self.trainer, self.heldout, self.every, self.batch_size = trainer, heldout, every, batch_size
+
+    def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        if state.global_step % self.every and state.global_step < state.max_steps:
+            return
+        loss = self.loss()
+        state.log_history.append({"step": state.global_step, "heldout_loss": round(loss, 6)})
+        log.info("step %d held-out loss %.4f", state.global_step, loss)
+
+    def loss(self) -> float:
+        import torch
+
+        model = self.trainer.model
+        was_training = model.training
+        model.eval()
+        pad = self.trainer.processing_class.pad_token_id or 0
+        total, count = 0.0, 0
+        with torch.no_grad():
+            for start in range(0, len(self.heldout.input_ids), self.batch_size):
+                ids = self.heldout.input_ids[start : start + self.batch_size]
+                labels = self.heldout.labels[start : start + self.batch_size]
+                width = max(len(x) for x in ids)
+                batch = torch.tensor([x + [pad] * (width - len(x)) for x in ids], device=model.device)
+                target = torch.tensor([y + [-100] * (width - len(y)) for y in labels], device=model.device)
+                mask = torch.tensor([[1] * len(x) + [0] * (width - len(x)) for x in ids], device=model.device)
+                logits = model(input_ids=batch, attention_mask=mask).logits[:, :-1].float()
+                shifted = target[:, 1:]
+                losses = torch.nn.functional.cross_entropy(
+                    logits.reshape(-1, logits.shape[-1]),
+                    shifted.reshape(-1),
+                    ignore_index=-100,
+                    reduction="sum",
+                )
+                total += float(losses)
+                count += int((shifted != -100).sum())
+        if was_training:
+            model.train()
+        return total / max(1, count)
