@@ -10,7 +10,7 @@ STAMP  := $(VENV)/.installed
 export PREFECT_SERVER_ANALYTICS_ENABLED ?= false
 export PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS ?= 90
 
-.PHONY: demo test test-fast golden lint typecheck bench sysdeps uideps venv clean
+.PHONY: demo test test-fast golden lint typecheck bench docs docs-serve sysdeps uideps pgdeps venv clean
 
 venv: $(STAMP)
 
@@ -35,10 +35,17 @@ uideps:
 	    || echo "note: could not install chromium; the Prefect UI check will be skipped"; \
 	  else echo "note: chromium is missing; the Prefect UI check needs it: sudo apt-get install chromium"; fi; }
 
+# PostgreSQL server binaries: the slow tier's Prefect server runs on PostgreSQL (tests/flows/postgres.py).
+pgdeps:
+	@test -x "$$(ls -d /usr/lib/postgresql/*/bin 2>/dev/null | tail -1)/initdb" || command -v initdb >/dev/null 2>&1 || { \
+	  if [ "$$(id -u)" = 0 ]; then (apt-get update -qq && apt-get install -y -qq postgresql >/dev/null) \
+	    || echo "note: could not install postgresql; the Prefect server tests will be skipped"; \
+	  else echo "note: PostgreSQL is missing; the Prefect server tests need it: sudo apt-get install postgresql"; fi; }
+
 demo: $(STAMP) sysdeps
 	$(BIN)/coa run --config configs/demo.yaml
 
-test: $(STAMP) sysdeps uideps lint typecheck
+test: $(STAMP) sysdeps uideps pgdeps lint typecheck
 	$(BIN)/python -m pytest -q
 
 # Development: skip the slow end-to-end tier (Prefect server + worker, CLI subprocess runs).
@@ -60,5 +67,13 @@ typecheck: $(STAMP)
 bench: $(STAMP)
 	$(BIN)/python bench/bench_contract.py
 
+# The documentation site (mkdocs.yml, docs/): the reference pages are generated from the code.
+# Strict: a broken link or a page missing from the nav fails. Output in site/.
+docs: $(STAMP)
+	NO_MKDOCS_2_WARNING=1 $(BIN)/python -m mkdocs build --strict -d site
+
+docs-serve: $(STAMP)
+	NO_MKDOCS_2_WARNING=1 $(BIN)/python -m mkdocs serve -a 127.0.0.1:8000
+
 clean:
-	rm -rf $(VENV) .coa .pytest_cache
+	rm -rf $(VENV) .coa .pytest_cache site

@@ -5,6 +5,13 @@ counts (``completion_tokens``: what the model generated; ``total_tokens``: the o
 writes) come from the model's own tokenizer and make accuracy comparable with token efficiency (the
 CoA paper's claim); ``n_tool_calls`` counts tool calls; ``gold_in_observation`` is the leak guard's
 flag.
+
+Scoring: ``correct`` / ``score`` come from the benchmark's own scorer (:mod:`coa.scoring.benchmarks`:
+GAIA's rule, BrowseComp's and HLE's graders, LiveCodeBench's tests, math-verify as AFM uses it,
+AFM's first-answer EM for NQ/HotpotQA, else the project's rule for the family), named per row in
+``scorer`` and ``scorer_version`` with ``score_detail`` saying what decided. These three columns were
+added after the first tables were written: they are nullable, and a table written before them reads
+with nulls there (the contract stays ``eval.v1``).
 """
 
 import pyarrow as pa
@@ -26,6 +33,21 @@ EVAL = Contract(
         Column("prediction", pa.string(), "Extracted final answer; null if none.", nullable=True),
         Column("correct", pa.bool_(), "Whether the prediction is correct."),
         Column("score", pa.float64(), "Score in [0, 1] (e.g. token F1 or judge)."),
+        Column(
+            "scorer",
+            pa.string(),
+            "Name of the scorer that decided `correct` (coa.scoring.benchmarks.SCORERS, e.g. 'gaia'); "
+            "null in tables written before it was recorded.",
+            nullable=True,
+        ),
+        Column("scorer_version", pa.string(), "Version of that scorer; null in older tables.", nullable=True),
+        Column(
+            "score_detail",
+            pa.string(),
+            "What decided the verdict (the rule branch, the matched gold, the grader's reason); null in "
+            "older tables.",
+            nullable=True,
+        ),
         Column("format_valid", pa.bool_(), "Whether the output is a valid CoA trajectory for its variant."),
         Column(
             "format_error", pa.string(), "First format violation (rule and position), if any.", nullable=True

@@ -6,9 +6,15 @@
 * :mod:`~coa.evaluate.inference`: the tasks' prompts and episodes, run by the rollout engine
   (generate until a tool tag closes, run the tool, append the observation, stop on ``answer`` or a
   limit; a forged observation is a format error);
-* :mod:`~coa.evaluate.metrics`: format-valid rate, accuracy, tokens and tool calls per task;
-* :mod:`~coa.evaluate.stage`: :func:`evaluate_tasks` → ``eval.v1``;
-* :mod:`~coa.evaluate.step`: the evaluation step (→ ``eval`` artifact) and the training-report step;
+* :mod:`~coa.evaluate.metrics`: format-valid rate, accuracy, tokens and tool calls per task, the
+  scorer of each benchmark, how each figure is computed, and coverage of each task set;
+* :mod:`~coa.evaluate.stage`: :func:`evaluate_tasks` → ``eval.v1``, each answer scored by its
+  benchmark's scorer (:mod:`coa.scoring.benchmarks`);
+* :mod:`~coa.evaluate.replay`: which tool observations a run saw (live, or a recording replayed);
+* :mod:`~coa.evaluate.predictions`: prediction files made elsewhere scored the same way
+  (``coa score``, ``coa evaluate --predictions``);
+* :mod:`~coa.evaluate.step`: the evaluation step (→ ``eval`` artifact; also from prediction
+  files) and the training-report step;
 * :mod:`~coa.evaluate.report`: the training report (before/after SFT beside the teacher).
 """
 

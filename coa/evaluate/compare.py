@@ -119,3 +119,23 @@ def compare(
             confidence=confidence,
         )
     return out
+
+
+def scorer_mismatch(candidate: pa.Table, baseline: pa.Table) -> dict[str, tuple[list[str], list[str]]]:
+    """Benchmarks whose rows the two evaluations scored with different scorers (``eval.v1`` ``scorer``
+    and ``scorer_version``; "unrecorded" for tables written before them): their deltas mix two rules."""
+
+    def scorers(table: pa.Table) -> dict[str, set[str]]:
+        names = table.column_names
+        cols = table.select([c for c in ("benchmark", "scorer", "scorer_version") if c in names]).to_pylist()
+        out: dict[str, set[str]] = {}
+        for row in cols:
+            name = row.get("scorer")
+            label = "unrecorded" if name is None else f"{name} v{row.get('scorer_version')}"
+            out.setdefault(row["benchmark"], set()).add(label)
+        return out
+
+    cand, base = scorers(candidate), scorers(baseline)
+    return {
+        b: (sorted(cand[b]), sorted(base[b])) for b in sorted(set(cand) & set(base)) if cand[b] != base[b]
+    }

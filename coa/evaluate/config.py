@@ -132,6 +132,23 @@ class EvalConfig(RolloutLimits):
     tools: ToolsConfig | None = Field(
         default=None, description="The tools the model calls; null = the collect section's tools."
     )
+    scorers: dict[str, str] = Field(
+        default_factory=dict,
+        description="Benchmark (task.v1 source) → scorer name (coa.scoring.benchmarks.SCORERS), overriding "
+        "the scorer chosen by the benchmark; empty = each benchmark's own rule.",
+    )
+    tool_record: Literal["off", "record", "replay", "auto"] | None = Field(
+        default=None,
+        description="Observation store mode for this evaluation, over the tools' `record`: replay = only "
+        "recorded observations, a missing one fails the run (a reproducible web evaluation); record = call "
+        "live and record; auto = recorded when present, else live; off = live, nothing recorded; null = the "
+        "tools' setting.",
+    )
+    recording: str | None = Field(
+        default=None,
+        description="Where recorded tool observations are read and written: a folder or URI holding "
+        "`observations/` (e.g. the store root of the run that recorded them); null = this store's root.",
+    )
 
     @model_validator(mode="after")
     def _endpoint_given(self) -> EvalConfig:

@@ -5,7 +5,9 @@ evaluation's metrics document (``metrics.json``), optionally beside the teacher'
 same benchmarks (:mod:`coa.evaluate.teacher`) and a paired comparison with a baseline evaluation
 (:func:`coa.evaluate.compare.compare`: per-benchmark deltas of pass@1 with paired bootstrap
 intervals, the promotion gate's primitive). :func:`headline` is the one-paragraph summary that goes
-to the Prefect markdown artifact.
+to the Prefect markdown artifact. Every report names each benchmark's scorer, says how each figure
+is computed and on how many tasks of the task set, and whether the tools ran live or replayed a
+recording (:func:`scoring_sections`).
 
 Intervals: pass@1 ± 1.96 standard errors (the SE over tasks, :mod:`coa.evaluate.metrics`), a normal
 approximation that is poor for very few tasks or rates near 0 or 1; the baseline deltas use the
@@ -210,8 +212,10 @@ def headline(
     student: Mapping[str, Any],
     comparison: Sequence[Mapping[str, Any]] = (),
     deltas: Mapping[str, Any] | None = None,
+    coverage: Mapping[str, Mapping[str, Any]] | None = None,
 ) -> str:
-    """A markdown paragraph: pass@1 ± SE per benchmark, the token reduction, the delta to baseline."""
+    """A markdown paragraph: pass@1 ± SE per benchmark (and of how many of its tasks, when
+    ``coverage`` is given), the token reduction, the delta to baseline."""
     lines = [f"**Evaluation of `{model}`**", ""]
     for name, m in student.items():
         if not m.get("runs"):
@@ -219,8 +223,10 @@ def headline(
         se = m.get("pass@1_se")
         spread = "" if se is None else f" ± {se:.1%}"
         tokens = m.get("total_tokens_per_task") or 0
+        cover = (coverage or {}).get(name)
+        of = f" of {cover['tasks_in_set']}" if cover and cover["tasks_in_set"] != m["tasks"] else ""
         lines.append(
-            f"- {name}: pass@1 {m['pass@1']:.1%}{spread} ({m['tasks']} tasks × {m['samples']} samples), "
+            f"- {name}: pass@1 {m['pass@1']:.1%}{spread} ({m['tasks']}{of} tasks × {m['samples']} samples), "
             f"{tokens:,.0f} tokens/task"
         )
     overall = next((r for r in comparison if r["benchmark"] == ALL), None)
@@ -245,10 +251,12 @@ def render_eval_report(
     comparison: Sequence[Mapping[str, Any]] = (),
     deltas: Mapping[str, Any] | None = None,
     facts: Mapping[str, Any] | None = None,
+    document: Mapping[str, Any] | None = None,
 ) -> str:
     """The HTML page. ``student`` / ``teacher``: ``benchmarks`` sections of metrics documents;
     ``comparison``: :func:`coa.evaluate.teacher.token_comparison`; ``deltas``: benchmark → a
-    :class:`coa.evaluate.compare.Delta` as a dict."""
+    :class:`coa.evaluate.compare.Delta` as a dict; ``document``: the student's whole metrics
+    document, for the scoring, coverage and tools sections (:func:`scoring_sections`)."""
     parts = [
         "<h2>Accuracy per benchmark</h2>",
         reporting.table(BENCHMARK_HEADER, benchmark_rows(student)),
@@ -266,6 +274,63 @@ def render_eval_report(
         ]
     if deltas:
         parts += ["<h2>Against the baseline (paired)</h2>", baseline_table(deltas)]
+    if document:
+        parts += scoring_sections(document)
     if facts:
         parts += ["<h2>Run</h2>", reporting.facts(list(facts.items()))]
     return reporting.page(title, parts)
+
+
+def scoring_sections(document: Mapping[str, Any]) -> list[str]:
+    """How the numbers were made: the scorer of each benchmark, how each figure is computed and on
+    how many tasks, and whether the tools ran live or from a recording (``metrics.json``'s parts)."""
+    parts: list[str] = []
+    scorers = document.get("scorers") or {}
+    if scorers:
+        body = []
+        for bench, entry in scorers.items():
+            for used in entry["scorers"]:
+                named = used["name"] is not None
+                body.append(
+                    [
+                        bench,
+                        f"{used['name']} v{used['version']}"
+                        if named
+                        else "not recorded (an older eval table)",
+                        "yes" if used["published_rule"] else "no (project rule)",
+                        used.get("rule") or "",
+                        entry.get("note", ""),
+                    ]
+                )
+        parts += [
+            "<h2>Scoring</h2>",
+            reporting.table(["benchmark", "scorer", "benchmark's published rule", "rule", "note"], body),
+        ]
+    coverage = document.get("coverage") or {}
+    benchmarks = document.get("benchmarks") or {}
+    if coverage:
+        body = [
+            [
+                name,
+                str(c["tasks_in_set"]),
+                str(c["tasks_scored"]),
+                str(c["runs"]),
+                str(benchmarks.get(name, {}).get("samples", "n/a")),
+                "all" if c["tasks_scored"] == c["tasks_in_set"] else "SUBSET",
+            ]
+            for name, c in coverage.items()
+        ]
+        parts += [
+            "<h3>Tasks scored</h3>",
+            reporting.table(["benchmark", "tasks in set", "tasks scored", "runs", "K", "coverage"], body),
+        ]
+    computation = document.get("computation") or {}
+    if computation:
+        parts += ["<h3>How each figure is computed</h3>", reporting.facts(list(computation.items()))]
+    tools = document.get("tools")
+    if tools:
+        parts += [
+            f"<h3>Tools: {reporting.escape(tools['mode'])}</h3>",
+            reporting.facts([(k, "null" if v is None else v) for k, v in tools.items()]),
+        ]
+    return parts

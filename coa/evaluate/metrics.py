@@ -6,8 +6,9 @@ Every group is summarised by :func:`summarize` (rows are (task, sample) runs; a 
 * ``pass@1``: the mean correctness over all samples (avg@K); ``pass@1_se`` its standard error,
   the standard deviation of the per-task means over the tasks (ddof 1) divided by sqrt(tasks):
   tasks are the sampling unit, samples of one task are not independent draws of the benchmark;
-* ``pass@k`` for each power of two ``k <= K`` (K = the fewest samples any task of the group has):
-  the unbiased estimator of Chen et al. (2021), ``1 - C(n-c, k) / C(n, k)`` per task, averaged;
+* ``pass@k`` for each power of two ``k <= K`` and for ``k = K`` (K = the fewest samples any task of
+  the group has; pass@K is "any of the K samples correct", AFM's Pass@3 with 3 rounds): the
+  unbiased estimator of Chen et al. (2021), ``1 - C(n-c, k) / C(n, k)`` per task, averaged;
 * ``maj@K``: a task is solved when its most frequent answer is a correct one (math answers grouped
   by math-verify equivalence, QA answers by their normalised text; ties go to the class seen first;
   runs without an answer do not vote); ``None`` for code, whose programs are not compared;
@@ -147,7 +148,7 @@ def summarize(
         "pass@1": pass1,
         "pass@1_se": _standard_error(per_task),
     }
-    for k in powers_of_two(k_max)[1:]:
+    for k in sorted(set(powers_of_two(k_max)[1:]) | ({k_max} if k_max > 1 else set())):
         out[f"pass@{k}"] = sum(
             pass_at_k(len(runs), sum(bool(r["correct"]) for r in runs), k) for runs in tasks.values()
         ) / len(tasks)
@@ -225,9 +226,101 @@ def _grouped(
     return out
 
 
-def metrics_document(table: pa.Table, prices: Mapping[str, TokenPrice] | None = None) -> dict[str, Any]:
-    """What ``metrics.json`` holds: ``{"families": …, "benchmarks": …}`` (each ending with ``all``)."""
-    return {"families": eval_metrics(table, prices), "benchmarks": benchmark_metrics(table, prices)}
+COMPUTATION = {
+    "pass@1": "avg@K: the mean correctness over all K samples of every task of the group (K = samples per "
+    "task; greedy when K = 1), with its standard error over tasks (pass@1_se)",
+    "pass@k": "unbiased pass@k (Chen et al. 2021): 1 - C(n-c, k) / C(n, k) per task with n samples of which "
+    "c are correct, averaged over the tasks; k = 2, 4, 8, ... up to K, and K itself (pass@K: any of the "
+    "K samples correct, e.g. AFM's Pass@3 over 3 rounds)",
+    "maj@K": "a task counts when its most frequent answer among its K samples is correct (math answers "
+    "grouped by math-verify equivalence, others by normalised text; runs without an answer do not vote)",
+    "tasks": "every selected task counts, a run without an answer as wrong; `coverage` gives the tasks of "
+    "each benchmark's task set against those scored",
+    "correct": "each benchmark's own scorer (`scorers`): its name and version are in every eval.v1 row",
+}
+"""How each figure of ``metrics.json`` is computed (copied into the document and the report)."""
+
+
+def scorers_used(table: pa.Table) -> dict[str, dict[str, Any]]:
+    """Per benchmark: the scorer(s) of its rows (name, version, rule, whether it is the benchmark's
+    published rule) and a note when the benchmark's own rule is not the one used."""
+    from coa.scoring.benchmarks import SCORERS, benchmark_of
+
+    if "scorer" not in table.column_names:
+        return {}
+    columns = ["benchmark", "family", "scorer", "scorer_version"]
+    seen: dict[str, dict[tuple[str | None, str | None], None]] = {}
+    families: dict[str, str] = {}
+    for row in table.select(columns).to_pylist():
+        seen.setdefault(row["benchmark"], {})[(row["scorer"], row["scorer_version"])] = None
+        families[row["benchmark"]] = row["family"]
+    out: dict[str, dict[str, Any]] = {}
+    for bench, pairs in sorted(seen.items()):
+        used = []
+        for name, version in pairs:
+            known = SCORERS.get(name or "")
+            used.append(
+                {
+                    "name": name,
+                    "version": version,
+                    "rule": known.info.rule if known else None,
+                    "published_rule": bool(known and known.info.published),
+                }
+            )
+        entry: dict[str, Any] = {"scorers": used}
+        found = benchmark_of(bench)
+        if found is not None and found[1] not in {u["name"] for u in used}:
+            own = SCORERS[found[1]]
+            if families[bench] in own.families:
+                names = ", ".join(str(u["name"]) for u in used)
+                entry["note"] = (
+                    f"{found[0]}'s published rule is {found[1]}; these rows were scored by {names}, "
+                    "so the number is not comparable with its leaderboard"
+                )
+        out[bench] = entry
+    return out
+
+
+def metrics_document(
+    table: pa.Table,
+    prices: Mapping[str, TokenPrice] | None = None,
+    *,
+    coverage: Mapping[str, Mapping[str, Any]] | None = None,
+    tools: Mapping[str, Any] | None = None,
+) -> dict[str, Any]:
+    """What ``metrics.json`` holds: ``{"families": …, "benchmarks": …}`` (each ending with ``all``),
+    the scorer of each benchmark (``scorers``), how each figure is computed (``computation``), and,
+    when given, the tasks scored of each task set (``coverage``) and the tools' mode (``tools``:
+    live or replayed, from which recording, :mod:`coa.evaluate.replay`)."""
+    document: dict[str, Any] = {
+        "families": eval_metrics(table, prices),
+        "benchmarks": benchmark_metrics(table, prices),
+        "scorers": scorers_used(table),
+        "computation": dict(COMPUTATION),
+    }
+    if coverage is not None:
+        document["coverage"] = {k: dict(v) for k, v in sorted(coverage.items())}
+    if tools is not None:
+        document["tools"] = dict(tools)
+    return document
+
+
+def coverage_of(task_counts: Mapping[str, int], table: pa.Table) -> dict[str, dict[str, Any]]:
+    """Per benchmark: tasks in its task set, tasks scored, and runs (never a silent subset)."""
+    scored: dict[str, set[str]] = {}
+    runs: dict[str, int] = {}
+    for row in table.select(["benchmark", "task_id"]).to_pylist():
+        scored.setdefault(row["benchmark"], set()).add(row["task_id"])
+        runs[row["benchmark"]] = runs.get(row["benchmark"], 0) + 1
+    names = sorted(set(task_counts) | set(scored))
+    return {
+        name: {
+            "tasks_in_set": int(task_counts.get(name, len(scored.get(name, ())))),
+            "tasks_scored": len(scored.get(name, ())),
+            "runs": runs.get(name, 0),
+        }
+        for name in names
+    }
 
 
 def percent_by_family(accuracy: Mapping[str, float]) -> str:

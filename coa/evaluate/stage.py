@@ -3,15 +3,17 @@
 Each task is prompted like the training examples (the variant's system prompt in the configured
 style, the question as the user turn, the model's chat template) and run by the rollout engine
 (:func:`coa.evaluate.inference.run_tasks`, ``samples`` episodes per task), checked against the
-variant's grammar, and scored the way curation scores the teacher: math and QA answers by rule,
-programs by the task's tests in the sandbox (:func:`coa.scoring.tasks.score_prediction`).
+variant's grammar, and scored: math and QA answers by rule, programs by the task's tests in the
+sandbox, web answers by rule or an LLM grader, each by the scorer of its benchmark
+(:mod:`coa.scoring.benchmarks`: GAIA's rule, LiveCodeBench's tests, math-verify as AFM uses it…),
+named in every row (``scorer``, ``scorer_version``, ``score_detail``).
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -23,8 +25,12 @@ from coa.evaluate.inference import model_text, run_tasks, variant_of
 from coa.evaluate.leak import gold_in_observations
 from coa.format import FormatError, extract_answer, parse, validate
 from coa.rollout import Episode, Policy
+from coa.scoring.benchmarks import Verdict
 
-__all__ = ["evaluate_tasks", "open_generator", "read_metrics", "score_runs", "select_tasks", "variant_of"]
+__all__ = [
+    "evaluate_tasks", "open_generator", "read_metrics", "score_predictions", "score_runs", "select_tasks",
+    "variant_of",
+]  # fmt: skip
 
 EVAL_TABLE = "eval"
 METRICS_FILE = "metrics.json"
@@ -89,10 +95,10 @@ def evaluate_tasks(
     task_rows = [rows[i] for i, _ in order]
     runs = [episodes[key] for key in order]
     texts = [model_text(e, policy) for e in runs]
-    scores = score_runs(task_rows, texts, judge)
+    scores = score_runs(task_rows, texts, judge, config.scorers)
     fingerprint = model_fingerprint(policy.name)
     out = []
-    for row, episode, text, (prediction, correct, score) in zip(task_rows, runs, texts, scores, strict=True):
+    for row, episode, text, (prediction, verdict) in zip(task_rows, runs, texts, scores, strict=True):
         valid, error = check_format(text, variant_of(row["family"], config.variants), episode.format_error)
         leaked = config.leak_guard.flag_gold and row["family"] != "code"
         out.append(
@@ -104,8 +110,11 @@ def evaluate_tasks(
                 "family": row["family"],
                 "sample_index": episode.sample_index,
                 "prediction": prediction,
-                "correct": correct,
-                "score": score,
+                "correct": verdict.correct,
+                "score": verdict.value,
+                "scorer": verdict.scorer.name,
+                "scorer_version": verdict.scorer.version,
+                "score_detail": verdict.detail,
                 "format_valid": valid,
                 "format_error": error,
                 "n_turns": episode.turns,
@@ -138,19 +147,34 @@ def check_format(text: str, variant: str, format_error: str | None = None) -> tu
 
 
 def score_runs(
-    rows: Sequence[dict[str, Any]], texts: Sequence[str], judge: Any = None
-) -> list[tuple[str | None, bool, float]]:
-    """``(prediction, correct, score)`` per run text and its task row, as curation scores the teacher."""
-    from coa.scoring.tasks import score_prediction
+    rows: Sequence[dict[str, Any]],
+    texts: Sequence[str],
+    judge: Any = None,
+    scorers: Mapping[str, str] | None = None,
+) -> list[tuple[str | None, Verdict]]:
+    """``(prediction, verdict)`` per run text and its task row, by the scorer of the task's benchmark."""
+    return score_predictions(
+        rows, [extract_answer(t) if "<answer>" in t else None for t in texts], judge, scorers
+    )
 
-    def one(pair: tuple[dict[str, Any], str]) -> tuple[str | None, bool, float]:
-        row, text = pair
-        prediction = extract_answer(text) if "<answer>" in text else None
-        correct, score = score_prediction(row, prediction, judge=judge)
-        return prediction, correct, score
+
+def score_predictions(
+    rows: Sequence[Mapping[str, Any]],
+    predictions: Sequence[str | None],
+    judge: Any = None,
+    scorers: Mapping[str, str] | None = None,
+) -> list[tuple[str | None, Verdict]]:
+    """``(prediction, verdict)`` per answer and its task row (:func:`coa.scoring.benchmarks.score_task`).
+
+    What an evaluation of a model and a re-scoring of a predictions file (``coa score``) share."""
+    from coa.scoring.benchmarks import score_task
+
+    def one(pair: tuple[Mapping[str, Any], str | None]) -> tuple[str | None, Verdict]:
+        row, prediction = pair
+        return prediction, score_task(row, prediction, judge=judge, overrides=scorers)
 
     with ThreadPoolExecutor(max_workers=SCORING_WORKERS) as pool:
-        return list(pool.map(one, zip(rows, texts, strict=True)))
+        return list(pool.map(one, zip(rows, predictions, strict=True)))
 
 
 def open_generator(config: EvalConfig, model: str) -> Policy:

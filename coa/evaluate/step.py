@@ -4,8 +4,13 @@
   (``EvalConfig.benchmarks``: imported ``task.v1`` artifacts, each with its own limit and sample
   count) → ``eval`` (eval.v1) and ``metrics.json`` (per family and per benchmark); its key hashes
   the config, the tools, the task tables and the model (its artifact when the pipeline built it,
-  else its name). Search and crawl run behind the leak guard (blocked benchmark hosts). The artifact
-  also holds ``report.html`` (:mod:`coa.evaluate.eval_report`) and its headline.
+  else its name). Search and crawl run behind the leak guard (blocked benchmark hosts), live or
+  from a recording (``tool_record``, ``recording``; the lineage and ``metrics.json`` say which:
+  :mod:`coa.evaluate.replay`). Each answer is scored by its benchmark's scorer, named in the rows
+  and ``metrics.json``. The artifact also holds ``report.html`` (:mod:`coa.evaluate.eval_report`)
+  and its headline.
+* :func:`predictions_step`: the same artifact from prediction files instead of a model
+  (``coa evaluate --predictions``; :mod:`coa.evaluate.predictions`).
 * :func:`eval_report_step`: the HTML evaluation report of an evaluation, beside the teacher on the
   same tasks and a paired comparison with a baseline evaluation (its headline: ``summary``).
 * :func:`report_step`: the HTML training report: the student before and after SFT beside the
@@ -24,9 +29,10 @@ from coa import io
 from coa.errors import UserError
 from coa.evaluate.config import EvalConfig
 from coa.evaluate.eval_report import headline, render_eval_report
-from coa.evaluate.metrics import metrics_document
+from coa.evaluate.metrics import coverage_of, metrics_document, scorers_used
+from coa.evaluate.replay import LedgerToolBox
 from coa.evaluate.stage import EVAL_TABLE, METRICS_FILE, evaluate_tasks, open_generator, select_tasks
-from coa.steps import Build, Step, StepInput, TableInput
+from coa.steps import Build, ModelInput, Step, StepInput, TableInput
 from coa.tools.config import ToolsConfig, build_toolbox
 
 BENCHMARK_INPUT = "benchmark{}"
@@ -90,6 +96,19 @@ def task_plan(b: Build, config: EvalConfig) -> tuple[pa.Table, list[int]]:
     return pa.concat_tables(tables, promote_options="default"), counts
 
 
+def task_counts(b: Build, config: EvalConfig) -> dict[str, int]:
+    """Tasks per benchmark (task.v1 ``source``) in the task sets, before any limit or family filter."""
+    counts: dict[str, int] = {}
+    tables = [b.optional("tasks")] + [
+        b.table(BENCHMARK_INPUT.format(i)) for i in range(len(config.benchmarks))
+    ]
+    for table in tables:
+        if isinstance(table, TableInput):
+            for source in table.read(["source"]).column("source").to_pylist():
+                counts[source] = counts.get(source, 0) + 1
+    return counts
+
+
 def _first_per_source(table: pa.Table, limit: int) -> pa.Table:
     seen: dict[str, int] = {}
     keep = []
@@ -104,9 +123,16 @@ def _build(b: Build) -> None:
     tools = ToolsConfig.model_validate(b.step.identity["tools"])
     model = b.model("model")
     tasks, counts = task_plan(b, config)
+    in_sets = task_counts(b, config)
     generator = open_generator(config, model.local_path())
-    root = b.store.root if "://" not in b.store.root else None
-    toolbox = build_toolbox(tools, root, config.leak_guard.blocked_hosts)
+    if config.tool_record is not None:
+        tools = tools.model_copy(update={"record": config.tool_record})
+    root = config.recording or (b.store.root if "://" not in b.store.root else None)
+    ledger = LedgerToolBox(
+        build_toolbox(tools, root, config.leak_guard.blocked_hosts),
+        tools.record if root is not None else "off",
+        root if tools.record != "off" else None,
+    )
     judge = None
     if config.judge is not None:
         from coa.scoring.judge import LLMJudge, judge_prompt
@@ -114,14 +140,17 @@ def _build(b: Build) -> None:
         judge = LLMJudge(config.judge)
         b.writer.extra_lineage["judge"] = {"model": judge.model, "prompt_version": judge_prompt()["version"]}
     try:
-        result = evaluate_tasks(tasks, generator, toolbox, config, b.progress, counts, judge)
+        result = evaluate_tasks(tasks, generator, ledger, config, b.progress, counts, judge)
     finally:
         close = getattr(generator, "close", None)
         if close is not None:
             close()
         if judge is not None:
             judge.close()
-    document = metrics_document(result, config.prices)
+    tools_used = ledger.summary()
+    document = metrics_document(
+        result, config.prices, coverage=coverage_of(in_sets, result), tools=tools_used
+    )
     b.writer.write_table(EVAL_TABLE, result, schemas.EVAL)
     b.writer.write_file(METRICS_FILE, json.dumps(document, indent=2, sort_keys=True))
     b.writer.write_file(
@@ -129,18 +158,106 @@ def _build(b: Build) -> None:
         render_eval_report(
             title=f"Evaluation: {model.name}",
             student=document["benchmarks"],
-            facts={"model": model.name, "samples per task": config.samples, "families": _families(document)},
+            facts={
+                "model": model.name,
+                "samples per task": config.samples,
+                "families": _families(document),
+                "tools": f"{tools_used['mode']} (record={tools_used['record']}, "
+                f"recording={tools_used['recording']})",
+            },
+            document=document,
         ),
     )
     b.writer.extra_lineage["model"] = model.name
+    b.writer.extra_lineage["tools"] = tools_used
+    b.writer.extra_lineage["scorers"] = document["scorers"]
     b.summary["metrics"] = document["families"]
     b.summary["benchmarks"] = document["benchmarks"]
-    b.summary["headline"] = headline(model.name, document["benchmarks"])
+    b.summary["headline"] = headline(model.name, document["benchmarks"], coverage=document["coverage"])
     b.summary["report"] = io.join(b.writer.uri, REPORT_FILE)
 
 
 def _families(document: dict[str, Any]) -> str:
     return ", ".join(f for f in document["families"] if f != "all")
+
+
+def predictions_step(
+    config: EvalConfig, tasks: StepInput | None, predictions: list[str], name: str = "evaluate"
+) -> Step:
+    """An ``eval`` artifact from prediction files (:mod:`coa.evaluate.predictions`) instead of a model:
+    the same task selection, scorers, metrics and report as :func:`step`. The files' hashes are part
+    of the key."""
+    from coa.evaluate.predictions import PredictionsError, file_digest
+
+    if tasks is None and not config.benchmarks:
+        raise UserError("evaluate: no tasks (give a task table or name benchmarks in evaluate.benchmarks)")
+    files = []
+    for path in predictions:
+        try:
+            files.append({"path": str(path), "sha256": file_digest(path)})
+        except OSError as e:
+            raise PredictionsError(f"cannot read predictions file {path}: {e.strerror}") from None
+    base = step(config, ToolsConfig(enabled=()), tasks, ModelInput(external="predictions"), name)
+    inputs = {k: v for k, v in base.inputs.items() if k != "model"}
+    identity = {"predictions": files} | (
+        {"judge_prompt": base.identity["judge_prompt"]} if "judge_prompt" in base.identity else {}
+    )
+    return Step(
+        name=name,
+        kind="eval",
+        artifact=config.name,
+        config=config,
+        build=_build_predictions,
+        inputs=inputs,
+        identity=identity,
+        describe="prediction files scored against the tasks",
+        expects={k: v for k, v in base.expects.items() if k in inputs},
+        produces={EVAL_TABLE: "eval.v1"},
+    )
+
+
+def _build_predictions(b: Build) -> None:
+    from coa.evaluate.predictions import PredictionsError, file_digest, score_prediction_files
+
+    config: EvalConfig = b.step.config
+    files = b.step.identity["predictions"]
+    for f in files:
+        if file_digest(f["path"]) != f["sha256"]:
+            raise PredictionsError(f"{f['path']} changed after the step was planned; run it again")
+    tasks, _ = task_plan(b, config)
+    judge = None
+    if config.judge is not None:
+        from coa.scoring.judge import LLMJudge, judge_prompt
+
+        judge = LLMJudge(config.judge)
+        b.writer.extra_lineage["judge"] = {"model": judge.model, "prompt_version": judge_prompt()["version"]}
+    try:
+        result, document = score_prediction_files(
+            select_tasks(tasks, config), [f["path"] for f in files], judge=judge, scorers=config.scorers,
+            in_sets=task_counts(b, config),
+        )  # fmt: skip
+    finally:
+        if judge is not None:
+            judge.close()
+    b.writer.write_table(EVAL_TABLE, result, schemas.EVAL)
+    b.writer.write_file(METRICS_FILE, json.dumps(document, indent=2, sort_keys=True))
+    model = str(result.column("model")[0]) if result.num_rows else "predictions"
+    b.writer.write_file(
+        REPORT_FILE,
+        render_eval_report(
+            title=f"Evaluation of predictions: {model}",
+            student=document["benchmarks"],
+            facts={"predictions": ", ".join(f"{f['path']} (sha256 {f['sha256'][:12]})" for f in files)},
+            document=document,
+        ),
+    )
+    b.writer.extra_lineage["model"] = model
+    b.writer.extra_lineage["predictions"] = document["predictions"]
+    b.writer.extra_lineage["scorers"] = document["scorers"]
+    b.summary["metrics"] = document["families"]
+    b.summary["benchmarks"] = document["benchmarks"]
+    b.summary["headline"] = headline(model, document["benchmarks"], coverage=document["coverage"])
+    b.summary["report"] = io.join(b.writer.uri, REPORT_FILE)
 
 
 def eval_report_step(
@@ -175,7 +292,7 @@ def eval_report_step(
 
 def _build_eval_report(b: Build) -> None:
     from coa.evaluate.compare import compare
-    from coa.evaluate.metrics import benchmark_metrics
+    from coa.evaluate.metrics import COMPUTATION, benchmark_metrics
     from coa.evaluate.teacher import teacher_eval_table, token_comparison
 
     candidate = b.table("candidate")
@@ -194,9 +311,17 @@ def _build_eval_report(b: Build) -> None:
     facts = {"candidate": candidate.uri}
     if base is not None:
         facts["baseline"] = base.ref.uri if isinstance(base, TableInput) else str(base)
+        from coa.evaluate.compare import scorer_mismatch
+
+        for bench, (cand_scorers, base_scorers) in scorer_mismatch(rows, base.read()).items():  # type: ignore[union-attr]
+            facts[f"warning: {bench}"] = (
+                f"scored by {', '.join(cand_scorers)} here but by {', '.join(base_scorers)} in the baseline: "
+                "the delta mixes two rules (re-score the baseline with `coa score`)"
+            )
     page = render_eval_report(
         title=f"Evaluation report: {model}", student=student, teacher=teacher,
         comparison=comparison or (), deltas=deltas, facts=facts,
+        document={"scorers": scorers_used(rows), "computation": COMPUTATION, "benchmarks": student},
     )  # fmt: skip
     b.writer.write_file(REPORT_FILE, page)
     b.writer.write_file(

@@ -12,6 +12,14 @@
 
 An episode that wrote an environment tag itself (a forged observation) gets 0 on every term, so no
 forged text is ever rewarded. ``total`` is the weighted sum the advantages are computed from.
+
+Rewards keep their own scoring on purpose: ``correct`` is :func:`coa.scoring.tasks.score_prediction`
+(the family rule curation also uses), not the per-benchmark scorers evaluation reports with
+(:mod:`coa.scoring.benchmarks`: GAIA's rule, BrowseComp's and HLE's graders, LiveCodeBench's tests,
+AFM's math-verify and first-answer EM). A reward must be dense and cheap and must not need a grader
+model per episode; an evaluation must mean what a leaderboard's number means. So changing how a
+benchmark is reported never changes what a model is trained on; a run's evaluation rows name the
+scorer that produced them (``eval.v1`` ``scorer``).
 """
 
 from __future__ import annotations

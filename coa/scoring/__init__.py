@@ -18,6 +18,10 @@ family    rule
           (``coa.tools.code.run_tests``).
 ========  =====================================================================================
 
+These are the family rules that curation and RL rewards use. Evaluation scores each benchmark by
+its own published rule (:mod:`coa.scoring.benchmarks`: GAIA, BrowseComp, HLE, LiveCodeBench, AFM's
+math-verify and MHQA exact match) and names the scorer in its results.
+
 ``Score.value`` is the reward in ``[0, 1]``; ``Score.correct`` the binary verdict used for
 filtering and accuracy (for binary methods ``value == float(correct)``); ``Score.method`` says which
 rule decided (``"<family>:<rule>"``) so that metrics can be split by it.

@@ -11,7 +11,9 @@ min(4, CPUs); threads beyond that wait for a free worker.
 
 Protocol: one JSON object per line. The worker first writes ``{"ready": true}``; each request
 ``{"pred_expr", "pred_raw", "boxed", "gold_exprs", "timeout_s", "float_rounding"}`` gets
-``{"reason", "index"}``. The worker's real stdout carries only this protocol; anything else that
+``{"reason", "index"}``; a request ``{"mode": "afm", "answer", "golds", "timeout_s"}`` (AFM's
+rule, ``coa.scoring.math.afm_math_verify``) gets ``{"equal", "reason"}``. The worker's real
+stdout carries only this protocol; anything else that
 writes to stdout in the worker goes to stderr.
 """
 
@@ -220,6 +222,17 @@ def check_in_worker(
     return reply.get("reason", "error"), index if isinstance(index, int) else None
 
 
+def afm_in_worker(
+    answer: str, golds: Sequence[str], *, timeout_s: float, pool: WorkerPool | None = None
+) -> tuple[bool, str]:
+    """``coa.scoring.math.afm_check_prepared`` run in a worker process; (False, "timeout") on no reply."""
+    payload = {"mode": "afm", "answer": answer, "golds": list(golds), "timeout_s": timeout_s}
+    reply = (pool or _POOL).call(payload, timeout_s)
+    if reply is None:
+        return False, "timeout"
+    return bool(reply.get("equal")), str(reply.get("reason", "error"))
+
+
 def main() -> int:
     """Worker loop: read requests from stdin, answer on the original stdout."""
     protocol = os.fdopen(os.dup(1), "wb", buffering=0)
@@ -233,6 +246,12 @@ def main() -> int:
         if not line.strip():
             continue
         request = json.loads(line)
+        if request.get("mode") == "afm":
+            equal, why = scoring_math.afm_check_prepared(
+                request["answer"], request["golds"], timeout_s=float(request["timeout_s"])
+            )
+            protocol.write((json.dumps({"equal": equal, "reason": why}) + "\n").encode())
+            continue
         reason, index = scoring_math.check_prepared(
             request["pred_expr"],
             request["pred_raw"],

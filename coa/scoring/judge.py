@@ -80,6 +80,13 @@ class LLMJudge:
         result = await self._router.chat("judge", messages, temperature=0.0, sample_id=f"judge-{attempt}")
         return result.text, result.cached
 
+    def complete(self, messages: list[dict[str, str]], attempt: int = 0) -> str:
+        """One reply of the judge endpoint to ``messages`` (cached; ``attempt`` is a new sample).
+
+        What the benchmark graders (:mod:`coa.scoring.benchmarks.graders`) call."""
+        text, _ = self._submit(self._ask(messages, attempt)).result()
+        return str(text)
+
     def __call__(self, prediction: str, gold_answers: Sequence[str], *, question: str | None) -> Score:
         prompt = judge_prompt()
         messages = [

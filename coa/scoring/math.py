@@ -429,3 +429,57 @@ def math_equal(
     True
     """
     return check_math(pred, gold, timeout_s=timeout_s, float_rounding=float_rounding).equal
+
+
+# --------------------------------------------------------------------------------------------
+# AFM's rule (the published numbers of AIME / AMC / MATH-500 / OlympiadBench)
+
+
+def _afm_unguarded(answer: str, golds: Sequence[str]) -> tuple[bool, str]:
+    mv = _math_verify()
+    parsed = list(mv.parse(answer, parsing_timeout=None))
+    if len(parsed) < 2:
+        return False, "unparsable"
+    if str(parsed[1]) in golds:
+        return True, "string"
+    for gold in golds:
+        if mv.verify(mv.parse("\\boxed{" + gold + "}", parsing_timeout=None), parsed, timeout_seconds=None):
+            return True, "math_verify"
+    return False, "not_equal"
+
+
+def afm_check_prepared(answer: str, golds: Sequence[str], *, timeout_s: float) -> tuple[bool, str]:
+    """:func:`afm_math_verify` in this (main) thread under a deadline (also the worker's entry)."""
+    _math_verify()
+    try:
+        outcome = _run_with_deadline(lambda: _afm_unguarded(answer, list(golds)), timeout_s)
+    except Exception:
+        logger.warning("AFM math check failed for %.200r", answer, exc_info=True)
+        return False, "error"
+    if outcome is _TIMED_OUT:
+        return False, "timeout"
+    assert isinstance(outcome, tuple)
+    return outcome
+
+
+def afm_math_verify(
+    answer: str, gold_answers: str | Iterable[str], *, timeout_s: float = DEFAULT_TIMEOUT_S
+) -> tuple[bool, str]:
+    r"""``(equal, reason)`` of an ``<answer>`` content under AFM's math rule (its ``mathverify``).
+
+    ``math_verify.parse`` of the raw answer must give at least two items (an expression and its
+    text); the answer is right when that text is one of the golds, or when ``math_verify.verify``
+    finds the gold, parsed as ``\boxed{gold}``, equal to it. No ``\boxed`` extraction of its own, no
+    numeric tolerance beyond math-verify's (unlike :func:`check_math`). One wall-clock budget per
+    call, safe from any thread (as :func:`check_math`).
+    """
+    golds = _as_list(gold_answers)
+    if not answer.strip() or not golds:
+        return False, "empty"
+    if len(answer) > MAX_EXPRESSION_CHARS:
+        return False, "too_long"
+    if _can_use_signals():
+        return afm_check_prepared(answer, golds, timeout_s=timeout_s)
+    from coa.scoring import _mathworker
+
+    return _mathworker.afm_in_worker(answer, golds, timeout_s=timeout_s)

@@ -1,4 +1,8 @@
-"""Scoring a prediction against its ``task.v1`` row: the answer checks evaluation and RL rewards share.
+"""Scoring a prediction against its ``task.v1`` row by its family's rule: what RL rewards use.
+
+Evaluation reports with each benchmark's own rule instead (:mod:`coa.scoring.benchmarks`, whose
+``coa-*`` scorers are these family rules for task sets without a published one); rewards keep
+these on purpose (:mod:`coa.rl.rewards` says why).
 
 :func:`score_prediction` scores one final answer the way curation scores the teacher's runs: math
 and QA answers by rule (:func:`coa.scoring.score_answer`; open web answers through an LLM judge

@@ -1,11 +1,12 @@
 """End to end through a real Prefect server: deploy prefect.yaml, run workers, trigger runs.
 
-Starts ``prefect server`` on 127.0.0.1 (free port, private PREFECT_HOME), creates the ``cpu`` and
-``gpu`` process work pools, deploys with ``prefect deploy --all``, starts workers, triggers
-``prefect deployment run 'pipeline/demo'``, waits for Completed, checks the Prefect artifacts and
-the storage artifacts, then stops everything it started. The second test dispatches the SFT step
-to the ``gpu`` pool's worker (``dispatch.mode=deployment``) and checks the pipeline continued with
-the artifact that worker committed.
+Starts ``prefect server`` on 127.0.0.1 (free port, private PREFECT_HOME, a fresh PostgreSQL
+database: :mod:`tests.flows.postgres`), creates the ``cpu`` and ``gpu`` process work pools, deploys
+with ``prefect deploy --all``, starts workers, triggers ``prefect deployment run 'pipeline/demo'``,
+waits for Completed, checks the Prefect artifacts and the storage artifacts, then stops everything it
+started. The second test dispatches the SFT and RL steps to the ``gpu`` pool's worker
+(``dispatch.mode=deployment``) and checks the pipeline continued with the artifacts that worker
+committed.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -27,6 +29,7 @@ import pytest
 
 from coa import io
 
+from .postgres import Postgres
 from .test_pipeline_flow import TINY_TRAINING
 
 REPO = Path(__file__).resolve().parents[2]
@@ -57,11 +60,12 @@ def _stop(proc: subprocess.Popen[bytes]) -> None:
 
 
 @pytest.fixture
-def prefect_env(tmp_path: Path, storage_root: Path) -> Iterator[dict[str, str]]:
+def prefect_env(tmp_path: Path, storage_root: Path, postgres: Postgres) -> Iterator[dict[str, str]]:
     port = _free_port()
     env = {k: v for k, v in os.environ.items() if not k.startswith("PREFECT_")}
     env.update(
         PREFECT_HOME=str(tmp_path / "prefect-home"),
+        PREFECT_API_DATABASE_CONNECTION_URL=postgres.database_url(),  # as production runs it
         PREFECT_SERVER_ANALYTICS_ENABLED="false",
         PREFECT_WORKER_QUERY_SECONDS="1",
         PREFECT_WORKER_PREFETCH_SECONDS="1",
@@ -171,11 +175,14 @@ def _page_text(url: str, screenshot: Path | None = None) -> str:
     """The visible text of a page after its scripts ran (headless Chromium), and a screenshot."""
     chromium = shutil.which("chromium") or shutil.which("chromium-browser")
     assert chromium is not None
+    profile = tempfile.mkdtemp(prefix="coa-chromium-")  # its own profile: never handed to another browser
     flags = [chromium, "--headless=new", "--no-sandbox", "--disable-gpu", "--virtual-time-budget=20000"]
+    flags.append(f"--user-data-dir={profile}")
     if screenshot is not None:
         subprocess.run([*flags, "--window-size=1400,1000", f"--screenshot={screenshot}", url],
                        capture_output=True, timeout=90)  # fmt: skip
     dom = subprocess.run([*flags, "--dump-dom", url], capture_output=True, text=True, timeout=90).stdout
+    shutil.rmtree(profile, ignore_errors=True)
     dom = re.sub(r"<(script|style)[^>]*>.*?</\1>", "", dom, flags=re.S)
     return " ".join(re.sub(r"<[^>]+>", " ", dom).split())
 

@@ -69,3 +69,43 @@ def test_score_answer_uses_the_judge_only_when_not_exact(judge: LLMJudge, server
     server.push(verdict("correct"))
     judged = score_answer("NYC", ["New York City"], "web", judge=judge, question="q")
     assert judged.correct and judged.method == "web:judge" and server.hits == 1
+
+
+def test_benchmark_graders_run_on_the_judge_endpoint(judge: LLMJudge, server: FakeLLMServer) -> None:
+    from coa.scoring.benchmarks import score_task
+    from coa.scoring.benchmarks.graders import grader_prompt
+
+    task = {"task_id": "browsecomp:0", "source": "browsecomp", "family": "web", "question": "When?",
+            "gold_answers": ["1988-96"], "metadata": '{"topic": "Art"}'}  # fmt: skip
+    server.push(
+        Reply(
+            body=completion(
+                "**extracted_final_answer:** 1988-96\n**reasoning:** same\n"
+                "**correct:** yes\n**confidence:** 90%"
+            )
+        )
+    )
+    verdict = score_task(task, "From 1988 to 1996.", judge=judge)
+    assert verdict.correct and verdict.scorer.name == "browsecomp-grader"
+    assert f"judge-model/{grader_prompt('browsecomp')['version']}" in verdict.detail
+    sent = server.requests[-1].body["messages"]
+    assert "[correct_answer]: 1988-96" in sent[1]["content"] and "From 1988 to 1996." in sent[1]["content"]
+    server.reset()
+    server.default = Reply(
+        body=completion("extracted_final_answer: 1990\nreasoning: differs\nconfidence: 20%")
+    )
+    hle = score_task(dict(task, source="hle_test", task_id="hle_test:0"), "1990", judge=judge)
+    assert not hle.correct and hle.scorer.name == "hle-judge" and "no correct field" in hle.detail
+    assert server.hits == 3  # a malformed reply is asked again, then scored incorrect
+
+
+def test_a_cached_verdict_gives_the_same_row_detail(judge: LLMJudge, server: FakeLLMServer) -> None:
+    from coa.scoring.benchmarks import score_task
+
+    task = {"task_id": "webwalker_main:0", "source": "webwalker_main", "family": "web", "question": "Who?",
+            "gold_answers": ["EU4Health"], "metadata": "{}"}  # fmt: skip
+    server.push(verdict("correct"))
+    first = score_task(task, "the EU4Health programme", judge=judge)
+    again = score_task(task, "the EU4Health programme", judge=judge)
+    assert first.correct and first.scorer.name == "coa-web" and server.hits == 1
+    assert first.detail == again.detail and "cached" not in again.detail

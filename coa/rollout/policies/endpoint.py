@@ -23,6 +23,7 @@ import urllib.request
 from collections.abc import Sequence
 from typing import Any
 
+from coa.errors import InfraError
 from coa.llm.config import EndpointConfig
 from coa.rollout.policy import STOP_TAGS, Codec, Generation, Sampling
 
@@ -45,6 +46,19 @@ def env_proxy(url: str) -> tuple[str | None, Any]:
     host = p.hostname or ""
     netloc = f"{host}:{p.port}" if p.port else host
     return urllib.parse.urlunsplit((p.scheme, netloc, p.path, p.query, p.fragment)), auth
+
+
+class EndpointError(InfraError, RuntimeError):
+    """The completions server is unreachable or lacks the API the policy needs (exit 3)."""
+
+
+def no_token_api(url: str, seen: str) -> EndpointError:
+    """The one-line error for a server without vLLM's token-id completions API, with the fix."""
+    return EndpointError(
+        f"completion endpoint {url} does not speak vLLM's token-id completions API ({seen}; the "
+        "policy sends a prompt of token ids with return_token_ids, vLLM >= 0.10): serve the model "
+        "with `vllm serve`, or generate in process with evaluate.backend=hf"
+    )
 
 
 class EndpointPolicy:
@@ -113,14 +127,16 @@ class EndpointPolicy:
             ) as response:
                 status, raw = response.status, await response.read()
         except (TimeoutError, aiohttp.ClientError) as e:
-            raise RuntimeError(f"completion endpoint {self.url} unreachable: {type(e).__name__}: {e}") from e
+            raise EndpointError(f"completion endpoint {self.url} unreachable: {type(e).__name__}: {e}") from e
+        if status in (400, 404, 422):
+            raise no_token_api(self.url, f"HTTP {status}: {raw[:120].decode('utf-8', 'replace')!r}")
         if status != 200:
             text = raw[:300].decode("utf-8", "replace")
-            raise RuntimeError(f"completion endpoint {self.url} answered {status}: {text}")
+            raise EndpointError(f"completion endpoint {self.url} answered {status}: {text}")
         choice = json.loads(raw)["choices"][0]
         ids = choice.get("token_ids")
         if ids is None:
-            raise RuntimeError(f"completion endpoint {self.url} returned no token_ids (needs vLLM >= 0.10)")
+            raise no_token_api(self.url, "its reply has no token_ids")
         logprobs = list((choice.get("logprobs") or {}).get("token_logprobs") or [])
         if len(logprobs) != len(ids):
             raise RuntimeError(

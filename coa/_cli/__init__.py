@@ -1,0 +1,1 @@
+"""Command modules of the ``coa`` command line, registered by :mod:`coa.cli`."""
