@@ -176,7 +176,7 @@ def _page_text(url: str, screenshot: Path | None = None) -> str:
     chromium = shutil.which("chromium") or shutil.which("chromium-browser")
     assert chromium is not None
     profile = tempfile.mkdtemp(prefix="coa-chromium-")  # its own profile: never handed to another browser
-    flags = [chromium, "--headless=new", "--no-sandbox", "--disable-gpu", "--virtual-time-budget=20000"]
+    flags = [chromium, "--headless=new", "--no-sandbox", "--disable-gpu", "--virtual-time-budget=60000"]
     flags.append(f"--user-data-dir={profile}")
     if screenshot is not None:
         subprocess.run([*flags, "--window-size=1400,1000", f"--screenshot={screenshot}", url],
