@@ -18,6 +18,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import importlib.util
+import json
 import logging
 import math
 import os
@@ -191,10 +192,12 @@ def step_run(
             "WANDB_MODE": config.wandb_mode,
             "WANDB_PROJECT": config.experiment,
             "WANDB_DIR": str(folder),
-            "WANDB_TAGS": ",".join(f"{k}={v}" for k, v in tags.items())[:2000],
+            "WANDB_NOTES": json.dumps(tags, sort_keys=True),  # W&B tags are short labels: URIs in notes
         }
     if config.backend == "trackio":
         env = {"TRACKIO_DIR": str(folder), "TRACKIO_PROJECT": config.experiment}
+    if config.backend in ("wandb", "trackio"):
+        folder.mkdir(parents=True, exist_ok=True)
     with _environ(env):
         yield tracker
 
