@@ -10,7 +10,7 @@ STAMP  := $(VENV)/.installed
 export PREFECT_SERVER_ANALYTICS_ENABLED ?= false
 export PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS ?= 90
 
-.PHONY: demo test test-fast golden lint typecheck bench sysdeps uideps pgdeps venv clean
+.PHONY: demo test test-fast golden lint typecheck bench docs docs-serve sysdeps uideps pgdeps venv clean
 
 venv: $(STAMP)
 
@@ -67,5 +67,13 @@ typecheck: $(STAMP)
 bench: $(STAMP)
 	$(BIN)/python bench/bench_contract.py
 
+# The documentation site (mkdocs.yml, docs/): the reference pages are generated from the code.
+# Strict: a broken link or a page missing from the nav fails. Output in site/.
+docs: $(STAMP)
+	NO_MKDOCS_2_WARNING=1 $(BIN)/python -m mkdocs build --strict -d site
+
+docs-serve: $(STAMP)
+	NO_MKDOCS_2_WARNING=1 $(BIN)/python -m mkdocs serve -a 127.0.0.1:8000
+
 clean:
-	rm -rf $(VENV) .coa .pytest_cache
+	rm -rf $(VENV) .coa .pytest_cache site

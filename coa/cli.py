@@ -39,6 +39,12 @@ class _OneLineErrors(TyperGroup):
         except CoaError as e:
             err.print(f"[bold red]error:[/] {describe(e)}", highlight=False, soft_wrap=True)
             raise typer.Exit(e.exit_code) from None
+        except OSError as e:  # a full disk outside a step (the runner raises StorageFull inside one)
+            if not io.is_disk_full(e):
+                raise
+            full = io.StorageFull(f"no space left on the device ({e}): free space and rerun")
+            err.print(f"[bold red]error:[/] {describe(full)}", highlight=False, soft_wrap=True)
+            raise typer.Exit(full.exit_code) from None
 
 
 app = typer.Typer(
@@ -73,11 +79,13 @@ def _fail(message: str, code: int = 2) -> typer.Exit:
 
 def _config(path: Path, overrides: list[str] | None, section: str | None = None) -> Any:
     """The pipeline profile with overrides; ``section`` must be configured in it."""
+    from coa import tracking
     from coa.plan import load_pipeline_config
 
     cfg = load_pipeline_config(path, overrides or [])
     if section is not None and getattr(cfg, section) is None:
         raise UserError(f"{path} has no {section} section: add one or pick a profile that has it")
+    tracking.use(cfg.tracking)  # the steps this command runs report to the profile's tracker
     return cfg
 
 
@@ -91,8 +99,62 @@ def _table(uri: str, table: str | None, produced_by: str) -> Any:
         raise UserError(f"{e} (it is produced by `{produced_by}`)") from None
     name = table or ref.primary_table
     if name not in ref.tables:
-        raise UserError(f"{ref.uri} has no table {name!r}; its tables: {', '.join(ref.tables)} (use --table)")
+        tables = ", ".join(ref.tables)
+        if table is not None and ref.kind in _MADE_FROM and _MADE_FROM[ref.kind][0] != produced_by:
+            given = _KIND_NAMES.get(ref.kind, ref.kind)
+            raise UserError(
+                f"{ref.uri} is a {given} artifact (tables: {tables}), not one with a {name!r} table: give "
+                f"the artifact `{produced_by}` makes{_MADE_FROM[ref.kind][1].format(uri=ref.uri)}"
+            )
+        raise UserError(f"{ref.uri} has no table {name!r}; its tables: {tables} (use --table)")
     return TableInput(ref, name)
+
+
+_KIND_NAMES = {
+    "curated": "curated",
+    "trajectories": "raw trajectory",
+    "converted": "converted",
+    "tasks": "task",
+}
+"""Artifact kind -> how a user calls it in an error."""
+_MADE_FROM = {
+    "curated": ("coa curate", ", e.g. coa convert --curated {uri} --tasks <task artifact>"),
+    "trajectories": ("coa collect", ", e.g. coa curate --raw {uri} --tasks <task artifact>"),
+    "tasks": ("coa tasks import | coa tasks synthetic", ""),
+}
+"""Artifact kind -> (the command that made it, the next command that takes it)."""
+
+
+def _model_input(value: str) -> Any:
+    """A ``--model`` value (a registry name already resolved) as a :class:`~coa.steps.ModelInput`,
+    refused in one line when it names no model: a missing folder, an artifact of another kind, a hub
+    id that is not in the local cache while offline."""
+    import os
+
+    from coa.steps import ModelInput
+
+    hint = "give a model folder, a model artifact (`coa sft` / `coa rl`), a hub id or champion:NAME"
+    ref = io.lookup(value)
+    if ref is not None:
+        if ref.kind != "model":
+            given = _KIND_NAMES.get(ref.kind, ref.kind)
+            raise UserError(f"--model {value} is a {given} artifact (kind {ref.kind}), not a model: {hint}")
+        return ModelInput(ref=ref)
+    local = "://" in value or value.startswith(("/", ".", "~")) or os.path.exists(value)
+    fs, path = io.filesystem(value) if "://" in value else (None, os.path.expanduser(value))
+    if local and not (fs.exists(path) if fs is not None else os.path.isdir(path)):
+        raise UserError(f"--model {value}: no such model folder: {hint}")
+    if not local and os.environ.get("HF_HUB_OFFLINE", "").lower() in ("1", "true", "yes"):
+        from huggingface_hub import snapshot_download
+
+        try:
+            snapshot_download(value, local_files_only=True)
+        except Exception:  # noqa: BLE001 - any failure means: not usable offline
+            raise UserError(
+                f"--model {value}: not a folder, and no hub model of that id is in the local cache "
+                f"(HF_HUB_OFFLINE is set): {hint}"
+            ) from None
+    return ModelInput.parse(value)
 
 
 def _raw_table(uri: str) -> str:
@@ -108,13 +170,11 @@ def _raw_table(uri: str) -> str:
 def _model(value: str) -> Any:
     """A model named on the command line: ``champion:NAME`` (resolved through the registry), a
     committed model artifact URI, else a folder or hub id."""
-    from coa.steps import ModelInput
-
     if value.startswith(CHAMPION_PREFIX):
         from coa.registry import Registry
 
         value = Registry().resolve(value.removeprefix(CHAMPION_PREFIX))
-    return ModelInput.parse(value)
+    return _model_input(value)
 
 
 def _run(step: Any, label: str | None = None, execution: Any = None) -> Any:
@@ -140,10 +200,36 @@ def _run(step: Any, label: str | None = None, execution: Any = None) -> Any:
         def progress(done: int, total: int) -> None:
             bar.update(job, completed=done, total=total)
 
-        result = run_step(step, io.Store(), progress=progress, executor=executor)
+        try:
+            result = run_step(step, io.Store(), progress=progress, executor=executor)
+        except KeyboardInterrupt:
+            raise _fail(f"interrupted: {_saved(step)}", 130) from None
     verb = "reused committed artifact" if result.reused else "built"
     err.print(f"{step.name}: {verb} {result.ref.uri}", highlight=False)
     return result
+
+
+def _saved(step: Any) -> str:
+    """What an interrupted step kept for its rerun, and how to resume (Ctrl-C)."""
+    from coa.collect.runs import CheckpointFolder
+    from coa.steps import address, resolve
+
+    store = io.Store()
+    try:
+        uri, _ = address(step, resolve(step, {}), store)
+    except (CoaError, KeyError):
+        return f"{step.name} was not committed; rerun the same command"
+    folder = store.checkpoint_uri(uri)
+    fs, path = io.filesystem(folder)
+    if not fs.exists(path):
+        return f"{step.name} was not committed and saved nothing; rerun the same command to start it again"
+    if step.kind == "trajectories":
+        runs = len(CheckpointFolder(folder).done())
+        return (
+            f"{step.name} was not committed; {runs} finished run(s) are checkpointed in {folder}; "
+            "rerun the same command to resume from them"
+        )
+    return f"{step.name} was not committed; its checkpoints are in {folder}; rerun the same command to resume"
 
 
 # -- coa run ---------------------------------------------------------------------------------
@@ -333,6 +419,12 @@ def collect(
         previous = TableInput(result.ref, collect_step.TABLE)
         result = _run(collect_step.retry_step(cfg.collect, previous, task_input))
         _say_resumed(result.summary)
+        repaired = result.summary.get("repaired") or {}
+        err.print(
+            f"retried {repaired.get('retried', 0)} failed run(s): {repaired.get('requests_sent', 0)} LLM "
+            f"request(s) sent, {repaired.get('still_failed', 0)} still failed",
+            highlight=False,
+        )
     typer.echo(f"trajectories: {result.ref.uri}")
     summary = {k: v for k, v in result.summary.items() if k != "collect"}
     console.print_json(json.dumps(summary, default=str))
@@ -635,12 +727,16 @@ def export_cmd(
     uri: Annotated[str, typer.Argument(help="Artifact from `coa convert`")],
     out: Annotated[str, typer.Argument(help="Output file (afm-sft: .json, afm-rl: .parquet) or folder (hf)")],
     fmt: Annotated[str, typer.Option("--format", "-f", help="afm-sft | afm-rl | hf")] = "hf",
+    grammar: Annotated[
+        str | None,
+        typer.Option(help="afm-sft/afm-rl: mhqa = multi-hop rows in AFM's MHQA grammar (<wiki_search>)"),
+    ] = None,
 ) -> None:
     """Export converted data: AFM alpaca SFT JSON, AFM RL Parquet, or a `datasets`-loadable folder."""
     from coa.convert.export import export
 
     try:
-        typer.echo(export(uri, fmt, out))
+        typer.echo(export(uri, fmt, out, grammar))
     except ValueError as e:
         raise _fail(str(e)) from None
 
@@ -790,20 +886,24 @@ def _load_for_check(
         return [(posixpath.basename(uri), schemas.get(sid), raw, [])]
     out = []
     fs, path = io.filesystem(ref.uri)
-    manifest = json.loads(fs.cat_file(posixpath.join(path, io.MANIFEST)))
+    damaged = io.problems(ref)  # each file against the manifest's size and sha256
     for tname, info in ref.tables.items():
-        problems = []
+        problems = [f"{rel}: {damaged[rel]}" for rel in info.files if rel in damaged]
         parts = []
         for rel in info.files:
-            full = posixpath.join(path, rel)
-            digest = io._sha256(fs, full)
-            if digest != manifest["files"].get(rel):
-                problems.append(f"{rel}: content hash differs from the manifest (file changed after commit)")
-            with fs.open(full, "rb") as fh:
-                parts.append(pa.parquet.read_table(fh))
+            try:
+                with fs.open(posixpath.join(path, rel), "rb") as fh:
+                    parts.append(pa.parquet.read_table(fh))
+            except (OSError, pa.ArrowInvalid):
+                if rel not in damaged:
+                    raise
+                # a truncated file does not parse: its integrity line says what is wrong
         contract = schemas.get(schema_id or info.schema_id)
         raw = pa.concat_tables(parts) if parts else contract.empty_table()
         out.append((tname, contract, raw, problems))
+    in_tables = {rel for info in ref.tables.values() for rel in info.files}
+    if out:  # damaged files outside the tables (a report, model weights) are reported too
+        out[0][3].extend(f"{rel}: {why}" for rel, why in damaged.items() if rel not in in_tables)
     return out
 
 
@@ -961,6 +1061,26 @@ def models_rollback(
 
     champion = Registry().rollback(name, reason)
     console.print(f"{name}: champion restored to {champion.model_uri}", highlight=False)
+
+
+@models_app.command("export")
+def models_export(
+    model: Annotated[str, typer.Argument(help="Model artifact URI or champion:NAME (the registry)")],
+    out: Annotated[Path, typer.Argument(help="New folder: weights, tokenizer and a model card README.md")],
+    license_id: Annotated[
+        str | None,
+        typer.Option(
+            "--license", help="License id for the card (default: apache-2.0, or other on a hub base)"
+        ),
+    ] = None,
+) -> None:
+    """A Hugging Face model folder with a model card (from_pretrained and push_to_hub take it as is)."""
+    from coa.registry.export import export_model
+
+    result = export_model(model, str(out), license_id)
+    console.print(f"{result.model_uri} -> {result.out} ({', '.join(result.files)})", highlight=False)
+    if result.evaluation is None:
+        err.print("note: no evaluation artifact of this model was found; the card has no benchmark figures")
 
 
 @app.command()

@@ -8,7 +8,8 @@ Prefect layer (:mod:`tasks.steps`):
 * :class:`CheckFailed` (exit 1): the input was read, a check on it failed (a data contract, the
   curation gate, the steps-run guard); the message names the check and where its evidence is.
 * :class:`InfraError` (exit 3): something the machine must provide is missing or down (the
-  sandbox, an LLM endpoint, storage); rerun once it is fixed.
+  sandbox, an LLM endpoint, storage, a full disk: :class:`coa.io.StorageFull`); rerun once it is
+  fixed. A damaged artifact (:class:`coa.io.IntegrityError`) is a failed check (exit 1).
 
 Domain modules subclass these (keeping a builtin base such as ``ValueError`` where callers already
 catch it), so the same failure reads the same however it was started and on every rerun.

@@ -5,9 +5,19 @@ the upstream artifacts' content hashes and the code version. It holds one or mor
 tables (each under a data contract from :mod:`schemas`), optional extra files (reports, models),
 ``_lineage.json``, and ``_COMMITTED``, the manifest written last:
 
-1. the writer stages every file under ``.staging-<uuid>/`` inside the artifact folder;
-2. on commit it moves the staged files into place, writes the lineage, then the manifest;
-3. readers open only committed artifacts and only the files the manifest lists.
+1. the writer claims the address (on a local root: an ``fcntl`` lock per content key under
+   ``{root}/locks/``, which the kernel drops when its process dies), so two identical runs on one
+   store build it once: the second waits, then reuses the first one's artifact;
+2. it stages every file under ``{root}/.staging/{kind}/{name}-{key}-<uuid>/``, outside the
+   artifact folder (a killed writer's staging is never inside a committed artifact);
+3. on commit it moves the staged files into place (fsynced on local disks), writes the lineage,
+   then the manifest: to a temporary name, flushed and fsynced, renamed, the folder fsynced (on
+   S3 one object, written last). The manifest lists every file with its size and sha256;
+4. readers open only committed artifacts and only the files the manifest lists, and check each
+   file's size and sha256 against it before reading it (hashed once per process, cached by
+   path, size and mtime / ETag). A file that differs is an :class:`IntegrityError` naming the
+   file and the artifact, and the artifact is moved aside to ``{root}/damaged/`` so the step that
+   produced it is rebuilt on the next run. A torn or unreadable manifest reads as uncommitted.
 
 So a crash at any point leaves nothing that looks complete, a committed artifact is reused by the
 next run with the same inputs, and an uncommitted one is cleaned up and rebuilt. Stages pass
@@ -18,8 +28,10 @@ from __future__ import annotations
 
 import contextlib
 import datetime as dt
+import errno
 import hashlib
 import json
+import logging
 import os
 import pathlib
 import posixpath
@@ -35,7 +47,7 @@ from pydantic import BaseModel, ConfigDict
 
 import schemas
 from coa.config import canonical_json
-from coa.errors import UserError
+from coa.errors import CheckFailed, InfraError, UserError
 from coa.settings import Settings, redact
 from coa.version import code_version
 from schemas import Contract
@@ -44,10 +56,40 @@ MANIFEST = "_COMMITTED"
 LINEAGE = "_lineage.json"
 STAGING_PREFIX = ".staging-"
 ROW_GROUP_ROWS = 10_000
+STAGING_DIR = ".staging"
+"""Under the storage root: every writer's staging folder (``{kind}/{name}-{key}-<uuid>``)."""
+LOCKS_DIR = "locks"
+"""Under the storage root: one lock file per content key (local roots only)."""
+DAMAGED_DIR = "damaged"
+"""Under the storage root: artifacts moved aside because a file differs from their manifest."""
+log = logging.getLogger(__name__)
 
 
 class ArtifactError(UserError, RuntimeError):
     """An artifact is missing, uncommitted or unreadable; the message says which and how to fix it."""
+
+
+class IntegrityError(ArtifactError, CheckFailed):
+    """A committed artifact's file differs from its manifest (size or sha256): damaged after commit."""
+
+    exit_code = 1
+    kind = "integrity check failed"
+
+
+class StorageFull(InfraError, OSError):
+    """No space left on the storage device while writing (ENOSPC): nothing was committed."""
+
+
+def is_disk_full(error: BaseException) -> bool:
+    """Whether ``error`` (or what it wraps) is ENOSPC; pyarrow re-raises it as a plain OSError."""
+    seen: BaseException | None = error
+    while seen is not None:
+        if isinstance(seen, OSError) and (
+            seen.errno == errno.ENOSPC or "No space left on device" in str(seen)
+        ):
+            return True
+        seen = seen.__cause__ or seen.__context__
+    return False
 
 
 class TableInfo(BaseModel):
@@ -151,7 +193,9 @@ class Store:
 class ArtifactWriter:
     """Stages files for one artifact and commits them atomically (manifest last).
 
-    Use :meth:`existing` first: a committed artifact at the same address is returned as-is.
+    Use :meth:`existing` first: a committed artifact at the same address is returned as-is. On a
+    local root the writer holds the address's lock from its first write (or from :meth:`claim`)
+    until it commits or aborts, so a second identical writer waits, then finds it committed.
     """
 
     def __init__(
@@ -170,33 +214,94 @@ class ArtifactWriter:
         self.fs, self.path = filesystem(self.uri, self.settings)
         self.config, self.upstream = config, tuple(upstream)
         self.extra_lineage = dict(extra_lineage or {})
-        self.staging = posixpath.join(self.path, f"{STAGING_PREFIX}{uuid.uuid4().hex[:12]}")
+        self.root = posixpath.dirname(posixpath.dirname(self.path))
+        self.folder = posixpath.basename(self.path)
+        self.staging = posixpath.join(
+            self.root,
+            STAGING_DIR,
+            posixpath.basename(posixpath.dirname(self.path)),
+            f"{self.folder}-{uuid.uuid4().hex[:12]}",
+        )
         self._tables: dict[str, dict[str, Any]] = {}
         self._order: list[str] = []
         self._files: list[str] = []
         self._started = False
         self._committed: ArtifactRef | None = None
+        self._lock: Any = None
 
     @property
     def tables(self) -> dict[str, dict[str, Any]]:
         """The tables staged so far: name -> ``{schema_id, rows, files}``."""
         return {k: dict(v) for k, v in self._tables.items()}
 
+    @property
+    def local(self) -> bool:
+        return _is_local(self.fs)
+
     # -- reuse ------------------------------------------------------------------------------
     def existing(self) -> ArtifactRef | None:
-        """The committed artifact at this address, if there is one."""
-        return lookup(self.uri, self.settings)
+        """The committed artifact at this address, checked against its manifest; None if there is none.
+
+        A damaged one (a file differs from the manifest) is moved aside and raises
+        :class:`IntegrityError`: the next run rebuilds it."""
+        ref = lookup(self.uri, self.settings)
+        if ref is not None:
+            verify(ref, self.settings)
+        return ref
+
+    @contextlib.contextmanager
+    def claim(self) -> Iterator[None]:
+        """Hold this address's lock (local roots; a no-op elsewhere) for a whole build: an identical
+        run started meanwhile waits here, then reuses what this one committed."""
+        self._acquire()
+        try:
+            yield
+        finally:
+            self._release()
+
+    def _acquire(self) -> None:
+        if self._lock is not None or not self.local:
+            return
+        import fcntl
+
+        lock_path = os.path.join(self.root, LOCKS_DIR, posixpath.basename(posixpath.dirname(self.path)))
+        os.makedirs(lock_path, exist_ok=True)
+        fh = open(os.path.join(lock_path, f"{self.folder}.lock"), "a+b")  # noqa: SIM115 (held open)
+        try:
+            fcntl.flock(fh.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            log.warning("%s is being built by another run: waiting for it to finish", self.uri)
+            fcntl.flock(fh.fileno(), fcntl.LOCK_EX)
+        self._lock = fh
+
+    def _release(self) -> None:
+        if self._lock is not None:
+            self._lock.close()  # closing the file drops the flock
+            self._lock = None
 
     # -- staging ----------------------------------------------------------------------------
     def _start(self) -> None:
         if self._started:
             return
-        if self.fs.exists(posixpath.join(self.path, MANIFEST)):
-            raise ArtifactError(f"{self.uri} is already committed; call existing() and reuse it")
-        if self.fs.exists(self.path):  # leftovers of a crashed attempt: never committed, safe to clear
-            self.fs.rm(self.path, recursive=True)
+        self._acquire()
+        if lookup(self.uri, self.settings) is not None:
+            self._release()
+            raise ArtifactError(
+                f"{self.uri} is already committed (by another run): nothing to write; rerun to reuse it"
+            )
+        if self.local:  # we hold the lock: whatever is here was left by a dead writer, never committed
+            self._clear_leftovers()
         self.fs.makedirs(self.staging, exist_ok=True)
         self._started = True
+
+    def _clear_leftovers(self) -> None:
+        if self.fs.exists(self.path):
+            self.fs.rm(self.path, recursive=True)
+        parent = posixpath.dirname(self.staging)
+        if self.fs.exists(parent):
+            for old in self.fs.ls(parent, detail=False):
+                if posixpath.basename(old.rstrip("/")).startswith(f"{self.folder}-"):
+                    self.fs.rm(old, recursive=True)
 
     def write_table(self, table_name: str, table: pa.Table, contract: Contract) -> int:
         """Write a whole table (checked against ``contract``)."""
@@ -276,16 +381,40 @@ class ArtifactWriter:
 
     # -- commit -----------------------------------------------------------------------------
     def commit(self) -> ArtifactRef:
-        """Move staged files into place, write lineage, then the manifest (the commit point)."""
+        """Move staged files into place, write lineage, then the manifest (the commit point).
+
+        On a remote root, an artifact another writer committed meanwhile wins: this writer's
+        staging is dropped and the winner's reference is returned (same key, same inputs)."""
         if self._committed is not None:
             return self._committed
         self._start()
+        try:
+            self._committed = self._commit()
+        finally:
+            self._release()
+        return self._committed
+
+    def _commit(self) -> ArtifactRef:
+        if not self.local:
+            winner = lookup(self.uri, self.settings)
+            if winner is not None:
+                self.abort()
+                return winner
+            if self.fs.exists(self.path):  # a killed writer's partial commit: never committed
+                self.fs.rm(self.path, recursive=True)
         digests: dict[str, str] = {}
+        sizes: dict[str, int] = {}
         for rel in sorted(set(self._files)):
             src, dst = posixpath.join(self.staging, rel), posixpath.join(self.path, rel)
             digests[rel] = _sha256(self.fs, src)
+            sizes[rel] = int(self.fs.size(src))
+            if self.local:
+                _fsync_file(src)
             self.fs.makedirs(posixpath.dirname(dst), exist_ok=True)
             self.fs.mv(src, dst)
+            if self.local:  # a rename keeps size and mtime: this process need not hash it again
+                st = os.stat(dst)
+                _DIGESTS[(dst, st.st_size, f"{st.st_mtime_ns}:{st.st_ino}")] = digests[rel]
         with contextlib.suppress(FileNotFoundError):
             self.fs.rm(self.staging, recursive=True)
         content_hash = hashlib.sha256(canonical_json(digests).encode()).hexdigest()
@@ -310,6 +439,7 @@ class ArtifactWriter:
                 **self.extra_lineage,
             }
         )
+        self.fs.makedirs(self.path, exist_ok=True)
         _write_json(self.fs, posixpath.join(self.path, LINEAGE), lineage)
         manifest = {
             "uri": self.uri,
@@ -321,15 +451,21 @@ class ArtifactWriter:
             "tables": self._tables,
             "primary": next(iter(self._tables), None),
             "files": digests,
+            "sizes": sizes,
         }
+        if self.local:  # every folder the files went into is durable before the commit point
+            for folder in sorted({posixpath.dirname(posixpath.join(self.path, r)) for r in digests}):
+                _fsync_dir(folder)
         _write_json(self.fs, posixpath.join(self.path, MANIFEST), manifest)
-        self._committed = _ref_from_manifest(self.uri, manifest)
-        return self._committed
+        return _ref_from_manifest(self.uri, manifest)
 
     def abort(self) -> None:
-        """Remove staged files (the artifact stays uncommitted)."""
-        with contextlib.suppress(FileNotFoundError):
-            self.fs.rm(self.staging, recursive=True)
+        """Remove staged files (the artifact stays uncommitted) and let an identical run go ahead."""
+        try:
+            with contextlib.suppress(FileNotFoundError):
+                self.fs.rm(self.staging, recursive=True)
+        finally:
+            self._release()
 
     def __enter__(self) -> ArtifactWriter:
         return self
@@ -351,14 +487,182 @@ class ArtifactWriter:
 
 
 def lookup(uri: str, settings: Settings | None = None) -> ArtifactRef | None:
-    """The reference of a committed artifact at ``uri``, or None if there is none (or not committed)."""
+    """The reference of a committed artifact at ``uri``, or None if there is none (or not committed).
+
+    A torn or unreadable manifest (a crash or a power loss while it was written) reads as not
+    committed: the folder is rebuilt by the next run."""
     fs, path = filesystem(uri, settings)
     try:
         with fs.open(posixpath.join(path, MANIFEST), "rb") as fh:
-            manifest = json.loads(fh.read())
+            raw = fh.read()
     except (FileNotFoundError, NotADirectoryError):
         return None
-    return _ref_from_manifest(uri.rstrip("/"), manifest)
+    try:
+        manifest = json.loads(raw)
+        ref = _ref_from_manifest(uri.rstrip("/"), manifest)
+    except (ValueError, KeyError, TypeError, AttributeError):  # JSONDecodeError, ValidationError: torn
+        log.warning(
+            "%s has a torn %s (%d bytes): it reads as uncommitted and is rebuilt", uri, MANIFEST, len(raw)
+        )
+        return None
+    _MANIFESTS[(ref.uri, ref.content_hash)] = manifest
+    return ref
+
+
+def verify(ref: ArtifactRef, settings: Settings | None = None, files: Sequence[str] | None = None) -> None:
+    """Check ``files`` of a committed artifact (default: all) against its manifest's sizes and sha256s.
+
+    Each file is hashed once per process (cached by path, size and mtime, or ETag on S3). A file
+    that is missing or differs moves the artifact aside to ``{root}/damaged/`` and raises
+    :class:`IntegrityError` naming the file and the artifact: the next run rebuilds it."""
+    fs, path = filesystem(ref.uri, settings)
+    manifest = _manifest(ref, fs, path)
+    digests: Mapping[str, str] = manifest.get("files", {})
+    sizes: Mapping[str, int] = manifest.get("sizes", {})
+    for rel in files if files is not None else sorted(digests):
+        if rel not in digests:
+            continue
+        full = posixpath.join(path, rel)
+        try:
+            size, digest = _file_digest(fs, full, sizes.get(rel))
+        except FileNotFoundError:
+            problem = "is missing"
+        else:
+            if rel in sizes and size != sizes[rel]:
+                problem = f"has {size} bytes, the manifest says {sizes[rel]}"
+            elif digest != digests[rel]:
+                problem = f"has sha256 {digest[:12]}…, the manifest says {digests[rel][:12]}…"
+            else:
+                continue
+        dest = move_aside(ref.uri, settings)
+        where = f"moved aside to {dest}" if dest else "it could not be moved aside"
+        raise IntegrityError(
+            f"file {rel} of artifact {ref.uri} {problem}: the artifact was damaged after its commit; "
+            f"{where}; rerun the step that produced it to rebuild it"
+        )
+
+
+def size_mismatch(ref: ArtifactRef, settings: Settings | None = None) -> str | None:
+    """The first file of ``ref`` that is missing or not the size its manifest says (no hashing: what a
+    dry run can afford), or None."""
+    fs, path = filesystem(ref.uri, settings)
+    sizes: Mapping[str, int] = _manifest(ref, fs, path).get("sizes", {})
+    for rel, size in sorted(sizes.items()):
+        try:
+            if int(fs.size(posixpath.join(path, rel))) != size:
+                return rel
+        except FileNotFoundError:
+            return rel
+    return None
+
+
+def problems(ref: ArtifactRef, settings: Settings | None = None) -> dict[str, str]:
+    """File -> what differs from the manifest, for every file of ``ref`` (``coa validate``; moves nothing)."""
+    fs, path = filesystem(ref.uri, settings)
+    manifest = _manifest(ref, fs, path)
+    sizes: Mapping[str, int] = manifest.get("sizes", {})
+    out = {}
+    for rel, expected in sorted(manifest.get("files", {}).items()):
+        try:
+            size, digest = _file_digest(fs, posixpath.join(path, rel), sizes.get(rel))
+        except FileNotFoundError:
+            out[rel] = "missing"
+            continue
+        if rel in sizes and size != sizes[rel]:
+            out[rel] = f"{size} bytes, the manifest says {sizes[rel]} (file changed after commit)"
+        elif digest != expected:
+            out[rel] = "content hash differs from the manifest (file changed after commit)"
+    return out
+
+
+def move_aside(uri: str, settings: Settings | None = None) -> str | None:
+    """Move a damaged artifact folder to ``{root}/damaged/{kind}/{name}-{key}-<time>``; its new
+    address, or None when it is already gone (another process moved it)."""
+    fs, path = filesystem(uri, settings)
+    kind = posixpath.basename(posixpath.dirname(path))
+    root = posixpath.dirname(posixpath.dirname(path))
+    stamp = dt.datetime.now(dt.UTC).strftime("%Y%m%dT%H%M%S%f")
+    dest = posixpath.join(root, DAMAGED_DIR, kind, f"{posixpath.basename(path)}-{stamp}")
+    try:
+        fs.makedirs(posixpath.dirname(dest), exist_ok=True)
+        if _is_local(fs):
+            os.rename(path, dest)
+        else:  # object by object, the manifest first: the artifact reads as uncommitted at once
+            files = sorted(fs.find(path), key=lambda f: not f.endswith(f"/{MANIFEST}"))
+            for f in files:
+                fs.mv(f, posixpath.join(dest, posixpath.relpath(f, path)))
+    except FileNotFoundError:
+        return None
+    except OSError as e:
+        log.warning("could not move the damaged artifact %s aside: %s", uri, e)
+        return None
+    prefix = uri.split("://", 1)[0] + "://" if "://" in uri else ""
+    return prefix + dest if prefix and not dest.startswith(prefix) else dest
+
+
+_MANIFESTS: dict[tuple[str, str], Mapping[str, Any]] = {}
+"""(artifact URI, content hash) -> its manifest, as read in this process."""
+_DIGESTS: dict[tuple[str, int, str], str] = {}
+"""(file path, size, mtime_ns or ETag) -> sha256, hashed in this process."""
+
+
+def _manifest(ref: ArtifactRef, fs: fsspec.AbstractFileSystem, path: str) -> Mapping[str, Any]:
+    cached = _MANIFESTS.get((ref.uri, ref.content_hash))
+    if cached is not None:
+        return cached
+    try:
+        with fs.open(posixpath.join(path, MANIFEST), "rb") as fh:
+            manifest = json.loads(fh.read())
+    except (FileNotFoundError, ValueError) as e:
+        raise ArtifactError(
+            f"artifact {ref.uri} is no longer committed ({MANIFEST} missing or torn): rerun the step "
+            "that produced it"
+        ) from e
+    if manifest.get("content_hash") != ref.content_hash:
+        raise ArtifactError(
+            f"artifact {ref.uri} was rebuilt with other content after this reference was taken: rerun"
+        )
+    _MANIFESTS[(ref.uri, ref.content_hash)] = manifest
+    return dict(manifest)
+
+
+def _file_digest(fs: fsspec.AbstractFileSystem, path: str, expected_size: int | None) -> tuple[int, str]:
+    """(size, sha256) of a file; the hash is cached by (path, size, mtime / ETag) and skipped when
+    the size already differs from ``expected_size``."""
+    if _is_local(fs):
+        st = os.stat(path)
+        size, stamp = st.st_size, f"{st.st_mtime_ns}:{st.st_ino}"
+    else:
+        info = fs.info(path)
+        size = int(info["size"])
+        stamp = str(info.get("ETag") or info.get("LastModified") or info.get("mtime") or "")
+    if expected_size is not None and size != expected_size:
+        return size, ""
+    key = (path, size, stamp)
+    digest = _DIGESTS.get(key) if stamp else None
+    if digest is None:
+        digest = _sha256(fs, path)
+        if stamp:
+            _DIGESTS[key] = digest
+    return size, digest
+
+
+def _is_local(fs: fsspec.AbstractFileSystem) -> bool:
+    protocol = fs.protocol if isinstance(fs.protocol, tuple) else (fs.protocol,)
+    return "file" in protocol or "local" in protocol
+
+
+def _fsync_file(path: str) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _fsync_dir(path: str) -> None:
+    with contextlib.suppress(OSError):  # some filesystems refuse fsync on a directory
+        _fsync_file(path)
 
 
 def open_artifact(uri: str | ArtifactRef, settings: Settings | None = None) -> ArtifactRef:
@@ -369,6 +673,11 @@ def open_artifact(uri: str | ArtifactRef, settings: Settings | None = None) -> A
     if ref is not None:
         return ref
     fs, path = filesystem(uri, settings)
+    if fs.exists(posixpath.join(path, MANIFEST)):
+        raise ArtifactError(
+            f"{uri} has a torn {MANIFEST} marker (a crash or power loss while it was written): it reads "
+            "as never committed and is never read; rerun the stage that produces it"
+        )
     if fs.exists(path):
         raise ArtifactError(
             f"{uri} exists but has no {MANIFEST} marker: it was never committed (a crashed or running "
@@ -400,6 +709,7 @@ def read_table(
     contract = schemas.get(info.schema_id)
     if columns is not None:
         contract = contract.project(list(columns))
+    verify(ref, settings, info.files)
     fs, path = filesystem(ref.uri, settings)
     parts = []
     for rel in info.files:
@@ -424,6 +734,7 @@ def iter_batches(
     ref = open_artifact(uri, settings)
     info = _table_info(ref, table or ref.primary_table)
     contract = schemas.get(info.schema_id)
+    verify(ref, settings, info.files)
     fs, path = filesystem(ref.uri, settings)
     for rel in info.files:
         with fs.open(posixpath.join(path, rel), "rb") as fh:
@@ -459,6 +770,7 @@ def read_file(uri: str | ArtifactRef, relpath: str, settings: Settings | None = 
     ref = open_artifact(uri, settings)
     if relpath not in ref.files:
         raise ArtifactError(f"{ref.uri} has no file {relpath!r}; it has: {', '.join(ref.files)}")
+    verify(ref, settings, [relpath])
     fs, path = filesystem(ref.uri, settings)
     with fs.open(posixpath.join(path, relpath), "rb") as fh:
         return bytes(fh.read())
@@ -471,21 +783,46 @@ def local_folder(uri: str | ArtifactRef, relpath: str, settings: Settings | None
     ``~/.cache/coa/artifacts/<name-key>/`` (artifacts are immutable, so the copy never goes stale).
     """
     ref = open_artifact(uri, settings)
+    members = [f for f in ref.files if f == relpath or f.startswith(relpath.rstrip("/") + "/")]
     fs, path = filesystem(ref.uri, settings)
-    if "file" in fs.protocol or fs.protocol in ("file", ("file", "local")):
+    if _is_local(fs):
+        verify(ref, settings, members)
         return pathlib.Path(path, relpath)
     cache = pathlib.Path(os.environ.get("COA_CACHE_DIR", pathlib.Path.home() / ".cache" / "coa"))
-    dest = cache / "artifacts" / posixpath.basename(path.rstrip("/")) / relpath
+    folder = f"{posixpath.basename(path.rstrip('/'))}-{ref.content_hash[:12]}"  # a rebuild is another copy
+    dest = cache / "artifacts" / folder / relpath
     done = dest.parent / f".{dest.name}.complete"
     if not done.exists():
         dest.parent.mkdir(parents=True, exist_ok=True)
         tmp = dest.parent / f".{dest.name}.partial-{uuid.uuid4().hex[:8]}"
         fs.get(posixpath.join(path, relpath), str(tmp), recursive=True)
+        _verify_copy(ref, relpath, members, tmp, settings)  # the download is checked, not the remote twice
         if dest.exists():
             shutil.rmtree(dest)
         tmp.rename(dest)
         done.touch()
     return dest
+
+
+def _verify_copy(
+    ref: ArtifactRef, relpath: str, members: Sequence[str], copy: pathlib.Path, settings: Settings | None
+) -> None:
+    """Check a downloaded copy of ``relpath`` against the manifest; a mismatch moves the artifact aside."""
+    fs, path = filesystem(ref.uri, settings)
+    digests: Mapping[str, str] = _manifest(ref, fs, path).get("files", {})
+    for rel in members:
+        local = copy if rel == relpath else copy / rel[len(relpath.rstrip("/")) + 1 :]
+        digest = hashlib.sha256(local.read_bytes()).hexdigest() if local.is_file() else "missing"
+        if digest != digests.get(rel, digest):
+            if copy.is_dir():
+                shutil.rmtree(copy, ignore_errors=True)
+            else:
+                copy.unlink(missing_ok=True)
+            dest = move_aside(ref.uri, settings)
+            raise IntegrityError(
+                f"file {rel} of artifact {ref.uri} differs from its manifest (sha256): the artifact was "
+                f"damaged after its commit; moved aside to {dest}; rerun the step that produced it"
+            )
 
 
 def read_parquet_file(uri: str, settings: Settings | None = None) -> pa.Table:
@@ -557,5 +894,23 @@ def _sha256(fs: fsspec.AbstractFileSystem, path: str) -> str:
 
 
 def _write_json(fs: fsspec.AbstractFileSystem, path: str, value: Any) -> None:
-    with fs.open(path, "wb") as fh:
-        fh.write(json.dumps(value, indent=2, sort_keys=True, default=str).encode())
+    """Write JSON crash-safely: on a local disk to a temporary name, flushed and fsynced, renamed
+    over ``path``, the folder fsynced; on an object store as one object (a put is atomic)."""
+    data = json.dumps(value, indent=2, sort_keys=True, default=str).encode()
+    if not _is_local(fs):
+        with fs.open(path, "wb") as fh:
+            fh.write(data)
+        return
+    folder = posixpath.dirname(path)
+    tmp = posixpath.join(folder, f".tmp-{uuid.uuid4().hex[:12]}-{posixpath.basename(path)}")
+    try:
+        with open(tmp, "wb") as fh:
+            fh.write(data)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+    _fsync_dir(folder)

@@ -9,7 +9,13 @@ A :class:`Step` is a name, a frozen config, named typed inputs and a build funct
 * **reuse**: a committed artifact at that key is returned as it is, never rebuilt;
 * the **commit**: the build function writes into an :class:`~coa.io.ArtifactWriter`; the runner
   commits it (manifest last) or, on an exception, removes what was staged and leaves a failure
-  marker (``_FAILED.json``: the error, when) that ``coa run --dry-run`` shows;
+  marker (``{root}/failures/{kind}/{name}-{key}.json``: the error, when; outside the artifact
+  folder) that ``coa run --dry-run`` shows, with the checkpoint a rebuild resumes from;
+* **one build per address**: an identical run started meanwhile waits on the address's lock
+  (:meth:`~coa.io.ArtifactWriter.claim`), then reuses the artifact the first one committed;
+* **integrity on reuse**: a reused artifact is checked against its manifest first (a damaged one is
+  moved aside, an error names the file, the next run rebuilds it); a full disk is one
+  :class:`~coa.io.StorageFull` line (exit 3) and commits nothing;
 * **lineage**: the step name, its inputs (by role and table), where it was built (host, process id)
   and its summary go into ``_lineage.json``;
 * **checks that fail after the evidence is written** (the curation gate): the build calls
@@ -22,6 +28,7 @@ run them here, so the same inputs give the same artifact whichever way a run is 
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import datetime as dt
 import json
@@ -33,12 +40,13 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from coa import io
+from coa import io, tracking
 from coa.errors import CheckFailed, UserError
 from coa.execution import ShardExecutor
 from coa.io import ArtifactRef
 
 FAILED_MARKER = "_FAILED.json"
+"""Old name of the failure marker (inside the artifact folder); it now lives at :func:`failure_marker`."""
 Progress = Callable[[int, int], None]
 
 
@@ -279,23 +287,47 @@ def run_step(
         upstream=upstream,
         extra_lineage={"step": step.name, "inputs": _lineage_inputs(inputs), "built_by": _built_by()},
     )
-    existing = writer.existing()
-    if existing is not None:
-        record = io.read_lineage(existing).get("result", {})
-        if record.get("failure"):
-            raise StepCheckFailed(step.name, existing.uri, record["failure"])
-        return StepResult(step.name, existing, True, record.get("summary", {}))
-    if reuse_only:
+    existing = writer.existing()  # checked against its manifest: a damaged one is moved aside, raises
+    if existing is None and reuse_only:
         raise UserError(
             f"step {step.name} has no committed artifact at {writer.uri}: run it first "
             f"(`coa run --only {step.name.split('.')[0]}`, or without --only)"
         )
+    if existing is None:
+        with writer.claim():  # an identical run building it now: wait for it, then reuse its artifact
+            existing = writer.existing()
+            if existing is None:
+                return _build_and_commit(step, writer, inputs, store, progress, executor)
+    record = io.read_lineage(existing).get("result", {})
+    if record.get("failure"):
+        raise StepCheckFailed(step.name, existing.uri, record["failure"])
+    return StepResult(step.name, existing, True, record.get("summary", {}))
+
+
+def _build_and_commit(
+    step: Step,
+    writer: io.ArtifactWriter,
+    inputs: dict[str, TableInput | ModelInput],
+    store: io.Store,
+    progress: Progress | None,
+    executor: ShardExecutor | None,
+) -> StepResult:
     build = Build(step, writer, inputs, store, progress, executor=executor)
     try:
-        step.build(build)
+        upstream = [u.uri for u in writer.upstream]
+        with tracking.step_run(step.name, writer.uri, upstream, store.root) as tracker:
+            step.build(build)
+            if tracker is not None:  # the lineage names the tracker run; the run gets the summary
+                writer.extra_lineage["tracker"] = tracker.lineage()
+                tracking.log_summary(tracker, build.summary)
     except BaseException as e:
         writer.abort()
         _mark_failed(writer, step, e)
+        if io.is_disk_full(e):
+            raise io.StorageFull(
+                f"no space left on the device while building step {step.name} ({writer.uri}): nothing "
+                f"was committed; free space under {store.root} and rerun (it resumes)"
+            ) from e
         raise
     written = {name: info["schema_id"] for name, info in writer.tables.items()}
     missing = {t: c for t, c in step.produces.items() if written.get(t) != c}
@@ -303,7 +335,15 @@ def run_step(
         writer.abort()
         raise RuntimeError(f"step {step.name} did not write {missing} (wrote {written}): a bug in its build")
     writer.extra_lineage["result"] = {"summary": build.summary, "failure": build.failure}
-    ref = writer.commit()
+    try:
+        ref = writer.commit()
+    except OSError as e:
+        if io.is_disk_full(e):
+            raise io.StorageFull(
+                f"no space left on the device while committing step {step.name} ({writer.uri}): nothing "
+                f"was committed; free space under {store.root} and rerun"
+            ) from e
+        raise
     _clear_failed(writer)
     for done_with in build.cleanup:
         done_with()
@@ -355,24 +395,52 @@ def _built_by() -> dict[str, Any]:
     return {"host": socket.gethostname(), "pid": os.getpid()}
 
 
+def failure_marker(writer_path: str) -> str:
+    """Where the failure marker of the artifact at ``writer_path`` lives: ``{root}/failures/{kind}/
+    {name}-{key}.json``, outside the artifact folder (a committed folder holds only its manifest's files)."""
+    kind_dir = posixpath.dirname(writer_path)
+    root = posixpath.dirname(kind_dir)
+    return posixpath.join(
+        root, "failures", posixpath.basename(kind_dir), f"{posixpath.basename(writer_path)}.json"
+    )
+
+
 def _mark_failed(writer: io.ArtifactWriter, step: Step, error: BaseException) -> None:
+    message = str(error) or {KeyboardInterrupt: "interrupted (Ctrl-C)", SystemExit: "stopped"}.get(
+        type(error), type(error).__name__
+    )
     record = {
         "step": step.name,
         "error": type(error).__name__,
-        "message": str(error)[:2000],
+        "message": message[:2000],
         "at": dt.datetime.now(dt.UTC).isoformat(),
     }
-    try:
-        writer.fs.makedirs(writer.path, exist_ok=True)
-        io.write_atomic(writer.fs, posixpath.join(writer.path, FAILED_MARKER), json.dumps(record).encode())
-    except OSError:
-        pass  # the marker is informational; the original error matters
+    with contextlib.suppress(OSError):  # the marker is informational; the original error matters
+        io.write_atomic(writer.fs, failure_marker(writer.path), json.dumps(record).encode())
 
 
 def _clear_failed(writer: io.ArtifactWriter) -> None:
-    marker = posixpath.join(writer.path, FAILED_MARKER)
+    marker = failure_marker(writer.path)
     if writer.fs.exists(marker):
         writer.fs.rm(marker)
+
+
+def _resumes(store: io.Store, uri: str) -> str:
+    """What a rebuild of ``uri`` resumes from: ``checkpoint N`` (training), else its checkpoints."""
+    fs, folder = io.filesystem(store.checkpoint_uri(uri), store.settings)
+    if not fs.exists(folder):
+        return ""
+    states = fs.glob(posixpath.join(folder, "checkpoint-*", "trainer_state.json")) + fs.glob(
+        posixpath.join(folder, "*", "checkpoint-*", "trainer_state.json")
+    )
+    steps = [
+        int(n)
+        for n in (posixpath.basename(posixpath.dirname(p)).split("-")[-1] for p in states)
+        if n.isdigit()
+    ]
+    if steps:
+        return f"; resumes from checkpoint {max(steps)}"
+    return "; resumes from its checkpoints" if fs.ls(folder, detail=False) else ""
 
 
 # -- planning views ---------------------------------------------------------------------------------
@@ -406,17 +474,24 @@ def preview(steps: Sequence[Step], store: io.Store | None = None) -> list[Planne
             continue
         uri, key = address(step, inputs, store)
         ref = io.lookup(uri, store.settings)
+        damaged = io.size_mismatch(ref, store.settings) if ref is not None else None
+        if ref is not None and damaged:
+            status = f"damaged ({damaged} differs from its manifest): the run stops on it, the next rebuilds"
+            out.append(PlannedStep(step.name, step.kind, key, status, uri))
+            continue
         if ref is not None:
             record = io.read_lineage(ref).get("result", {})
             status = "reuse (check failed: " + record["failure"] + ")" if record.get("failure") else "reuse"
             done[step.name] = StepResult(step.name, ref, True, record.get("summary", {}))
         else:
             fs, path = io.filesystem(uri, store.settings)
-            failed = posixpath.join(path, FAILED_MARKER)
+            failed = failure_marker(path)
             status = "build"
             if fs.exists(failed):
                 with fs.open(failed, "rb") as fh:
-                    status = f"build (last attempt failed: {json.loads(fh.read())['message'][:80]})"
+                    record = json.loads(fh.read())
+                reason = (record.get("message") or record.get("error") or "unknown")[:80]
+                status = f"build (last attempt failed: {reason}{_resumes(store, uri)})"
         out.append(PlannedStep(step.name, step.kind, key, status, uri))
     return out
 

@@ -63,8 +63,9 @@ def test_offline_collect_uses_the_tools_for_real(tmp_path: Path, monkeypatch: py
 
 
 def test_unknown_tasks_are_recorded_as_errors_not_faked(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, storage_root: Path
 ) -> None:
+    """Every run failed (the offline teacher cannot answer): not a success, nothing committed, exit 3."""
     monkeypatch.chdir(REPO)
     src = tmp_path / "q.jsonl"
     src.write_text(json.dumps({"question": "What is the capital of France?", "answer": "Paris"}) + "\n")
@@ -72,10 +73,11 @@ def test_unknown_tasks_are_recorded_as_errors_not_faked(
     assert imported.exit_code == 0, imported.output
     out = imported.stdout.strip().splitlines()[-1]
     result = runner.invoke(app, ["collect", "--tasks", out])
-    assert result.exit_code == 0, result.output
-    uri = result.output.split("trajectories: ", 1)[1].split()[0]
-    row = io.read_table(uri).to_pylist()[0]
-    assert row["status"] == "error" and "OfflineBackendUnsupported" in row["error"]
+    assert result.exit_code == 3, result.output
+    message = " ".join(result.stderr.split())
+    assert "failed as a whole: 1 of 1 runs (100%" in message and "OfflineBackendUnsupported" in message
+    assert "nothing was committed" in message and "Traceback" not in result.output
+    assert not list((storage_root / "trajectories").glob("*/_COMMITTED"))
 
 
 def _checkpoints(root: Path) -> list[Path]:

@@ -57,8 +57,7 @@ def test_reader_uses_only_manifest_files(tmp_path: Path) -> None:
 def test_read_rejects_a_corrupted_table_by_contract(tmp_path: Path) -> None:
     store = Store()
     ref = cases.write_tasks(store, {"a": 1})
-    path = Path(ref.uri) / "tasks.parquet"
-    pq.write_table(cases.tasks_table().drop_columns(["family"]), path)
+    cases.recommit_file(ref, "tasks.parquet", cases.tasks_table().drop_columns(["family"]))
     with pytest.raises(schemas.ContractError, match="'family': missing"):
         io.read_table(ref)
 
@@ -69,9 +68,8 @@ def test_a_read_of_some_columns_reads_and_checks_only_those(tmp_path: Path) -> N
     whole = io.read_table(ref)
     part = io.read_table(ref, columns=["family", "task_id"])
     assert part.column_names == ["family", "task_id"] and part.equals(whole.select(["family", "task_id"]))
-    path = Path(ref.uri) / "tasks.parquet"
     # a file missing a column the read does not ask for is fine; a missing nullable one is filled
-    pq.write_table(cases.tasks_table().drop_columns(["question", "test_cases"]), path)
+    cases.recommit_file(ref, "tasks.parquet", cases.tasks_table().drop_columns(["question", "test_cases"]))
     read = io.read_table(ref, columns=["task_id", "test_cases"])
     assert read.column("task_id").to_pylist() == whole.column("task_id").to_pylist()
     assert read.column("test_cases").null_count == read.num_rows
@@ -135,3 +133,33 @@ def test_file_batches_are_the_readers_batches_one_row_group_at_a_time(
     assert [t.num_rows for t in got] == [t.num_rows for t in expected]
     assert all(g.equals(e) for g, e in zip(got, expected, strict=True))
     assert pa.concat_tables(got).equals(table)
+
+
+def test_damage_is_detected_moved_aside_and_rebuilt() -> None:
+    cases.check_damage_is_detected_moved_aside_and_rebuilt(Store())
+
+
+def test_torn_manifest_reads_as_uncommitted() -> None:
+    cases.check_torn_manifest_reads_as_uncommitted(Store())
+
+
+def test_a_second_writer_of_the_same_key_reuses_the_first() -> None:
+    cases.check_second_writer_reuses_the_first(Store())
+
+
+def test_the_manifest_is_written_under_a_temporary_name_then_renamed(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The commit point is a rename: a crash while the manifest is written leaves no torn manifest."""
+    import os
+
+    renames: list[tuple[str, str]] = []
+    real = os.replace
+
+    def spy(src: str, dst: str) -> None:
+        renames.append((os.path.basename(src), os.path.basename(dst)))
+        real(src, dst)
+
+    monkeypatch.setattr(os, "replace", spy)
+    ref = cases.write_tasks(Store(), {"v": "rename"})
+    assert [dst for _, dst in renames] == [io.LINEAGE, io.MANIFEST]
+    assert all(src.startswith(".tmp-") for src, _ in renames)
+    assert sorted(p.name for p in Path(ref.uri).iterdir()) == sorted([*ref.files, io.LINEAGE, io.MANIFEST])

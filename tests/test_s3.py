@@ -55,3 +55,15 @@ def test_s3_crash_between_write_and_commit(s3_store: Store, monkeypatch: pytest.
 
 def test_s3_contract_violation_commits_nothing(s3_store: Store) -> None:
     cases.check_contract_violation_commits_nothing(s3_store)
+
+
+def test_s3_damage_is_detected_moved_aside_and_rebuilt(s3_store: Store) -> None:
+    cases.check_damage_is_detected_moved_aside_and_rebuilt(s3_store)
+
+
+def test_s3_torn_manifest_reads_as_uncommitted(s3_store: Store) -> None:
+    cases.check_torn_manifest_reads_as_uncommitted(s3_store)
+
+
+def test_s3_a_second_writer_of_the_same_key_reuses_the_first(s3_store: Store) -> None:
+    cases.check_second_writer_reuses_the_first(s3_store)

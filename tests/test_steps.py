@@ -12,7 +12,6 @@ from coa import io
 from coa.errors import UserError
 from coa.plan import load_pipeline_config, plan
 from coa.steps import (
-    FAILED_MARKER,
     Build,
     ModelInput,
     Step,
@@ -20,6 +19,7 @@ from coa.steps import (
     TableInput,
     Upstream,
     accepted_contracts,
+    failure_marker,
     preview,
     run_step,
     select,
@@ -90,9 +90,13 @@ def test_a_crash_commits_nothing_and_leaves_a_failure_marker(tmp_path: Path) -> 
     (planned,) = [p for p in preview([_tasks_step(2), _count_step()], store) if p.name == "count"]
     assert planned.status.startswith("build (last attempt failed: disk on fire")
     assert planned.uri is not None and io.lookup(planned.uri) is None
-    assert (Path(planned.uri) / FAILED_MARKER).is_file()
+    marker = Path(failure_marker(planned.uri))
+    assert marker.is_file() and not Path(planned.uri).exists()  # the marker lives outside the artifact
     rerun = run_step(_count_step(), store, {"make": made})  # the rerun builds, and clears the marker
-    assert rerun.ref.uri == planned.uri and not (Path(planned.uri) / FAILED_MARKER).exists()
+    assert rerun.ref.uri == planned.uri and not marker.exists()
+    assert sorted(p.name for p in Path(rerun.ref.uri).iterdir()) == sorted(
+        [*rerun.ref.files, io.LINEAGE, io.MANIFEST]
+    )  # the committed folder holds exactly what its manifest lists
 
 
 def test_a_failed_check_commits_its_evidence_and_fails_the_same_way_every_time(tmp_path: Path) -> None:
@@ -190,3 +194,17 @@ def test_retry_failed_switch_puts_the_repair_between_collect_and_curate() -> Non
     steps = {s.name: s for s in plan(config)}
     assert steps["collect.retry"].inputs["previous"] == Upstream("collect", "trajectories")
     assert steps["curate"].inputs["raw"] == Upstream("collect.retry", "trajectories")
+
+
+def test_preview_shows_a_damaged_artifact_and_the_run_names_it(tmp_path: Path) -> None:
+    store = io.Store(str(tmp_path))
+    made = run_step(_tasks_step(2), store)
+    table = Path(made.ref.uri) / "tasks.parquet"
+    table.write_bytes(table.read_bytes()[:-10])  # truncated after its commit
+    (planned,) = preview([_tasks_step(2)], store)
+    assert planned.status.startswith("damaged (tasks.parquet differs from its manifest)")
+    with pytest.raises(io.IntegrityError, match=rf"file tasks\.parquet of artifact {made.ref.uri} has"):
+        run_step(_tasks_step(2), store)
+    rebuilt = run_step(_tasks_step(2), store)  # the next run rebuilds it at the same key
+    assert not rebuilt.reused and rebuilt.ref.uri == made.ref.uri
+    assert len(list((tmp_path / io.DAMAGED_DIR / made.ref.kind).iterdir())) == 1

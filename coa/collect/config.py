@@ -38,6 +38,15 @@ class CollectConfig(StrictModel):
     offline: OfflineConfig = Field(default_factory=OfflineConfig, description="Rule-based teacher settings.")
     llm: LLMConfig = Field(default_factory=LLMConfig, description="Endpoints for backend=endpoint.")
     tools: ToolsConfig = Field(default_factory=ToolsConfig, description="Tools and their providers.")
+    max_failed_share: float = Field(
+        default=0.5,
+        ge=0.0,
+        le=1.0,
+        description="A collection in which every run, or more than this share of runs, ended in an "
+        "infrastructure error (endpoint down, retries exhausted) is not committed: the step exits 3 and a "
+        "rerun runs the failed runs again (the finished ones stay checkpointed). The failed share is in "
+        "the summary either way.",
+    )
     retry_failed: bool = Field(
         default=False,
         description="Repair the collection: a new artifact that keeps the finished runs and re-runs only "

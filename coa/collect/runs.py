@@ -27,7 +27,7 @@ import pyarrow.parquet as pq
 
 import schemas
 from coa.agents.backend import BudgetStop
-from coa.errors import CheckFailed
+from coa.errors import CheckFailed, InfraError
 from coa.io import filesystem, write_atomic
 
 
@@ -200,6 +200,39 @@ class CheckpointFolder:
                 parts.append(table.slice(rows[run_id], 1))
             yield pa.concat_tables(parts).combine_chunks()
 
+    def statuses(self, run_ids: Sequence[str]) -> dict[str, tuple[str, str | None]]:
+        """Run id -> (status, error) of the checkpointed runs among ``run_ids``."""
+        wanted, out = set(run_ids), {}
+        for name in self._files():
+            with self.fs.open(posixpath.join(self.path, name), "rb") as fh:
+                part = pq.read_table(fh, columns=["run_id", "status", "error"]).to_pylist()
+            out.update({r["run_id"]: (r["status"], r["error"]) for r in part if r["run_id"] in wanted})
+        return out
+
+    def forget(self, status: str) -> int:
+        """Drop the checkpointed runs that ended with ``status`` (a rerun runs them again); how many.
+
+        Each file holding one is rewritten without them under its new name before the old one goes,
+        so a crash in between leaves a run twice (identical rows), never lost."""
+        dropped = 0
+        for name in self._files():
+            path = posixpath.join(self.path, name)
+            with self.fs.open(path, "rb") as fh:
+                table = schemas.TRAJECTORY.conform(pq.read_table(fh))
+            statuses = table.column("status").to_pylist()
+            keep = [i for i, s in enumerate(statuses) if s != status]
+            if len(keep) == len(statuses):
+                continue
+            dropped += len(statuses) - len(keep)
+            if keep:
+                kept = table.take(pa.array(keep, pa.int64()))
+                buffer = pa.BufferOutputStream()
+                pq.write_table(kept, buffer)
+                new = self.file_name(kept.column("run_id").to_pylist())
+                write_atomic(self.fs, posixpath.join(self.path, new), buffer.getvalue().to_pybytes())
+            self.fs.rm(path)
+        return dropped
+
     def remove(self) -> None:
         if self.fs.exists(self.path):
             self.fs.rm(self.path, recursive=True)
@@ -277,6 +310,7 @@ def summarize(table: pa.Table) -> dict[str, Any]:
             if s["role"] == "tool_call" and s["tool_name"]:
                 tools[s["tool_name"]] += 1
     statuses = collections.Counter(r["status"] for r in rows)
+    failed = statuses.get(FAILED_STATUS, 0)
     scored = [r["correct"] for r in rows if r["correct"] is not None]
     costs = [r["cost_usd"] for r in rows if r["cost_usd"] is not None]
     return {
@@ -285,6 +319,7 @@ def summarize(table: pa.Table) -> dict[str, Any]:
         "completion_rate": statuses.get("completed", 0) / n if n else 0.0,
         "accuracy": sum(scored) / len(scored) if scored else None,
         "statuses": dict(statuses),
+        "failed_share": failed / n if n else 0.0,
         "prompt_tokens": sum(r["prompt_tokens"] for r in rows),
         "completion_tokens": sum(r["completion_tokens"] for r in rows),
         "tool_calls": dict(tools),
@@ -295,3 +330,36 @@ def summarize(table: pa.Table) -> dict[str, Any]:
 
 class CollectionIncomplete(CheckFailed, RuntimeError):
     """Collection stopped before every planned run finished (e.g. the budget ran out)."""
+
+
+FAILED_STATUS = "error"
+"""The status of a run the model backend failed (an endpoint down, retries exhausted): infrastructure."""
+
+
+class CollectionFailed(InfraError, RuntimeError):
+    """Too many runs failed on infrastructure for the collection to be a dataset (exit 3)."""
+
+
+def check_failed_share(
+    checkpoints: CheckpointFolder,
+    run_ids: Sequence[str],
+    max_share: float,
+    retry_hint: str,
+    total: int | None = None,
+) -> dict[str, float | int]:
+    """The failed share of a finished collection of ``total`` runs (default: ``run_ids``, the
+    checkpointed ones read here); raises :class:`CollectionFailed` (after dropping the failed runs from
+    the checkpoints, so the rerun runs them again) when every run failed or more than ``max_share`` did."""
+    total = len(run_ids) if total is None else total
+    statuses = checkpoints.statuses(run_ids)
+    errors = [e for s, e in statuses.values() if s == FAILED_STATUS]
+    share = len(errors) / total if total else 0.0
+    if errors and (len(errors) == total or share > max_share):
+        example = " ".join(str(errors[0]).split())[:160]
+        checkpoints.forget(FAILED_STATUS)
+        raise CollectionFailed(
+            f"the collection failed as a whole: {len(errors)} of {total} runs ({share:.0%}; "
+            f"collect.max_failed_share={max_share:g}) ended in an infrastructure error, e.g. {example!r}; "
+            f"nothing was committed, the {total - len(errors)} finished run(s) are kept: {retry_hint}"
+        )
+    return {"failed": len(errors), "failed_share": share}

@@ -23,10 +23,12 @@ import pyarrow.parquet as pq
 import schemas
 from coa.collect.config import CollectConfig
 from coa.collect.runs import (
+    FAILED_STATUS,
     CheckpointFolder,
     CollectionIncomplete,
     CollectOutcome,
     PlannedRun,
+    check_failed_share,
     collect_runs,
     limit_tasks,
     plan_runs,
@@ -78,12 +80,26 @@ def _build(b: Build) -> None:
             f"the LLM budget ran out after {outcome.resumed + outcome.ran} of {outcome.planned} runs; "
             "they are checkpointed: raise collect.llm.budget_tokens / budget_usd and rerun to finish"
         )
+    run_ids = [p.run_id for p in planned]
+    failed = check_failed_share(
+        checkpoints,
+        run_ids,
+        config.max_failed_share,
+        "fix the endpoint (collect.llm) and rerun the same command",
+    )
     with b.writer.table_writer(TABLE, schemas.TRAJECTORY) as write:
-        for part in checkpoints.read([p.run_id for p in planned]):  # one row group per 256 runs
+        for part in checkpoints.read(run_ids):  # one row group per 256 runs
             write(part)
-    b.writer.extra_lineage["collect"] = dataclasses.asdict(outcome)
+    b.writer.extra_lineage["collect"] = {**dataclasses.asdict(outcome), **failed}
     b.summary.update(summarize_rows(b), collect=dataclasses.asdict(outcome), warnings=warnings)
     b.cleanup.append(checkpoints.remove)
+
+
+def requests_sent(teacher: object) -> int:
+    """HTTP requests the teacher's LLM clients sent (0 for the offline teacher)."""
+    router = getattr(getattr(teacher, "backend", None), "router", None)
+    clients = getattr(router, "clients", {}) or {}
+    return sum(int(c.stats.requests) for c in clients.values())
 
 
 def summarize_rows(b: Build) -> dict[str, object]:
@@ -91,9 +107,6 @@ def summarize_rows(b: Build) -> dict[str, object]:
     fs, path = b.writer.fs, posixpath.join(b.writer.staging, f"{TABLE}.parquet")
     with fs.open(path, "rb") as fh:
         return summarize(schemas.TRAJECTORY.conform(pq.read_table(fh)))
-
-
-FAILED_STATUS = "error"
 
 
 def retry_step(
@@ -129,10 +142,17 @@ def _build_retry(b: Build) -> None:
         PlannedRun(rows[i]["run_id"], tasks[rows[i]["task_id"]], rows[i]["sample_index"]) for i in failed
     ]
     checkpoints = CheckpointFolder(b.store.checkpoint_uri(b.writer.uri))
+    # the failed runs' calls bypass the LLM cache: a cached reply that led to the failure (or an
+    # unparseable one) is never replayed as the answer to a retry
+    fresh = config.model_copy(update={"llm": config.llm.model_copy(update={"cache": False})})
+    sent = [0]
 
     async def run() -> CollectOutcome:
-        async with open_teacher(config, b.store.root) as teacher:
-            return await collect_runs(teacher, planned, checkpoints, config.concurrency, b.progress)
+        async with open_teacher(fresh, b.store.root) as teacher:
+            try:
+                return await collect_runs(teacher, planned, checkpoints, config.concurrency, b.progress)
+            finally:
+                sent[0] = requests_sent(teacher)
 
     outcome = asyncio.run(run()) if planned else CollectOutcome(0, 0, 0, False)
     if outcome.budget_stopped:
@@ -140,6 +160,9 @@ def _build_retry(b: Build) -> None:
             f"the LLM budget ran out after retrying {outcome.resumed + outcome.ran} of {len(planned)} failed "
             "runs; they are checkpointed: raise collect.llm.budget_tokens / budget_usd and rerun to finish"
         )
+    hint = "fix the endpoint (collect.llm) and rerun with --retry-failed"
+    ids = [p.run_id for p in planned]  # every other run of the table finished: the share is theirs
+    check_failed_share(checkpoints, ids, config.max_failed_share, hint, total=old.num_rows)
     retried = {
         r["run_id"]: r for part in checkpoints.read([p.run_id for p in planned]) for r in part.to_pylist()
     }
@@ -148,7 +171,13 @@ def _build_retry(b: Build) -> None:
             chunk = old.slice(start, 256).to_pylist()
             write(schemas.TRAJECTORY.from_rows([retried.get(r["run_id"], r) for r in chunk]))
     still = sum(1 for r in retried.values() if r["status"] == FAILED_STATUS)
-    repair = {"of": previous.uri, "retried": len(planned), "still_failed": still, "resumed": outcome.resumed}
+    repair = {
+        "of": previous.uri,
+        "retried": len(planned),
+        "still_failed": still,
+        "resumed": outcome.resumed,
+        "requests_sent": sent[0],
+    }
     b.writer.extra_lineage["repaired"] = repair
     b.summary.update(summarize_rows(b), repaired=repair, collect=dataclasses.asdict(outcome))
     b.cleanup.append(checkpoints.remove)

@@ -18,9 +18,11 @@
   config). Rows AFM cannot score (a code task without tests, a task without a gold answer) are
   left out and counted in the returned message.
 * ``hf``: a folder of Parquet files with a dataset card declaring two configs (``sft``, the
-  default, and ``rl``), plus ``chat_template.jinja``: ChatML whose ``{% generation %}`` blocks hold
-  the assistant's own text but not the observations, so plain TRL trains exactly the model's
-  tokens with ``SFTConfig(assistant_only_loss=True, chat_template_path=<folder>/chat_template.jinja)``.
+  default, and ``rl``), the same tables as a ``DatasetDict`` saved with ``save_to_disk`` (so both
+  ``load_dataset(OUT, "sft")`` and ``load_from_disk(OUT)`` read it), plus ``chat_template.jinja``:
+  ChatML whose ``{% generation %}`` blocks hold the assistant's own text but not the observations,
+  so plain TRL trains exactly the model's tokens with ``SFTConfig(assistant_only_loss=True,
+  chat_template_path=<folder>/chat_template.jinja)`` (and ``bf16=False`` on a CPU).
 """
 
 from __future__ import annotations
@@ -41,29 +43,59 @@ from coa.format import (
     parse,
     to_afm_rl_row,
     to_afm_sft_record,
+    to_mhqa,
 )
 from coa.format.chat import TRAINING_CHAT_TEMPLATE
+from coa.format.prompts import system_prompt
 
 DATASET_INFO = "dataset_info.json"
 CHAT_TEMPLATE_FILE = "chat_template.jinja"
 
 
-def afm_sft_records(sft: pa.Table) -> list[dict[str, str]]:
-    records = []
+GRAMMARS = ("mhqa",)
+"""Grammars an AFM export can render its multi-hop rows in (``--grammar``): ``mhqa`` is AFM's MHQA
+agent's (``<wiki_search>``, no suggested answer or double check; :func:`coa.format.to_mhqa`)."""
+
+
+def _mhqa_system(system: str, variant: str) -> str:
+    """The ``mhqa`` variant's system prompt in the style (full or brief) of the row's ``system``."""
+    brief = system.strip() == system_prompt(variant, "brief")[0].strip()
+    return system_prompt("mhqa", "brief" if brief else "full")[0]
+
+
+def afm_sft_records(sft: pa.Table, grammar: str | None = None) -> tuple[list[dict[str, str]], dict[str, int]]:
+    """AFM alpaca records, and the rows left out by reason (only ``grammar`` leaves rows out).
+
+    With ``grammar="mhqa"`` the ``mhqa`` family's ``web`` rows are rendered in AFM's MHQA grammar
+    with the ``mhqa`` variant's system prompt; rows that cannot be are left out and counted."""
+    records: list[dict[str, str]] = []
+    skipped: dict[str, int] = {}
     for row in sft.to_pylist():
         by_role = {m["role"]: m["content"] for m in row["messages"]}
-        trajectory = parse(by_role["assistant"])
-        records.append(to_afm_sft_record(by_role["system"], by_role["user"], trajectory, row["variant"]))
-    return records
+        trajectory, variant, system = parse(by_role["assistant"]), row["variant"], by_role["system"]
+        if grammar == "mhqa" and row["family"] == "mhqa" and variant == "web":
+            try:
+                trajectory = to_mhqa(trajectory)
+            except ValueError as e:
+                skipped[str(e)] = skipped.get(str(e), 0) + 1
+                continue
+            variant, system = "mhqa", _mhqa_system(system, variant)
+        records.append(to_afm_sft_record(system, by_role["user"], trajectory, variant))
+    return records, skipped
 
 
-def afm_rl_groups(rl: pa.Table) -> tuple[dict[str, pa.Table], dict[str, int]]:
-    """AFM RL rows grouped by agent (``{variant}.{reward_manager}``), and the skipped rows by reason."""
+def afm_rl_groups(rl: pa.Table, grammar: str | None = None) -> tuple[dict[str, pa.Table], dict[str, int]]:
+    """AFM RL rows grouped by agent (``{variant}.{reward_manager}``), and the skipped rows by reason.
+
+    With ``grammar="mhqa"`` the ``mhqa`` family's prompts use the ``mhqa`` variant (its system
+    prompt, ``wiki_search`` in ``tools_kwargs``): AFM's MHQA agent's file."""
     groups: dict[str, list[dict[str, Any]]] = {}
     skipped: dict[str, int] = {}
     for row in rl.to_pylist():
         by_role = {m["role"]: m["content"] for m in row["prompt"]}
-        question = by_role["user"]
+        question, system, variant = by_role["user"], by_role["system"], row["variant"]
+        if grammar == "mhqa" and row["family"] == "mhqa" and variant == "web":
+            variant, system = "mhqa", _mhqa_system(system, variant)
         try:
             target = afm_target(
                 row["family"],
@@ -75,10 +107,8 @@ def afm_rl_groups(rl: pa.Table) -> tuple[dict[str, pa.Table], dict[str, int]]:
         except ValueError as e:
             skipped[str(e)] = skipped.get(str(e), 0) + 1
             continue
-        afm_row = to_afm_rl_row(
-            by_role["system"], question, target, variant=row["variant"], task_id=row["task_id"]
-        )
-        groups.setdefault(afm_rl_group(row["variant"], target), []).append(afm_row)
+        afm_row = to_afm_rl_row(system, question, target, variant=variant, task_id=row["task_id"])
+        groups.setdefault(afm_rl_group(variant, target), []).append(afm_row)
     return {name: pa.Table.from_pylist(rows) for name, rows in sorted(groups.items())}, skipped
 
 
@@ -104,19 +134,26 @@ def _rl_paths(out_path: str, names: Iterable[str]) -> dict[str, str]:
     return {name: f"{stem}.{name}{ext or '.parquet'}" for name in names}
 
 
-def export(uri: str, fmt: str, out: str) -> str:
-    """Write the export of artifact ``uri`` in format ``fmt`` to ``out``; returns what was written."""
+def export(uri: str, fmt: str, out: str, grammar: str | None = None) -> str:
+    """Write the export of artifact ``uri`` in format ``fmt`` to ``out``; returns what was written.
+
+    ``grammar`` (AFM formats only): ``mhqa`` renders the multi-hop rows for AFM's MHQA agent."""
+    if grammar is not None and grammar not in GRAMMARS:
+        raise ValueError(f"unknown grammar {grammar!r}; use one of: {', '.join(GRAMMARS)}")
+    if grammar is not None and fmt not in ("afm-sft", "afm-rl"):
+        raise ValueError(f"--grammar applies to the AFM formats (afm-sft, afm-rl), not {fmt}")
     ref = io.open_artifact(uri)
     fs, path = io.filesystem(out)
     if fmt == "afm-sft":
-        records = afm_sft_records(io.read_table(ref, _table(ref, "sft.v1")))
+        records, left_out = afm_sft_records(io.read_table(ref, _table(ref, "sft.v1")), grammar)
         fs.makedirs(posixpath.dirname(path) or ".", exist_ok=True)
         with fs.open(path, "w", encoding="utf-8") as fh:
             json.dump(records, fh, ensure_ascii=False, indent=1)
         name = _write_dataset_info(fs, path)
-        return f"{len(records)} SFT records -> {out} (LLaMA-Factory dataset {name!r} in {DATASET_INFO})"
+        message = f"{len(records)} SFT records -> {out} (LLaMA-Factory dataset {name!r} in {DATASET_INFO})"
+        return message + (f"\n{_left_out(left_out)}" if left_out else "")
     if fmt == "afm-rl":
-        groups, skipped = afm_rl_groups(io.read_table(ref, _table(ref, "rl_prompt.v1")))
+        groups, skipped = afm_rl_groups(io.read_table(ref, _table(ref, "rl_prompt.v1")), grammar)
         fs.makedirs(posixpath.dirname(path) or ".", exist_ok=True)
         written = []
         for name, file_path in _rl_paths(path, groups).items():
@@ -124,11 +161,15 @@ def export(uri: str, fmt: str, out: str) -> str:
                 pq.write_table(groups[name], fh)
             written.append(f"{groups[name].num_rows} RL prompts ({name}) -> {file_path}")
         if skipped:
-            written.append("left out: " + "; ".join(f"{n} x {reason}" for reason, n in skipped.items()))
+            written.append(_left_out(skipped))
         return "\n".join(written) if written else "no RL prompts to export"
     if fmt == "hf":
         return _export_hf(ref, fs, path, out)
     raise ValueError(f"unknown export format {fmt!r}; use afm-sft, afm-rl or hf")
+
+
+def _left_out(reasons: dict[str, int]) -> str:
+    return "left out: " + "; ".join(f"{n} x {reason}" for reason, n in reasons.items())
 
 
 _CARD_USAGE = """
@@ -144,9 +185,18 @@ from datasets import load_dataset
 from trl import SFTConfig, SFTTrainer
 
 ds = load_dataset("FOLDER", "sft", split="train")
-args = SFTConfig(assistant_only_loss=True, chat_template_path="FOLDER/chat_template.jinja")
+args = SFTConfig(
+    assistant_only_loss=True,
+    chat_template_path="FOLDER/chat_template.jinja",
+    bf16=False,  # on a CPU; drop it on a GPU with bf16 (TRL defaults to bf16 and stops on a CPU)
+)
 SFTTrainer(model=MODEL, args=args, train_dataset=ds, processing_class=TOKENIZER).train()
 ```
+
+The folder loads both ways: `load_dataset("FOLDER", "sft", split="train")` (the Parquet configs
+above; `datasets` caches a local folder by its name, not its path, so load a re-export with a fresh
+`cache_dir`) and `load_from_disk("FOLDER")`, a `DatasetDict` with `sft` and `rl` (the same rows
+saved with `save_to_disk` into `sft/` and `rl/`).
 
 The tokenizer needs `<|im_start|>` / `<|im_end|>` (Qwen2 tokenizers have them). Without
 `assistant_only_loss=True`, or with another template, TRL trains on every token, observations
@@ -165,20 +215,23 @@ Columns of `rl`: `prompt_id`, `task_id`, `family`, `variant`, `prompt` (system +
 def _export_hf(ref: io.ArtifactRef, fs: Any, path: str, out: str) -> str:
     written: list[str] = []
     configs: list[str] = []
+    splits: dict[str, pa.Table] = {}
     fs.makedirs(posixpath.join(path, "data"), exist_ok=True)
     for schema_id, config_name in (("sft.v1", "sft"), ("rl_prompt.v1", "rl")):
         table_name = _table(ref, schema_id, None)
         if table_name is None:
             continue
         data = io.read_table(ref, table_name)
+        splits[config_name] = data.replace_schema_metadata(None)
         with fs.open(posixpath.join(path, "data", f"{config_name}-00000.parquet"), "wb") as fh:
-            pq.write_table(data.replace_schema_metadata(None), fh)
+            pq.write_table(splits[config_name], fh)
         default = "    default: true\n" if not configs else ""
         configs.append(
             f"  - config_name: {config_name}\n{default}    data_files:\n"
             f"      - split: train\n        path: data/{config_name}-*.parquet\n"
         )
         written.append(f"{config_name}: {data.num_rows}")
+    _save_to_disk_layout(splits, out)
     with fs.open(posixpath.join(path, CHAT_TEMPLATE_FILE), "w", encoding="utf-8") as fh:
         fh.write(TRAINING_CHAT_TEMPLATE)
     card = (
@@ -192,6 +245,30 @@ def _export_hf(ref: io.ArtifactRef, fs: Any, path: str, out: str) -> str:
     with fs.open(posixpath.join(path, "README.md"), "w", encoding="utf-8") as fh:
         fh.write(card)
     return f"datasets folder ({', '.join(written)}, {CHAT_TEMPLATE_FILE}) -> {out}"
+
+
+def _save_to_disk_layout(splits: dict[str, pa.Table], out: str) -> None:
+    """The same tables as a ``DatasetDict`` saved with ``save_to_disk`` (``dataset_dict.json`` and one
+    Arrow folder per config), so ``datasets.load_from_disk(OUT)`` reads the folder too. It sits beside
+    the Parquet configs: ``load_dataset(OUT, "sft")`` reads those (it refuses only a root
+    ``state.json``, which a single saved ``Dataset`` would write, not a ``DatasetDict``)."""
+    import datasets
+    from datasets.table import InMemoryTable
+
+    from coa.settings import Settings
+
+    if not splits:
+        return
+    from datasets.utils import logging as ds_logging
+
+    layout = datasets.DatasetDict({name: datasets.Dataset(InMemoryTable(t)) for name, t in splits.items()})
+    bars = ds_logging.is_progress_bar_enabled()
+    ds_logging.disable_progress_bar()  # the command prints one line per export, not a bar per split
+    try:
+        layout.save_to_disk(out, storage_options=Settings.from_env().storage_options(out) or None)
+    finally:
+        if bars:
+            ds_logging.enable_progress_bar()
 
 
 def _table(ref: io.ArtifactRef, schema_id: str, default: Any = ...) -> Any:

@@ -31,6 +31,7 @@ from coa.format.afm import (
     render_afm_sft,
     to_afm_rl_row,
     to_afm_sft_record,
+    to_mhqa,
 )
 from coa.format.answers import extract_answer, extract_boxed, extract_code_block, split_multi_answers
 from coa.format.check import check_rows
@@ -87,6 +88,7 @@ __all__ = [
     "system_prompt",
     "to_afm_rl_row",
     "to_afm_sft_record",
+    "to_mhqa",
     "token_labels",
     "unescape_observation",
     "validate",

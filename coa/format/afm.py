@@ -133,6 +133,33 @@ def to_afm_sft_record(system: str, question: str, trajectory: Trajectory, varian
     return {"instruction": instruction, "input": query, "output": render_afm_sft(trajectory)}
 
 
+def to_mhqa(trajectory: Trajectory) -> Trajectory:
+    """A ``web`` trajectory in AFM's MHQA grammar (``MHQA_PROMPT``), which AFM's MHQA agent accepts.
+
+    ``web_search`` becomes ``wiki_search`` (same query, same observation); ``suggested_answer`` and
+    ``double_check``, which MHQA does not have, are dropped with the ``think`` directly before each,
+    so ``… think suggested_answer think double_check think answer`` ends ``… think answer``. Nothing
+    is invented: a ``crawl_page`` (MHQA has no crawler) or a result that breaks the ``mhqa`` grammar
+    (e.g. a low double-check score that re-planned after a search) raises ``ValueError`` naming why.
+    """
+    from coa.format.grammar import validate
+
+    out: list[tuple[str, str]] = []
+    for segment in trajectory:
+        if segment.tag == "crawl_page":
+            raise ValueError("crawl_page: AFM's MHQA agent has no crawler")
+        if segment.tag in ("suggested_answer", "double_check"):
+            if out and out[-1][0] == "think":
+                out.pop()
+            continue
+        out.append(("wiki_search" if segment.tag == "web_search" else segment.tag, segment.content))
+    converted = Trajectory.of(out)
+    result = validate(converted, "mhqa")
+    if not result.ok:
+        raise ValueError(f"mhqa grammar: {result.rule}")
+    return converted
+
+
 def afm_sft_dataset_entry(file_name: str) -> dict[str, Any]:
     """The ``dataset_info.json`` entry for an exported file: alpaca, the three columns named."""
     return {

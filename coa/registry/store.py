@@ -9,6 +9,11 @@ Layout under ``{root}/registry/{model name}/``:
   restores). It is replaced whole in one write (``write_atomic``'s rename on a local root, a single
   PUT on S3), so a reader sees the old alias or the new one, never a mix.
 
+Every move of the alias (promote, rollback) reads the current champion and writes the new alias under
+one lock per model name (``{root}/locks/registry/{name}.lock``, ``fcntl`` on a local root; the kernel
+drops it when its process dies), so two nightly runs promoting at once never lose a promotion from
+the stack nor decide on a champion that changed meanwhile (``promote(if_champion=...)``).
+
 A promotion writes its history entry first, then the alias. A crash between the two leaves the old
 champion in place (the entry exists, but :meth:`Registry.champion` reads only the alias), so there is
 always exactly one champion; the entry says ``promote`` and :meth:`Registry.list` shows it was never
@@ -17,12 +22,14 @@ the champion.
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import json
+import os
 import posixpath
 import re
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -30,6 +37,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from coa import io
 from coa.errors import UserError
 from coa.settings import Settings
+from coa.tracking.mirror import mirror_event
 
 ALIAS_FILE = "champion.json"
 HISTORY_DIR = "history"
@@ -140,7 +148,7 @@ class Registry:
     ) -> Entry:
         """Append a candidate that was not promoted (its verdict and reasons) to the history."""
         current = self.champion(name)
-        return self._append(
+        entry = self._append(
             name,
             "candidate",
             model_uri,
@@ -149,6 +157,8 @@ class Registry:
             reasons,
             current.model_uri if current else None,
         )
+        mirror_event("candidate", name, model_uri, verdict, reasons)
+        return entry
 
     def promote(
         self,
@@ -157,29 +167,57 @@ class Registry:
         verdict: Mapping[str, Any] | None = None,
         evaluations: Mapping[str, str] | None = None,
         reasons: Sequence[str] = (),
+        if_champion: str | None | object = ...,
     ) -> Champion:
-        """Make ``model_uri`` the champion of ``name``: history entry first, then the alias."""
-        current = self.champion(name)
-        entry = self._append(
-            name, "promote", model_uri, verdict, evaluations, reasons, current.model_uri if current else None
-        )
-        previous = current.previous + ((current.model_uri, current.entry),) if current else ()
-        new = Champion(name=name, model_uri=model_uri, entry=entry.id, since=entry.at, previous=previous)
-        self._write_alias(new)
+        """Make ``model_uri`` the champion of ``name``: history entry first, then the alias.
+
+        ``if_champion``: the champion's model URI the gate compared against (None: there was none);
+        when the champion changed meanwhile (another run promoted), nothing is written and a
+        :class:`RegistryError` says so: gate the candidate against the new champion."""
+        with self.lock(name):
+            current = self.champion(name)
+            now = current.model_uri if current else None
+            if if_champion is not ... and if_champion != now:
+                raise RegistryError(
+                    f"the champion of {name!r} changed while {model_uri} was gated (it was {if_champion}, "
+                    f"now {now}): another run promoted meanwhile; gate the candidate against the new champion"
+                )
+            entry = self._append(name, "promote", model_uri, verdict, evaluations, reasons, now)
+            previous = current.previous + ((current.model_uri, current.entry),) if current else ()
+            new = Champion(name=name, model_uri=model_uri, entry=entry.id, since=entry.at, previous=previous)
+            self._write_alias(new)
+        mirror_event("promote", name, model_uri, verdict, reasons)  # after the lock: best effort
         return new
 
     def rollback(self, name: str, reason: str = "rollback") -> Champion:
         """Restore the champion before the current one (an error when there is none)."""
-        current = self.champion(name)
-        if current is None or not current.previous:
-            raise RegistryError(f"model {name!r} has no earlier champion to roll back to")
-        model_uri, entry_id = current.previous[-1]
-        entry = self._append(name, "rollback", model_uri, None, None, (reason,), current.model_uri)
-        restored = Champion(
-            name=name, model_uri=model_uri, entry=entry_id, since=entry.at, previous=current.previous[:-1]
-        )
-        self._write_alias(restored)
+        with self.lock(name):
+            current = self.champion(name)
+            if current is None or not current.previous:
+                raise RegistryError(f"model {name!r} has no earlier champion to roll back to")
+            model_uri, entry_id = current.previous[-1]
+            entry = self._append(name, "rollback", model_uri, None, None, (reason,), current.model_uri)
+            restored = Champion(
+                name=name, model_uri=model_uri, entry=entry_id, since=entry.at, previous=current.previous[:-1]
+            )
+            self._write_alias(restored)
+        mirror_event("rollback", name, model_uri, None, (reason,))
         return restored
+
+    @contextlib.contextmanager
+    def lock(self, name: str) -> Iterator[None]:
+        """Hold ``name``'s alias lock (local roots; on S3 the alias is one PUT, last writer wins)."""
+        _check_name(name)
+        if not _is_local(self.fs):
+            yield
+            return
+        import fcntl
+
+        folder = os.path.join(posixpath.dirname(self.path), io.LOCKS_DIR, "registry")
+        os.makedirs(folder, exist_ok=True)
+        with open(os.path.join(folder, f"{name}.lock"), "a+b") as fh:
+            fcntl.flock(fh.fileno(), fcntl.LOCK_EX)
+            yield  # closing the file drops the lock
 
     # -- internals ----------------------------------------------------------------------------
     def _alias(self, name: str) -> str:

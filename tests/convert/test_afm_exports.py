@@ -5,6 +5,7 @@ export trained by plain TRL with observations left out of the loss."""
 from __future__ import annotations
 
 import json
+import re
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -276,6 +277,11 @@ def test_hf_export_trains_in_plain_trl_without_prompt_or_observations(
     assert runner.invoke(app, ["export", pipeline["uri"], str(folder), "--format", "hf"]).exit_code == 0
     card = (folder / "README.md").read_text()
     assert "assistant_only_loss=True" in card and "observation_spans" in card
+    recipe = card.split("```python\n", 1)[1].split("```", 1)[0]
+    call = recipe[recipe.index("args = SFTConfig(") : recipe.index("\n)\n") + 2]
+    scope: dict[str, Any] = {"SFTConfig": SFTConfig}
+    exec(call.replace("FOLDER", str(folder)), scope)  # the card's recipe as a user runs it, on this CPU
+    assert scope["args"].assistant_only_loss and not scope["args"].bf16
     # A private cache: datasets 5.2 keys its cache of a local folder by the folder's name and config,
     # not its path, so another "hf" folder exported earlier would be served instead of this one.
     ds = datasets.load_dataset(str(folder), "sft", split="train", cache_dir=str(tmp_path / "cache"))
@@ -320,3 +326,67 @@ def test_hf_export_trains_in_plain_trl_without_prompt_or_observations(
     assert any(observation_spans(c) for _, _, c in by_text.values())
     result = trainer.train()
     assert result.global_step == 2 and result.training_loss == result.training_loss  # ran, loss not NaN
+
+
+# -- AFM's MHQA agent ---------------------------------------------------------------------------
+
+MHQA_TAGS = {"think", "plan", "wiki_search", "observation", "reflection", "answer"}
+"""The functions of AFM's MHQA_PROMPT (afm-spec §1.3): its agent rejects any other tag."""
+
+
+def test_mhqa_grammar_export_gives_afms_mhqa_agent_its_tags(pipeline: dict[str, Any], tmp_path: Path) -> None:
+    from coa.format import system_prompt
+
+    multihop = [e for e in pipeline["sft"] if e["family"] == "mhqa"]
+    assert multihop and all(e["variant"] == "web" for e in multihop)
+    plain = tmp_path / "plain.json"
+    assert runner.invoke(app, ["export", pipeline["uri"], str(plain), "--format", "afm-sft"]).exit_code == 0
+    plain_mhqa = [r for r in json.loads(plain.read_text()) if "<web_search>" in r["output"]]
+    assert plain_mhqa and not any(
+        {s.tag for s in parse(r["output"], strict=False)} <= MHQA_TAGS for r in plain_mhqa
+    )
+
+    out = tmp_path / "mhqa.json"
+    result = runner.invoke(
+        app, ["export", pipeline["uri"], str(out), "--format", "afm-sft", "--grammar", "mhqa"]
+    )
+    assert result.exit_code == 0, result.output
+    records = json.loads(out.read_text())
+    mhqa_system = system_prompt("mhqa")[0]
+    converted = [r for r in records if r["instruction"] == mhqa_system.strip()]
+    left_out = sum(int(n) for n in re.findall(r"(\d+) x ", result.output))
+    assert converted and len(converted) + left_out == len(multihop)
+    assert len(records) == len(pipeline["sft"]) - left_out  # the other families are exported as before
+    for record in converted:
+        segments = parse(record["output"], strict=False)
+        assert {s.tag for s in segments} <= MHQA_TAGS and "wiki_search" in {s.tag for s in segments}
+        assert validate(record["output"].replace("</observation>\n\n", "</observation>\n"), "mhqa").ok
+        system_used, user, response = lf_alpaca_turns({"file_name": "mhqa.json"}, record)
+        assert (
+            system_used is None
+            and user.startswith(mhqa_system.strip())
+            and lf_observations_balanced(response)
+        )
+    queries = {
+        s.content for r in plain_mhqa for s in parse(r["output"], strict=False) if s.tag == "web_search"
+    }
+    assert {
+        s.content for r in converted for s in parse(r["output"], strict=False) if s.tag == "wiki_search"
+    } <= queries
+
+    rl = tmp_path / "rl.parquet"
+    result = runner.invoke(
+        app, ["export", pipeline["uri"], str(rl), "--format", "afm-rl", "--grammar", "mhqa"]
+    )
+    assert result.exit_code == 0, result.output
+    groups = {f.name.split(".", 1)[1].removesuffix(".parquet"): pq.read_table(f).to_pylist()
+              for f in tmp_path.glob("rl.*.parquet")}  # fmt: skip
+    assert set(groups) == {"code_math.afm", "mhqa.batch"}
+    for row in groups["mhqa.batch"]:
+        assert set(row["extra_info"]["tools_kwargs"]) == {"wiki_search"}
+        assert row["prompt"][0]["content"].startswith(mhqa_system.strip())
+        assert row["reward_model"]["ground_truth"]["target"]  # batch EM reads gt['target']
+    refused = runner.invoke(
+        app, ["export", pipeline["uri"], str(tmp_path / "x"), "--format", "hf", "--grammar", "mhqa"]
+    )
+    assert refused.exit_code == 2 and "AFM formats" in refused.output

@@ -158,6 +158,10 @@ def test_exports_load_back(converted: dict[str, Any], tmp_path: Path) -> None:
     assert ds["train"][0]["messages"][-1]["role"] == "assistant"
     rl_ds = datasets.load_dataset(str(hf), "rl", cache_dir=cache)
     assert rl_ds["train"].num_rows == converted["out"].rows("rl_prompts")
+    on_disk = datasets.load_from_disk(str(hf))  # the save_to_disk layout beside the Parquet configs
+    assert set(on_disk) == {"sft", "rl"} and on_disk["rl"].num_rows == rl_ds["train"].num_rows
+    assert on_disk["sft"].num_rows == ds["train"].num_rows
+    assert on_disk["sft"][0]["messages"] == ds["train"][0]["messages"]
     assert "{% generation %}" in (hf / "chat_template.jinja").read_text()
 
 

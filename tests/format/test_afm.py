@@ -188,3 +188,25 @@ def test_rl_row_for_web_with_one_answer_is_a_target_dict() -> None:
     assert to_afm_rl_row(system, "q", mhqa, variant="mhqa")["extra_info"]["tools_kwargs"].keys() == {
         "wiki_search"
     }
+
+
+def test_to_mhqa_renames_search_drops_the_double_check_and_refuses_the_crawler() -> None:
+    from coa.format import Trajectory, to_mhqa, validate
+
+    web = Trajectory.of(
+        [
+            ("think", "Plan it."), ("plan", "Find the founder."), ("think", "Search."),
+            ("web_search", "Kelmo Corp founder"), ("observation", "Kelmo Corp was founded by Ada Lind."),
+            ("think", "Propose."), ("suggested_answer", "Ada Lind"), ("think", "Check."),
+            ("double_check", "Score: 4"), ("think", "Answer."), ("answer", "Ada Lind"),
+        ]
+    )  # fmt: skip
+    assert validate(web, "web").ok and not validate(web, "mhqa").ok
+    mhqa = to_mhqa(web)
+    assert mhqa.tags == ("think", "plan", "think", "wiki_search", "observation", "think", "answer")
+    assert validate(mhqa, "mhqa").ok and [s.content for s in mhqa][3:5] == [s.content for s in web][3:5]
+    crawled = Trajectory.of(
+        [*((s.tag, s.content) for s in web)][:5] + [("think", "Read."), ("crawl_page", "u")]
+    )
+    with pytest.raises(ValueError, match="crawl_page"):
+        to_mhqa(crawled)

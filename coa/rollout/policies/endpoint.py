@@ -11,18 +11,22 @@ Transport: one ``aiohttp.ClientSession`` per engine run, its connector holding
 request and its HTTP parser is C; httpx's pool scans every connection on every request, which at
 64 connections and more cost more client CPU than everything else (``bench/bench_rollout.py``).
 The environment's proxy (``HTTP(S)_PROXY`` unless ``NO_PROXY`` matches the server) is read once
-per run, its credentials sent as proxy authorisation.
+per run, its credentials sent as proxy authorisation. Bodies are encoded and decoded with orjson
+(Prefect's own dependency): ~0.6 us for a request body and ~2 us for a response against ~35 and
+~16 us with the standard library, a sixth of the client's CPU per generation at 64 in flight.
 """
 
 from __future__ import annotations
 
-import json
 import os
 import urllib.parse
 import urllib.request
 from collections.abc import Sequence
 from typing import Any
 
+import orjson
+
+from coa.errors import InfraError
 from coa.llm.config import EndpointConfig
 from coa.rollout.policy import STOP_TAGS, Codec, Generation, Sampling
 
@@ -45,6 +49,19 @@ def env_proxy(url: str) -> tuple[str | None, Any]:
     host = p.hostname or ""
     netloc = f"{host}:{p.port}" if p.port else host
     return urllib.parse.urlunsplit((p.scheme, netloc, p.path, p.query, p.fragment)), auth
+
+
+class EndpointError(InfraError, RuntimeError):
+    """The completions server is unreachable or lacks the API the policy needs (exit 3)."""
+
+
+def no_token_api(url: str, seen: str) -> EndpointError:
+    """The one-line error for a server without vLLM's token-id completions API, with the fix."""
+    return EndpointError(
+        f"completion endpoint {url} does not speak vLLM's token-id completions API ({seen}; the "
+        "policy sends a prompt of token ids with return_token_ids, vLLM >= 0.10): serve the model "
+        "with `vllm serve`, or generate in process with evaluate.backend=hf"
+    )
 
 
 class EndpointPolicy:
@@ -106,30 +123,35 @@ class EndpointPolicy:
 
         if self._session is None:
             raise RuntimeError("EndpointPolicy.generate before start(): run it through the rollout engine")
-        data = json.dumps(self.body(prompt_ids, max_new_tokens, sampling)).encode()
+        data = orjson.dumps(self.body(prompt_ids, max_new_tokens, sampling))
         try:
             async with self._session.post(
                 self.url, data=data, proxy=self._proxy, proxy_auth=self._proxy_auth
             ) as response:
                 status, raw = response.status, await response.read()
         except (TimeoutError, aiohttp.ClientError) as e:
-            raise RuntimeError(f"completion endpoint {self.url} unreachable: {type(e).__name__}: {e}") from e
+            raise EndpointError(f"completion endpoint {self.url} unreachable: {type(e).__name__}: {e}") from e
+        if status in (400, 404, 422):
+            raise no_token_api(self.url, f"HTTP {status}: {raw[:120].decode('utf-8', 'replace')!r}")
         if status != 200:
             text = raw[:300].decode("utf-8", "replace")
-            raise RuntimeError(f"completion endpoint {self.url} answered {status}: {text}")
-        choice = json.loads(raw)["choices"][0]
+            raise EndpointError(f"completion endpoint {self.url} answered {status}: {text}")
+        payload = orjson.loads(raw)
+        choice = payload["choices"][0]
+        version = payload.get("weight_version")  # coa.serve's; vLLM reports none
         ids = choice.get("token_ids")
         if ids is None:
-            raise RuntimeError(f"completion endpoint {self.url} returned no token_ids (needs vLLM >= 0.10)")
+            raise no_token_api(self.url, "its reply has no token_ids")
         logprobs = list((choice.get("logprobs") or {}).get("token_logprobs") or [])
         if len(logprobs) != len(ids):
             raise RuntimeError(
                 f"completion endpoint {self.url}: {len(ids)} token ids but {len(logprobs)} logprobs"
             )
         generation = self.codec.cut(ids, logprobs, max_new_tokens)
-        if generation.finish == "length" and choice.get("finish_reason") == "stop":
+        finish, stop = generation.finish, generation.stop
+        if finish == "length" and choice.get("finish_reason") == "stop":
             matched = choice.get("stop_reason")  # a stop string the ids did not show, or EOS
-            if isinstance(matched, str) and matched in STOP_TAGS:
-                return Generation(generation.ids, generation.logprobs, "stop", matched)
-            return Generation(generation.ids, generation.logprobs, "eos")
-        return generation
+            finish, stop = (
+                ("stop", matched) if isinstance(matched, str) and matched in STOP_TAGS else ("eos", None)
+            )
+        return Generation(generation.ids, generation.logprobs, finish, stop, version)
