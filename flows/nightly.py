@@ -93,7 +93,8 @@ def nightly(
     evaluations = {"candidate": done[CANDIDATE_EVAL].ref.uri}
     if CHAMPION_EVAL in done:
         evaluations["champion"] = done[CHAMPION_EVAL].ref.uri
-    apply(registry, promotion.model_name, candidate, verdict, evaluations)
+    gated_against = champion.model_uri if champion else None  # two nights at once never leave two champions
+    apply(registry, promotion.model_name, candidate, verdict, evaluations, if_champion=gated_against)
     now = registry.champion(promotion.model_name)
     outcome = "promoted" if verdict.promote else "refused: the champion stays"
     for reason in verdict.reasons:
