@@ -17,18 +17,26 @@ from prefect import flow, get_run_logger
 from prefect.states import Failed
 from pydantic import ValidationError
 
+from coa import tracking as coa_tracking
 from coa.errors import CoaError, describe
 from coa.plan.spec import SPEC_VERSION, StepSpec, accept
 from coa.steps import StepResult
+from coa.tracking.config import TrackingConfig
 from tasks.steps import run_step_task
 
 
 @flow(name="run-one-step", log_prints=True)
-def run_one_step(spec: dict[str, Any], scope: str = "", upstream: list[dict[str, Any]] | None = None) -> Any:
+def run_one_step(
+    spec: dict[str, Any],
+    scope: str = "",
+    upstream: list[dict[str, Any]] | None = None,
+    tracking: dict[str, Any] | None = None,
+) -> Any:
     """Rebuild and run the step of ``spec``; ``scope`` prefixes its Prefect artifact keys;
     ``upstream``: the artifacts it reads (the same as the spec's inputs; they give the parent's run
-    graph its edges)."""
+    graph its edges); ``tracking``: the parent's tracking config (not part of the step's key)."""
     logger = get_run_logger()
+    coa_tracking.use(TrackingConfig.model_validate(tracking) if tracking else None)
     try:
         parsed = StepSpec.model_validate(spec)
         step, inputs = accept(parsed)

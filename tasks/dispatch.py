@@ -27,7 +27,7 @@ from prefect.runtime import flow_run
 from prefect.states import Completed
 from prefect.utilities.engine import link_state_to_result
 
-from coa import io
+from coa import io, tracking
 from coa.errors import InfraError, describe
 from coa.plan.spec import spec_of
 from coa.steps import Step, StepResult, resolve
@@ -66,6 +66,7 @@ def run_on_pool(
         "spec": json.loads(spec.model_dump_json()),  # fresh objects: no false edge in the run graph
         "scope": scope,
         "upstream": [result.ref for result in upstream.values()],  # the graph's edges: the real ones
+        "tracking": tracking.for_dispatch(),  # the parent's tracker: the child's run reports there too
     }
     name = f"{flow_run.name or 'run'}/{step.name}"
     logger.info("%s: dispatched to deployment %s as %s (key %s)", step.name, deployment, name, spec.key)

@@ -67,6 +67,19 @@ def activate(config: TrackingConfig | None) -> Iterator[TrackingConfig]:
         yield config
 
 
+def for_dispatch() -> dict[str, Any] | None:
+    """The active tracking config as a dispatched step's parameter (None when nothing is tracked).
+
+    A ``uri`` with credentials in it is left out (the worker then reads ``MLFLOW_TRACKING_URI`` from its
+    own environment): flow-run parameters are shown in the Prefect UI, and secrets never reach it."""
+    config = current()
+    if config.backend == "none":
+        return None
+    if config.uri and re.search(r"//[^/@]*@", config.uri):
+        config = config.model_copy(update={"uri": None})
+    return json.loads(config.model_dump_json())
+
+
 def use(config: TrackingConfig | None) -> None:
     """Make ``config`` the active tracking config for the rest of this process (a CLI command)."""
     if config is None or config.backend == "none":

@@ -60,3 +60,16 @@ def test_report_to_log_dir_and_activation(tmp_path: Path, monkeypatch: pytest.Mo
     )
     assert config.tracking.backend == "mlflow" and config.tracking.uri == "http://h:5000"
     assert load_pipeline_config("configs/demo.yaml").tracking.backend == "none"  # the offline default
+
+
+def test_a_dispatched_step_gets_the_tracker_without_credentials(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv(tracking.ENV, raising=False)
+    assert tracking.for_dispatch() is None  # nothing tracked: nothing crosses
+    with tracking.activate(TrackingConfig(backend="mlflow", uri="http://127.0.0.1:5000", experiment="e")):
+        sent = tracking.for_dispatch()
+        assert sent is not None and sent["uri"] == "http://127.0.0.1:5000" and sent["experiment"] == "e"
+        assert TrackingConfig.model_validate(sent) == tracking.current()  # the worker rebuilds it as is
+    with tracking.activate(TrackingConfig(backend="mlflow", uri="https://bob:s3cret@mlflow.example/")):
+        sent = tracking.for_dispatch()
+        assert sent is not None and sent["backend"] == "mlflow" and sent["uri"] is None
+        assert "s3cret" not in str(sent)
