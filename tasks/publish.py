@@ -18,7 +18,9 @@ from prefect.artifacts import create_link_artifact, create_markdown_artifact, cr
 
 from coa import io
 from coa.evaluate.metrics import percent_by_family
+from coa.rl.summary import FamilyChoice, RLSummary
 from coa.steps import Step, StepResult
+from coa.train.summary import SFTSummary
 
 Keys = Callable[[str], str]
 """``what`` → the artifact key of ``what`` of the step being published."""
@@ -94,18 +96,17 @@ def _curate(step: Step, result: StepResult, key: Keys) -> None:
 
 
 def _sft(step: Step, result: StepResult, key: Keys) -> None:
-    s = result.summary
+    s = SFTSummary.from_dict(result.summary)
     png = base64.b64encode(io.read_file(result.ref, "loss_curve.png")).decode()
     create_markdown_artifact(
         key=key("loss-curve"),
         markdown=f"# SFT loss\n\n![loss curve](data:image/png;base64,{png})\n\n"
         f"| steps run / planned | final loss | held-out loss | tokens seen | tokens/s | device |\n"
         f"|---|---|---|---|---|---|\n"
-        f"| {s.get('steps_run')} / {s.get('steps_planned')} | {show(s.get('final_loss'))} | "
-        f"{show(s.get('heldout_loss'))} | "
-        f"{show(s.get('tokens_seen'))} | {show(s.get('tokens_per_s'))} | {s.get('device')} |\n\n"
-        f"Model: `{result.ref.uri}`"
-        + (f"\n\n**Warning:** {s['overfit_warning']}" if s.get("overfit_warning") else ""),
+        f"| {s.steps_run} / {s.steps_planned} | {show(s.final_loss)} | "
+        f"{show(s.heldout_loss)} | "
+        f"{show(s.tokens_seen)} | {show(s.tokens_per_s)} | {s.device} |\n\n"
+        f"Model: `{result.ref.uri}`" + (f"\n\n**Warning:** {s.overfit_warning}" if s.overfit_warning else ""),
         description="Training and held-out loss of the SFT run",
     )
 
@@ -116,20 +117,20 @@ def _model_of(result: StepResult) -> str:
     return str(model.get("model") or model.get("uri") or "the model")
 
 
-def _family_markdown(choice: dict[str, Any] | None) -> str:
+def _family_markdown(choice: FamilyChoice | None) -> str:
     """The family ``rl.families: auto`` picked, why, and its warning when it fell back."""
     if not choice:
         return ""
-    scores = percent_by_family(choice["accuracy"])
-    warning = f" **Warning:** {choice['warning']}" if choice.get("warning") else ""
-    why = f"{choice['rule']}; held-out accuracy after SFT: {scores}"
-    return f"Family: **{choice['family']}** ({why}).{warning}\n\n"
+    scores = percent_by_family(choice.accuracy)
+    warning = f" **Warning:** {choice.warning}" if choice.warning else ""
+    why = f"{choice.rule}; held-out accuracy after SFT: {scores}"
+    return f"Family: **{choice.family}** ({why}).{warning}\n\n"
 
 
 def _rl(step: Step, result: StepResult, key: Keys) -> None:
-    s = result.summary
+    s = RLSummary.from_dict(result.summary)
     png = base64.b64encode(io.read_file(result.ref, "rl_curves.png")).decode()
-    points = s.get("curves") or []
+    points = s.curves
     keys = (
         "step",
         "reward",
@@ -138,21 +139,21 @@ def _rl(step: Step, result: StepResult, key: Keys) -> None:
         "entropy",
         "dynamic/zero_variance_share",
     )
-    alarm = s.get("alarm")
-    heldout = s.get("heldout") or []
+    alarm = s.alarm
+    heldout = list(s.heldout)
     create_markdown_artifact(
         key=key("curves"),
         markdown="# RL (GRPO/DAPO)\n\n"
         + (f"**Reward-hacking alarm:** {alarm}\n\n" if alarm else "")
-        + (f"**No learning signal:** {s['no_signal']}\n\n" if s.get("no_signal") else "")
-        + _family_markdown(s.get("family_choice"))
+        + (f"**No learning signal:** {s.no_signal}\n\n" if s.no_signal else "")
+        + _family_markdown(s.family_choice)
         + f"![reward, entropy, zero-variance share](data:image/png;base64,{png})\n\n"
         f"| steps run / planned | rollouts | seconds | last reward | last entropy | device |\n"
         f"|---|---|---|---|---|---|\n"
-        f"| {s.get('steps_run')} / {s.get('steps_planned')} | {show(s.get('rollouts'))} | "
-        f"{show(s.get('train_runtime_s'))} | {show(s.get('final_reward'))} | "
-        f"{show(s.get('final_entropy'))} | "
-        f"{s.get('device')} |\n\nModel: `{result.ref.uri}`" + _heldout_markdown(heldout),
+        f"| {s.steps_run} / {s.steps_planned} | {show(s.rollouts)} | "
+        f"{show(s.train_runtime_s)} | {show(s.final_reward)} | "
+        f"{show(s.final_entropy)} | "
+        f"{s.device} |\n\nModel: `{result.ref.uri}`" + _heldout_markdown(heldout),
         description="Reward per term, entropy and zero-variance share of the RL run"
         + (": REWARD-HACKING ALARM" if alarm else ""),
     )

@@ -232,6 +232,7 @@ def sft(
     from coa.plan.choices import start_model
     from coa.steps import ModelInput
     from coa.train import step as sft_step
+    from coa.train.summary import SFTSummary
 
     cfg = _config(config, overrides, "sft")
     examples = _table(data, "sft", "coa convert")
@@ -241,11 +242,11 @@ def sft(
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     logging.getLogger("coa.train.sft").setLevel(logging.INFO)
     result = _run(sft_step.step(cfg.sft, base, examples))
-    s = result.summary
+    s = SFTSummary.from_dict(result.summary)
     typer.echo(f"model: {result.ref.uri}")
     typer.echo(
-        f"{s['steps_run']} steps ({s['steps_planned']} planned), final loss {s['final_loss']}, "
-        f"{s['tokens_per_s']:,.0f} tokens/s; loss curve {io.join(result.ref.uri, 'loss_curve.png')}"
+        f"{s.steps_run} steps ({s.steps_planned} planned), final loss {s.final_loss}, "
+        f"{s.tokens_per_s:,.0f} tokens/s; loss curve {io.join(result.ref.uri, 'loss_curve.png')}"
     )
 
 
@@ -271,6 +272,7 @@ def rl(
     import logging
 
     from coa.rl import step as rl_step
+    from coa.rl.summary import RLSummary
 
     cfg = _config(config, overrides, "rl")
     prompts = _table(data, "rl_prompts", "coa convert")
@@ -278,33 +280,32 @@ def rl(
     logging.getLogger("coa.rl").setLevel(logging.INFO)
     judged = _table(evaluation, "eval", "coa evaluate") if evaluation is not None else None
     result = _run(rl_step.step(cfg.rl, _model(model), prompts, evaluation=judged))
-    s = result.summary
+    s = RLSummary.from_dict(result.summary)
     typer.echo(f"model: {result.ref.uri}")
-    if s.get("family_choice"):
-        choice = s["family_choice"]
+    if s.family_choice:
+        choice = s.family_choice
         from coa.evaluate.metrics import percent_by_family
 
         typer.echo(
-            f"family: {choice['family']} ({choice['rule']}; "
-            f"held-out accuracy {percent_by_family(choice['accuracy'])})"
+            f"family: {choice.family} ({choice.rule}; held-out accuracy {percent_by_family(choice.accuracy)})"
         )
     typer.echo(
-        f"{s['steps_run']} steps ({s['steps_planned']} planned), {s['rollouts']:,} rollouts in "
-        f"{s['train_runtime_s']:.0f} s, last reward {s['final_reward']}, entropy {s['final_entropy']}; "
+        f"{s.steps_run} steps ({s.steps_planned} planned), {s.rollouts:,} rollouts in "
+        f"{s.train_runtime_s:.0f} s, last reward {s.final_reward}, entropy {s.final_entropy}; "
         f"curves {io.join(result.ref.uri, 'rl_curves.png')}"
     )
-    if s.get("heldout"):
-        scores = ", ".join(f"{p['correct']:.0%} at step {p['step']:g}" for p in s["heldout"])
+    if s.heldout:
+        scores = ", ".join(f"{p['correct']:.0%} at step {p['step']:g}" for p in s.heldout)
         typer.echo(f"held-out correct: {scores}")
-    if s.get("learning_signal"):
-        sig = s["learning_signal"]
+    if s.learning_signal:
+        sig = s.learning_signal
         typer.echo(
-            f"learning signal: {sig['correct_share']:.1%} of episodes correct; "
-            f"{sig['groups_with_a_correct_episode']:,} of {sig['groups']:,} groups held a correct one, "
-            f"{sig['mixed_groups']:,} mixed"
+            f"learning signal: {sig.correct_share:.1%} of episodes correct; "
+            f"{sig.groups_with_a_correct_episode:,} of {sig.groups:,} groups held a correct one, "
+            f"{sig.mixed_groups:,} mixed"
         )
-    family_warning = (s.get("family_choice") or {}).get("warning")
-    for message in (s.get("alarm"), family_warning, s.get("no_signal")):
+    family_warning = s.family_choice.warning if s.family_choice else None
+    for message in (s.alarm, family_warning, s.no_signal):
         if message:
             err.print(f"[bold red]warning:[/] {message}", highlight=False)
 

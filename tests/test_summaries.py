@@ -1,0 +1,73 @@
+"""Typed step summaries (:mod:`coa.train.summary`, :mod:`coa.rl.summary`): read back from the JSON the
+runner stores in lineage, older artifacts' records included."""
+
+from __future__ import annotations
+
+import pytest
+from pydantic import ValidationError
+
+from coa.rl.summary import RLSummary
+from coa.train.summary import SFTSummary
+
+SFT_NOW = {
+    "steps_planned": 4,
+    "steps_run": 4,
+    "final_loss": 2.5,
+    "tokens_seen": 1200,
+    "tokens_per_s": 300.0,
+    "device": "cpu",
+    "heldout_loss": 2.7,
+    "n_heldout": 3,
+    "overfit_warning": None,
+    "loss_curve": [[1, 3.0], [4, 2.5]],
+}
+
+
+def test_an_sft_summary_round_trips_through_its_stored_json() -> None:
+    s = SFTSummary.from_dict(SFT_NOW)
+    assert s.loss_curve == ((1, 3.0), (4, 2.5)) and s.heldout_loss == 2.7
+    assert s.to_dict() == SFT_NOW
+
+
+def test_an_older_sft_record_reads_with_defaults_and_its_extra_keys_are_ignored() -> None:
+    older = {k: v for k, v in SFT_NOW.items() if k not in ("heldout_loss", "n_heldout", "loss_curve")}
+    s = SFTSummary.from_dict({**older, "loss_curve_points": 12, "packing": True})
+    assert s.heldout_loss is None and s.n_heldout == 0 and s.loss_curve == ()
+    assert "packing" not in s.to_dict()
+
+
+def test_a_summary_without_what_every_sft_step_reports_is_refused() -> None:
+    with pytest.raises(ValidationError, match="steps_run"):
+        SFTSummary.from_dict({k: v for k, v in SFT_NOW.items() if k != "steps_run"})
+
+
+def test_an_rl_summary_types_its_family_choice_and_learning_signal() -> None:
+    stored = {
+        "steps_planned": 2,
+        "steps_run": 2,
+        "rollouts": 8,
+        "device": "cpu",
+        "train_runtime_s": 3.5,
+        "final_reward": 0.25,
+        "final_entropy": 1.1,
+        "curves": [{"step": 1.0, "reward": 0.25}],
+        "heldout": [],
+        "alarm": None,
+        "learning_signal": {
+            "episodes": 8,
+            "correct_share": 0.25,
+            "groups": 4,
+            "groups_with_a_correct_episode": 2,
+            "mixed_groups": 2,
+            "families": {"math": {"episodes": 8, "correct_share": 0.25}},
+        },
+        "no_signal": None,
+        "family_choice": {"family": "math", "accuracy": {"code": 0.0, "math": 0.5}, "rule": "r"},
+    }
+    s = RLSummary.from_dict(stored)
+    assert s.family_choice is not None and s.family_choice.family == "math"
+    assert s.learning_signal is not None and s.learning_signal.mixed_groups == 2
+    assert RLSummary.from_dict(s.to_dict()) == s
+    # a record from before the learning signal and the family choice were kept
+    older = {k: v for k, v in stored.items() if k not in ("learning_signal", "family_choice", "no_signal")}
+    assert RLSummary.from_dict(older).family_choice is None
