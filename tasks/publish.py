@@ -17,6 +17,7 @@ from typing import Any
 from prefect.artifacts import create_link_artifact, create_markdown_artifact, create_table_artifact
 
 from coa import io
+from coa.collect.summary import CollectSummary
 from coa.evaluate.metrics import percent_by_family
 from coa.rl.summary import FamilyChoice, RLSummary
 from coa.steps import Step, StepResult
@@ -57,7 +58,7 @@ def show(value: Any) -> Any:
 
 
 def _collect(step: Step, result: StepResult, key: Keys) -> None:
-    s = result.summary
+    s = CollectSummary.from_dict(result.summary)
     keys = (
         "runs",
         "completed",
@@ -67,13 +68,14 @@ def _collect(step: Step, result: StepResult, key: Keys) -> None:
         "completion_tokens",
         "cost_usd",
     )
-    rows = [{"metric": k, "value": show(s.get(k))} for k in keys]
-    resumed = (s.get("collect") or {}).get("resumed")
+    rows = [{"metric": k, "value": show(getattr(s, k))} for k in keys]
+    resumed = s.collect.resumed if s.collect else None
     rows.append({"metric": "runs resumed from checkpoints", "value": show(resumed)})
-    rows += [{"metric": k, "value": show(s.get(k))} for k in ("statuses", "tool_calls", "errors_by_kind")]
-    rows += [{"metric": "warning", "value": w} for w in s.get("warnings") or []]
-    if s.get("repaired"):
-        rows.append({"metric": "repaired (retry of failed runs)", "value": show(s["repaired"])})
+    counts = ("statuses", "tool_calls", "errors_by_kind")
+    rows += [{"metric": k, "value": show(getattr(s, k))} for k in counts]
+    rows += [{"metric": "warning", "value": w} for w in s.warnings]
+    if s.repaired:
+        rows.append({"metric": "repaired (retry of failed runs)", "value": show(s.repaired.model_dump())})
     create_table_artifact(
         key=key("summary"),
         table=rows,

@@ -71,3 +71,31 @@ def test_an_rl_summary_types_its_family_choice_and_learning_signal() -> None:
     # a record from before the learning signal and the family choice were kept
     older = {k: v for k, v in stored.items() if k not in ("learning_signal", "family_choice", "no_signal")}
     assert RLSummary.from_dict(older).family_choice is None
+
+
+def test_a_collect_summary_reads_the_first_call_and_the_retry() -> None:
+    from coa.collect.summary import CollectSummary
+
+    first = {
+        "runs": 4,
+        "completed": 3,
+        "completion_rate": 0.75,
+        "accuracy": None,
+        "statuses": {"completed": 3, "error": 1},
+        "failed_share": 0.25,
+        "prompt_tokens": 100,
+        "completion_tokens": 40,
+        "tool_calls": {"web_search": 2},
+        "cost_usd": None,
+        "errors_by_kind": {"llm": 1},
+        "collect": {"planned": 4, "resumed": 1, "ran": 3, "budget_stopped": False},
+        "warnings": ["no math task in the first 4"],
+    }
+    s = CollectSummary.from_dict(first)
+    assert s.collect is not None and s.collect.resumed == 1 and s.repaired is None
+    assert s.to_dict() == {**first, "repaired": None}
+    repair = {"of": "/store/x", "retried": 1, "still_failed": 0, "resumed": 0, "requests_sent": 2}
+    older = {k: v for k, v in first.items() if k not in ("failed_share", "warnings", "collect")}
+    retried = CollectSummary.from_dict({**older, "repaired": repair})
+    assert retried.repaired is not None and retried.repaired.requests_sent == 2
+    assert retried.failed_share == 0.0 and retried.warnings == () and retried.collect is None

@@ -16,6 +16,7 @@ from rich.table import Table
 
 from coa import io
 from coa._cli.common import _config, _fail, _model, _raw_table, _run, _table, console, err
+from coa.collect.summary import CollectSummary
 from coa.errors import UserError
 from coa.tasksets.config import Family, TaskSourceConfig
 
@@ -106,17 +107,19 @@ def collect(
     cfg = _config(config, overrides, "collect")
     task_input = _table(tasks, table, "coa tasks import | coa tasks synthetic")
     result = _run(collect_step.step(cfg.collect, task_input), execution=cfg.execution)
-    _say_resumed(result.summary)
+    s = CollectSummary.from_dict(result.summary)
+    _say_resumed(s)
     if retry_failed or cfg.collect.retry_failed:
-        failed = result.summary.get("statuses", {}).get(collect_step.FAILED_STATUS, 0)
+        failed = s.statuses.get(collect_step.FAILED_STATUS, 0)
         err.print(f"retrying {failed} failed run(s) of {result.ref.uri}", highlight=False)
         previous = TableInput(result.ref, collect_step.TABLE)
         result = _run(collect_step.retry_step(cfg.collect, previous, task_input))
-        _say_resumed(result.summary)
-        repaired = result.summary.get("repaired") or {}
+        s = CollectSummary.from_dict(result.summary)
+        _say_resumed(s)
+        r = s.repaired
+        retried, sent, still = (r.retried, r.requests_sent, r.still_failed) if r else (0, 0, 0)
         err.print(
-            f"retried {repaired.get('retried', 0)} failed run(s): {repaired.get('requests_sent', 0)} LLM "
-            f"request(s) sent, {repaired.get('still_failed', 0)} still failed",
+            f"retried {retried} failed run(s): {sent} LLM request(s) sent, {still} still failed",
             highlight=False,
         )
     typer.echo(f"trajectories: {result.ref.uri}")
@@ -124,12 +127,10 @@ def collect(
     console.print_json(json.dumps(summary, default=str))
 
 
-def _say_resumed(summary: dict[str, Any]) -> None:
-    outcome = summary.get("collect") or {}
-    if outcome.get("resumed"):
-        err.print(
-            f"resumed {outcome['resumed']} of {outcome['planned']} runs from checkpoints", highlight=False
-        )
+def _say_resumed(summary: CollectSummary) -> None:
+    outcome = summary.collect
+    if outcome is not None and outcome.resumed:
+        err.print(f"resumed {outcome.resumed} of {outcome.planned} runs from checkpoints", highlight=False)
 
 
 def curate(
