@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import base64
 import json
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from pathlib import PurePath
 from typing import Any
 
@@ -18,7 +18,9 @@ from prefect.artifacts import create_link_artifact, create_markdown_artifact, cr
 
 from coa import io
 from coa.collect.summary import CollectSummary
+from coa.curate.step import CurateSummary
 from coa.evaluate.metrics import percent_by_family
+from coa.evaluate.summary import EvalSummary, Headline, TrainingReportSummary
 from coa.rl.summary import FamilyChoice, RLSummary
 from coa.steps import Step, StepResult
 from coa.train.summary import SFTSummary
@@ -84,15 +86,15 @@ def _collect(step: Step, result: StepResult, key: Keys) -> None:
 
 
 def _curate(step: Step, result: StepResult, key: Keys) -> None:
-    s = result.summary
+    s = CurateSummary.from_dict(result.summary)
     create_markdown_artifact(
         key=key("headline"),
-        markdown=str(s.get("headline", "")),
+        markdown=s.headline,
         description=f"Curation headline: {result.ref.uri}",
     )
     create_link_artifact(
         key=key("report"),
-        link=link(str(s.get("report", io.join(result.ref.uri, "report.html")))),
+        link=link(s.report or io.join(result.ref.uri, "report.html")),
         description="Data-quality report (committed with the curated artifact)",
     )
 
@@ -180,17 +182,16 @@ def _heldout_markdown(points: list[dict[str, Any]]) -> str:
 
 
 def _evaluate(step: Step, result: StepResult, key: Keys) -> None:
-    metrics: Mapping[str, Mapping[str, Any]] = result.summary.get("metrics", {})
+    s = EvalSummary.from_dict(result.summary)
     create_table_artifact(
         key=key("metrics"),
-        table=[{"family": f, **{k: show(v) for k, v in m.items()}} for f, m in metrics.items()],
+        table=[{"family": f, **{k: show(v) for k, v in m.items()}} for f, m in s.metrics.items()],
         description=f"Evaluation `{step.name}` of {_model_of(result)}: {result.ref.uri}",
     )
-    benchmarks: Mapping[str, Mapping[str, Any]] = result.summary.get("benchmarks", {})
-    if benchmarks:
+    if s.benchmarks:
         create_table_artifact(
             key=key("benchmarks"),
-            table=[{"benchmark": b, **{k: show(v) for k, v in m.items()}} for b, m in benchmarks.items()],
+            table=[{"benchmark": b, **{k: show(v) for k, v in m.items()}} for b, m in s.benchmarks.items()],
             description=f"Evaluation `{step.name}` per benchmark (pass@1 ± SE, pass@k, maj@K, tokens)",
         )
     _headline(step, result, key, "Evaluation")
@@ -198,27 +199,26 @@ def _evaluate(step: Step, result: StepResult, key: Keys) -> None:
 
 def _headline(step: Step, result: StepResult, key: Keys, what: str) -> None:
     """The report's headline as a markdown artifact, with a link to the HTML report."""
-    text = result.summary.get("headline")
-    if not text:
+    s = Headline.from_dict(result.summary)
+    if not s.headline:
         return
-    report = result.summary.get("report")
     create_markdown_artifact(
         key=key("headline"),
-        markdown=text + (f"\n\n[{what} report]({link(str(report))})" if report else ""),
+        markdown=s.headline + (f"\n\n[{what} report]({link(s.report)})" if s.report else ""),
         description=f"{what} `{step.name}`: {result.ref.uri}",
     )
 
 
 def _report(step: Step, result: StepResult, key: Keys) -> None:
-    rows = result.summary.get("comparison", [])
+    s = TrainingReportSummary.from_dict(result.summary)
     create_table_artifact(
         key=key("comparison"),
-        table=[{k: show(v) for k, v in row.items()} for row in rows],
+        table=[{k: show(v) for k, v in row.items()} for row in s.comparison],
         description="Student before/after SFT vs the teacher on the held-out tasks",
     )
     create_link_artifact(
         key=key("link"),
-        link=link(str(result.summary.get("report", ""))),
+        link=link(s.report or ""),
         description="Training report",
     )
 

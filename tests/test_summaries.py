@@ -99,3 +99,44 @@ def test_a_collect_summary_reads_the_first_call_and_the_retry() -> None:
     retried = CollectSummary.from_dict({**older, "repaired": repair})
     assert retried.repaired is not None and retried.repaired.requests_sent == 2
     assert retried.failed_share == 0.0 and retried.warnings == () and retried.collect is None
+
+
+def test_evaluation_summaries_share_their_headline_and_read_older_records() -> None:
+    from coa.evaluate.summary import EvalReportSummary, EvalSummary, Headline, TrainingReportSummary
+
+    stored = {
+        "metrics": {"all": {"pass@1": 0.5, "n": 2}},
+        "benchmarks": {"gsm8k": {"pass@1": 0.5}},
+        "headline": "pass@1 50%",
+        "report": "/store/eval/x/report.html",
+    }
+    s = EvalSummary.from_dict(stored)
+    assert s.metrics["all"]["n"] == 2 and Headline.from_dict(stored).report == s.report
+    assert s.to_dict() == stored
+    older = EvalSummary.from_dict({"metrics": stored["metrics"]})  # before benchmarks and the report
+    assert older.benchmarks == {} and older.headline == "" and older.report is None
+    assert EvalReportSummary.from_dict({"headline": "h", "report": "r"}).headline == "h"
+    rows = [{"model": "before", "accuracy": 0.25}, {"model": "after", "accuracy": 0.5}]
+    report = TrainingReportSummary.from_dict({"comparison": rows, "report": "r"})
+    assert report.comparison[1]["model"] == "after"
+    with pytest.raises(ValidationError, match="metrics"):
+        EvalSummary.from_dict({"headline": "h"})
+
+
+def test_a_curate_summary_reads_with_and_without_rollouts() -> None:
+    from coa.curate.step import CurateSummary
+
+    stored = {
+        "rows_in": 10,
+        "rows_kept": 7,
+        "rows_quarantined": 3,
+        "reasons": {"duplicate": 2, "incorrect": 1},
+        "gate_success": True,
+        "failed_expectations": [],
+        "headline": "7 of 10 kept",
+        "report": "/store/curated/x/report.html",
+    }
+    s = CurateSummary.from_dict(stored)
+    assert s.rows_kept == 7 and s.rollouts is None and s.to_dict() == {**stored, "rollouts": None}
+    counts = {"rollouts": 4, "incorrect": 1, "format_invalid": 0, "not_canonical": 0, "selected": 3}
+    assert CurateSummary.from_dict({**stored, "rollouts": counts}).rollouts == counts

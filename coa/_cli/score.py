@@ -107,10 +107,12 @@ def evaluate_predictions(
     """``coa evaluate --predictions``: commit an ``eval`` artifact from prediction files."""
     from coa.evaluate import format_metrics_table
     from coa.evaluate.step import predictions_step
+    from coa.evaluate.summary import EvalSummary
 
     task_input = _table(tasks, table, "coa tasks import | coa tasks synthetic") if tasks else None
     result = _run(predictions_step(eval_cfg, task_input, [str(p) for p in predictions]))
+    s = EvalSummary.from_dict(result.summary)
     typer.echo(f"eval: {result.ref.uri}")
-    typer.echo(format_metrics_table(result.summary["benchmarks"], "benchmark"))
+    typer.echo(format_metrics_table(s.benchmarks, "benchmark"))
     typer.echo("")
-    typer.echo(format_metrics_table(result.summary["metrics"]))
+    typer.echo(format_metrics_table(s.metrics))

@@ -160,9 +160,10 @@ def curate(
         curate_step.step(cfg.curate, raw_input, _table(tasks, table, "coa tasks import")),
         execution=cfg.execution,
     )
+    s = curate_step.CurateSummary.from_dict(result.summary)
     typer.echo(f"curated: {result.ref.uri}")
-    typer.echo(f"report: {result.summary.get('report')}")
-    typer.echo(result.summary.get("headline", ""))
+    typer.echo(f"report: {s.report}")
+    typer.echo(s.headline)
 
 
 def convert(
@@ -348,6 +349,7 @@ def evaluate(
     benchmark and per family. With --predictions, score prediction files instead (as `coa score`)."""
     from coa.evaluate import EvalConfig, format_metrics_table
     from coa.evaluate import step as eval_step
+    from coa.evaluate.summary import EvalSummary
     from coa.plan.choices import eval_tools
 
     cfg = _config(config, overrides)
@@ -368,10 +370,11 @@ def evaluate(
         raise UserError("coa evaluate needs --model (or --predictions FILE to score predictions)")
     task_input = _table(tasks, table, "coa tasks import | coa tasks synthetic") if tasks else None
     result = _run(eval_step.step(eval_cfg, eval_tools(cfg), task_input, _model(model)))
+    s = EvalSummary.from_dict(result.summary)
     typer.echo(f"eval: {result.ref.uri}")
-    typer.echo(format_metrics_table(result.summary["benchmarks"], "benchmark"))
+    typer.echo(format_metrics_table(s.benchmarks, "benchmark"))
     typer.echo("")
-    typer.echo(format_metrics_table(result.summary["metrics"]))
+    typer.echo(format_metrics_table(s.metrics))
 
 
 def eval_report(
@@ -389,6 +392,7 @@ def eval_report(
     """HTML evaluation report: pass@1 with intervals and pass@k per benchmark, accuracy against tokens
     beside the teacher, and per-benchmark deltas against a baseline with paired bootstrap intervals."""
     from coa.evaluate.step import eval_report_step
+    from coa.evaluate.summary import EvalReportSummary
 
     step = eval_report_step(
         "eval-report",
@@ -397,9 +401,9 @@ def eval_report(
         tasks=_table(tasks, None, "coa tasks import") if tasks else None,
         baseline=_table(baseline, "eval", "coa evaluate") if baseline else None,
     )
-    result = _run(step)
-    typer.echo(result.summary["headline"])
-    typer.echo(f"report: {result.summary['report']}")
+    s = EvalReportSummary.from_dict(_run(step).summary)
+    typer.echo(s.headline)
+    typer.echo(f"report: {s.report}")
 
 
 def export_cmd(
