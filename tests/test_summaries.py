@@ -140,3 +140,13 @@ def test_a_curate_summary_reads_with_and_without_rollouts() -> None:
     assert s.rows_kept == 7 and s.rollouts is None and s.to_dict() == {**stored, "rollouts": None}
     counts = {"rollouts": 4, "incorrect": 1, "format_invalid": 0, "not_canonical": 0, "selected": 3}
     assert CurateSummary.from_dict({**stored, "rollouts": counts}).rollouts == counts
+
+
+def test_a_task_import_summary_types_its_sources() -> None:
+    from coa.tasksets.step import TasksSummary
+
+    source = {"name": "gsm", "path": "a.jsonl", "layout": "qa", "rows_read": 3, "rows_ok": 2}
+    source["rows_quarantined"] = 1
+    s = TasksSummary.from_dict({"sources": [source], "tasks": 2, "quarantined": 1})
+    assert s.sources[0].rows_ok == 2 and s.sources[0].rows_skipped_by_limit == 0
+    assert s.to_dict()["sources"] == [{**source, "rows_skipped_by_limit": 0}]

@@ -52,10 +52,8 @@ def tasks_import(
     table = Table(title=f"imported into {result.ref.uri}")
     for col in ("source", "layout", "read", "ok", "quarantined"):
         table.add_column(col)
-    for s in result.summary.get("sources", []):
-        table.add_row(
-            s["name"], s["layout"], str(s["rows_read"]), str(s["rows_ok"]), str(s["rows_quarantined"])
-        )
+    for s in tasksets.TasksSummary.from_dict(result.summary).sources:
+        table.add_row(s.name, s.layout, str(s.rows_read), str(s.rows_ok), str(s.rows_quarantined))
     console.print(table)
     typer.echo(result.ref.uri)
     if result.ref.rows("quarantine"):
