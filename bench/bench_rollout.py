@@ -21,7 +21,9 @@ every round, all unfinished episodes go through the policy in chunks of ``batch_
 waits for its slowest generation, then runs its tools together and waits for the slowest, then the
 next chunk starts. It applies the engine's own turn steps, so both give the same episodes.
 
-Run: ``PYTHONPATH=. python bench/bench_rollout.py [--latency-ms 50] [--quick]``.
+Run: ``PYTHONPATH=. python bench/bench_rollout.py [--latency-ms 50] [--quick] [--in-flight 16,64,256]
+[--repeat 3] [--parts endpoint,overlap,hf]``. ``CPU ms/req`` is the bare client's CPU per request,
+beside the engine's ``CPU ms/gen``.
 """
 
 from __future__ import annotations
@@ -130,7 +132,14 @@ def _serve(script: TurnScript, latency_s: float, conn: Any) -> None:
     asyncio.run(forever())
 
 
-def bench_endpoint(latencies_s: Sequence[float], quick: bool) -> None:
+def bench_endpoint(
+    latencies_s: Sequence[float], quick: bool, in_flight: Sequence[int] | None = None, repeat: int = 1
+) -> None:
+    """Episodes/s of the engine and of the bare client at each concurrency; with ``repeat`` > 1 the two
+    alternate and each column is the median of the repeats (the machine is shared: a ratio of medians
+    measured side by side, never a number from another run)."""
+    import statistics
+
     from coa.llm.config import EndpointConfig
 
     codec = bench_codec()
@@ -138,7 +147,8 @@ def bench_endpoint(latencies_s: Sequence[float], quick: bool) -> None:
     script = TurnScript([codec.encode(CODE_TURN), codec.encode(ANSWER)], observation)
     print("\n1) endpoint: fake vLLM completions server (own process), latency L, K = 2 generations, 1 tool")
     head = f"{'L ms':>5} {'in flight':>9} {'episodes':>8} {'eps/s':>8} {'ideal':>8} {'ratio':>6}"
-    print(f"{head} {'CPU ms/gen':>11} {'ceiling eps/s':>13} {'of ceiling':>10}")
+    tail = f"{'CPU ms/gen':>11} {'ceiling eps/s':>13} {'of ideal':>8} {'CPU ms/req':>10} {'of ceiling':>10}"
+    print(f"{head} {tail}")
     for latency_s in latencies_s:
         ctx = multiprocessing.get_context("spawn")
         parent, child = ctx.Pipe()
@@ -148,22 +158,32 @@ def bench_endpoint(latencies_s: Sequence[float], quick: bool) -> None:
         endpoint = EndpointConfig(name="fake", base_url=url, model="fake", max_retries=0)
         try:
             _wait_for(url)
-            for c in [16, 64] if quick else [64, 256]:
+            for c in in_flight or ([16, 64] if quick else [64, 256]):
                 n = c * (3 if quick else 6 if latency_s < 0.2 else 2)
                 config = RolloutConfig(max_turns=4, max_new_tokens=256, max_total_tokens=1024, concurrency=c)
                 policy = EndpointPolicy(endpoint, codec, max_connections=c)
-                asyncio.run(run_episodes(specs_for(codec, c, "warm"), policy, DelayedTools(), config))
-                cpu, wall = time.process_time(), time.perf_counter()
-                episodes = asyncio.run(run_episodes(specs_for(codec, n), policy, DelayedTools(), config))
-                wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
-                assert all(e.finish == "answer" and e.turns == 2 for e in episodes)
-                ideal = c / (2 * latency_s)
                 body = policy.body(specs_for(codec, 1)[0].prompt_ids, 256, RolloutConfig().sampling())
-                ceiling = asyncio.run(_ceiling(url, body, c, 2 * n)) / 2  # two requests an episode
+                asyncio.run(run_episodes(specs_for(codec, c, "warm"), policy, DelayedTools(), config))
+                rates, cpus, ceilings, ceiling_cpus = [], [], [], []
+                specs = specs_for(codec, n)  # the prompts are the caller's work, not the engine's
+                for _ in range(repeat):
+                    cpu, wall = time.process_time(), time.perf_counter()
+                    episodes = asyncio.run(run_episodes(specs, policy, DelayedTools(), config))
+                    wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
+                    assert all(e.finish == "answer" and e.turns == 2 for e in episodes)
+                    rates.append(n / wall)
+                    cpus.append(1000 * cpu / (2 * n))
+                    cpu = time.process_time()
+                    ceilings.append(asyncio.run(_ceiling(url, body, c, 2 * n)) / 2)  # two requests an episode
+                    ceiling_cpus.append(1000 * (time.process_time() - cpu) / (2 * n + c))
+                rate, ceiling = statistics.median(rates), statistics.median(ceilings)
+                ideal = c / (2 * latency_s)
                 print(
-                    f"{latency_s * 1000:>5.0f} {c:>9} {n:>8} {n / wall:>8.1f} {ideal:>8.1f} "
-                    f"{n / wall / ideal:>6.2f} {1000 * cpu / (2 * n):>11.2f} {ceiling:>13.1f} "
-                    f"{n / wall / ceiling:>10.2f}"
+                    f"{latency_s * 1000:>5.0f} {c:>9} {n:>8} {rate:>8.1f} {ideal:>8.1f} "
+                    f"{rate / ideal:>6.2f} {statistics.median(cpus):>11.2f} {ceiling:>13.1f} "
+                    f"{ceiling / ideal:>8.2f} {statistics.median(ceiling_cpus):>10.2f} "
+                    f"{rate / ceiling:>10.2f}",
+                    flush=True,
                 )
         finally:
             server.terminate()
@@ -353,11 +373,26 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--latency-ms", type=float, default=50.0)
     parser.add_argument("--quick", action="store_true", help="a fast smoke run")
+    parser.add_argument(
+        "--in-flight",
+        default=None,
+        help="episodes in flight for part 1, e.g. 16,64,256 (default 64,256; quick 16,64)",
+    )
+    parser.add_argument(
+        "--repeat", type=int, default=1, help="part 1: engine and bare client alternate; medians"
+    )
+    parser.add_argument("--parts", default="endpoint,overlap,hf", help="which parts to run (comma-separated)")
     args = parser.parse_args()
     latency = args.latency_ms / 1000
-    bench_endpoint([latency] if args.quick else [latency, 10 * latency], args.quick)
-    bench_overlap(latency, args.quick)
-    bench_hf(args.quick)
+    parts = set(args.parts.split(","))
+    in_flight = [int(c) for c in args.in_flight.split(",")] if args.in_flight else None
+    if "endpoint" in parts:
+        latencies = [latency] if args.quick or in_flight else [latency, 10 * latency]
+        bench_endpoint(latencies, args.quick, in_flight, max(1, args.repeat))
+    if "overlap" in parts:
+        bench_overlap(latency, args.quick)
+    if "hf" in parts:
+        bench_hf(args.quick)
 
 
 if __name__ == "__main__":

@@ -40,7 +40,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from coa import io
+from coa import io, tracking
 from coa.errors import CheckFailed, UserError
 from coa.execution import ShardExecutor
 from coa.io import ArtifactRef
@@ -314,7 +314,12 @@ def _build_and_commit(
 ) -> StepResult:
     build = Build(step, writer, inputs, store, progress, executor=executor)
     try:
-        step.build(build)
+        upstream = [u.uri for u in writer.upstream]
+        with tracking.step_run(step.name, writer.uri, upstream, store.root) as tracker:
+            step.build(build)
+            if tracker is not None:  # the lineage names the tracker run; the run gets the summary
+                writer.extra_lineage["tracker"] = tracker.lineage()
+                tracking.log_summary(tracker, build.summary)
     except BaseException as e:
         writer.abort()
         _mark_failed(writer, step, e)

@@ -21,6 +21,7 @@ from prefect import flow, get_run_logger
 from prefect.artifacts import create_markdown_artifact
 from prefect.runtime import flow_run
 
+from coa import tracking
 from coa.plan import PromotionConfig, load_pipeline_config
 from coa.plan.nightly import (
     CANDIDATE_EVAL,
@@ -55,6 +56,7 @@ def nightly(
     """Retrain on tonight's new tasks and put the candidate through the promotion gate."""
     logger = get_run_logger()
     cfg = load_pipeline_config(config_path, overrides or [])
+    tracking.use(cfg.tracking)  # the night's steps and the registry mirror report to the profile's tracker
     promotion = cfg.promotion or PromotionConfig()
     night = night or tonight()
     scope = scope_of("nightly", config_path)
@@ -91,7 +93,8 @@ def nightly(
     evaluations = {"candidate": done[CANDIDATE_EVAL].ref.uri}
     if CHAMPION_EVAL in done:
         evaluations["champion"] = done[CHAMPION_EVAL].ref.uri
-    apply(registry, promotion.model_name, candidate, verdict, evaluations)
+    gated_against = champion.model_uri if champion else None  # two nights at once never leave two champions
+    apply(registry, promotion.model_name, candidate, verdict, evaluations, if_champion=gated_against)
     now = registry.champion(promotion.model_name)
     outcome = "promoted" if verdict.promote else "refused: the champion stays"
     for reason in verdict.reasons:

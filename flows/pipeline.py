@@ -26,6 +26,7 @@ from prefect.events import emit_event
 from prefect.runtime import flow_run
 from prefect.states import Failed
 
+from coa import tracking
 from coa.errors import CoaError, describe
 from coa.execution import ShardExecutor
 from coa.lineage import to_markdown, trace
@@ -54,7 +55,7 @@ def pipeline(
     scope = scope_of("pipeline", config_path)
     logger.info("pipeline %r: %s", cfg.run_name, " → ".join(s.name for s in steps))
     done: dict[str, StepResult] = {}
-    with executor(cfg.execution) as shards:  # engine ray: a Ray cluster for the run's shards
+    with executor(cfg.execution) as shards, tracking.activate(cfg.tracking):  # shards on Ray; the tracker
         for step, run_it in select(steps, only):
             outcome = run_planned_step(cfg, step, done, shards, run_it, scope)
             if isinstance(outcome, str):

@@ -24,11 +24,13 @@ def _fail(message: str, code: int = 2) -> typer.Exit:
 
 def _config(path: Path, overrides: list[str] | None, section: str | None = None) -> Any:
     """The pipeline profile with overrides; ``section`` must be configured in it."""
+    from coa import tracking
     from coa.plan import load_pipeline_config
 
     cfg = load_pipeline_config(path, overrides or [])
     if section is not None and getattr(cfg, section) is None:
         raise UserError(f"{path} has no {section} section: add one or pick a profile that has it")
+    tracking.use(cfg.tracking)  # the steps this command runs report to the profile's tracker
     return cfg
 
 

@@ -8,7 +8,15 @@
   same way either way.
 * :func:`retry_step` (``coa collect --retry-failed``, ``collect.retry_failed``): a new artifact that
   keeps the finished runs of an earlier collection and re-runs only those that ended in an error,
-  in the same order, with the same run ids; its lineage names the artifact it repaired.
+  in the same order, with the same run ids; its lineage names the artifact it repaired. Its calls
+  bypass the LLM cache (a cached reply that led to the failure is never replayed as the answer to a
+  retry) and its summary says how many requests it sent.
+
+A collection in which every run, or more than ``collect.max_failed_share`` of them, ended in an
+infrastructure error (status ``error``: an endpoint down, retries exhausted) is not committed: the
+step raises :class:`~coa.collect.runs.CollectionFailed` (exit 3), the failed runs are dropped from the
+checkpoints so the rerun runs them again, and the finished ones are kept. The failed share is in the
+summary either way.
 """
 
 from __future__ import annotations

@@ -332,6 +332,8 @@ def _build_eval_report(b: Build) -> None:
     )
     b.summary["headline"] = headline(model, student, comparison or (), deltas)
     b.summary["report"] = io.join(b.writer.uri, REPORT_FILE)
+    if comparison:  # the tracker's run gets the token reduction against the teacher (coa.tracking)
+        b.summary["tokens_vs_teacher"] = {row["benchmark"]: row for row in comparison}
 
 
 def report_step(

@@ -25,6 +25,7 @@ from coa.registry.config import GateConfig
 from coa.rl.config import RLStageConfig
 from coa.synthetic import SyntheticConfig
 from coa.tasksets.config import TasksConfig
+from coa.tracking.config import TrackingConfig
 from coa.train.config import SFTStageConfig
 
 
@@ -125,6 +126,11 @@ class PipelineConfig(StrictModel):
         default_factory=ExecutionConfig,
         description="Where collection, curation and conversion shards run: local (one process) or Ray; never "
         "part of an artifact's identity (the same inputs give the same artifacts either way).",
+    )
+    tracking: TrackingConfig = Field(
+        default_factory=TrackingConfig,
+        description="Experiment tracking (coa/tracking): none (default, offline), mlflow, tensorboard, "
+        "wandb, trackio; never part of an artifact's identity.",
     )
 
     @model_validator(mode="after")

@@ -178,8 +178,12 @@ def apply(
     model_uri: str,
     verdict: Verdict,
     evaluations: Mapping[str, str],
+    if_champion: str | None | object = ...,
 ) -> Champion | None:
     """Record the verdict: promote on a pass (the new champion), else a history entry (None).
+
+    ``if_champion``: the champion's model URI the candidate was gated against (None: none); a
+    promotion is refused when another run moved the alias meanwhile (:meth:`Registry.promote`).
 
     Idempotent: a verdict already on record for ``model_uri`` (a rerun of the same night) is not
     recorded again, and a model rolled back since is not promoted again by it.
@@ -194,6 +198,6 @@ def apply(
             current = registry.champion(name)
             return current if verdict.promote and current and current.model_uri == model_uri else None
     if verdict.promote:
-        return registry.promote(name, model_uri, record, evaluations, verdict.reasons)
+        return registry.promote(name, model_uri, record, evaluations, verdict.reasons, if_champion)
     registry.record(name, model_uri, record, evaluations, verdict.reasons)
     return None

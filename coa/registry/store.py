@@ -37,6 +37,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from coa import io
 from coa.errors import UserError
 from coa.settings import Settings
+from coa.tracking.mirror import mirror_event
 
 ALIAS_FILE = "champion.json"
 HISTORY_DIR = "history"
@@ -147,7 +148,7 @@ class Registry:
     ) -> Entry:
         """Append a candidate that was not promoted (its verdict and reasons) to the history."""
         current = self.champion(name)
-        return self._append(
+        entry = self._append(
             name,
             "candidate",
             model_uri,
@@ -156,6 +157,8 @@ class Registry:
             reasons,
             current.model_uri if current else None,
         )
+        mirror_event("candidate", name, model_uri, verdict, reasons)
+        return entry
 
     def promote(
         self,
@@ -183,7 +186,8 @@ class Registry:
             previous = current.previous + ((current.model_uri, current.entry),) if current else ()
             new = Champion(name=name, model_uri=model_uri, entry=entry.id, since=entry.at, previous=previous)
             self._write_alias(new)
-            return new
+        mirror_event("promote", name, model_uri, verdict, reasons)  # after the lock: best effort
+        return new
 
     def rollback(self, name: str, reason: str = "rollback") -> Champion:
         """Restore the champion before the current one (an error when there is none)."""
@@ -197,7 +201,8 @@ class Registry:
                 name=name, model_uri=model_uri, entry=entry_id, since=entry.at, previous=current.previous[:-1]
             )
             self._write_alias(restored)
-            return restored
+        mirror_event("rollback", name, model_uri, None, (reason,))
+        return restored
 
     @contextlib.contextmanager
     def lock(self, name: str) -> Iterator[None]:

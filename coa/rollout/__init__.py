@@ -8,7 +8,8 @@
   and :class:`RolloutConfig`;
 * :mod:`~coa.rollout.engine`: :func:`run_episodes` / :func:`rollout` (every episode its own task,
   tools overlapping generation, under a concurrency bound);
-* :mod:`~coa.rollout.policies`: HF ``generate`` (micro-batched), a completions server, a script.
+* :mod:`~coa.rollout.policies`: HF ``generate`` (micro-batched), continuous batching in process
+  (``hf_batched``), a completions server (vLLM or ``python -m coa.serve``), a script.
 """
 
 from coa.rollout.config import RolloutConfig, RolloutLimits

@@ -45,6 +45,8 @@ class Episode:
     """Search/crawl calls refused as repeats of an earlier call (``duplicate_calls: refuse``)."""
     context_cuts: int = 0
     """Generations that saw a cut context (``max_context_tokens``)."""
+    policy_versions: list[int | None] = dataclasses.field(default_factory=list)
+    """Per generation, the weight version the policy sampled it with (None: not reported)."""
     finish: EpisodeFinish | None = None
     error: str | None = None
     format_error: str | None = None

@@ -4,7 +4,8 @@ A :class:`Policy` continues a list of token ids and returns a :class:`Generation
 as sampled (ending with the stop tag's or EOS's id when it stopped on one), one logprob per id, and
 why it stopped. Generation stops after a closing tool tag or ``</answer>`` (:data:`STOP_TAGS`), at
 an end-of-turn id, or at ``max_new_tokens``. Policies: Hugging Face ``generate``
-(:mod:`~coa.rollout.policies.hf`), an OpenAI-compatible completions server
+(:mod:`~coa.rollout.policies.hf`), continuous batching in process
+(:mod:`~coa.rollout.policies.hf_batched`), an OpenAI-compatible completions server
 (:mod:`~coa.rollout.policies.endpoint`), a scripted mock (:mod:`~coa.rollout.policies.scripted`).
 
 :class:`Codec` is the token side of the CoA format for one tokenizer: encode/decode without added
@@ -50,6 +51,9 @@ class Generation:
     logprobs: list[float]
     finish: Finish
     stop: str | None = None
+    version: int | None = None
+    """The weight version the ids were sampled with, when the policy reports one (a server's
+    ``weight_version``); a generation spanning an update names the oldest."""
 
 
 class Codec:
@@ -66,6 +70,8 @@ class Codec:
         self.eos_ids: frozenset[int] = frozenset(i for i in eos if i is not None)
         pad = tokenizer.pad_token_id
         self.pad_id: int = int(pad if pad is not None else tokenizer.eos_token_id)
+        self.newline_ids: list[int] = self.encode("\n")
+        """The newline that ends every canonical block (appended after each generation)."""
 
     @classmethod
     def from_pretrained(cls, name: str) -> Codec:

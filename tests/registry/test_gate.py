@@ -92,3 +92,23 @@ def test_a_reward_hacking_alarm_in_the_lineage_refuses_unless_allowed(storage_ro
     assert any("reward-hacking alarm" in r and "held-out -0.20" in r for r in verdict.reasons)
     allowed = decide(GOOD.model_copy(update={"refuse_alarm": False}), evaluation, None)
     assert allowed.promote and allowed.checks["reward_alarm"]
+
+
+def test_a_candidate_gated_against_a_stale_champion_is_not_promoted(storage_root: Path) -> None:
+    """Two nights at once: both gated against m1; the second to promote finds m1 replaced and is refused."""
+    import pytest
+
+    from coa.registry.store import RegistryError
+
+    reg = Registry()
+    m1, e1 = _candidate("m1", {"math": HALF, "search": HALF})
+    apply(reg, "agent", m1, decide(GOOD, e1, None), {"heldout": e1}, if_champion=None)
+    a, ea = _candidate("a", {"math": BETTER, "search": HALF})
+    b, eb = _candidate("b", {"math": [True] * 18 + [False] * 2, "search": HALF})
+    va, vb = decide(GOOD, ea, e1), decide(GOOD, eb, e1)
+    assert va.promote and vb.promote
+    apply(reg, "agent", a, va, {"heldout": ea}, if_champion=m1)
+    with pytest.raises(RegistryError, match="changed while"):
+        apply(reg, "agent", b, vb, {"heldout": eb}, if_champion=m1)
+    assert reg.resolve("agent") == a
+    assert [e.model_uri for e in reg.history("agent") if e.event == "promote"] == [m1, a]

@@ -11,17 +11,20 @@ Transport: one ``aiohttp.ClientSession`` per engine run, its connector holding
 request and its HTTP parser is C; httpx's pool scans every connection on every request, which at
 64 connections and more cost more client CPU than everything else (``bench/bench_rollout.py``).
 The environment's proxy (``HTTP(S)_PROXY`` unless ``NO_PROXY`` matches the server) is read once
-per run, its credentials sent as proxy authorisation.
+per run, its credentials sent as proxy authorisation. Bodies are encoded and decoded with orjson
+(Prefect's own dependency): ~0.6 us for a request body and ~2 us for a response against ~35 and
+~16 us with the standard library, a sixth of the client's CPU per generation at 64 in flight.
 """
 
 from __future__ import annotations
 
-import json
 import os
 import urllib.parse
 import urllib.request
 from collections.abc import Sequence
 from typing import Any
+
+import orjson
 
 from coa.errors import InfraError
 from coa.llm.config import EndpointConfig
@@ -120,7 +123,7 @@ class EndpointPolicy:
 
         if self._session is None:
             raise RuntimeError("EndpointPolicy.generate before start(): run it through the rollout engine")
-        data = json.dumps(self.body(prompt_ids, max_new_tokens, sampling)).encode()
+        data = orjson.dumps(self.body(prompt_ids, max_new_tokens, sampling))
         try:
             async with self._session.post(
                 self.url, data=data, proxy=self._proxy, proxy_auth=self._proxy_auth
@@ -133,7 +136,9 @@ class EndpointPolicy:
         if status != 200:
             text = raw[:300].decode("utf-8", "replace")
             raise EndpointError(f"completion endpoint {self.url} answered {status}: {text}")
-        choice = json.loads(raw)["choices"][0]
+        payload = orjson.loads(raw)
+        choice = payload["choices"][0]
+        version = payload.get("weight_version")  # coa.serve's; vLLM reports none
         ids = choice.get("token_ids")
         if ids is None:
             raise no_token_api(self.url, "its reply has no token_ids")
@@ -143,9 +148,10 @@ class EndpointPolicy:
                 f"completion endpoint {self.url}: {len(ids)} token ids but {len(logprobs)} logprobs"
             )
         generation = self.codec.cut(ids, logprobs, max_new_tokens)
-        if generation.finish == "length" and choice.get("finish_reason") == "stop":
+        finish, stop = generation.finish, generation.stop
+        if finish == "length" and choice.get("finish_reason") == "stop":
             matched = choice.get("stop_reason")  # a stop string the ids did not show, or EOS
-            if isinstance(matched, str) and matched in STOP_TAGS:
-                return Generation(generation.ids, generation.logprobs, "stop", matched)
-            return Generation(generation.ids, generation.logprobs, "eos")
-        return generation
+            finish, stop = (
+                ("stop", matched) if isinstance(matched, str) and matched in STOP_TAGS else ("eos", None)
+            )
+        return Generation(generation.ids, generation.logprobs, finish, stop, version)

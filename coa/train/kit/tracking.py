@@ -1,9 +1,10 @@
 """Where a run's metrics go: the ``report_to`` list and run name every recipe hands its trainer.
 
-One place for both, so experiment tracking (MLflow, TensorBoard, W&B, Trackio through the
-trainers' own ``report_to`` integrations) is added here once for SFT and RL. Today nothing is
-reported (``"none"``: the curves live in the artifacts); the run name is already the run's output
-folder, which for a pipeline step is ``<artifact name>-<content key>``.
+One place for both, SFT and RL. The tracker comes from the active ``tracking:`` config
+(:mod:`coa.tracking`): ``none`` (the default) reports nothing; otherwise the trainer's own
+integration (MLflow, TensorBoard, W&B, Trackio) reports to the run :func:`coa.tracking.step_run`
+opened for the step (its environment points the integration there). The run name is the run's
+output folder, which for a pipeline step is ``<artifact name>-<content key>``.
 """
 
 from __future__ import annotations
@@ -11,12 +12,15 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from coa import tracking
 from coa.train.kit.recipe import Recipe
 
 
 def report_to(config: Any) -> list[str] | str:
-    """The ``report_to`` of ``TrainingArguments`` for ``config``: ``"none"`` (no tracker)."""
-    return "none"
+    """The ``report_to`` of ``TrainingArguments``: the active tracker, or ``"none"``."""
+    active = tracking.current()
+    tracking.require(active.backend)
+    return tracking.report_to(active)
 
 
 def run_name(recipe: Recipe, out: Path) -> str:
@@ -26,4 +30,7 @@ def run_name(recipe: Recipe, out: Path) -> str:
 
 def tracking_args(recipe: Recipe, config: Any, out: Path) -> dict[str, Any]:
     """The tracking keyword arguments of a recipe's ``TrainingArguments`` (``SFTConfig``, ``GRPOConfig``)."""
-    return {"report_to": report_to(config), "run_name": run_name(recipe, out)}
+    args: dict[str, Any] = {"report_to": report_to(config), "run_name": run_name(recipe, out)}
+    if tracking.current().backend == "trackio":
+        args["project"] = tracking.current().experiment
+    return args

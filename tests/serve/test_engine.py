@@ -1,0 +1,63 @@
+"""The continuous batcher alone: requests join a running batch; per-row sampling cuts; weight assignment."""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+
+import pytest
+
+from coa.serve.engine import ContinuousBatcher, GenRequest, _filtered_probs, assign_weights
+
+
+def run(batcher: ContinuousBatcher, request: GenRequest) -> threading.Event:
+    finished = threading.Event()
+    request.done = lambda _: finished.set()
+    batcher.submit(request)
+    return finished
+
+
+def test_a_request_joins_the_running_batch_and_leaves_first(tiny_model: Path) -> None:
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(str(tiny_model)).eval()
+    batcher = ContinuousBatcher(model, delay_per_token_s=0.01)
+    batcher.start()
+    try:
+        long = GenRequest(prompt=[5, 6, 7], max_tokens=60, temperature=0)
+        long_done = run(batcher, long)
+        while len(long.ids) < 10:  # the long one is generating
+            assert not long_done.wait(0.01)
+        short = GenRequest(prompt=[9, 8, 7, 6, 5, 4, 3], max_tokens=5, temperature=0)
+        assert run(batcher, short).wait(30)
+        assert not long_done.is_set() and len(short.ids) == 5 and short.finish == "length"
+        assert long_done.wait(30) and len(long.ids) == 60
+        assert batcher.steps < 60 + 5  # the short one rode along in the long one's steps
+        alone = GenRequest(prompt=[9, 8, 7, 6, 5, 4, 3], max_tokens=5, temperature=0)
+        assert run(batcher, alone).wait(30) and alone.ids == short.ids  # joining changed nothing
+    finally:
+        batcher.stop()
+
+
+def test_top_k_and_top_p_cuts_per_row() -> None:
+    import torch
+
+    logprobs = torch.log_softmax(torch.tensor([[4.0, 3.0, 2.0, 1.0], [4.0, 3.0, 2.0, 1.0]]), -1)
+    probs = _filtered_probs(logprobs, [2, 0], [1.0, 0.7])
+    assert (probs[0] > 0).tolist() == [True, True, False, False]
+    # row 2: p(first) = 0.64 < 0.7, so the second survives; the mass above the third is 0.88 >= 0.7
+    assert (probs[1] > 0).tolist() == [True, True, False, False]
+    assert torch.allclose(probs.sum(-1), torch.ones(2))
+
+
+def test_assign_weights_refuses_a_mismatch_before_copying(tiny_model: Path) -> None:
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(str(tiny_model))
+    before = model.model.embed_tokens.weight.clone()
+    with pytest.raises(ValueError, match="shape"):
+        assign_weights(model, {"model.embed_tokens.weight": before + 1, "model.norm.weight": torch.zeros(3)})
+    assert torch.equal(model.model.embed_tokens.weight, before)
+    assert assign_weights(model, {"model.embed_tokens.weight": before + 1}) == 1
+    assert torch.equal(model.model.embed_tokens.weight, before + 1)
