@@ -226,12 +226,16 @@ def _report(step: Step, result: StepResult, key: Keys) -> None:
 PUBLISHERS: dict[str, Callable[[Step, StepResult, Keys], None]] = {
     "sft": _sft,
     "rl": _rl,
-    "trajectories": _collect,
-    "curated": _curate,
-    "eval": _evaluate,
+    "collect": _collect,
+    "collect.retry": _collect,
+    "curate": _curate,
+    "evaluate": _evaluate,
     "eval-report": lambda step, result, key: _headline(step, result, key, "Evaluation report"),
     "report": _report,
 }
+"""Step builder (:attr:`coa.steps.Step.builder`) → its publisher, which reads that stage's typed summary."""
+BY_KIND: dict[str, Callable[[Step, StepResult, Keys], None]] = {"eval": _evaluate}
+"""A step without a builder (an ``eval`` artifact scored from prediction files) → by its artifact kind."""
 
 
 def publish(step: Step, result: StepResult, scope: str = "") -> None:
@@ -241,7 +245,7 @@ def publish(step: Step, result: StepResult, scope: str = "") -> None:
     def key(what: str) -> str:
         return artifact_key(scope, step.name, what)
 
-    publisher = PUBLISHERS.get(step.builder) or PUBLISHERS.get(step.kind)
+    publisher = PUBLISHERS.get(step.builder) if step.builder else BY_KIND.get(step.kind)
     if publisher is not None:
         publisher(step, result, key)
 
