@@ -82,13 +82,7 @@ def nightly(
                 return {"night": night, "outcome": "no new tasks", "seconds": seconds}
             if step.name == MERGE:  # tonight's data is committed: later nights build on it whatever follows
                 ledger.record(night, done["collect"].ref.uri, done[NEW_TASKS].ref.uri)
-    summary = done[GATE].summary
-    verdict = Verdict(
-        promote=bool(summary["promote"]),
-        reasons=tuple(summary["reasons"]),
-        checks=dict(summary["checks"]),
-        per_benchmark=dict(summary["per_benchmark"]),
-    )
+    verdict = Verdict.from_dict(done[GATE].summary)
     candidate = done[candidate_step(steps)].ref.uri
     evaluations = {"candidate": done[CANDIDATE_EVAL].ref.uri}
     if CHAMPION_EVAL in done:

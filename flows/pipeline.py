@@ -27,7 +27,9 @@ from prefect.runtime import flow_run
 from prefect.states import Failed
 
 from coa import tracking
+from coa.curate.step import CurateSummary
 from coa.errors import CoaError, describe
+from coa.evaluate.summary import TrainingReportSummary
 from coa.execution import ShardExecutor
 from coa.lineage import to_markdown, trace
 from coa.plan import PipelineConfig, load_pipeline_config, not_planned, plan
@@ -180,8 +182,9 @@ def publish_summary(
     refs = {name: result.ref.model_dump(mode="json") for name, result in done.items()}
     out: dict[str, Any] = {"stages": rows, "refs": refs}
     if "curate" in done:
-        out["report"] = done["curate"].summary.get("report")
+        out["report"] = CurateSummary.from_dict(done["curate"].summary).report
     if "report" in done:
-        out["training_report"] = done["report"].summary.get("report")
-        out["comparison"] = done["report"].summary.get("comparison")
+        report = TrainingReportSummary.from_dict(done["report"].summary)
+        out["training_report"] = report.report
+        out["comparison"] = list(report.comparison)
     return out

@@ -10,15 +10,20 @@ from __future__ import annotations
 
 import base64
 import json
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from pathlib import PurePath
 from typing import Any
 
 from prefect.artifacts import create_link_artifact, create_markdown_artifact, create_table_artifact
 
 from coa import io
+from coa.collect.summary import CollectSummary
+from coa.curate.step import CurateSummary
 from coa.evaluate.metrics import percent_by_family
+from coa.evaluate.summary import EvalSummary, Headline, TrainingReportSummary
+from coa.rl.summary import FamilyChoice, RLSummary
 from coa.steps import Step, StepResult
+from coa.train.summary import SFTSummary
 
 Keys = Callable[[str], str]
 """``what`` → the artifact key of ``what`` of the step being published."""
@@ -55,7 +60,7 @@ def show(value: Any) -> Any:
 
 
 def _collect(step: Step, result: StepResult, key: Keys) -> None:
-    s = result.summary
+    s = CollectSummary.from_dict(result.summary)
     keys = (
         "runs",
         "completed",
@@ -65,13 +70,14 @@ def _collect(step: Step, result: StepResult, key: Keys) -> None:
         "completion_tokens",
         "cost_usd",
     )
-    rows = [{"metric": k, "value": show(s.get(k))} for k in keys]
-    resumed = (s.get("collect") or {}).get("resumed")
+    rows = [{"metric": k, "value": show(getattr(s, k))} for k in keys]
+    resumed = s.collect.resumed if s.collect else None
     rows.append({"metric": "runs resumed from checkpoints", "value": show(resumed)})
-    rows += [{"metric": k, "value": show(s.get(k))} for k in ("statuses", "tool_calls", "errors_by_kind")]
-    rows += [{"metric": "warning", "value": w} for w in s.get("warnings") or []]
-    if s.get("repaired"):
-        rows.append({"metric": "repaired (retry of failed runs)", "value": show(s["repaired"])})
+    counts = ("statuses", "tool_calls", "errors_by_kind")
+    rows += [{"metric": k, "value": show(getattr(s, k))} for k in counts]
+    rows += [{"metric": "warning", "value": w} for w in s.warnings]
+    if s.repaired:
+        rows.append({"metric": "repaired (retry of failed runs)", "value": show(s.repaired.model_dump())})
     create_table_artifact(
         key=key("summary"),
         table=rows,
@@ -80,32 +86,31 @@ def _collect(step: Step, result: StepResult, key: Keys) -> None:
 
 
 def _curate(step: Step, result: StepResult, key: Keys) -> None:
-    s = result.summary
+    s = CurateSummary.from_dict(result.summary)
     create_markdown_artifact(
         key=key("headline"),
-        markdown=str(s.get("headline", "")),
+        markdown=s.headline,
         description=f"Curation headline: {result.ref.uri}",
     )
     create_link_artifact(
         key=key("report"),
-        link=link(str(s.get("report", io.join(result.ref.uri, "report.html")))),
+        link=link(s.report or io.join(result.ref.uri, "report.html")),
         description="Data-quality report (committed with the curated artifact)",
     )
 
 
 def _sft(step: Step, result: StepResult, key: Keys) -> None:
-    s = result.summary
+    s = SFTSummary.from_dict(result.summary)
     png = base64.b64encode(io.read_file(result.ref, "loss_curve.png")).decode()
     create_markdown_artifact(
         key=key("loss-curve"),
         markdown=f"# SFT loss\n\n![loss curve](data:image/png;base64,{png})\n\n"
         f"| steps run / planned | final loss | held-out loss | tokens seen | tokens/s | device |\n"
         f"|---|---|---|---|---|---|\n"
-        f"| {s.get('steps_run')} / {s.get('steps_planned')} | {show(s.get('final_loss'))} | "
-        f"{show(s.get('heldout_loss'))} | "
-        f"{show(s.get('tokens_seen'))} | {show(s.get('tokens_per_s'))} | {s.get('device')} |\n\n"
-        f"Model: `{result.ref.uri}`"
-        + (f"\n\n**Warning:** {s['overfit_warning']}" if s.get("overfit_warning") else ""),
+        f"| {s.steps_run} / {s.steps_planned} | {show(s.final_loss)} | "
+        f"{show(s.heldout_loss)} | "
+        f"{show(s.tokens_seen)} | {show(s.tokens_per_s)} | {s.device} |\n\n"
+        f"Model: `{result.ref.uri}`" + (f"\n\n**Warning:** {s.overfit_warning}" if s.overfit_warning else ""),
         description="Training and held-out loss of the SFT run",
     )
 
@@ -116,20 +121,20 @@ def _model_of(result: StepResult) -> str:
     return str(model.get("model") or model.get("uri") or "the model")
 
 
-def _family_markdown(choice: dict[str, Any] | None) -> str:
+def _family_markdown(choice: FamilyChoice | None) -> str:
     """The family ``rl.families: auto`` picked, why, and its warning when it fell back."""
     if not choice:
         return ""
-    scores = percent_by_family(choice["accuracy"])
-    warning = f" **Warning:** {choice['warning']}" if choice.get("warning") else ""
-    why = f"{choice['rule']}; held-out accuracy after SFT: {scores}"
-    return f"Family: **{choice['family']}** ({why}).{warning}\n\n"
+    scores = percent_by_family(choice.accuracy)
+    warning = f" **Warning:** {choice.warning}" if choice.warning else ""
+    why = f"{choice.rule}; held-out accuracy after SFT: {scores}"
+    return f"Family: **{choice.family}** ({why}).{warning}\n\n"
 
 
 def _rl(step: Step, result: StepResult, key: Keys) -> None:
-    s = result.summary
+    s = RLSummary.from_dict(result.summary)
     png = base64.b64encode(io.read_file(result.ref, "rl_curves.png")).decode()
-    points = s.get("curves") or []
+    points = s.curves
     keys = (
         "step",
         "reward",
@@ -138,21 +143,21 @@ def _rl(step: Step, result: StepResult, key: Keys) -> None:
         "entropy",
         "dynamic/zero_variance_share",
     )
-    alarm = s.get("alarm")
-    heldout = s.get("heldout") or []
+    alarm = s.alarm
+    heldout = list(s.heldout)
     create_markdown_artifact(
         key=key("curves"),
         markdown="# RL (GRPO/DAPO)\n\n"
         + (f"**Reward-hacking alarm:** {alarm}\n\n" if alarm else "")
-        + (f"**No learning signal:** {s['no_signal']}\n\n" if s.get("no_signal") else "")
-        + _family_markdown(s.get("family_choice"))
+        + (f"**No learning signal:** {s.no_signal}\n\n" if s.no_signal else "")
+        + _family_markdown(s.family_choice)
         + f"![reward, entropy, zero-variance share](data:image/png;base64,{png})\n\n"
         f"| steps run / planned | rollouts | seconds | last reward | last entropy | device |\n"
         f"|---|---|---|---|---|---|\n"
-        f"| {s.get('steps_run')} / {s.get('steps_planned')} | {show(s.get('rollouts'))} | "
-        f"{show(s.get('train_runtime_s'))} | {show(s.get('final_reward'))} | "
-        f"{show(s.get('final_entropy'))} | "
-        f"{s.get('device')} |\n\nModel: `{result.ref.uri}`" + _heldout_markdown(heldout),
+        f"| {s.steps_run} / {s.steps_planned} | {show(s.rollouts)} | "
+        f"{show(s.train_runtime_s)} | {show(s.final_reward)} | "
+        f"{show(s.final_entropy)} | "
+        f"{s.device} |\n\nModel: `{result.ref.uri}`" + _heldout_markdown(heldout),
         description="Reward per term, entropy and zero-variance share of the RL run"
         + (": REWARD-HACKING ALARM" if alarm else ""),
     )
@@ -177,17 +182,16 @@ def _heldout_markdown(points: list[dict[str, Any]]) -> str:
 
 
 def _evaluate(step: Step, result: StepResult, key: Keys) -> None:
-    metrics: Mapping[str, Mapping[str, Any]] = result.summary.get("metrics", {})
+    s = EvalSummary.from_dict(result.summary)
     create_table_artifact(
         key=key("metrics"),
-        table=[{"family": f, **{k: show(v) for k, v in m.items()}} for f, m in metrics.items()],
+        table=[{"family": f, **{k: show(v) for k, v in m.items()}} for f, m in s.metrics.items()],
         description=f"Evaluation `{step.name}` of {_model_of(result)}: {result.ref.uri}",
     )
-    benchmarks: Mapping[str, Mapping[str, Any]] = result.summary.get("benchmarks", {})
-    if benchmarks:
+    if s.benchmarks:
         create_table_artifact(
             key=key("benchmarks"),
-            table=[{"benchmark": b, **{k: show(v) for k, v in m.items()}} for b, m in benchmarks.items()],
+            table=[{"benchmark": b, **{k: show(v) for k, v in m.items()}} for b, m in s.benchmarks.items()],
             description=f"Evaluation `{step.name}` per benchmark (pass@1 ± SE, pass@k, maj@K, tokens)",
         )
     _headline(step, result, key, "Evaluation")
@@ -195,27 +199,26 @@ def _evaluate(step: Step, result: StepResult, key: Keys) -> None:
 
 def _headline(step: Step, result: StepResult, key: Keys, what: str) -> None:
     """The report's headline as a markdown artifact, with a link to the HTML report."""
-    text = result.summary.get("headline")
-    if not text:
+    s = Headline.from_dict(result.summary)
+    if not s.headline:
         return
-    report = result.summary.get("report")
     create_markdown_artifact(
         key=key("headline"),
-        markdown=text + (f"\n\n[{what} report]({link(str(report))})" if report else ""),
+        markdown=s.headline + (f"\n\n[{what} report]({link(s.report)})" if s.report else ""),
         description=f"{what} `{step.name}`: {result.ref.uri}",
     )
 
 
 def _report(step: Step, result: StepResult, key: Keys) -> None:
-    rows = result.summary.get("comparison", [])
+    s = TrainingReportSummary.from_dict(result.summary)
     create_table_artifact(
         key=key("comparison"),
-        table=[{k: show(v) for k, v in row.items()} for row in rows],
+        table=[{k: show(v) for k, v in row.items()} for row in s.comparison],
         description="Student before/after SFT vs the teacher on the held-out tasks",
     )
     create_link_artifact(
         key=key("link"),
-        link=link(str(result.summary.get("report", ""))),
+        link=link(s.report or ""),
         description="Training report",
     )
 
@@ -223,12 +226,16 @@ def _report(step: Step, result: StepResult, key: Keys) -> None:
 PUBLISHERS: dict[str, Callable[[Step, StepResult, Keys], None]] = {
     "sft": _sft,
     "rl": _rl,
-    "trajectories": _collect,
-    "curated": _curate,
-    "eval": _evaluate,
+    "collect": _collect,
+    "collect.retry": _collect,
+    "curate": _curate,
+    "evaluate": _evaluate,
     "eval-report": lambda step, result, key: _headline(step, result, key, "Evaluation report"),
     "report": _report,
 }
+"""Step builder (:attr:`coa.steps.Step.builder`) → its publisher, which reads that stage's typed summary."""
+BY_KIND: dict[str, Callable[[Step, StepResult, Keys], None]] = {"eval": _evaluate}
+"""A step without a builder (an ``eval`` artifact scored from prediction files) → by its artifact kind."""
 
 
 def publish(step: Step, result: StepResult, scope: str = "") -> None:
@@ -238,7 +245,7 @@ def publish(step: Step, result: StepResult, scope: str = "") -> None:
     def key(what: str) -> str:
         return artifact_key(scope, step.name, what)
 
-    publisher = PUBLISHERS.get(step.builder) or PUBLISHERS.get(step.kind)
+    publisher = PUBLISHERS.get(step.builder) if step.builder else BY_KIND.get(step.kind)
     if publisher is not None:
         publisher(step, result, key)
 

@@ -16,6 +16,7 @@ from prefect.states import Failed
 from coa import io
 from coa.errors import CoaError, describe
 from coa.execution import ShardExecutor
+from coa.rl.summary import RLSummary
 from coa.steps import Step, StepResult, run_step
 from tasks.publish import publish
 
@@ -54,8 +55,10 @@ def run_step_task(
         logger.error("%s: %s", step.name, describe(e))
         return Failed(message=describe(e))
     logger.info("%s: %s %s", step.name, "reused" if result.reused else "built", result.ref.uri)
-    for key in ("alarm", "no_signal"):  # RL's reward-hacking alarm, its no-correct-rollout warning
-        if result.summary.get(key):
-            logger.warning("%s: %s", step.name, result.summary[key])
+    if step.builder == "rl":  # RL's reward-hacking alarm, its no-correct-rollout warning
+        rl = RLSummary.from_dict(result.summary)
+        for message in (rl.alarm, rl.no_signal):
+            if message:
+                logger.warning("%s: %s", step.name, message)
     publish(step, result, scope)
     return result

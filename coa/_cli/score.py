@@ -18,15 +18,14 @@ from typing import Annotated, Any
 import typer
 
 from coa import io
+from coa._cli.common import _config, _run, _table
 from coa.errors import UserError
 
 
 def _tasks(tasks: str, table: str | None) -> list[dict[str, Any]]:
     """The task rows of ``tasks``: a committed task artifact, else a benchmark file to import."""
     if io.lookup(tasks) is not None:
-        from coa import cli
-
-        return list(cli._table(tasks, table, "coa tasks import").read().to_pylist())
+        return list(_table(tasks, table, "coa tasks import").read().to_pylist())
     if not Path(tasks).exists():
         raise UserError(f"--tasks {tasks}: neither a task artifact nor a file (coa tasks import makes one)")
     from coa.tasksets import import_tasks
@@ -57,12 +56,11 @@ def score(
 ) -> None:
     """Score prediction files with each benchmark's own scorer and print pass@1, pass@k and maj@K per
     benchmark and family (the numbers `coa evaluate --predictions` commits)."""
-    from coa import cli
     from coa.evaluate import EvalConfig, format_metrics_table
     from coa.evaluate.predictions import score_prediction_files
     from coa.evaluate.stage import select_tasks
 
-    cfg = cli._config(config, overrides)
+    cfg = _config(config, overrides)
     eval_cfg = cfg.evaluate or EvalConfig()
     if limit is not None:
         eval_cfg = eval_cfg.model_copy(update={"limit_per_benchmark": limit})
@@ -107,13 +105,14 @@ def evaluate_predictions(
     predictions: list[Path], tasks: str | None, table: str | None, eval_cfg: Any
 ) -> None:
     """``coa evaluate --predictions``: commit an ``eval`` artifact from prediction files."""
-    from coa import cli
     from coa.evaluate import format_metrics_table
     from coa.evaluate.step import predictions_step
+    from coa.evaluate.summary import EvalSummary
 
-    task_input = cli._table(tasks, table, "coa tasks import | coa tasks synthetic") if tasks else None
-    result = cli._run(predictions_step(eval_cfg, task_input, [str(p) for p in predictions]))
+    task_input = _table(tasks, table, "coa tasks import | coa tasks synthetic") if tasks else None
+    result = _run(predictions_step(eval_cfg, task_input, [str(p) for p in predictions]))
+    s = EvalSummary.from_dict(result.summary)
     typer.echo(f"eval: {result.ref.uri}")
-    typer.echo(format_metrics_table(result.summary["benchmarks"], "benchmark"))
+    typer.echo(format_metrics_table(s.benchmarks, "benchmark"))
     typer.echo("")
-    typer.echo(format_metrics_table(result.summary["metrics"]))
+    typer.echo(format_metrics_table(s.metrics))

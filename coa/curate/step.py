@@ -23,11 +23,12 @@ import datetime as dt
 import json
 import posixpath
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
+from pydantic import BaseModel, ConfigDict, Field
 
 import schemas
 from coa import io
@@ -41,6 +42,36 @@ from coa.curate.task_stats import TaskStats
 from coa.format.from_run import coa_check
 from coa.scoring.runs import answer_scorer, code_tests, fill_correct, score_code
 from coa.steps import Build, Step, StepInput
+
+
+class CurateSummary(BaseModel):
+    """What a curation step did, as its lineage records it (the runner stores it as JSON; readers
+    parse it with :meth:`from_dict`: keys an older artifact did not store take their defaults, keys
+    this version no longer reads are ignored)."""
+
+    model_config = ConfigDict(frozen=True, extra="ignore")  # stored JSON of any version reads back
+
+    rows_in: int = Field(description="Runs read.")
+    rows_kept: int = Field(description="Runs kept (the curated table).")
+    rows_quarantined: int = Field(description="Runs set aside, each with its reasons.")
+    reasons: dict[str, int] = Field(default_factory=dict, description="Quarantine reason -> runs.")
+    gate_success: bool = Field(default=True, description="Whether every gating expectation held.")
+    failed_expectations: tuple[str, ...] = Field(default=(), description="``suite.check`` of each failure.")
+    headline: str = Field(default="", description="The report's headline (markdown).")
+    report: str | None = Field(default=None, description="The committed data-quality report's URI.")
+    rollouts: dict[str, int] | None = Field(
+        default=None, description="With RL rollouts as input: rollouts read, and why each was left out."
+    )
+
+    @classmethod
+    def from_dict(cls, summary: Mapping[str, Any]) -> CurateSummary:
+        """The summary a step result or a stored lineage record holds."""
+        return cls.model_validate(dict(summary))
+
+    def to_dict(self) -> dict[str, Any]:
+        """The JSON the runner stores in lineage."""
+        return self.model_dump(mode="json")
+
 
 COA_CHECK_ROW = RowView(
     columns=("run_id", "family", "final_answer", "teacher_config", "steps"),

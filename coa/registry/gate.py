@@ -43,7 +43,18 @@ class Verdict:
     per_benchmark: dict[str, dict[str, Any]]
 
     def as_dict(self) -> dict[str, Any]:
+        """The gate step's summary (the runner stores it as JSON in lineage)."""
         return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, summary: Mapping[str, Any]) -> Verdict:
+        """The verdict a gate step's result or stored lineage record holds (extra keys ignored)."""
+        return cls(
+            promote=bool(summary["promote"]),
+            reasons=tuple(summary["reasons"]),
+            checks=dict(summary["checks"]),
+            per_benchmark=dict(summary.get("per_benchmark") or {}),
+        )
 
 
 def lineage_checks(graph: Graph, config: GateConfig) -> tuple[dict[str, bool], list[str]]:

@@ -2,12 +2,12 @@
 
 ``signal``-based deadlines only work in the main thread, so ``coa.scoring.math.check_math`` sends a
 comparison made from any other thread here: a pool of long-lived ``python -m
-coa.scoring._mathworker`` processes, each running comparisons in its own main thread under the
-same SIGALRM deadline. The parent waits for the reply for the budget plus a grace period and kills
-a worker that does not answer (a C routine that ignores signals, a crash), so the caller gets
-"timeout" and never hangs. Workers start lazily (about a second each, to import sympy and
-math-verify), are reused, and are killed at exit. Pool size: ``$COA_SCORING_MATH_WORKERS``, else
-min(4, CPUs); threads beyond that wait for a free worker.
+coa.scoring._mathworker_main`` processes (the worker's side, a module of its own), each running
+comparisons in its own main thread under the same SIGALRM deadline. The parent waits for the reply
+for the budget plus a grace period and kills a worker that does not answer (a C routine that
+ignores signals, a crash), so the caller gets "timeout" and never hangs. Workers start lazily
+(about a second each, to import sympy and math-verify), are reused, and are killed at exit. Pool
+size: ``$COA_SCORING_MATH_WORKERS``, else min(4, CPUs); threads beyond that wait for a free worker.
 
 Protocol: one JSON object per line. The worker first writes ``{"ready": true}``; each request
 ``{"pred_expr", "pred_raw", "boxed", "gold_exprs", "timeout_s", "float_rounding"}`` gets
@@ -45,7 +45,7 @@ _PACKAGE_ROOT = str(Path(__file__).resolve().parents[2])
 
 
 def worker_argv() -> list[str]:
-    return [sys.executable, "-m", "coa.scoring._mathworker"]
+    return [sys.executable, "-m", "coa.scoring._mathworker_main"]
 
 
 class WorkerError(InfraError, RuntimeError):
@@ -231,38 +231,3 @@ def afm_in_worker(
     if reply is None:
         return False, "timeout"
     return bool(reply.get("equal")), str(reply.get("reason", "error"))
-
-
-def main() -> int:
-    """Worker loop: read requests from stdin, answer on the original stdout."""
-    protocol = os.fdopen(os.dup(1), "wb", buffering=0)
-    os.dup2(2, 1)
-    sys.stdout = sys.stderr
-    from coa.scoring import math as scoring_math
-
-    scoring_math.warm_up()
-    protocol.write(b'{"ready": true}\n')
-    for line in sys.stdin.buffer:
-        if not line.strip():
-            continue
-        request = json.loads(line)
-        if request.get("mode") == "afm":
-            equal, why = scoring_math.afm_check_prepared(
-                request["answer"], request["golds"], timeout_s=float(request["timeout_s"])
-            )
-            protocol.write((json.dumps({"equal": equal, "reason": why}) + "\n").encode())
-            continue
-        reason, index = scoring_math.check_prepared(
-            request["pred_expr"],
-            request["pred_raw"],
-            bool(request["boxed"]),
-            request["gold_exprs"],
-            timeout_s=float(request["timeout_s"]),
-            float_rounding=int(request["float_rounding"]),
-        )
-        protocol.write((json.dumps({"reason": reason, "index": index}) + "\n").encode())
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

@@ -27,7 +27,7 @@ add up; so they are switched off and this module enforces one budget per call it
   and handler the caller had are restored afterwards);
 * in any other thread (Prefect's default task runner, a ``ThreadPoolExecutor``), by sending the
   comparison to a small pool of long-lived worker processes (``python -m
-  coa.scoring._mathworker``) that run it in *their* main thread under the same timer, and killing
+  coa.scoring._mathworker_main``) that run it in *their* main thread under the same timer, and killing
   a worker that does not answer within the budget plus a grace period (this also covers C code
   that a signal cannot interrupt). ``isolation="process"`` forces this path from the main thread.
 

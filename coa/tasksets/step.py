@@ -7,12 +7,51 @@ and the flow give the same artifact for the same files.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Mapping
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
 
 import schemas
 from coa import io
 from coa.steps import Build, Step
 from coa.tasksets.config import TasksConfig
 from coa.tasksets.importer import ProgressFn, TaskImportError, import_tasks
+
+
+class ImportedSource(BaseModel):
+    """What one source contributed (:class:`coa.tasksets.importer.SourceSummary`, as stored)."""
+
+    model_config = ConfigDict(frozen=True, extra="ignore")
+
+    name: str = Field(description="The source's name (the prefix of its task ids).")
+    path: str = Field(description="The file or folder it was read from.")
+    layout: str = Field(description="The layout recognised (a benchmark's own, or plain question/answer).")
+    rows_read: int = Field(description="Rows read (rows_ok + rows_quarantined).")
+    rows_ok: int = Field(description="Rows imported as tasks.")
+    rows_quarantined: int = Field(description="Rows set aside, each with its reason.")
+    rows_skipped_by_limit: int = Field(default=0, description="Usable rows past the source's limit.")
+
+
+class TasksSummary(BaseModel):
+    """What a task import did, as its lineage records it (the runner stores it as JSON; readers parse
+    it with :meth:`from_dict`: keys an older artifact did not store take their defaults, keys this
+    version no longer reads are ignored)."""
+
+    model_config = ConfigDict(frozen=True, extra="ignore")  # stored JSON of any version reads back
+
+    sources: tuple[ImportedSource, ...] = Field(default=(), description="Per source, in order.")
+    tasks: int = Field(default=0, description="Tasks imported.")
+    quarantined: int = Field(default=0, description="Rows quarantined.")
+
+    @classmethod
+    def from_dict(cls, summary: Mapping[str, Any]) -> TasksSummary:
+        """The summary a step result or a stored lineage record holds."""
+        return cls.model_validate(dict(summary))
+
+    def to_dict(self) -> dict[str, Any]:
+        """The JSON the runner stores in lineage."""
+        return self.model_dump(mode="json")
 
 
 def step(config: TasksConfig, name: str = "tasks") -> Step:

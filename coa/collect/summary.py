@@ -1,0 +1,68 @@
+"""The collection step's summary, typed: what :mod:`coa.collect.step` reports and lineage stores.
+
+The runner keeps a step's summary as JSON in ``_lineage.json`` (a reused step hands back what was
+stored), so readers (the CLI, the Prefect artifacts) parse it with :meth:`CollectSummary.from_dict`
+and read fields, never string keys. Reading is tolerant: keys an older artifact did not store take
+their defaults, keys it stored that this version no longer reads are ignored.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class Outcome(BaseModel):
+    """What this call of the collection did (:class:`coa.collect.runs.CollectOutcome`)."""
+
+    model_config = ConfigDict(frozen=True, extra="ignore")
+
+    planned: int = Field(description="Runs planned.")
+    resumed: int = Field(description="Runs found already checkpointed (from a crashed or killed call).")
+    ran: int = Field(description="Runs made in this call.")
+    budget_stopped: bool = Field(description="Whether the LLM budget stopped it before every run finished.")
+
+
+class Repair(BaseModel):
+    """What a retry of the failed runs (``coa collect --retry-failed``) did."""
+
+    model_config = ConfigDict(frozen=True, extra="ignore")
+
+    of: str = Field(description="The collection whose failed runs were retried.")
+    retried: int = Field(description="Failed runs retried.")
+    still_failed: int = Field(description="Retried runs that failed again.")
+    resumed: int = Field(description="Retried runs found already checkpointed.")
+    requests_sent: int = Field(description="LLM requests sent by the retry.")
+
+
+class CollectSummary(BaseModel):
+    """What a collection step did, as its lineage records it (:func:`coa.collect.runs.summarize`
+    of the committed table, with this call's outcome)."""
+
+    model_config = ConfigDict(frozen=True, extra="ignore")  # stored JSON of any version reads back
+
+    runs: int = Field(description="Runs in the table.")
+    completed: int = Field(description="Runs that ended with an answer.")
+    completion_rate: float = Field(description="completed / runs.")
+    accuracy: float | None = Field(description="Share of scored runs that were correct; None if none scored.")
+    statuses: dict[str, int] = Field(description="Runs per status.")
+    failed_share: float = Field(default=0.0, description="Share of runs that ended in an error.")
+    prompt_tokens: int = Field(description="Prompt tokens over every run.")
+    completion_tokens: int = Field(description="Completion tokens over every run.")
+    tool_calls: dict[str, int] = Field(description="Tool calls per tool.")
+    cost_usd: float | None = Field(description="Cost of the runs; None without prices.")
+    errors_by_kind: dict[str, int] = Field(description="Step errors per kind (the text before the colon).")
+    collect: Outcome | None = Field(default=None, description="What this call did (resumed runs, …).")
+    warnings: tuple[str, ...] = Field(default=(), description="E.g. families a task limit left out.")
+    repaired: Repair | None = Field(default=None, description="Set on a retry of the failed runs.")
+
+    @classmethod
+    def from_dict(cls, summary: Mapping[str, Any]) -> CollectSummary:
+        """The summary a step result or a stored lineage record holds."""
+        return cls.model_validate(dict(summary))
+
+    def to_dict(self) -> dict[str, Any]:
+        """The JSON the runner stores in lineage."""
+        return self.model_dump(mode="json")
