@@ -204,15 +204,30 @@ def step_run(
         env = {
             "WANDB_MODE": config.wandb_mode,
             "WANDB_PROJECT": config.experiment,
-            "WANDB_DIR": str(folder),
+            "WANDB_DIR": str(run_dir),  # the run's own folder: the lineage's location finds it
             "WANDB_NOTES": json.dumps(tags, sort_keys=True),  # W&B tags are short labels: URIs in notes
         }
     if config.backend == "trackio":
         env = {"TRACKIO_DIR": str(folder), "TRACKIO_PROJECT": config.experiment}
-    if config.backend in ("wandb", "trackio"):
+    if config.backend == "wandb":
+        run_dir.mkdir(parents=True, exist_ok=True)
+    if config.backend == "trackio":
         folder.mkdir(parents=True, exist_ok=True)
     with _environ(env):
-        yield tracker
+        try:
+            yield tracker
+        finally:
+            if config.backend == "wandb":
+                _finish_wandb()  # the trainers' callback leaves its run open: the next step would log into it
+
+
+def _finish_wandb() -> None:
+    """Close the W&B run a trainer's callback opened (its summary and history are written then)."""
+    import sys
+
+    wandb = sys.modules.get("wandb")  # imported by the trainer's callback if it ran at all
+    if wandb is not None and getattr(wandb, "run", None) is not None:
+        wandb.finish()
 
 
 def log_summary(run: TrackerRun | None, summary: Mapping[str, Any]) -> None:

@@ -54,3 +54,33 @@ def test_rl_run_writes_reward_and_entropy_to_tensorboard(
         assert all(math.isfinite(e.value) for e in series)
     assert all(e.value >= 0 for e in events.Scalars(entropy[0]))
     assert not (tmp_path / "runs").exists() and not (tmp_path / "mlruns").exists()
+
+
+def test_rl_run_writes_reward_and_entropy_to_wandb_offline(
+    tiny_model: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``backend: wandb`` with ``wandb_mode: offline`` (the default): a run folder on disk, no network."""
+    pytest.importorskip("wandb")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("WANDB_SILENT", "true")
+    store = io.Store(str(tmp_path / "store"))
+    writer = store.writer("converted", "coa", {"test": 1})
+    writer.write_table("rl_prompts", prompts_table(4), schemas.RL_PROMPT)
+    converted = writer.commit()
+    config = RLStageConfig(
+        max_steps=2, prompts_per_step=2, group_size=2, steps_per_generation=1, save_steps=2, max_turns=2,
+        max_new_tokens=12, max_total_tokens=24, overlong_buffer=8, entropy_floor=None, launcher="in_process",
+        tools=ToolsConfig(enabled=("code",), record="off"), logging_steps=1,
+    )  # fmt: skip
+    step = rl_step.step(config, ModelInput(external=str(tiny_model)), TableInput(converted, "rl_prompts"))
+    with tracking.activate(TrackingConfig(backend="wandb", experiment="coa-test")):
+        built = run_step(step, store)
+    tracker = io.read_lineage(built.ref)["tracker"]
+    runs = sorted(Path(tracker["location"]).rglob("offline-run-*"))
+    assert len(runs) == 1, runs  # one offline run for the step, under the tracker's folder
+    # offline W&B keeps the run as one transaction log (protobuf records) until `wandb sync`; each
+    # logged step is a history record naming its keys, and the run was closed (a trainer leaves it open)
+    log = next(runs[0].glob("run-*.wandb")).read_bytes()
+    assert log.count(b"train/reward") >= 2 and log.count(b"train/entropy") >= 2  # one record per step
+    assert "finishing run" in (runs[0] / "logs" / "debug.log").read_text()
+    assert not (tmp_path / "wandb").exists()  # the run went where the config put it, not into the cwd

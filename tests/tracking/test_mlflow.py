@@ -179,10 +179,10 @@ def test_tracking_none_writes_nothing_anywhere(
 def test_a_chosen_tracker_that_is_not_installed_names_the_pip_command() -> None:
     import importlib.util
 
-    if importlib.util.find_spec("wandb") is not None:
-        pytest.skip("wandb is installed here")
-    with pytest.raises(tracking.TrackingUnavailable, match=r"pip install 'wandb'"):
-        tracking.require("wandb")
+    if importlib.util.find_spec("trackio") is not None:
+        pytest.skip("trackio is installed here")
+    with pytest.raises(tracking.TrackingUnavailable, match=r"pip install 'trackio'"):
+        tracking.require("trackio")
     tracking.require("none")
     tracking.require("mlflow")  # installed (pinned in pyproject)
 
