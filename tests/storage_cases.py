@@ -7,6 +7,7 @@ import pytest
 import schemas
 from coa import io
 from coa.io import ArtifactError, Store
+from coa.io import writer as io_writer
 
 
 def tasks_table(n: int = 3):
@@ -52,17 +53,17 @@ def check_crash_between_write_and_commit(store: Store, monkeypatch: pytest.Monke
     writer = store.writer("tasks", "t", {"v": "crash"})
     writer.write_table("tasks", tasks_table(5), schemas.TASK)
 
-    real = io._write_json
+    real = io_writer._write_json  # the commit reads it from coa.io.writer: patched there
 
     def crash(fs, path, value):  # the manifest is the commit point: die right before it
         if path.endswith(io.MANIFEST):
             raise KeyboardInterrupt("killed between write and commit")
         real(fs, path, value)
 
-    monkeypatch.setattr(io, "_write_json", crash)
+    monkeypatch.setattr(io_writer, "_write_json", crash)
     with pytest.raises(KeyboardInterrupt):
         writer.commit()
-    monkeypatch.setattr(io, "_write_json", real)
+    monkeypatch.setattr(io_writer, "_write_json", real)
 
     assert io.lookup(writer.uri) is None  # the data files exist, but nothing is committed
     with pytest.raises(ArtifactError, match="never committed"):

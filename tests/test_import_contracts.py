@@ -139,7 +139,7 @@ def test_a_violation_breaks_the_contracts(tmp_path: Path) -> None:
     shutil.copy(REPO / "pyproject.toml", tmp_path)
     violations = {
         # storage -> the runner, inside a function
-        "coa/io.py": "\n\ndef _up() -> None:\n    from coa.steps import run_step  # noqa\n",
+        "coa/io/__init__.py": "\n\ndef _up() -> None:\n    from coa.steps import run_step  # noqa\n",
         "coa/format/codec.py": "\n\ndef _up() -> None:\n    import prefect  # noqa\n",  # domain -> Prefect
         "coa/llm/tokens.py": "\nimport coa.steps  # noqa\n",  # a library -> the runner
     }
