@@ -28,6 +28,22 @@ REPO = Path(__file__).resolve().parents[1]
 FIXTURES = REPO.parent / "shared" / "fixtures" / "afm"
 
 
+_TRACKER_ENV = ("COA_TRACKING", "MLFLOW_", "WANDB_", "TENSORBOARD_LOGGING_DIR", "TRACKIO_")
+
+
+@pytest.fixture(autouse=True)
+def no_tracker_leaks() -> Iterator[None]:
+    """Tracker settings live in the environment (so subprocesses see them); a test that activates one
+    in process (a CLI command's ``tracking.use``, a trainer's MLflow callback setting
+    ``MLFLOW_EXPERIMENT_ID``) must not leave later tests reporting to its stopped server."""
+    before = {k: v for k, v in os.environ.items() if k.startswith(_TRACKER_ENV)}
+    yield
+    for key in [k for k in os.environ if k.startswith(_TRACKER_ENV)]:
+        if key not in before:
+            del os.environ[key]
+    os.environ.update(before)
+
+
 @pytest.fixture(autouse=True)
 def storage_root(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     root = tmp_path / "store"
