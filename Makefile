@@ -39,7 +39,7 @@ uideps:
 pgdeps:
 	@test -x "$$(ls -d /usr/lib/postgresql/*/bin 2>/dev/null | tail -1)/initdb" || command -v initdb >/dev/null 2>&1 || { \
 	  if [ "$$(id -u)" = 0 ]; then (apt-get update -qq && apt-get install -y -qq postgresql >/dev/null) \
-	    || echo "note: could not install postgresql; the Prefect server tests will be skipped"; \
+	    || echo "note: could not install postgresql; the Prefect server tests will fail until it is installed"; \
 	  else echo "note: PostgreSQL is missing; the Prefect server tests need it: sudo apt-get install postgresql"; fi; }
 
 demo: $(STAMP) sysdeps
