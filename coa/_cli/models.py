@@ -52,23 +52,30 @@ def models_show(name: Annotated[str, typer.Argument(help="Registered model name"
     console.print(table)
 
 
+MirrorProfile = Annotated[
+    Path | None,
+    typer.Option("--config", "-c", help="YAML profile whose tracking section mirrors this into MLflow"),
+]
+
+
+def _mirror_into(profile: Path | None) -> None:
+    """Activate ``profile``'s tracking section, so the registry change is mirrored into MLflow."""
+    if profile is not None:
+        _config(profile, None)
+
+
 def models_promote(
     name: Annotated[str, typer.Argument(help="Registered model name")],
     model_uri: Annotated[
         str, typer.Argument(help="Model artifact URI (or folder / hub id) to make champion")
     ],
     reason: Annotated[str, typer.Option(help="Why (kept in the history)")] = "manual promotion",
-    tracking_config: Annotated[
-        Path | None,
-        typer.Option("--config", "-c", help="YAML profile whose tracking section mirrors this into MLflow"),
-    ] = None,
+    tracking_config: MirrorProfile = None,
 ) -> None:
     """Make MODEL_URI the champion of NAME by hand (no gate; the history records it)."""
     from coa.registry import Registry
 
-    if tracking_config is not None:
-        _config(tracking_config, None)  # activates its tracking section (the MLflow registry mirror)
-
+    _mirror_into(tracking_config)
     ref = io.lookup(model_uri)
     if ref is None and "://" in model_uri:
         raise UserError(f"no committed artifact at {model_uri}")
@@ -81,17 +88,12 @@ def models_promote(
 def models_rollback(
     name: Annotated[str, typer.Argument(help="Registered model name")],
     reason: Annotated[str, typer.Option(help="Why (kept in the history)")] = "manual rollback",
-    tracking_config: Annotated[
-        Path | None,
-        typer.Option("--config", "-c", help="YAML profile whose tracking section mirrors this into MLflow"),
-    ] = None,
+    tracking_config: MirrorProfile = None,
 ) -> None:
     """Restore the champion NAME had before the current one."""
     from coa.registry import Registry
 
-    if tracking_config is not None:
-        _config(tracking_config, None)  # activates its tracking section (the MLflow registry mirror)
-
+    _mirror_into(tracking_config)
     champion = Registry().rollback(name, reason)
     console.print(f"{name}: champion restored to {champion.model_uri}", highlight=False)
 

@@ -11,11 +11,27 @@ import schemas
 from coa import io, tracking
 from coa.rl import step as rl_step
 from coa.rl.config import RLStageConfig
-from coa.steps import ModelInput, TableInput, run_step
+from coa.steps import ModelInput, StepResult, TableInput, run_step
 from coa.tools.config import ToolsConfig
 from coa.tracking.config import TrackingConfig
 
 from .helpers import prompts_table
+
+
+def _rl_run(tiny_model: Path, tmp_path: Path, tracker: TrackingConfig, steps: int) -> StepResult:
+    """A ``steps``-step RL run (one optimizer step logged each) on 4 prompts, reporting to ``tracker``."""
+    store = io.Store(str(tmp_path / "store"))
+    writer = store.writer("converted", "coa", {"test": 1})
+    writer.write_table("rl_prompts", prompts_table(4), schemas.RL_PROMPT)
+    converted = writer.commit()
+    config = RLStageConfig(
+        max_steps=steps, prompts_per_step=2, group_size=2, steps_per_generation=1, save_steps=steps,
+        max_turns=2, max_new_tokens=12, max_total_tokens=24, overlong_buffer=8, entropy_floor=None,
+        launcher="in_process", tools=ToolsConfig(enabled=("code",), record="off"), logging_steps=1,
+    )  # fmt: skip
+    step = rl_step.step(config, ModelInput(external=str(tiny_model)), TableInput(converted, "rl_prompts"))
+    with tracking.activate(tracker):
+        return run_step(step, store)
 
 
 def test_rl_run_writes_reward_and_entropy_to_tensorboard(
@@ -24,18 +40,7 @@ def test_rl_run_writes_reward_and_entropy_to_tensorboard(
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
     monkeypatch.chdir(tmp_path)
-    store = io.Store(str(tmp_path / "store"))
-    writer = store.writer("converted", "coa", {"test": 1})
-    writer.write_table("rl_prompts", prompts_table(4), schemas.RL_PROMPT)
-    converted = writer.commit()
-    config = RLStageConfig(
-        max_steps=3, prompts_per_step=2, group_size=2, steps_per_generation=1, save_steps=3, max_turns=2,
-        max_new_tokens=12, max_total_tokens=24, overlong_buffer=8, entropy_floor=None, launcher="in_process",
-        tools=ToolsConfig(enabled=("code",), record="off"), logging_steps=1,
-    )  # fmt: skip
-    step = rl_step.step(config, ModelInput(external=str(tiny_model)), TableInput(converted, "rl_prompts"))
-    with tracking.activate(TrackingConfig(backend="tensorboard")):
-        built = run_step(step, store)
+    built = _rl_run(tiny_model, tmp_path, TrackingConfig(backend="tensorboard"), steps=3)
     tracker = io.read_lineage(built.ref)["tracker"]
     folder = Path(tracker["location"])
     # the default log folder is under the storage root, one folder per run (step and content key)
@@ -63,18 +68,7 @@ def test_rl_run_writes_reward_and_entropy_to_wandb_offline(
     pytest.importorskip("wandb")
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("WANDB_SILENT", "true")
-    store = io.Store(str(tmp_path / "store"))
-    writer = store.writer("converted", "coa", {"test": 1})
-    writer.write_table("rl_prompts", prompts_table(4), schemas.RL_PROMPT)
-    converted = writer.commit()
-    config = RLStageConfig(
-        max_steps=2, prompts_per_step=2, group_size=2, steps_per_generation=1, save_steps=2, max_turns=2,
-        max_new_tokens=12, max_total_tokens=24, overlong_buffer=8, entropy_floor=None, launcher="in_process",
-        tools=ToolsConfig(enabled=("code",), record="off"), logging_steps=1,
-    )  # fmt: skip
-    step = rl_step.step(config, ModelInput(external=str(tiny_model)), TableInput(converted, "rl_prompts"))
-    with tracking.activate(TrackingConfig(backend="wandb", experiment="coa-test")):
-        built = run_step(step, store)
+    built = _rl_run(tiny_model, tmp_path, TrackingConfig(backend="wandb", experiment="coa-test"), steps=2)
     tracker = io.read_lineage(built.ref)["tracker"]
     runs = sorted(Path(tracker["location"]).rglob("offline-run-*"))
     assert len(runs) == 1, runs  # one offline run for the step, under the tracker's folder
