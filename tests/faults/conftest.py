@@ -38,10 +38,10 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
         return
     tr = terminalreporter
     tr.section("fault campaign")
-    tr.write_line(f"{'stage':<12} {'fault':<40} {'injected':>8} {'survived':>8}")
+    tr.write_line(f"{'stage':<12} {'fault':<52} {'injected':>8} {'survived':>8}")
     for stage, kind in rows:
         injected, survived = _TALLY[(stage, kind, "injected")], _TALLY[(stage, kind, "survived")]
-        tr.write_line(f"{stage:<12} {kind:<40} {injected:>8} {survived:>8}")
+        tr.write_line(f"{stage:<12} {kind:<52} {injected:>8} {survived:>8}")
     total = sum(v for (_, _, what), v in _TALLY.items() if what == "injected")
     held = sum(v for (_, _, what), v in _TALLY.items() if what == "survived")
     tr.write_line(f"total: {total} faults injected, {held} survived, {total - held} failed")
