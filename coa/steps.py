@@ -453,6 +453,12 @@ def _clear_failed(writer: io.ArtifactWriter) -> None:
         writer.fs.rm(marker)
 
 
+def rerun_hint(store: io.Store, uri: str) -> str:
+    """How to go on after a build of ``uri`` died: rerun, and what the rerun resumes from."""
+    resumes = _resumes(store, uri).removeprefix("; ")
+    return f"rerun the same command: it {resumes}" if resumes else "rerun the same command to build it again"
+
+
 def _resumes(store: io.Store, uri: str) -> str:
     """What a rebuild of ``uri`` resumes from: ``checkpoint N`` (training), else its checkpoints."""
     fs, folder = io.filesystem(store.checkpoint_uri(uri), store.settings)
