@@ -1,4 +1,4 @@
-"""One RL run of a real-architecture student on one GPU, through the worker's code path, and where its time goes.
+"""One RL run of a real-architecture student on one GPU (the worker's code path), and where its time goes.
 
 Builds (or reuses) the random-init Qwen2.5-0.5B-shaped model of ``bench_sft_gpu.py`` (nothing is
 downloaded), then runs ``accelerate launch --config_file infra/accelerate/single_gpu.yaml -m
@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -39,7 +40,8 @@ def launch(model: Path, prompts: Path, out: Path, steps: int, overrides: list[st
         "learning_rate": 1e-6, "save_steps": 10_000, "logging_steps": 1, "prompts_per_step": 8,
         "group_size": 8, "max_total_tokens": 1024, "heldout_eval_steps": None,
     }  # fmt: skip
-    out.mkdir(parents=True, exist_ok=True)
+    shutil.rmtree(out, ignore_errors=True)  # a fresh run each time (never a resume of the last bench)
+    out.mkdir(parents=True)
     resolved = out / "resolved.yaml"
     resolved.write_text(yaml.safe_dump(config))
     accelerate_config = str(REPO / "infra" / "accelerate" / "single_gpu.yaml")
@@ -54,11 +56,14 @@ def launch(model: Path, prompts: Path, out: Path, steps: int, overrides: list[st
     return json.loads((out / "rl_result.json").read_text()), wall
 
 
+PARTS = ("generation_s", "tools_s", "training_s")
+
+
 def split(result: dict) -> dict[str, float]:
     """Generation / tools / training seconds over the run, from the per-step curves."""
     curves = result["curves"]
-    generation = sum(float(c.get("rollout/wall_s", 0.0)) - float(c.get("rollout/tool_s", 0.0)) for c in curves)
     tools = sum(float(c.get("rollout/tool_s", 0.0)) for c in curves)
+    generation = sum(float(c.get("rollout/wall_s", 0.0)) for c in curves) - tools
     total = float(result["train_runtime_s"])
     return {
         "generation_s": round(generation, 2),
@@ -74,7 +79,7 @@ def main() -> None:
     parser.add_argument("--sft-data", type=Path, required=True, help="sft.v1 rows (trains the tokenizer)")
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--steps", type=int, default=6)
-    parser.add_argument("--model", type=Path, help="an HF model folder to use instead of the Qwen2.5-0.5B shape")
+    parser.add_argument("--model", type=Path, help="an HF model folder instead of the Qwen2.5-0.5B shape")
     parser.add_argument("overrides", nargs="*", help="k=v for the run config")
     ns = parser.parse_args()
     import torch
@@ -91,12 +96,10 @@ def main() -> None:
         "steps": result["global_step"],
         "episodes": result["rollouts"],
         "completion_tokens": generated,
-        "rollout_tokens_per_s": round(generated / times["generation_s"], 1) if times["generation_s"] else None,
-        "optimizer_steps_per_s": round(result["global_step"] / times["total_s"], 4) if times["total_s"] else None,
+        "rollout_tokens_per_s": round(generated / max(times["generation_s"], 1e-9), 1),
+        "optimizer_steps_per_s": round(result["global_step"] / max(times["total_s"], 1e-9), 4),
         "split": times,
-        "split_share": {k: round(v / times["total_s"], 3) for k, v in times.items() if k != "total_s"}
-        if times["total_s"]
-        else {},
+        "split_share": {k: round(times[k] / max(times["total_s"], 1e-9), 3) for k in PARTS},
         "launch_wall_s": round(wall, 1),
     }
     (ns.out / "bench_rl_gpu.json").write_text(json.dumps(report, indent=2))
