@@ -37,9 +37,8 @@ class _OneLineErrors(TyperGroup):
         except CoaError as e:
             err.print(f"[bold red]error:[/] {describe(e)}", highlight=False, soft_wrap=True)
             raise typer.Exit(e.exit_code) from None
-        except (
-            OSError
-        ) as e:  # a full disk or a failing store outside a step (the runner maps them inside one)
+        except OSError as e:
+            # a full disk or a failing store outside a step (the runner maps both inside one)
             said = io.storage_failure(e)
             if io.is_disk_full(e):
                 infra: CoaError = io.StorageFull(f"no space left on the device ({e}): free space and rerun")

@@ -17,6 +17,8 @@ import os
 import re
 from typing import Any
 
+from coa.errors import UserError
+
 DEFAULT_STORAGE_ROOT = ".coa/store"
 _SECRET_NAME = re.compile(r"(KEY|SECRET|TOKEN|PASSWORD|CREDENTIAL)", re.IGNORECASE)
 _SECRET_WORDS = {"apikey", "secret", "secrets", "token", "password", "passwd", "credential", "credentials"}
@@ -53,7 +55,7 @@ class Settings:
             s3_endpoint_url=os.environ.get("COA_S3_ENDPOINT_URL")
             or os.environ.get("AWS_ENDPOINT_URL")
             or None,
-            s3_max_attempts=int(os.environ.get("COA_S3_MAX_ATTEMPTS") or 5),
+            s3_max_attempts=_attempts(os.environ.get("COA_S3_MAX_ATTEMPTS") or "5"),
         )
 
     def storage_options(self, uri: str) -> dict[str, Any]:
@@ -66,6 +68,12 @@ class Settings:
         if self.s3_endpoint_url:
             options["client_kwargs"] = {"endpoint_url": self.s3_endpoint_url}
         return options
+
+
+def _attempts(value: str) -> int:
+    if not value.strip().isdigit() or int(value) < 1:
+        raise UserError(f"COA_S3_MAX_ATTEMPTS must be a whole number of at least 1, got {value!r}")
+    return int(value)
 
 
 def secret_values() -> list[str]:

@@ -48,7 +48,8 @@ class StorageUnavailable(InfraError, OSError):
     a lost connection): what the step was writing is not committed; rerun once the service answers."""
 
 
-_STORAGE_CLIENTS = frozenset({"botocore", "aiobotocore", "aiohttp", "s3fs"})
+_STORAGE_CLIENTS = frozenset({"botocore", "aiobotocore", "s3fs"})
+"""Packages whose errors come from a storage request (aiohttp is left out: the LLM clients use it too)."""
 
 
 def storage_failure(error: BaseException) -> str | None:

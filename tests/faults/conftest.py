@@ -1,4 +1,5 @@
-"""The fault tier (marker ``faults``): SIGKILL, damaged artifacts, a full disk, concurrent runs.
+"""The fault tier (marker ``faults``): SIGKILL, damaged artifacts, a full disk, concurrent runs, and
+the store on S3 under HTTP 500s, throttling and killed writers (stage ``s3 …``).
 
 Every test here injects faults into real stage runs (``python -m coa.cli …`` subprocesses or the CLI
 in process) and records each one with :func:`record`: the stage, the kind of fault and whether the
