@@ -180,7 +180,10 @@ def main(argv: list[str] | None = None) -> int:
         f"\nRL sync vs async: {args.steps} steps, {args.prompts_per_step} x {args.group_size} episodes per "
         f"step, coa.serve with {args.delay_ms:g} ms per decode step, <= {args.max_new} tokens per episode"
     )
-    print("| mode | steps/s | trainer idle | staleness mean / max | dropped stale | episodes | tokens p50 / p90 / max |")
+    print(
+        "| mode | steps/s | trainer idle | staleness mean / max | dropped stale | episodes "
+        "| tokens p50 / p90 / max |"
+    )
     print("|---|---|---|---|---|---|---|")
     for r in results:
         print(
