@@ -328,7 +328,7 @@ class Rollouts:
     def _sync_batch(self, prompts: list[Any], trainer: Any, model: Any, step: int, deadline: Any) -> Any:
         if self.sync is not None and self.policy_factory is None:
             return self.source.batch([str(p) for p in prompts], self._server_policy(trainer), step, deadline)
-        policy = _policy(model, trainer.processing_class, self.config, self.policy_factory)
+        policy = _policy(model, trainer.processing_class, self.config, self.policy_factory, version=step)
         was_training = model.training
         model.eval()
         try:
@@ -396,15 +396,20 @@ class Rollouts:
         }
 
 
-def _policy(model: Any, tokenizer: Any, config: RLRunConfig, policy_factory: PolicyFactory | None) -> Policy:
+def _policy(
+    model: Any, tokenizer: Any, config: RLRunConfig, policy_factory: PolicyFactory | None, version: int = 0
+) -> Policy:
     """The policy on the trainer's weights: the test's factory, else ``hf_batched`` continuous batching
-    when configured, else HF generate (also the held-out score's policy under backend=server)."""
+    when configured (reporting ``version``, the trainer's step), else HF generate (also the held-out
+    score's policy under backend=server)."""
     if policy_factory is not None:
         return policy_factory(model, tokenizer)
     if config.rollout.backend == "hf_batched":
         from coa.rollout.policies.hf_batched import HFBatchedPolicy
 
-        return HFBatchedPolicy.from_model(model, tokenizer, max_batch=config.generation_batch)
+        batched = HFBatchedPolicy.from_model(model, tokenizer, max_batch=config.generation_batch)
+        batched.batcher.set_version(version)
+        return batched
     from coa.rollout.policies.hf import HFPolicy
 
     return HFPolicy.from_model(model, tokenizer, max_batch=config.generation_batch)
