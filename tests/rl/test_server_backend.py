@@ -218,7 +218,8 @@ def test_a_killed_async_run_resumes(serve: ServeProcess, tiny_model: Path, tmp_p
     import json
 
     result = json.loads((out / "rl_result.json").read_text())
-    assert result["global_step"] == planned and result["start_step"] >= 2
+    # resumed from a checkpoint (the last complete one: checkpoint-2 may have been cut mid-write)
+    assert result["global_step"] == planned and 1 <= result["start_step"] < planned
     assert result["steps_run"] == planned - result["start_step"]
     rows = pq.read_table(result["rollouts_file"]).to_pylist()
     assert sorted({r["step"] for r in rows if r["kept"]}) == list(range(planned))  # each step once
