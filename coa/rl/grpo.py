@@ -374,10 +374,12 @@ class Rollouts:
         self.stats["staleness_max"] = max(self.stats["staleness_max"], float(max(ages, default=0)))
 
     def close(self) -> None:
-        """Stop the async producer (if any)."""
+        """Stop the async producer (if any); remove the weight files pushed (the server has loaded them)."""
         if self.producer is not None:
             self.producer.stop()
             self.producer = None
+        if self.sync is not None:
+            self.sync.clean()
 
     def summary(self, runtime: float) -> dict[str, float]:
         """What RL's result reports about the rollouts of this call."""

@@ -120,3 +120,8 @@ class WeightSync:
         for old in sorted(self.folder.glob("v*.safetensors"))[: -self.keep_files]:
             old.unlink(missing_ok=True)
         self.seconds += time.perf_counter() - start
+
+    def clean(self) -> None:
+        """Remove the weight files this run wrote (each was loaded by the server before its push returned)."""
+        for path in self.folder.glob("v*.safetensors"):
+            path.unlink(missing_ok=True)

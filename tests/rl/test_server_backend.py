@@ -156,6 +156,7 @@ def test_server_backend_syncs_weights_and_trains_the_sampled_ids(
     served = served_logprobs(serve, FIXED)
     assert close(served, after) and not close(served, before)
     assert httpx.get(f"{serve.root}/health").json()["weight_version"] == 2
+    assert not list((tmp_path / "run" / "weight_sync").glob("*.safetensors"))  # removed at the end
     # the recorded behaviour logprobs of step 2 are those of the synced weights
     row = next(r for r in rows if r["step"] == 2 and sum(r["loss_mask"]))
     full = row["prompt_ids"] + row["completion_ids"]
@@ -169,10 +170,18 @@ def test_async_run_trains_nothing_beyond_max_staleness(
     serve: ServeProcess, tiny_model: Path, tmp_path: Path
 ) -> None:
     config = server_config(
-        tiny_model, serve, mode="async", max_staleness=1, max_steps=4, is_correction="tis", tis_cap=2.0
+        tiny_model,
+        serve,
+        mode="async",
+        max_staleness=1,
+        max_steps=4,
+        is_correction="tis",
+        tis_cap=2.0,
+        heldout_eval_steps=2,
     )
     result = run_rl(prompts_table(6), config, tmp_path / "run")
     assert (result.global_step, result.mode) == (4, "async")
+    assert [p["step"] for p in result.heldout] == [0.0, 2.0, 4.0]  # the held-out score runs beside
     rows = pq.read_table(result.rollouts_file).to_pylist()
     kept = [r for r in rows if r["kept"]]
     assert len(kept) == 4 * 2 * 4  # every step trained prompts_per_step full groups
