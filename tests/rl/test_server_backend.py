@@ -205,6 +205,7 @@ def write_run(tmp_path: Path, serve: ServeProcess, model: Path, max_steps: int) 
 
 
 @pytest.mark.sandbox
+@pytest.mark.slow  # two trainer subprocesses (imports of torch and TRL each)
 def test_a_killed_async_run_resumes(serve: ServeProcess, tiny_model: Path, tmp_path: Path) -> None:
     planned = 6
     path, out = write_run(tmp_path, serve, tiny_model, planned)
