@@ -146,3 +146,21 @@ def test_old_rollout_tables_still_read(tmp_path: Path) -> None:
     assert table.column("policy_version").to_pylist() == [None]
     assert table.column("behaviour_logprobs").to_pylist() == [None]
     assert schemas.ROLLOUT.from_rows([row]).column("policy_version").to_pylist() == [3]
+
+
+def test_an_unreachable_server_fails_with_the_fix(tmp_path: Path) -> None:
+    import socket
+
+    from coa.llm.config import EndpointConfig
+    from coa.rl.server import WeightSync
+    from coa.rollout.policies.endpoint import EndpointError
+
+    with socket.socket() as s:  # a port nobody listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    endpoint = EndpointConfig(
+        name="gone", base_url=f"http://127.0.0.1:{port}/v1", model="student", timeout_s=5
+    )
+    with pytest.raises(EndpointError, match="python -m coa.serve") as failed:
+        WeightSync(endpoint, tmp_path).check()
+    assert failed.value.exit_code == 3  # missing infrastructure
