@@ -32,7 +32,7 @@ import threading
 import time
 
 from coa.rl.rollouts import Group, RolloutBatch, RolloutSource, batch_stats, rollout_row
-from coa.rollout.engine import run_episode
+from coa.rollout.engine import EpisodeSpec, run_episode
 from coa.rollout.episode import Episode
 from coa.rollout.policy import Policy
 
@@ -97,9 +97,7 @@ class GroupProducer:
                     break
                 task = asyncio.create_task(self._group(self._next_prompt()))
                 tasks.add(task)
-                task.add_done_callback(tasks.discard)
-                for done in [t for t in tasks if t.done() and t.exception() is not None]:
-                    raise done.exception()  # type: ignore[misc]
+                task.add_done_callback(tasks.discard)  # a group's failure is queued for the trainer
         finally:
             for task in tasks:
                 task.cancel()
@@ -110,8 +108,6 @@ class GroupProducer:
         source, g = self.source, self.params.group_size
         try:
             ids = source.prompt_ids(prompt_id, self.policy.codec)
-            from coa.rollout import EpisodeSpec
-
             episodes: list[Episode] = list(
                 await asyncio.gather(
                     *(
