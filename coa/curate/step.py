@@ -23,12 +23,12 @@ import datetime as dt
 import json
 import posixpath
 import tempfile
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
 import schemas
 from coa import io
@@ -41,15 +41,13 @@ from coa.curate.shards import scored_batches as sharded_scoring
 from coa.curate.task_stats import TaskStats
 from coa.format.from_run import coa_check
 from coa.scoring.runs import answer_scorer, code_tests, fill_correct, score_code
-from coa.steps import Build, Step, StepInput
+from coa.steps import Build, Step, StepInput, StepSummary
 
 
-class CurateSummary(BaseModel):
+class CurateSummary(StepSummary):
     """What a curation step did, as its lineage records it (the runner stores it as JSON; readers
     parse it with :meth:`from_dict`: keys an older artifact did not store take their defaults, keys
     this version no longer reads are ignored)."""
-
-    model_config = ConfigDict(frozen=True, extra="ignore")  # stored JSON of any version reads back
 
     rows_in: int = Field(description="Runs read.")
     rows_kept: int = Field(description="Runs kept (the curated table).")
@@ -62,15 +60,6 @@ class CurateSummary(BaseModel):
     rollouts: dict[str, int] | None = Field(
         default=None, description="With RL rollouts as input: rollouts read, and why each was left out."
     )
-
-    @classmethod
-    def from_dict(cls, summary: Mapping[str, Any]) -> CurateSummary:
-        """The summary a step result or a stored lineage record holds."""
-        return cls.model_validate(dict(summary))
-
-    def to_dict(self) -> dict[str, Any]:
-        """The JSON the runner stores in lineage."""
-        return self.model_dump(mode="json")
 
 
 COA_CHECK_ROW = RowView(
@@ -208,21 +197,24 @@ def _build(b: Build) -> None:
     b.writer.extra_lineage["gate"] = {"success": result.gate_success, "failed": failed}
     if adapt is not None:
         b.writer.extra_lineage["rollouts"] = adapt.counts
-        b.summary["rollouts"] = adapt.counts
     b.writer.extra_lineage["counts"] = {
         "in": result.rows_in,
         "kept": result.rows_kept,
         "reasons": result.reasons,
     }
-    b.summary.update(
-        rows_in=result.rows_in,
-        rows_kept=result.rows_kept,
-        rows_quarantined=result.rows_quarantined,
-        reasons=result.reasons,
-        gate_success=result.gate_success,
-        failed_expectations=failed,
-        headline=result.headline,
-        report=committed_report,
+    rollouts = {"rollouts": adapt.counts} if adapt is not None else {}  # set only for RL rollouts
+    b.report(
+        CurateSummary(
+            rows_in=result.rows_in,
+            rows_kept=result.rows_kept,
+            rows_quarantined=result.rows_quarantined,
+            reasons=result.reasons,
+            gate_success=result.gate_success,
+            failed_expectations=tuple(failed),
+            headline=result.headline,
+            report=committed_report,
+            **rollouts,
+        )
     )
     if not result.gate_success:
         b.fail(f"curation gate failed ({', '.join(failed)}); see the report {committed_report}")
