@@ -25,7 +25,6 @@ import posixpath
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pyarrow as pa
 from pydantic import Field
@@ -38,6 +37,7 @@ from coa.curate.decontam import load_benchmarks
 from coa.curate.filters import RowView
 from coa.curate.rollouts import RolloutRuns
 from coa.curate.shards import scored_batches as sharded_scoring
+from coa.curate.summary import CurationStats
 from coa.curate.task_stats import TaskStats
 from coa.format.from_run import coa_check
 from coa.scoring.runs import answer_scorer, code_tests, fill_correct, score_code
@@ -100,7 +100,7 @@ def report_uri(ref: io.ArtifactRef) -> str:
     return io.join(ref.uri, REPORT_FILE)
 
 
-def previous_summary(store: io.Store, name: str, exclude: str) -> dict[str, Any] | None:
+def previous_summary(store: io.Store, name: str, exclude: str) -> CurationStats | None:
     """The summary of the most recent other committed curate artifact with this name."""
     fs, root = io.filesystem(posixpath.join(store.root, "curated"))
     if not fs.exists(root):
@@ -116,7 +116,7 @@ def previous_summary(store: io.Store, name: str, exclude: str) -> dict[str, Any]
         created = io.read_lineage(ref)["created_at"]
         if best is None or created > best[0]:
             best = (created, ref.uri)
-    return json.loads(io.read_file(best[1], "summary.json")) if best else None
+    return CurationStats.from_dict(json.loads(io.read_file(best[1], "summary.json"))) if best else None
 
 
 def _build(b: Build) -> None:
@@ -193,7 +193,7 @@ def _build(b: Build) -> None:
     if sharded:
         fs, folder = io.filesystem(scratch)
         b.cleanup.append(lambda: fs.rm(folder, recursive=True) if fs.exists(folder) else None)
-    failed = [f"{c['suite']}.{c['check']}" for c in result.failed_expectations]
+    failed = [f"{c.suite}.{c.check}" for c in result.failed_expectations]
     b.writer.extra_lineage["gate"] = {"success": result.gate_success, "failed": failed}
     if adapt is not None:
         b.writer.extra_lineage["rollouts"] = adapt.counts
