@@ -136,9 +136,9 @@ class StepSummary(BaseModel):
         """The summary a step result or a stored lineage record holds."""
         return cls.model_validate(dict(summary))
 
-    def to_dict(self) -> dict[str, Any]:
-        """The JSON the runner stores in lineage: the fields the build set."""
-        return self.model_dump(mode="json", exclude_unset=True)
+    def to_dict(self, exclude: set[str] | None = None) -> dict[str, Any]:
+        """The JSON the runner stores in lineage: the fields the build set (less ``exclude``)."""
+        return self.model_dump(mode="json", exclude_unset=True, exclude=exclude)
 
 
 @dataclasses.dataclass
