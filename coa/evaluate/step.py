@@ -302,7 +302,7 @@ def eval_report_step(
 def _build_eval_report(b: Build) -> None:
     from coa.evaluate.compare import compare
     from coa.evaluate.metrics import COMPUTATION, benchmark_metrics
-    from coa.evaluate.teacher import teacher_eval_table, token_comparison
+    from coa.evaluate.teacher_comparison import teacher_eval_table, token_comparison
 
     candidate = b.table("candidate")
     rows = candidate.read()
