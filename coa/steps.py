@@ -41,7 +41,7 @@ from typing import Any, Self
 from pydantic import BaseModel, ConfigDict
 
 from coa import io, tracking
-from coa.errors import CheckFailed, UserError
+from coa.errors import CheckFailed, CoaError, UserError
 from coa.execution import ShardExecutor
 from coa.io import ArtifactRef
 
@@ -320,8 +320,34 @@ def run_step(
     ``reuse_only``: never build; a step that has no committed artifact is a :class:`UserError`
     (``coa run --only`` uses it for the steps in front of the slice it runs). ``executor``: where a
     step that shards its work runs the shards (``execution.engine``); it does not change the key.
+
+    A request the storage service still fails after the client's retries (S3: HTTP 5xx, throttling)
+    is one :class:`~coa.io.StorageUnavailable` line (exit 3) naming the step; nothing is committed.
     """
     store = store or io.Store()
+    try:
+        return _run_step(step, store, done, progress, reuse_only, executor)
+    except CoaError:
+        raise
+    except Exception as e:
+        said = io.storage_failure(e)
+        if said is None:
+            raise
+        raise io.StorageUnavailable(
+            f"step {step.name}: the store {store.root} failed a request ({said}): nothing new was "
+            "committed; check the storage service (COA_S3_ENDPOINT_URL, credentials, the bucket) and "
+            "rerun: it resumes"
+        ) from e
+
+
+def _run_step(
+    step: Step,
+    store: io.Store,
+    done: Mapping[str, StepResult] | None,
+    progress: Progress | None,
+    reuse_only: bool,
+    executor: ShardExecutor | None,
+) -> StepResult:
     inputs = resolve(step, done or {})
     check_inputs(step, inputs)
     upstream = upstream_refs(inputs)
@@ -367,7 +393,7 @@ def _build_and_commit(
                 writer.extra_lineage["tracker"] = tracker.lineage()
                 tracking.log_summary(tracker, summary)
     except BaseException as e:
-        writer.abort()
+        writer.abort()  # inside the runner's claim: the lock is kept until the marker is written
         _mark_failed(writer, step, e)
         if io.is_disk_full(e):
             raise io.StorageFull(
@@ -383,7 +409,9 @@ def _build_and_commit(
     writer.extra_lineage["result"] = {"summary": summary, "failure": build.failure}
     try:
         ref = writer.commit()
-    except OSError as e:
+    except BaseException as e:
+        writer.abort()
+        _mark_failed(writer, step, e)  # still under the claim's lock, as a failed build
         if io.is_disk_full(e):
             raise io.StorageFull(
                 f"no space left on the device while committing step {step.name} ({writer.uri}): nothing "
@@ -469,6 +497,12 @@ def _clear_failed(writer: io.ArtifactWriter) -> None:
     marker = failure_marker(writer.path)
     if writer.fs.exists(marker):
         writer.fs.rm(marker)
+
+
+def rerun_hint(store: io.Store, uri: str) -> str:
+    """How to go on after a build of ``uri`` died: rerun, and what the rerun resumes from."""
+    resumes = _resumes(store, uri).removeprefix("; ")
+    return f"rerun the same command: it {resumes}" if resumes else "rerun the same command to build it again"
 
 
 def _resumes(store: io.Store, uri: str) -> str:
