@@ -13,7 +13,6 @@ from typing import Any
 
 import pyarrow as pa
 import pytest
-from huggingface_hub.constants import HF_HOME
 from typer.testing import CliRunner
 
 import schemas
@@ -28,6 +27,7 @@ from coa.tools.config import ToolsConfig
 from coa.tracking.config import TrackingConfig
 from coa.train import step as sft_step
 from coa.train.step import read_result
+from tests.conftest import TRACKIO_HOME
 
 from .conftest import free_port
 from .inputs import EVAL, SFT, write_converted, write_tasks
@@ -150,7 +150,7 @@ def test_tracking_none_writes_nothing_anywhere(
         tracking.ENV,
     ):
         monkeypatch.delenv(name, raising=False)
-    trackio_home = Path(HF_HOME) / "trackio"  # Trackio's default store
+    trackio_home = Path(TRACKIO_HOME)  # where this process's Trackio writes (tests/conftest.py)
     before = sorted((p, p.stat().st_mtime_ns) for p in trackio_home.rglob("*"))
     store = io.Store(str(tmp_path / "store"))
     converted = write_converted(store, sft_rows)

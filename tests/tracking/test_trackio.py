@@ -2,9 +2,9 @@
 loss curve and an evaluation's metrics arrive, read back with Trackio's own command line; tags and
 text reach it without secrets.
 
-Trackio reads ``TRACKIO_DIR`` once, when it is imported: every test here writes to the one folder
-of :func:`trackio_dir` (this process imports Trackio for it), and a step asking for another folder
-in the same process is refused (see the last test).
+Trackio reads ``TRACKIO_DIR`` once, when it is imported: every test here writes to the session's
+folder (:func:`trackio_dir`), and a step asking for another folder in the same process is refused
+(see the last test).
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import math
 import os
 import subprocess
 import sys
-from collections.abc import Iterator
+import uuid
 from pathlib import Path
 from typing import Any
 
@@ -28,28 +28,22 @@ from coa.tools.config import ToolsConfig
 from coa.tracking.config import TrackingConfig
 from coa.train import step as sft_step
 from coa.train.step import read_result
+from tests.conftest import TRACKIO_HOME
 
 from .inputs import EVAL, SFT, write_converted, write_tasks
 
 SECRET = "sk-trackio-do-not-log-me"
 
 
-@pytest.fixture(scope="module")
-def trackio_dir(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
-    """The one Trackio folder of this process (Trackio binds it when first imported)."""
-    if "trackio" in sys.modules:
-        pytest.fail(
-            f"trackio was imported before this module, for {sys.modules['trackio.utils'].TRACKIO_DIR}"
-        )
-    folder = tmp_path_factory.mktemp("trackio")
-    saved = {k: os.environ.pop(k, None) for k in ("TRACKIO_DIR", "TRACKIO_SPACE_ID", "TRACKIO_SERVER_URL")}
-    os.environ["TRACKIO_DIR"] = str(folder)
-    try:
-        import trackio  # noqa: F401 (pinned in pyproject: missing is a failure, not a skip)
-    finally:
-        os.environ.pop("TRACKIO_DIR")
-    yield folder
-    os.environ.update({k: v for k, v in saved.items() if v is not None})
+@pytest.fixture
+def trackio_dir() -> Path:
+    """The one Trackio folder of the test session (tests/conftest.py), where this process's Trackio
+    writes: it reads TRACKIO_DIR once, when first imported (TRL imports it at checkpoint saves)."""
+    folder = Path(TRACKIO_HOME)
+    assert os.environ["TRACKIO_DIR"] == str(folder)
+    utils = sys.modules.get("trackio.utils")
+    assert utils is None or Path(utils.TRACKIO_DIR) == folder, utils and utils.TRACKIO_DIR
+    return folder
 
 
 def trackio_cli(folder: Path, *args: str) -> Any:
@@ -72,7 +66,8 @@ def test_trackio_gets_the_sft_curve_and_the_eval_metrics(
     monkeypatch.setenv("COA_TEST_API_KEY", SECRET)  # a secret in the environment
     store = io.Store(str(tmp_path / "store"))
     converted = write_converted(store, sft_rows)
-    config = TrackingConfig(backend="trackio", experiment="coa-test", log_dir=str(trackio_dir))
+    project = f"coa-test-{uuid.uuid4().hex[:8]}"  # the session's store is shared: a project of its own
+    config = TrackingConfig(backend="trackio", experiment=project, log_dir=str(trackio_dir))
     with tracking.activate(config):
         base = ModelInput(external=str(tiny_model))
         sft = run_step(sft_step.step(SFT, base, TableInput(converted, "sft")), store)
@@ -80,45 +75,45 @@ def test_trackio_gets_the_sft_curve_and_the_eval_metrics(
         tools = ToolsConfig(enabled=("code",), record="off")
         tasks = TableInput(write_tasks(store), "heldout")
         evaluated = run_step(eval_step.step(EVAL, tools, tasks, model), store)
-    assert "TRACKIO_DIR" not in os.environ and tracking.RUN_ENV not in os.environ  # restored
+    assert os.environ["TRACKIO_DIR"] == str(trackio_dir) and tracking.RUN_ENV not in os.environ  # restored
 
     # the SFT run: named by the step and its content key, found where the lineage says
     tracker = io.read_lineage(sft.ref)["tracker"]
     name = f"sft/{sft.ref.uri.rsplit('/', 1)[-1]}"
     assert tracker["backend"] == "trackio" and tracker["name"] == name
-    assert tracker["location"] == str(trackio_dir) and tracker["experiment"] == "coa-test"
-    runs = trackio_cli(trackio_dir, "list", "runs", "--project", "coa-test")["runs"]
+    assert tracker["location"] == str(trackio_dir) and tracker["experiment"] == project
+    runs = trackio_cli(trackio_dir, "list", "runs", "--project", project)["runs"]
     eval_name = io.read_lineage(evaluated.ref)["tracker"]["name"]
     assert sorted(runs) == sorted([name, eval_name])  # one run per step, the trainer's included
 
     # its loss curve, point by point as the trainer logged it (Trackio's own steps count the log calls)
     curve = read_result(sft.ref).loss_curve
     loss = trackio_cli(
-        trackio_dir, "get", "metric", "--project", "coa-test", "--run", name, "--metric", "train/loss"
+        trackio_dir, "get", "metric", "--project", project, "--run", name, "--metric", "train/loss"
     )
     steps = trackio_cli(
-        trackio_dir, "get", "metric", "--project", "coa-test", "--run", name, "--metric", "train/global_step"
+        trackio_dir, "get", "metric", "--project", project, "--run", name, "--metric", "train/global_step"
     )
     logged = [v["value"] for v in loss["values"]]
     assert len(logged) == len(curve) == 4
     assert all(math.isclose(v, w, rel_tol=1e-6) for v, (_, w) in zip(logged, curve, strict=True))
     by_point = {v["step"]: v["value"] for v in steps["values"]}
     assert [by_point[v["step"]] for v in loss["values"]] == [s for s, _ in curve]  # the optimizer steps
-    run = trackio_cli(trackio_dir, "get", "run", "--project", "coa-test", "--run", name)
+    run = trackio_cli(trackio_dir, "get", "run", "--project", project, "--run", name)
     assert run["config"]["learning_rate"] == SFT.learning_rate  # the trainer's own integration, kept
     assert run["config"]["coa.artifact_uri"] == sft.ref.uri  # our tags, beside it
     assert run["config"]["coa.upstream.0"] == converted.uri
 
     # the evaluation's run: its metrics as measured, its tags lead back to the model it evaluated
     family = evaluated.summary["metrics"]["all"]
-    eval_run = trackio_cli(trackio_dir, "get", "run", "--project", "coa-test", "--run", eval_name)
+    eval_run = trackio_cli(trackio_dir, "get", "run", "--project", project, "--run", eval_name)
     assert eval_run["config"]["coa.artifact_uri"] == evaluated.ref.uri
     assert sft.ref.uri in eval_run["config"].values()
     assert "coa.headline" in eval_run["config"]
     for key in ("pass@1", "pass@1_se", "tokens_per_task", "n"):
         metric = f"metrics/all/{key.replace('@', '_at_')}"
         got = trackio_cli(
-            trackio_dir, "get", "metric", "--project", "coa-test", "--run", eval_name, "--metric", metric
+            trackio_dir, "get", "metric", "--project", project, "--run", eval_name, "--metric", metric
         )
         assert [v["value"] for v in got["values"]] == [pytest.approx(float(family[key]))], metric
     assert any(m.startswith("metrics/all/maj_at_") for m in eval_run["metrics"])
@@ -134,7 +129,8 @@ def test_trackio_run_gets_tags_and_text_without_secrets(
 ) -> None:
     """A step's tags and summary text pass the scrubber: a secret env value and URI credentials."""
     monkeypatch.setenv("COA_TEST_API_KEY", SECRET)
-    config = TrackingConfig(backend="trackio", experiment="coa-secrets", log_dir=str(trackio_dir))
+    project = f"coa-secrets-{uuid.uuid4().hex[:8]}"
+    config = TrackingConfig(backend="trackio", experiment=project, log_dir=str(trackio_dir))
     upstream = ["https://bob:pa55word@host/x", f"s3://b/{SECRET}/y"]
     summary = {"headline": f"judged with key {SECRET}", "metrics": {"all": {"pass@1": 0.25}}}
     with (
@@ -143,7 +139,7 @@ def test_trackio_run_gets_tags_and_text_without_secrets(
     ):
         assert run is not None and os.environ["TRACKIO_DIR"] == str(trackio_dir)
         tracking.log_summary(run, summary)
-    got = trackio_cli(trackio_dir, "get", "run", "--project", "coa-secrets", "--run", "evaluate/eval-abc")
+    got = trackio_cli(trackio_dir, "get", "run", "--project", project, "--run", "evaluate/eval-abc")
     assert got["config"]["coa.upstream.0"] == "https://***@host/x"
     assert got["config"]["coa.upstream.1"] == "s3://b/***/y"
     assert got["config"]["coa.headline"] == "judged with key ***"
