@@ -1,6 +1,6 @@
 """Tracking with Trackio's local store (SQLite under a temporary folder, no network): an SFT run's
-loss curve and an evaluation's metrics arrive, read back with Trackio's own command line; tags and
-text reach it without secrets.
+loss curve, an RL run's reward and entropy and an evaluation's metrics arrive, read back with
+Trackio's own command line; tags and text reach it without secrets.
 
 Trackio reads ``TRACKIO_DIR`` once, when it is imported: every test here writes to the session's
 folder (:func:`trackio_dir`), and a step asking for another folder in the same process is refused
@@ -21,14 +21,18 @@ from typing import Any
 import pyarrow as pa
 import pytest
 
+import schemas
 from coa import io, tracking
 from coa.evaluate import step as eval_step
+from coa.rl import step as rl_step
+from coa.rl.config import RLStageConfig
 from coa.steps import ModelInput, TableInput, run_step
 from coa.tools.config import ToolsConfig
 from coa.tracking.config import TrackingConfig
 from coa.train import step as sft_step
 from coa.train.step import read_result
 from tests.conftest import TRACKIO_HOME
+from tests.rl.helpers import prompts_table
 
 from .inputs import EVAL, SFT, write_converted, write_tasks
 
@@ -122,6 +126,37 @@ def test_trackio_gets_the_sft_curve_and_the_eval_metrics(
     for path in trackio_dir.rglob("*"):
         assert not path.is_file() or SECRET.encode() not in path.read_bytes(), path
     assert not (tmp_path / "trackio").exists() and not (tmp_path / "store" / "tracking").exists()
+
+
+def test_trackio_gets_an_rl_runs_reward_and_entropy(
+    trackio_dir: Path, tiny_model: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """GRPO's ``report_to`` reaches the step's Trackio run too: one reward and entropy point per step."""
+    monkeypatch.chdir(tmp_path)
+    store = io.Store(str(tmp_path / "store"))
+    writer = store.writer("converted", "coa", {"test": 1})
+    writer.write_table("rl_prompts", prompts_table(4), schemas.RL_PROMPT)
+    converted = writer.commit()
+    config = RLStageConfig(
+        max_steps=2, prompts_per_step=2, group_size=2, steps_per_generation=1, save_steps=2,
+        max_turns=2, max_new_tokens=12, max_total_tokens=24, overlong_buffer=8, entropy_floor=None,
+        launcher="in_process", tools=ToolsConfig(enabled=("code",), record="off"), logging_steps=1,
+    )  # fmt: skip
+    project = f"coa-rl-{uuid.uuid4().hex[:8]}"
+    tracker = TrackingConfig(backend="trackio", experiment=project, log_dir=str(trackio_dir))
+    step = rl_step.step(config, ModelInput(external=str(tiny_model)), TableInput(converted, "rl_prompts"))
+    with tracking.activate(tracker):
+        built = run_step(step, store)
+    name = io.read_lineage(built.ref)["tracker"]["name"]
+    assert name == f"rl/{built.ref.uri.rsplit('/', 1)[-1]}"
+    run = trackio_cli(trackio_dir, "get", "run", "--project", project, "--run", name)
+    for key in ("train/reward", "train/entropy"):
+        assert key in run["metrics"], run["metrics"]
+        got = trackio_cli(trackio_dir, "get", "metric", "--project", project, "--run", name, "--metric", key)
+        values = [v["value"] for v in got["values"]]
+        assert len(values) == 2 and all(math.isfinite(v) for v in values), (key, values)
+    assert run["config"]["coa.artifact_uri"] == built.ref.uri
+    assert run["config"]["learning_rate"] == config.learning_rate  # GRPO's arguments, kept
 
 
 def test_trackio_run_gets_tags_and_text_without_secrets(
