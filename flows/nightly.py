@@ -22,6 +22,7 @@ from prefect.artifacts import create_markdown_artifact
 from prefect.runtime import flow_run
 
 from coa import tracking
+from coa.errors import CoaError
 from coa.plan import PromotionConfig, load_pipeline_config
 from coa.plan.nightly import (
     CANDIDATE_EVAL,
@@ -40,6 +41,7 @@ from coa.registry.gate import Verdict, apply
 from coa.steps import ModelInput, StepResult
 from flows.pipeline import fail, publish_lineage, publish_summary, run_planned_step
 from tasks.fanout import executor
+from tasks.outcome import failed, quiet_failed_states
 from tasks.publish import artifact_key, scope_of, verdict_markdown
 
 
@@ -55,8 +57,12 @@ def nightly(
     config_path: str = "configs/nightly.yaml", overrides: list[str] | None = None, night: str | None = None
 ) -> Any:
     """Retrain on tonight's new tasks and put the candidate through the promotion gate."""
+    quiet_failed_states()  # a failed step fails this run with its reason, not as a crash
     logger = get_run_logger()
-    cfg = load_pipeline_config(config_path, overrides or [])
+    try:
+        cfg = load_pipeline_config(config_path, overrides or [])
+    except CoaError as e:  # a bad profile or override: one line, no traceback
+        return failed(e)
     tracking.use(cfg.tracking)  # the night's steps and the registry mirror report to the profile's tracker
     promotion = cfg.promotion or PromotionConfig()
     night = night or tonight()
