@@ -2,7 +2,10 @@
 
 The raw input is a collection's ``trajectory.v1`` table or an RL artifact's ``rollout.v1`` table
 (rejection-sampled trajectories for the next SFT round: its correct, format-valid rows become
-native CoA runs, :mod:`coa.curate.rollouts`; the counts are in the lineage's ``rollouts``).
+native CoA runs, :mod:`coa.curate.rollouts`; the counts are in the lineage's ``rollouts``). An
+optional ``student`` input (a sampling step's ``rollouts``, :mod:`coa.sample`) adds the student's
+correct, format-valid attempts after the teacher's runs (``teacher``: ``student-r<round>``; counts
+in the lineage's ``student``), for the next SFT round.
 
 Batches are read from storage, code runs scored in the sandbox and answers by rule
 (:mod:`coa.scoring.runs`), then curated by :func:`coa.curate.core.curate`. Given an executor
@@ -41,7 +44,7 @@ from coa.curate.shards import scored_batches as sharded_scoring
 from coa.curate.task_stats import TaskStats
 from coa.format.from_run import coa_check
 from coa.scoring.runs import answer_scorer, code_tests, fill_correct, score_code
-from coa.steps import Build, Step, StepInput
+from coa.steps import Build, Step, StepInput, TableInput
 
 
 class CurateSummary(BaseModel):
@@ -87,8 +90,20 @@ TASK_STATS_JSON = "task_stats.json"
 """What artifacts before ``task_stats.v1`` hold instead: ``{task_id: [runs, correct runs]}``."""
 
 
-def step(config: CurateConfig, raw: StepInput, tasks: StepInput, name: str = "curate") -> Step:
-    """Curate the runs of ``raw`` (which solved the tasks of ``tasks``)."""
+def step(
+    config: CurateConfig,
+    raw: StepInput,
+    tasks: StepInput,
+    name: str = "curate",
+    student: StepInput | None = None,
+) -> Step:
+    """Curate the runs of ``raw`` (which solved the tasks of ``tasks``), and with ``student`` (a
+    sampling step's ``rollouts``, rollout.v1) the student's correct attempts beside them."""
+    inputs: dict[str, StepInput | None] = {"raw": raw, "tasks": tasks}
+    expects: dict[str, str | tuple[str, ...]] = {"raw": ("trajectory.v1", "rollout.v1"), "tasks": "task.v1"}
+    if student is not None:  # only then, so a plan without rounds keeps its content key
+        inputs["student"] = student
+        expects["student"] = schemas.ROLLOUT.id
     return Step(
         name=name,
         builder="curate",
@@ -96,9 +111,10 @@ def step(config: CurateConfig, raw: StepInput, tasks: StepInput, name: str = "cu
         artifact=config.name,
         config=config,
         build=_build,
-        inputs={"raw": raw, "tasks": tasks},
-        describe="filter, dedup, decontaminate, gate; data-quality report",
-        expects={"raw": ("trajectory.v1", "rollout.v1"), "tasks": "task.v1"},
+        inputs=inputs,
+        describe="filter, dedup, decontaminate, gate; data-quality report"
+        + ("; the teacher's runs beside the student's correct samples" if student is not None else ""),
+        expects=expects,
         produces={
             "trajectories": "trajectory.v1",
             "quarantine": "quarantine.v1",
@@ -130,17 +146,29 @@ def previous_summary(store: io.Store, name: str, exclude: str) -> dict[str, Any]
     return json.loads(io.read_file(best[1], "summary.json")) if best else None
 
 
+def rollout_runs(b: Build, table: TableInput) -> RolloutRuns:
+    """The adapter of a ``rollout.v1`` input: an RL artifact's rollouts (``rl-policy``) or a sampling
+    step's (``student-r<round>``, the round its lineage's ``sampled`` names)."""
+    lineage = io.read_lineage(table.ref)
+    created = dt.datetime.fromisoformat(lineage["created_at"])
+    task_table = b.table("tasks").read(["task_id", "family", "question", "gold_answers", "test_cases"])
+    tasks = {t["task_id"]: t for t in task_table.to_pylist()}
+    sampled = lineage.get("sampled")
+    if sampled is None:
+        return RolloutRuns(tasks, table.uri, created)
+    return RolloutRuns(tasks, table.uri, created, f"student-r{sampled['round']}", int(sampled["round"]))
+
+
 def _build(b: Build) -> None:
     config: CurateConfig = b.step.config
     raw = b.table("raw")
     # only the code tasks' tests stay in memory while the runs stream (not the whole task table)
     tests = code_tests(b.table("tasks").read(["task_id", "family", "test_cases"]))
-    adapt = None
+    adapt = student = None
     if raw.ref.tables[raw.table].schema_id == schemas.ROLLOUT.id:
-        created = dt.datetime.fromisoformat(io.read_lineage(raw.ref)["created_at"])
-        task_table = b.table("tasks").read(["task_id", "family", "question", "gold_answers", "test_cases"])
-        adapt = RolloutRuns({t["task_id"]: t for t in task_table.to_pylist()}, raw.uri, created)
-        del task_table
+        adapt = rollout_runs(b, raw)
+    if (sampled := b.optional("student")) is not None:
+        student = rollout_runs(b, b.table("student"))
     judge = None
     if config.judge is not None:
         from coa.scoring.judge import LLMJudge
@@ -160,13 +188,16 @@ def _build(b: Build) -> None:
             ):
                 stats.add(batch)
                 yield batch
-            return
-        for batch in io.iter_batches(raw.ref, raw.table, batch_rows=config.batch_rows):
-            if adapt is not None:
-                batch = adapt(batch)
-            filled, _ = fill_correct(score_code(batch, tests), score)
-            stats.add(filled)
-            yield filled
+        sources: list[tuple[TableInput, RolloutRuns | None]] = [] if sharded else [(raw, adapt)]
+        if student is not None and isinstance(sampled, TableInput):
+            sources.append((sampled, student))
+        for table, adapter in sources:
+            for batch in io.iter_batches(table.ref, table.table, batch_rows=config.batch_rows):
+                if adapter is not None:
+                    batch = adapter(batch)
+                filled, _ = fill_correct(score_code(batch, tests), score)
+                stats.add(filled)
+                yield filled
 
     benchmarks = load_benchmarks(config.decontam.benchmarks)
     previous = previous_summary(b.store, config.name, b.writer.uri)
@@ -209,6 +240,12 @@ def _build(b: Build) -> None:
     if adapt is not None:
         b.writer.extra_lineage["rollouts"] = adapt.counts
         b.summary["rollouts"] = adapt.counts
+    if student is not None:
+        b.writer.extra_lineage["student"] = {
+            "source": student.source,
+            "round": student.round,
+        } | student.counts
+        b.summary["student"] = student.counts
     b.writer.extra_lineage["counts"] = {
         "in": result.rows_in,
         "kept": result.rows_kept,
