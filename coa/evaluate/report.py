@@ -318,11 +318,10 @@ def write_training_report(b: Any) -> list[dict[str, Any]]:
         tokens = cost(ref)
         return {f: {**m, "tokens_per_task": tokens.get(f)} for f, m in read_metrics(ref).items()}
 
-    round_evals = {
-        int(role.removeprefix("after_r")): value.ref
-        for role, value in b.inputs.items()
-        if role.startswith("after_r") and role != "after_rl"
-    }
+    from coa.evaluate.step import round_inputs
+
+    rounds = round_inputs(b.inputs)
+    round_evals = {n: evaluation.ref for n, (evaluation, _) in rounds.items()}
     rows = comparison_rows(
         with_cost(before_ref),
         with_cost(after_ref) if after_ref else {},
@@ -354,7 +353,7 @@ def write_training_report(b: Any) -> list[dict[str, Any]]:
             f"{result['n_dropped']}",
         }
     for n in sorted(round_evals):
-        model = b.inputs[f"sft_r{n}"]
+        model = rounds[n][1]
         result = json.loads(io.read_file(model.ref, "sft_result.json"))
         facts[f"round {n}"] = (
             f"{model.ref.uri}: the round-{n - 1} model fine-tuned on the teacher's runs and its own correct "

@@ -378,6 +378,16 @@ def report_step(
     )
 
 
+def round_inputs(inputs: Mapping[str, Any]) -> dict[int, tuple[Any, Any]]:
+    """Round → (its evaluation, its SFT model) among a training report's inputs (``after_r2``…)."""
+    out = {}
+    for role, value in inputs.items():
+        number = role.removeprefix(ROUND_EVAL)
+        if role.startswith(ROUND_EVAL) and number.isdigit():
+            out[int(number)] = (value, inputs[f"{ROUND_MODEL}{number}"])
+    return out
+
+
 def _build_report(b: Build) -> None:
     from coa.evaluate.report import write_training_report
 

@@ -70,14 +70,7 @@ def _evaluate(p: Parts) -> Step:
 
 def _report(p: Parts) -> Step:
     i = p.inputs
-    rounds = {
-        int(role.removeprefix(evaluate.ROUND_EVAL)): (
-            value,
-            i[f"{evaluate.ROUND_MODEL}{role.removeprefix(evaluate.ROUND_EVAL)}"],
-        )
-        for role, value in i.items()
-        if role.startswith(evaluate.ROUND_EVAL)
-    }
+    rounds = evaluate.round_inputs(i)
     return evaluate.report_step(
         p.config["run_name"], i["tasks"], i["before"], i.get("after"), i.get("sft"), i.get("teacher"),
         name=p.name, after_rl=i.get("after_rl"), rl=i.get("rl"), rounds=rounds or None,

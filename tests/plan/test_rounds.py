@@ -82,3 +82,16 @@ def test_round_sft_must_be_a_valid_sft_section() -> None:
         load_pipeline_config(DEMO, ["rounds=2", "round_sft={max_stepz: 3}"])
     with pytest.raises((ConfigError, ValidationError)):
         load_pipeline_config(DEMO, ["rounds=0"])
+
+
+def test_dry_run_lists_the_round_steps(storage_root: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from typer.testing import CliRunner
+
+    from coa.cli import app
+
+    monkeypatch.chdir(REPO)
+    monkeypatch.setenv("COLUMNS", "200")
+    result = CliRunner().invoke(app, ["run", "--dry-run", "-c", "configs/demo.yaml", "rounds=2"])
+    assert result.exit_code == 0, result.output
+    for name in ("sample.r1", "curate.r2", "convert.r2", "sft.r2", "evaluate.after_r2"):
+        assert name in result.stdout
