@@ -95,3 +95,27 @@ def test_dry_run_lists_the_round_steps(storage_root: Path, monkeypatch: pytest.M
     assert result.exit_code == 0, result.output
     for name in ("sample.r1", "curate.r2", "convert.r2", "sft.r2", "evaluate.after_r2"):
         assert name in result.stdout
+
+
+def test_the_gpu_demo_profile_loads_and_plans_its_round(
+    storage_root: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """configs/demo-gpu.yaml (unmeasured: no GPU here): the demo's data, a larger student, every
+    family in SFT, a second round before RL; `coa run --dry-run` plans it."""
+    from typer.testing import CliRunner
+
+    from coa.cli import app
+
+    gpu, cpu = load_pipeline_config(REPO / "configs" / "demo-gpu.yaml"), load_pipeline_config(DEMO)
+    assert gpu.synthetic == cpu.synthetic and gpu.collect == cpu.collect and gpu.convert == cpu.convert
+    assert gpu.student is not None and cpu.student is not None
+    assert gpu.student.tiny.hidden_size > cpu.student.tiny.hidden_size
+    assert gpu.student.tiny.num_layers > cpu.student.tiny.num_layers
+    assert gpu.sft is not None and gpu.sft.families is None and gpu.rounds == 2
+    names = [s.name for s in plan(gpu)]
+    assert names.index("sft.r2") < names.index("rl") < names.index("report")
+    monkeypatch.chdir(REPO)
+    monkeypatch.setenv("COLUMNS", "200")
+    result = CliRunner().invoke(app, ["run", "--dry-run", "-c", "configs/demo-gpu.yaml"])
+    assert result.exit_code == 0, result.output
+    assert "sample.r1" in result.stdout and "sft.r2" in result.stdout
