@@ -24,6 +24,7 @@ CURVE_KEYS = (
     "rollout/truncated_share",
     "rollout/tool_calls_mean",
     "rollout/wall_s",
+    "rollout/tool_s",
     "step_time",
 )
 

@@ -1,0 +1,52 @@
+#!/usr/bin/env bash
+# The GPU check of a lent H100/H200 (or any one-GPU CUDA machine), in under 10 minutes:
+#   1. the environment: GPU, versions, the project's imports (wheels from infra/gpu-prepare.sh)
+#   2. the CUDA-marked tests (SFT bf16 + accelerate single-GPU / ZeRO-3 configs, RL under accelerate)
+#   3. SFT throughput and MFU on the Qwen2.5-0.5B shape (random init): padded vs packed
+#   4. one RL run on the same shape with the in-process batched policy: rollout tokens/s and the
+#      generation / tools / training split of a step
+# Figures go to $OUT (the device tool's folder) or /tmp/gpu-check; paste them into infra/README.md.
+#
+# Here (with PyPI):      bash infra/gpu-prepare.sh
+# There (device tool):   run(command="bash infra/gpu-check.sh", carry=[".whl", ".gpu"], timeout_s=600)
+set -uo pipefail
+cd "$(dirname "$0")/.."
+OUT=${OUT:-/tmp/gpu-check}
+WORK=/tmp/gpu-check-work  # models and checkpoints (GBs) stay here; only the JSON reports go to $OUT
+mkdir -p "$OUT" "$WORK"
+export PYTHONUNBUFFERED=1 TOKENIZERS_PARALLELISM=false
+step() { echo; echo "=== $* ($(date -u +%H:%M:%S))"; }
+[ -d .whl ] && [ -f .gpu/sft.parquet ] || {
+  echo "error: .whl/ or .gpu/ missing: run \`bash infra/gpu-prepare.sh\` here and carry both" >&2; exit 2; }
+
+step "1/4 environment"
+python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
+  || { echo "error: installing the carried wheels failed" >&2; exit 3; }
+export PYTHONPATH=/tmp/site:$PWD
+nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
+python3 - <<'PY' || exit 3
+import importlib, sys
+import torch, transformers, trl, accelerate, pyarrow, datasets, pydantic
+print(f"python {sys.version.split()[0]} torch {torch.__version__} cuda {torch.version.cuda} "
+      f"transformers {transformers.__version__} trl {trl.__version__} accelerate {accelerate.__version__} "
+      f"pyarrow {pyarrow.__version__} datasets {datasets.__version__}")
+assert torch.cuda.is_available(), "torch sees no CUDA device"
+for module in ("coa.train.sft", "coa.rl.grpo", "coa.rollout.policies.hf_batched"):
+    importlib.import_module(module)
+print("imports: ok on", torch.cuda.get_device_name(0))
+PY
+
+step "2/4 CUDA tests"
+timeout 180 python3 -m pytest -q -p no:cacheprovider -m cuda tests/train tests/rl 2>&1 | tail -15
+
+step "3/4 SFT throughput + MFU (Qwen2.5-0.5B shape)"
+timeout 240 python3 bench/bench_sft_gpu.py --data .gpu/sft.parquet --out "$WORK" --steps 40 2>&1 | tail -45
+
+step "4/4 RL run, hf_batched (Qwen2.5-0.5B shape)"
+backend=()
+python3 -c "from coa.rl.config import RLRunConfig as C; import sys; sys.exit('rollout_backend' not in C.model_fields)" \
+  && backend=(rollout_backend=hf_batched)
+timeout 180 python3 bench/bench_rl_gpu.py --prompts .gpu/rl.parquet --sft-data .gpu/sft.parquet \
+  --out "$WORK" --steps 4 "${backend[@]}" 2>&1 | tail -30
+cp -f "$WORK"/bench_*.json "$OUT"/ 2>/dev/null
+step "done"

@@ -1,0 +1,61 @@
+#!/usr/bin/env bash
+# Prepares, on a machine with PyPI and the project's .venv, what infra/gpu-check.sh needs on a GPU
+# machine that reaches no package registry (the lent H100/H200 image: Python 3.12, torch 2.11,
+# transformers 5.17, accelerate, peft, pyarrow, no TRL / datasets / pydantic / FastAPI):
+#
+#   .whl/   the project's pinned versions of what that image lacks, as CPython 3.12 x86-64 wheels
+#   .gpu/   the demo's sft.v1 examples (bench_sft_gpu.py trains on them) and its RL prompts (rl_prompt.v1)
+#
+# Both folders are git-ignored and travel with the tree as `carry` paths (64 MiB a call in all:
+# the wheels are ~16 MiB, the data ~3 MiB). Usage, from the repository root:
+#
+#   bash infra/gpu-prepare.sh            # then, on the GPU machine: bash infra/gpu-check.sh
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PY=${PY:-.venv/bin/python}
+[ -x "$PY" ] || { echo "error: $PY not found: run \`make venv\` first (or set PY=...)" >&2; exit 2; }
+
+# What the GPU image lacks (or holds at another version than the project pins), at the versions this
+# environment resolved from pyproject.toml. --no-deps: the rest is in the image.
+NEEDED="transformers trl datasets dill multiprocess pydantic pydantic_core annotated-types typing-inspection
+fastapi starlette uvicorn annotated-doc"
+mkdir -p .whl
+specs=()
+for name in $NEEDED; do
+  version=$("$PY" -c "import importlib.metadata as m, sys; print(m.version(sys.argv[1]))" "$name") || {
+    echo "error: $name is not installed in $PY" >&2; exit 2; }
+  specs+=("$name==$version")
+done
+rm -f .whl/*.whl
+python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
+  --platform manylinux_2_28_x86_64 --platform manylinux_2_27_x86_64 --platform manylinux_2_17_x86_64 \
+  --platform manylinux2014_x86_64 --platform manylinux1_x86_64 -d .whl "${specs[@]}"
+echo "wheels: ${specs[*]} -> .whl/ ($(du -sh .whl | cut -f1))"
+
+# The demo's data, built by the pipeline's own stages on this machine (offline teacher, ~1 minute).
+mkdir -p .gpu
+export COA_STORAGE_ROOT=${COA_STORAGE_ROOT:-.coa/gpu-prepare}
+# each stage ends its stderr with "<step>: built <uri>" or "<step>: reused committed artifact <uri>"
+coa() {
+  local log; log=$(mktemp)
+  COLUMNS=10000 "$PY" -m coa.cli "$@" >/dev/null 2>"$log" || { cat "$log" >&2; rm -f "$log"; exit 1; }
+  grep -Eo '(built|reused committed artifact) [^ ]+$' "$log" | tail -1 | awk '{print $NF}'
+  rm -f "$log"
+}
+tasks=$(coa tasks synthetic -c configs/demo.yaml)
+runs=$(coa collect --tasks "$tasks" --table train -c configs/demo.yaml)
+curated=$(coa curate --raw "$runs" --tasks "$tasks" --table train -c configs/demo.yaml)
+converted=$(coa convert --curated "$curated" --tasks "$tasks" --table train -c configs/demo.yaml)
+"$PY" - "$converted" "$tasks" <<'PY'
+import sys
+
+import pyarrow.parquet as pq
+
+from coa import io
+
+converted, tasks = sys.argv[1:]
+pq.write_table(io.read_table(converted, "sft"), ".gpu/sft.parquet")
+pq.write_table(io.read_table(converted, "rl_prompts"), ".gpu/rl.parquet")
+print(f"data: {pq.read_metadata('.gpu/sft.parquet').num_rows} sft.v1 examples, "
+      f"{pq.read_metadata('.gpu/rl.parquet').num_rows} RL prompts -> .gpu/")
+PY
