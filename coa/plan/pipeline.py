@@ -23,15 +23,15 @@ from coa.plan.choices import (
     CONVERTED_SFT,
     HELDOUT,
     collect_steps,
-    eval_tools,
     evaluation,
+    later_rounds,
     rl_after_evaluation,
+    round_evaluation,
+    round_model,
     start_model,
     task_steps,
 )
 from coa.plan.config import PipelineConfig
-from coa.sample import step as sample
-from coa.sample.config import SampleConfig
 from coa.steps import Step, Upstream
 from coa.train import step as sft
 
@@ -75,12 +75,12 @@ def training_steps(config: PipelineConfig) -> list[Step]:
         tuned = Upstream("sft")
     evaluated = config.evaluate is not None and config.synthetic is not None
     if not evaluated:  # no held-out benchmark: train only
-        rounds, last = later_rounds(config, tuned, evaluated=False)
+        rounds, last = later_rounds(config, tuned, teacher_runs(config), train_tasks(config), evaluated=False)
         return steps + rounds + rl_after_evaluation(config, last or base, None)
     steps.append(evaluation(config, base, "evaluate.before"))
     if tuned is not None:
         steps.append(evaluation(config, tuned, "evaluate.after"))
-    rounds, last = later_rounds(config, tuned, evaluated=True)
+    rounds, last = later_rounds(config, tuned, teacher_runs(config), train_tasks(config), evaluated=True)
     steps += rounds
     judged = Upstream(round_evaluation(config.rounds) if last is not None else "evaluate.before", "eval")
     steps += rl_after_evaluation(config, last or base, judged)
@@ -109,60 +109,10 @@ def training_steps(config: PipelineConfig) -> list[Step]:
     return steps
 
 
-def round_model(r: int) -> str:
-    """The step that fine-tunes round ``r``'s model (``sft`` for round 1, ``sft.r2``…)."""
-    return "sft" if r == 1 else f"sft.r{r}"
-
-
-def round_evaluation(r: int) -> str:
-    """The held-out evaluation of round ``r``'s model (``evaluate.after``, ``evaluate.after_r2``…)."""
-    return "evaluate.after" if r == 1 else f"evaluate.after_r{r}"
-
-
-def later_rounds(
-    config: PipelineConfig, first: Upstream | None, evaluated: bool
-) -> tuple[list[Step], Upstream | None]:
-    """Rounds 2..``config.rounds`` after the round-1 SFT model ``first``, and the last round's model.
-
-    Round r+1: the round-r model samples the training tasks (``sample.r<r>``); curation keeps its
-    verified-correct attempts beside the teacher's runs (``curate.r<r+1>``), conversion renders them
-    (``convert.r<r+1>``) and SFT fine-tunes the round-r model on them (``sft.r<r+1>``, the ``sft``
-    section with ``round_sft`` over it), then (``evaluated``) its held-out evaluation
-    (``evaluate.after_r<r+1>``). No SFT (``first`` None) or one round: no steps.
-    """
-    if first is None or config.rounds == 1:
-        return [], first
-    assert config.collect is not None and config.curate is not None and config.convert is not None
-    later = config.later_sft()
-    assert later is not None
-    sampling = (config.sampling or SampleConfig()).model_copy(
-        update={
-            "prompt_style": (config.sampling and config.sampling.prompt_style) or config.convert.prompt_style,
-            "variants": config.convert.variants
-            if config.sampling is None or config.sampling.variants is None
-            else config.sampling.variants,
-        }
-    )
-    train = train_tasks(config)
-    raw = Upstream("collect.retry" if config.collect.retry_failed else "collect", "trajectories")
-    steps: list[Step] = []
-    model = first
-    for r in range(2, config.rounds + 1):
-        samples = f"sample.r{r - 1}"
-        steps.append(sample.step(sampling, eval_tools(config), model, train, r - 1, name=samples))
-        steps.append(
-            curate.step(config.curate, raw, train, name=f"curate.r{r}", student=Upstream(samples, "rollouts"))
-        )
-        steps.append(
-            convert.step(
-                config.convert, Upstream(f"curate.r{r}", "trajectories"), train, name=f"convert.r{r}"
-            )
-        )
-        steps.append(sft.step(later, model, Upstream(f"convert.r{r}", "sft"), round_model(r)))
-        model = Upstream(round_model(r))
-        if evaluated:
-            steps.append(evaluation(config, model, round_evaluation(r)))
-    return steps, model
+def teacher_runs(config: PipelineConfig) -> Upstream:
+    """The teacher's raw runs curation reads (the retry's when configured)."""
+    assert config.collect is not None
+    return Upstream("collect.retry" if config.collect.retry_failed else "collect", "trajectories")
 
 
 def train_tasks(config: PipelineConfig) -> Upstream:

@@ -119,3 +119,20 @@ def test_the_gpu_demo_profile_loads_and_plans_its_round(
     result = CliRunner().invoke(app, ["run", "--dry-run", "-c", "configs/demo-gpu.yaml"])
     assert result.exit_code == 0, result.output
     assert "sample.r1" in result.stdout and "sft.r2" in result.stdout
+
+
+def test_a_night_runs_its_rounds_on_the_merged_data_before_rl() -> None:
+    from coa.plan.nightly import MERGE, MERGED_TASKS, nightly_plan
+
+    cfg = load_pipeline_config(REPO / "configs" / "nightly.yaml", ["rounds=2"])
+    steps = {s.name: s for s in nightly_plan(cfg, None)}
+    assert steps["sample.r1"].inputs == {"model": Upstream("sft"), "tasks": MERGED_TASKS}
+    assert steps["curate.r2"].inputs["raw"] == Upstream(MERGE, "trajectories")
+    assert steps["sft.r2"].inputs["base"] == Upstream("sft") and steps["rl"].inputs["base"] == Upstream(
+        "sft.r2"
+    )
+    assert steps["evaluate.sft"].inputs["model"] == Upstream(
+        "sft.r2"
+    )  # rl.families: auto judges the last round
+    one = [s.name for s in nightly_plan(load_pipeline_config(REPO / "configs" / "nightly.yaml"), None)]
+    assert not any(n.startswith(("sample", "sft.r")) for n in one)
