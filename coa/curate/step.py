@@ -65,6 +65,11 @@ class CurateSummary(BaseModel):
     rollouts: dict[str, int] | None = Field(
         default=None, description="With RL rollouts as input: rollouts read, and why each was left out."
     )
+    student: dict[str, int] | None = Field(
+        default=None,
+        description="With a sampling step's rollouts beside the teacher's runs: rollouts read, why each was "
+        "left out, and how many were selected.",
+    )
 
     @classmethod
     def from_dict(cls, summary: Mapping[str, Any]) -> CurateSummary:

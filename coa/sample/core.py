@@ -22,6 +22,7 @@ from coa.evaluate.stage import check_format, score_runs
 from coa.format import system_prompt
 from coa.rollout import EpisodeSpec, Policy, RolloutConfig, rollout
 from coa.sample.config import SampleConfig
+from coa.sample.summary import FamilySamples
 
 
 def select(rows: Sequence[Mapping[str, Any]], config: SampleConfig) -> list[dict[str, Any]]:
@@ -104,7 +105,7 @@ def sample_tasks(
     return out
 
 
-def counts(rows: Sequence[Mapping[str, Any]], family_of: Mapping[str, str]) -> dict[str, dict[str, float]]:
+def counts(rows: Sequence[Mapping[str, Any]], family_of: Mapping[str, str]) -> dict[str, FamilySamples]:
     """Per family (and ``all``): tasks, episodes, correct and format-valid shares, rows kept, and the
     share of tasks solved at least once (pass@k)."""
     families: dict[str, list[Mapping[str, Any]]] = {}
@@ -114,14 +115,14 @@ def counts(rows: Sequence[Mapping[str, Any]], family_of: Mapping[str, str]) -> d
     out = {}
     for family, group in families.items():
         n = len(group)
-        solved = {r["task_id"] for r in group if r["correct"] and r["format_valid"]}
         tasks = {r["task_id"] for r in group}
-        out[family] = {
-            "tasks": float(len(tasks)),
-            "episodes": float(n),
-            "correct": sum(bool(r["correct"]) for r in group) / n if n else 0.0,
-            "format_valid": sum(bool(r["format_valid"]) for r in group) / n if n else 0.0,
-            "kept": float(sum(bool(r["correct"] and r["format_valid"]) for r in group)),
-            "tasks_solved": len(solved) / len(tasks) if tasks else 0.0,
-        }
+        solved = {r["task_id"] for r in group if r["correct"] and r["format_valid"]}
+        out[family] = FamilySamples(
+            tasks=len(tasks),
+            episodes=n,
+            correct=sum(bool(r["correct"]) for r in group) / n if n else 0.0,
+            format_valid=sum(bool(r["format_valid"]) for r in group) / n if n else 0.0,
+            kept=sum(bool(r["correct"] and r["format_valid"]) for r in group),
+            tasks_solved=len(solved) / len(tasks) if tasks else 0.0,
+        )
     return out

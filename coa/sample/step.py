@@ -19,6 +19,7 @@ import schemas
 from coa.errors import UserError
 from coa.sample.config import SampleConfig
 from coa.sample.core import counts, sample_tasks, select
+from coa.sample.summary import SampleSummary
 from coa.steps import Build, Step, StepInput
 from coa.tools.config import ToolsConfig, build_toolbox
 
@@ -90,4 +91,4 @@ def _build(b: Build) -> None:
     b.writer.write_table(ROLLOUTS_TABLE, schemas.ROLLOUT.from_rows(out), schemas.ROLLOUT)
     by_family = counts(out, {r["task_id"]: r["family"] for r in rows})
     b.writer.extra_lineage["sampled"] = {"round": round_, "model": model.name}
-    b.summary.update(round=round_, model=model.name, families=by_family)
+    b.summary.update(SampleSummary(round=round_, model=model.name, families=by_family).to_dict())

@@ -12,11 +12,13 @@ from typing import Any
 import pytest
 
 from coa import io
+from coa.curate.step import CurateSummary
 from coa.plan import load_pipeline_config, plan
 from coa.rollout import Codec
 from coa.rollout.policies.scripted import ScriptedPolicy
 from coa.sample import step as sample_step
 from coa.sample.config import SampleConfig
+from coa.sample.summary import SampleSummary
 from coa.steps import StepResult, run_step
 from tests.flows.test_pipeline_flow import SMALL
 from tests.rollout.helpers import blocks
@@ -71,12 +73,15 @@ def test_two_rounds_train_round_two_on_the_students_correct_samples(
     assert len(samples) == 8 and {r["step"] for r in samples} == {1}  # 4 tasks x 2 samples, round 1
     assert all(r["format_valid"] for r in samples), [r["text"] for r in samples if not r["format_valid"]][:1]
     assert [r["correct"] for r in samples] == [right[r["task_id"]] for r in samples]
-    assert done["sample.r1"].summary["families"]["math"]["tasks_solved"] == 0.5
+    sampled = SampleSummary.from_dict(done["sample.r1"].summary)
+    assert (sampled.round, sampled.families["math"].tasks_solved, sampled.families["all"].kept) == (1, 0.5, 4)
 
     curated = done["curate.r2"].ref
     lineage = io.read_lineage(curated)
     assert lineage["student"]["round"] == 1 and lineage["student"]["source"] == done["sample.r1"].ref.uri
     assert (lineage["student"]["selected"], lineage["student"]["incorrect"]) == (4, 4)
+    counted = CurateSummary.from_dict(done["curate.r2"].summary).student
+    assert counted is not None and counted["rollouts"] == 8 and counted["selected"] == 4
     runs = io.read_table(curated, "trajectories").to_pylist()
     student = [r for r in runs if r["teacher"] == "student-r1"]
     solved = {t for t, ok in right.items() if ok}
