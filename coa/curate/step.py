@@ -169,11 +169,11 @@ def _build(b: Build) -> None:
     raw = b.table("raw")
     # only the code tasks' tests stay in memory while the runs stream (not the whole task table)
     tests = code_tests(b.table("tasks").read(["task_id", "family", "test_cases"]))
-    adapt = student = None
+    adapt = None
     if raw.ref.tables[raw.table].schema_id == schemas.ROLLOUT.id:
         adapt = rollout_runs(b, raw)
-    if (sampled := b.optional("student")) is not None:
-        student = rollout_runs(b, b.table("student"))
+    sampled = b.table("student") if b.optional("student") is not None else None
+    student = rollout_runs(b, sampled) if sampled is not None else None
     judge = None
     if config.judge is not None:
         from coa.scoring.judge import LLMJudge
@@ -194,7 +194,7 @@ def _build(b: Build) -> None:
                 stats.add(batch)
                 yield batch
         sources: list[tuple[TableInput, RolloutRuns | None]] = [] if sharded else [(raw, adapt)]
-        if student is not None and isinstance(sampled, TableInput):
+        if sampled is not None:
             sources.append((sampled, student))
         for table, adapter in sources:
             for batch in io.iter_batches(table.ref, table.table, batch_rows=config.batch_rows):

@@ -138,13 +138,14 @@ RL_COLUMNS = (
 """Columns of the student after the RL phase, shown when the rows carry them."""
 
 
+ROUND_KEY = re.compile(r"accuracy_after_r(\d+)")
+"""A row's key of round r's accuracy (``accuracy_after_r2``…)."""
+
+
 def round_numbers(rows: Sequence[Mapping[str, Any]]) -> list[int]:
     """The self-improvement rounds (2..) the rows carry figures of."""
     found = {int(m.group(1)) for r in rows for k in r if (m := ROUND_KEY.fullmatch(k))}
     return sorted(found)
-
-
-ROUND_KEY = re.compile(r"accuracy_after_r(\d+)")
 
 
 def round_columns(n: int) -> tuple[tuple[str, str, str], ...]:
@@ -355,9 +356,11 @@ def write_training_report(b: Any) -> list[dict[str, Any]]:
     for n in sorted(round_evals):
         model = rounds[n][1]
         result = json.loads(io.read_file(model.ref, "sft_result.json"))
+        loss = result.get("final_loss")
         facts[f"round {n}"] = (
             f"{model.ref.uri}: the round-{n - 1} model fine-tuned on the teacher's runs and its own correct "
-            f"samples; {result['global_step']} steps, final training loss {result['final_loss']:.4f}"
+            f"samples; {result['global_step']} steps, final training loss "
+            + (f"{loss:.4f}" if loss is not None else "not logged")
         )
     notes = [
         "Held-out tasks never appear in training (the synthetic generator keeps the splits apart).",
