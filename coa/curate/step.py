@@ -2,7 +2,10 @@
 
 The raw input is a collection's ``trajectory.v1`` table or an RL artifact's ``rollout.v1`` table
 (rejection-sampled trajectories for the next SFT round: its correct, format-valid rows become
-native CoA runs, :mod:`coa.curate.rollouts`; the counts are in the lineage's ``rollouts``).
+native CoA runs, :mod:`coa.curate.rollouts`; the counts are in the lineage's ``rollouts``). An
+optional ``student`` input (a sampling step's ``rollouts``, :mod:`coa.sample`) adds the student's
+correct, format-valid attempts after the teacher's runs (``teacher``: ``student-r<round>``; counts
+in the lineage's ``student``), for the next SFT round.
 
 Batches are read from storage, code runs scored in the sandbox and answers by rule
 (:mod:`coa.scoring.runs`), then curated by :func:`coa.curate.core.curate`. Given an executor
@@ -25,6 +28,7 @@ import posixpath
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pyarrow as pa
 from pydantic import Field
@@ -41,7 +45,7 @@ from coa.curate.summary import CurationStats
 from coa.curate.task_stats import TaskStats
 from coa.format.from_run import coa_check
 from coa.scoring.runs import answer_scorer, code_tests, fill_correct, score_code
-from coa.steps import Build, Step, StepInput, StepSummary
+from coa.steps import Build, Step, StepInput, StepSummary, TableInput
 
 
 class CurateSummary(StepSummary):
@@ -60,6 +64,11 @@ class CurateSummary(StepSummary):
     rollouts: dict[str, int] | None = Field(
         default=None, description="With RL rollouts as input: rollouts read, and why each was left out."
     )
+    student: dict[str, int] | None = Field(
+        default=None,
+        description="With a sampling step's rollouts beside the teacher's runs: rollouts read, why each was "
+        "left out, and how many were selected.",
+    )
 
 
 COA_CHECK_ROW = RowView(
@@ -76,8 +85,20 @@ TASK_STATS_JSON = "task_stats.json"
 """What artifacts before ``task_stats.v1`` hold instead: ``{task_id: [runs, correct runs]}``."""
 
 
-def step(config: CurateConfig, raw: StepInput, tasks: StepInput, name: str = "curate") -> Step:
-    """Curate the runs of ``raw`` (which solved the tasks of ``tasks``)."""
+def step(
+    config: CurateConfig,
+    raw: StepInput,
+    tasks: StepInput,
+    name: str = "curate",
+    student: StepInput | None = None,
+) -> Step:
+    """Curate the runs of ``raw`` (which solved the tasks of ``tasks``), and with ``student`` (a
+    sampling step's ``rollouts``, rollout.v1) the student's correct attempts beside them."""
+    inputs: dict[str, StepInput | None] = {"raw": raw, "tasks": tasks}
+    expects: dict[str, str | tuple[str, ...]] = {"raw": ("trajectory.v1", "rollout.v1"), "tasks": "task.v1"}
+    if student is not None:  # only then, so a plan without rounds keeps its content key
+        inputs["student"] = student
+        expects["student"] = schemas.ROLLOUT.id
     return Step(
         name=name,
         builder="curate",
@@ -85,9 +106,10 @@ def step(config: CurateConfig, raw: StepInput, tasks: StepInput, name: str = "cu
         artifact=config.name,
         config=config,
         build=_build,
-        inputs={"raw": raw, "tasks": tasks},
-        describe="filter, dedup, decontaminate, gate; data-quality report",
-        expects={"raw": ("trajectory.v1", "rollout.v1"), "tasks": "task.v1"},
+        inputs=inputs,
+        describe="filter, dedup, decontaminate, gate; data-quality report"
+        + ("; the teacher's runs beside the student's correct samples" if student is not None else ""),
+        expects=expects,
         produces={
             "trajectories": "trajectory.v1",
             "quarantine": "quarantine.v1",
@@ -119,6 +141,19 @@ def previous_summary(store: io.Store, name: str, exclude: str) -> CurationStats 
     return CurationStats.from_dict(json.loads(io.read_file(best[1], "summary.json"))) if best else None
 
 
+def rollout_runs(b: Build, table: TableInput) -> RolloutRuns:
+    """The adapter of a ``rollout.v1`` input: an RL artifact's rollouts (``rl-policy``) or a sampling
+    step's (``student-r<round>``, the round its lineage's ``sampled`` names)."""
+    lineage = io.read_lineage(table.ref)
+    created = dt.datetime.fromisoformat(lineage["created_at"])
+    task_table = b.table("tasks").read(["task_id", "family", "question", "gold_answers", "test_cases"])
+    tasks = {t["task_id"]: t for t in task_table.to_pylist()}
+    sampled = lineage.get("sampled")
+    if sampled is None:
+        return RolloutRuns(tasks, table.uri, created)
+    return RolloutRuns(tasks, table.uri, created, f"student-r{sampled['round']}", int(sampled["round"]))
+
+
 def _build(b: Build) -> None:
     config: CurateConfig = b.step.config
     raw = b.table("raw")
@@ -126,10 +161,9 @@ def _build(b: Build) -> None:
     tests = code_tests(b.table("tasks").read(["task_id", "family", "test_cases"]))
     adapt = None
     if raw.ref.tables[raw.table].schema_id == schemas.ROLLOUT.id:
-        created = dt.datetime.fromisoformat(io.read_lineage(raw.ref)["created_at"])
-        task_table = b.table("tasks").read(["task_id", "family", "question", "gold_answers", "test_cases"])
-        adapt = RolloutRuns({t["task_id"]: t for t in task_table.to_pylist()}, raw.uri, created)
-        del task_table
+        adapt = rollout_runs(b, raw)
+    sampled = b.table("student") if b.optional("student") is not None else None
+    student = rollout_runs(b, sampled) if sampled is not None else None
     judge = None
     if config.judge is not None:
         from coa.scoring.judge import LLMJudge
@@ -149,13 +183,16 @@ def _build(b: Build) -> None:
             ):
                 stats.add(batch)
                 yield batch
-            return
-        for batch in io.iter_batches(raw.ref, raw.table, batch_rows=config.batch_rows):
-            if adapt is not None:
-                batch = adapt(batch)
-            filled, _ = fill_correct(score_code(batch, tests), score)
-            stats.add(filled)
-            yield filled
+        sources: list[tuple[TableInput, RolloutRuns | None]] = [] if sharded else [(raw, adapt)]
+        if sampled is not None:
+            sources.append((sampled, student))
+        for table, adapter in sources:
+            for batch in io.iter_batches(table.ref, table.table, batch_rows=config.batch_rows):
+                if adapter is not None:
+                    batch = adapter(batch)
+                filled, _ = fill_correct(score_code(batch, tests), score)
+                stats.add(filled)
+                yield filled
 
     benchmarks = load_benchmarks(config.decontam.benchmarks)
     previous = previous_summary(b.store, config.name, b.writer.uri)
@@ -197,12 +234,21 @@ def _build(b: Build) -> None:
     b.writer.extra_lineage["gate"] = {"success": result.gate_success, "failed": failed}
     if adapt is not None:
         b.writer.extra_lineage["rollouts"] = adapt.counts
+    if student is not None:
+        b.writer.extra_lineage["student"] = {
+            "source": student.source,
+            "round": student.round,
+        } | student.counts
     b.writer.extra_lineage["counts"] = {
         "in": result.rows_in,
         "kept": result.rows_kept,
         "reasons": result.reasons,
     }
-    rollouts = {"rollouts": adapt.counts} if adapt is not None else {}  # set only for RL rollouts
+    inputs: dict[str, Any] = {}  # set only for rollout inputs (RL's, a sampling step's)
+    if adapt is not None:
+        inputs["rollouts"] = adapt.counts
+    if student is not None:
+        inputs["student"] = student.counts
     b.report(
         CurateSummary(
             rows_in=result.rows_in,
@@ -213,7 +259,7 @@ def _build(b: Build) -> None:
             failed_expectations=tuple(failed),
             headline=result.headline,
             report=committed_report,
-            **rollouts,
+            **inputs,
         )
     )
     if not result.gate_success:

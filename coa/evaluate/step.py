@@ -20,6 +20,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from typing import Any
 
 import pyarrow as pa
@@ -37,6 +38,10 @@ from coa.steps import Build, ModelInput, Step, StepInput, TableInput
 from coa.tools.config import ToolsConfig, build_toolbox
 
 BENCHMARK_INPUT = "benchmark{}"
+ROUND_EVAL = "after_r"
+"""Prefix of the training report's input of round r's held-out evaluation (``after_r2``…)."""
+ROUND_MODEL = "sft_r"
+"""Prefix of the training report's input of round r's SFT model (``sft_r2``…)."""
 REPORT_FILE = "report.html"
 
 
@@ -360,13 +365,20 @@ def report_step(
     name: str = "report",
     after_rl: StepInput | None = None,
     rl: StepInput | None = None,
+    rounds: Mapping[int, tuple[StepInput, StepInput]] | None = None,
 ) -> Step:
-    """The training report over the evaluations before/after SFT (and after RL) and the teacher's runs."""
+    """The training report over the evaluations before/after SFT (and after RL) and the teacher's runs.
+
+    ``rounds``: round (2..) → (its held-out evaluation, its SFT model), from self-improvement rounds
+    (``rounds: N``); inputs ``after_r<round>`` and ``sft_r<round>``, a column per round."""
     inputs = {"tasks": tasks, "before": before, "after": after, "sft": sft, "teacher": teacher}
     expects = {"tasks": "task.v1", "before": "eval.v1", "after": "eval.v1", "teacher": "trajectory.v1"}
     if after_rl is not None:  # only then, so a plan without RL keeps its content key
         inputs |= {"after_rl": after_rl, "rl": rl}
         expects["after_rl"] = "eval.v1"
+    for r, (evaluation, model) in sorted((rounds or {}).items()):
+        inputs |= {f"{ROUND_EVAL}{r}": evaluation, f"{ROUND_MODEL}{r}": model}
+        expects[f"{ROUND_EVAL}{r}"] = "eval.v1"
     return Step(
         name=name,
         builder="report",
@@ -378,6 +390,16 @@ def report_step(
         describe="HTML training report (before/after SFT vs the teacher)",
         expects=expects,
     )
+
+
+def round_inputs(inputs: Mapping[str, Any]) -> dict[int, tuple[Any, Any]]:
+    """Round → (its evaluation, its SFT model) among a training report's inputs (``after_r2``…)."""
+    out = {}
+    for role, value in inputs.items():
+        number = role.removeprefix(ROUND_EVAL)
+        if role.startswith(ROUND_EVAL) and number.isdigit():
+            out[int(number)] = (value, inputs[f"{ROUND_MODEL}{number}"])
+    return out
 
 
 def _build_report(b: Build) -> None:

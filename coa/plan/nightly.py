@@ -9,7 +9,10 @@ A night (a date, or any label) runs :func:`nightly_plan`:
 4. ``nightly.merge``: tonight's runs and tasks together with the earlier nights' ones (one
    ``trajectories`` and one ``tasks`` table; a run id seen twice is kept once);
 5. ``curate`` (its dedup and decontamination then work across nights), ``convert``;
-6. ``sft`` from the configured base or from the champion (``promotion.sft_from``);
+6. ``sft`` from the configured base or from the champion (``promotion.sft_from``); with
+   ``rounds: N``, the self-improvement rounds after it (``sample.r1`` on the merged tasks,
+   ``curate.r2`` of the merged runs beside the student's correct samples, ``convert.r2``,
+   ``sft.r2``…; :func:`coa.plan.choices.later_rounds`), the last round's model going on;
 7. ``rl`` on tonight's RL prompts from the SFT model, when the config has an ``rl`` section (with
    ``rl.families: auto``, ``evaluate.sft`` first evaluates the SFT model on the held-out tasks and
    RL trains on the family it leaves weakest among those it solves sometimes: :mod:`coa.rl.family`);
@@ -44,7 +47,15 @@ from coa.collect import step as collect
 from coa.convert import step as convert
 from coa.curate import step as curate
 from coa.errors import UserError
-from coa.plan.choices import CONVERTED_SFT, SFT_EVAL, evaluation, rl_after_evaluation, start_model, task_steps
+from coa.plan.choices import (
+    CONVERTED_SFT,
+    SFT_EVAL,
+    evaluation,
+    later_rounds,
+    rl_after_evaluation,
+    start_model,
+    task_steps,
+)
 from coa.plan.config import PipelineConfig, PromotionConfig
 from coa.registry.step import GATE, gate_step
 from coa.settings import Settings
@@ -155,8 +166,12 @@ def nightly_plan(
         config.student, CONVERTED_SFT, champion if promotion.sft_from == "champion" else None
     )
     steps += [*built, sft.step(config.sft, base, CONVERTED_SFT)]
-    steps += rl_after_evaluation(config, Upstream("sft"), None)
-    steps.append(evaluation(config, Upstream("rl" if config.rl is not None else "sft"), CANDIDATE_EVAL))
+    rounds, last = later_rounds(
+        config, Upstream("sft"), Upstream(MERGE, "trajectories"), MERGED_TASKS, evaluated=False
+    )
+    assert last is not None
+    steps += rounds + rl_after_evaluation(config, last, None)
+    steps.append(evaluation(config, Upstream("rl") if config.rl is not None else last, CANDIDATE_EVAL))
     if champion is not None:
         steps.append(evaluation(config, champion, CHAMPION_EVAL))
     steps.append(
