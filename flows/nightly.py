@@ -22,6 +22,7 @@ from prefect.artifacts import create_markdown_artifact
 from prefect.runtime import flow_run
 
 from coa import tracking
+from coa.errors import CoaError
 from coa.plan import PromotionConfig, load_pipeline_config
 from coa.plan.nightly import (
     CANDIDATE_EVAL,
@@ -30,6 +31,7 @@ from coa.plan.nightly import (
     MERGE,
     NEW_TASKS,
     Ledger,
+    NewTasksSummary,
     candidate_step,
     nightly_plan,
     tonight,
@@ -39,6 +41,7 @@ from coa.registry.gate import Verdict, apply
 from coa.steps import ModelInput, StepResult
 from flows.pipeline import fail, publish_lineage, publish_summary, run_planned_step
 from tasks.fanout import executor
+from tasks.outcome import failed, quiet_failed_states
 from tasks.publish import artifact_key, scope_of, verdict_markdown
 
 
@@ -54,8 +57,12 @@ def nightly(
     config_path: str = "configs/nightly.yaml", overrides: list[str] | None = None, night: str | None = None
 ) -> Any:
     """Retrain on tonight's new tasks and put the candidate through the promotion gate."""
+    quiet_failed_states()  # a failed step fails this run with its reason, not as a crash
     logger = get_run_logger()
-    cfg = load_pipeline_config(config_path, overrides or [])
+    try:
+        cfg = load_pipeline_config(config_path, overrides or [])
+    except CoaError as e:  # a bad profile or override: one line, no traceback
+        return failed(e)
     tracking.use(cfg.tracking)  # the night's steps and the registry mirror report to the profile's tracker
     promotion = cfg.promotion or PromotionConfig()
     night = night or tonight()
@@ -76,7 +83,7 @@ def nightly(
                 return fail(scope, cfg, steps, done, step.name, outcome)
             done[step.name] = outcome
             seconds[step.name] = round(time.perf_counter() - start, 2)
-            if step.name == NEW_TASKS and done[step.name].summary.get("new") == 0:
+            if step.name == NEW_TASKS and NewTasksSummary.from_dict(done[step.name].summary).new == 0:
                 logger.info("no new tasks tonight: nothing to collect or train; the champion stays")
                 publish_summary(scope, cfg, steps, done)
                 return {"night": night, "outcome": "no new tasks", "seconds": seconds}
@@ -96,7 +103,7 @@ def nightly(
     logger.info("gate %s; champion of %s: %s", outcome, promotion.model_name, now.model_uri if now else "-")
     create_markdown_artifact(
         key=artifact_key(scope, "gate"),
-        markdown=verdict_markdown(promotion.model_name, candidate, verdict.as_dict(), outcome),
+        markdown=verdict_markdown(promotion.model_name, candidate, verdict, outcome),
         description=f"Promotion gate of night {night}: {outcome}",
     )
     publish_lineage(scope, done)
@@ -104,7 +111,7 @@ def nightly(
     result.update(
         night=night,
         outcome=outcome,
-        verdict=verdict.as_dict(),
+        verdict=verdict.to_dict(),
         candidate=candidate,
         champion=now.model_uri if now else None,
         seconds=seconds,

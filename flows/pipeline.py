@@ -36,6 +36,7 @@ from coa.plan import PipelineConfig, load_pipeline_config, not_planned, plan
 from coa.steps import Step, StepResult, Upstream, select
 from tasks.dispatch import run_on_pool
 from tasks.fanout import executor
+from tasks.outcome import failed, quiet_failed_states
 from tasks.publish import artifact_key, scope_of
 from tasks.steps import run_step_task
 
@@ -51,9 +52,13 @@ def pipeline(
     config_path: str = "configs/demo.yaml", overrides: list[str] | None = None, only: list[str] | None = None
 ) -> Any:
     """Run the plan of the profile ``config_path`` with dotted ``overrides`` (``only``: a slice)."""
+    quiet_failed_states()  # a failed step fails this run with its reason, not as a crash
     logger = get_run_logger()
-    cfg = load_pipeline_config(config_path, overrides or [])
-    steps = plan(cfg)
+    try:
+        cfg = load_pipeline_config(config_path, overrides or [])
+        steps = plan(cfg)
+    except CoaError as e:  # a bad profile or override: one line, no traceback
+        return failed(e)
     scope = scope_of("pipeline", config_path)
     logger.info("pipeline %r: %s", cfg.run_name, " → ".join(s.name for s in steps))
     done: dict[str, StepResult] = {}

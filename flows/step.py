@@ -22,6 +22,7 @@ from coa.errors import CoaError, describe
 from coa.plan.spec import SPEC_VERSION, StepSpec, accept
 from coa.steps import StepResult
 from coa.tracking.config import TrackingConfig
+from tasks.outcome import quiet_failed_states
 from tasks.steps import run_step_task
 
 
@@ -35,6 +36,7 @@ def run_one_step(
     """Rebuild and run the step of ``spec``; ``scope`` prefixes its Prefect artifact keys;
     ``upstream``: the artifacts it reads (the same as the spec's inputs; they give the parent's run
     graph its edges); ``tracking``: the parent's tracking config (not part of the step's key)."""
+    quiet_failed_states()  # a Failed state returned here is the step's reason, not a crash
     logger = get_run_logger()
     coa_tracking.use(TrackingConfig.model_validate(tracking) if tracking else None)
     try:

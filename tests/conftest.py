@@ -23,6 +23,14 @@ os.environ["DO_NOT_TRACK"] = "1"
 os.environ["GX_ANALYTICS_ENABLED"] = "false"
 os.environ["PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS"] = "120"
 os.environ.pop("PREFECT_API_URL", None)
+# Trackio reads TRACKIO_DIR once, when first imported, and TRL imports it at every checkpoint save once
+# it is installed: this session's Trackio is bound to a temporary folder (tests/tracking/test_trackio.py
+# logs there), never to the user's Hugging Face cache, and never to a Space or a remote server.
+TRACKIO_HOME = tempfile.mkdtemp(prefix="coa-test-trackio-")
+atexit.register(shutil.rmtree, TRACKIO_HOME, ignore_errors=True)
+os.environ["TRACKIO_DIR"] = TRACKIO_HOME
+for _name in ("TRACKIO_SPACE_ID", "TRACKIO_SERVER_URL"):
+    os.environ.pop(_name, None)
 
 REPO = Path(__file__).resolve().parents[1]
 FIXTURES = REPO.parent / "shared" / "fixtures" / "afm"

@@ -26,12 +26,12 @@ import datetime as dt
 import json
 import posixpath
 import tempfile
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
 import schemas
 from coa import io
@@ -41,18 +41,17 @@ from coa.curate.decontam import load_benchmarks
 from coa.curate.filters import RowView
 from coa.curate.rollouts import RolloutRuns
 from coa.curate.shards import scored_batches as sharded_scoring
+from coa.curate.summary import CurationStats
 from coa.curate.task_stats import TaskStats
 from coa.format.from_run import coa_check
 from coa.scoring.runs import answer_scorer, code_tests, fill_correct, score_code
-from coa.steps import Build, Step, StepInput, TableInput
+from coa.steps import Build, Step, StepInput, StepSummary, TableInput
 
 
-class CurateSummary(BaseModel):
+class CurateSummary(StepSummary):
     """What a curation step did, as its lineage records it (the runner stores it as JSON; readers
     parse it with :meth:`from_dict`: keys an older artifact did not store take their defaults, keys
     this version no longer reads are ignored)."""
-
-    model_config = ConfigDict(frozen=True, extra="ignore")  # stored JSON of any version reads back
 
     rows_in: int = Field(description="Runs read.")
     rows_kept: int = Field(description="Runs kept (the curated table).")
@@ -70,15 +69,6 @@ class CurateSummary(BaseModel):
         description="With a sampling step's rollouts beside the teacher's runs: rollouts read, why each was "
         "left out, and how many were selected.",
     )
-
-    @classmethod
-    def from_dict(cls, summary: Mapping[str, Any]) -> CurateSummary:
-        """The summary a step result or a stored lineage record holds."""
-        return cls.model_validate(dict(summary))
-
-    def to_dict(self) -> dict[str, Any]:
-        """The JSON the runner stores in lineage."""
-        return self.model_dump(mode="json")
 
 
 COA_CHECK_ROW = RowView(
@@ -132,7 +122,7 @@ def report_uri(ref: io.ArtifactRef) -> str:
     return io.join(ref.uri, REPORT_FILE)
 
 
-def previous_summary(store: io.Store, name: str, exclude: str) -> dict[str, Any] | None:
+def previous_summary(store: io.Store, name: str, exclude: str) -> CurationStats | None:
     """The summary of the most recent other committed curate artifact with this name."""
     fs, root = io.filesystem(posixpath.join(store.root, "curated"))
     if not fs.exists(root):
@@ -148,7 +138,7 @@ def previous_summary(store: io.Store, name: str, exclude: str) -> dict[str, Any]
         created = io.read_lineage(ref)["created_at"]
         if best is None or created > best[0]:
             best = (created, ref.uri)
-    return json.loads(io.read_file(best[1], "summary.json")) if best else None
+    return CurationStats.from_dict(json.loads(io.read_file(best[1], "summary.json"))) if best else None
 
 
 def rollout_runs(b: Build, table: TableInput) -> RolloutRuns:
@@ -240,31 +230,37 @@ def _build(b: Build) -> None:
     if sharded:
         fs, folder = io.filesystem(scratch)
         b.cleanup.append(lambda: fs.rm(folder, recursive=True) if fs.exists(folder) else None)
-    failed = [f"{c['suite']}.{c['check']}" for c in result.failed_expectations]
+    failed = [f"{c.suite}.{c.check}" for c in result.failed_expectations]
     b.writer.extra_lineage["gate"] = {"success": result.gate_success, "failed": failed}
     if adapt is not None:
         b.writer.extra_lineage["rollouts"] = adapt.counts
-        b.summary["rollouts"] = adapt.counts
     if student is not None:
         b.writer.extra_lineage["student"] = {
             "source": student.source,
             "round": student.round,
         } | student.counts
-        b.summary["student"] = student.counts
     b.writer.extra_lineage["counts"] = {
         "in": result.rows_in,
         "kept": result.rows_kept,
         "reasons": result.reasons,
     }
-    b.summary.update(
-        rows_in=result.rows_in,
-        rows_kept=result.rows_kept,
-        rows_quarantined=result.rows_quarantined,
-        reasons=result.reasons,
-        gate_success=result.gate_success,
-        failed_expectations=failed,
-        headline=result.headline,
-        report=committed_report,
+    inputs: dict[str, Any] = {}  # set only for rollout inputs (RL's, a sampling step's)
+    if adapt is not None:
+        inputs["rollouts"] = adapt.counts
+    if student is not None:
+        inputs["student"] = student.counts
+    b.report(
+        CurateSummary(
+            rows_in=result.rows_in,
+            rows_kept=result.rows_kept,
+            rows_quarantined=result.rows_quarantined,
+            reasons=result.reasons,
+            gate_success=result.gate_success,
+            failed_expectations=tuple(failed),
+            headline=result.headline,
+            report=committed_report,
+            **inputs,
+        )
     )
     if not result.gate_success:
         b.fail(f"curation gate failed ({', '.join(failed)}); see the report {committed_report}")

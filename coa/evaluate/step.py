@@ -33,6 +33,7 @@ from coa.evaluate.eval_report import headline, render_eval_report
 from coa.evaluate.metrics import coverage_of, metrics_document, scorers_used
 from coa.evaluate.replay import LedgerToolBox
 from coa.evaluate.stage import EVAL_TABLE, METRICS_FILE, evaluate_tasks, open_generator, select_tasks
+from coa.evaluate.summary import EvalReportSummary, EvalSummary, TrainingReportSummary
 from coa.steps import Build, ModelInput, Step, StepInput, TableInput
 from coa.tools.config import ToolsConfig, build_toolbox
 
@@ -176,10 +177,14 @@ def _build(b: Build) -> None:
     b.writer.extra_lineage["model"] = model.name
     b.writer.extra_lineage["tools"] = tools_used
     b.writer.extra_lineage["scorers"] = document["scorers"]
-    b.summary["metrics"] = document["families"]
-    b.summary["benchmarks"] = document["benchmarks"]
-    b.summary["headline"] = headline(model.name, document["benchmarks"], coverage=document["coverage"])
-    b.summary["report"] = io.join(b.writer.uri, REPORT_FILE)
+    b.report(
+        EvalSummary(
+            metrics=document["families"],
+            benchmarks=document["benchmarks"],
+            headline=headline(model.name, document["benchmarks"], coverage=document["coverage"]),
+            report=io.join(b.writer.uri, REPORT_FILE),
+        )
+    )
 
 
 def _families(document: dict[str, Any]) -> str:
@@ -259,10 +264,14 @@ def _build_predictions(b: Build) -> None:
     b.writer.extra_lineage["model"] = model
     b.writer.extra_lineage["predictions"] = document["predictions"]
     b.writer.extra_lineage["scorers"] = document["scorers"]
-    b.summary["metrics"] = document["families"]
-    b.summary["benchmarks"] = document["benchmarks"]
-    b.summary["headline"] = headline(model, document["benchmarks"], coverage=document["coverage"])
-    b.summary["report"] = io.join(b.writer.uri, REPORT_FILE)
+    b.report(
+        EvalSummary(
+            metrics=document["families"],
+            benchmarks=document["benchmarks"],
+            headline=headline(model, document["benchmarks"], coverage=document["coverage"]),
+            report=io.join(b.writer.uri, REPORT_FILE),
+        )
+    )
 
 
 def eval_report_step(
@@ -298,7 +307,7 @@ def eval_report_step(
 def _build_eval_report(b: Build) -> None:
     from coa.evaluate.compare import compare
     from coa.evaluate.metrics import COMPUTATION, benchmark_metrics
-    from coa.evaluate.teacher import teacher_eval_table, token_comparison
+    from coa.evaluate.teacher_comparison import teacher_eval_table, token_comparison
 
     candidate = b.table("candidate")
     rows = candidate.read()
@@ -335,10 +344,15 @@ def _build_eval_report(b: Build) -> None:
             {"student": student, "teacher": teacher, "tokens": comparison, "baseline": deltas}, indent=2
         ),
     )
-    b.summary["headline"] = headline(model, student, comparison or (), deltas)
-    b.summary["report"] = io.join(b.writer.uri, REPORT_FILE)
-    if comparison:  # the tracker's run gets the token reduction against the teacher (coa.tracking)
-        b.summary["tokens_vs_teacher"] = {row["benchmark"]: row for row in comparison}
+    # the tracker's run gets the token reduction against the teacher (coa.tracking)
+    tokens = {"tokens_vs_teacher": {row["benchmark"]: row for row in comparison}} if comparison else {}
+    b.report(
+        EvalReportSummary(
+            headline=headline(model, student, comparison or (), deltas),
+            report=io.join(b.writer.uri, REPORT_FILE),
+            **tokens,
+        )
+    )
 
 
 def report_step(
@@ -391,5 +405,5 @@ def round_inputs(inputs: Mapping[str, Any]) -> dict[int, tuple[Any, Any]]:
 def _build_report(b: Build) -> None:
     from coa.evaluate.report import write_training_report
 
-    b.summary["comparison"] = write_training_report(b)
-    b.summary["report"] = io.join(b.writer.uri, "report.html")
+    comparison = write_training_report(b)
+    b.report(TrainingReportSummary(comparison=tuple(comparison), report=io.join(b.writer.uri, "report.html")))

@@ -39,7 +39,7 @@ from collections.abc import Mapping, Sequence
 
 import pyarrow as pa
 import pyarrow.compute as pc
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field
 
 import schemas
 from coa import io
@@ -59,7 +59,7 @@ from coa.plan.choices import (
 from coa.plan.config import PipelineConfig, PromotionConfig
 from coa.registry.step import GATE, gate_step
 from coa.settings import Settings
-from coa.steps import Build, ModelInput, Step, StepInput, TableInput, Upstream
+from coa.steps import Build, ModelInput, Step, StepInput, StepSummary, TableInput, Upstream
 from coa.train import step as sft
 
 NEW_TASKS = "nightly.new_tasks"
@@ -73,6 +73,8 @@ __all__ = [
     "GATE",
     "MERGE",
     "NEW_TASKS",
+    "MergeSummary",
+    "NewTasksSummary",
     "SFT_EVAL",
     "Ledger",
     "Night",
@@ -214,6 +216,14 @@ def candidate_step(steps: list[Step]) -> str:
 # -- nightly.new_tasks ---------------------------------------------------------------------------
 
 
+class NewTasksSummary(StepSummary):
+    """What ``nightly.new_tasks`` kept of the tasks offered."""
+
+    offered: int = Field(description="Tasks of tonight's task source.")
+    collected_before: int = Field(description="Of them, tasks an earlier night collected.")
+    new: int = Field(description="Tasks no earlier night collected (tonight's collection runs these).")
+
+
 def new_tasks_step(tasks: StepInput, previous: Mapping[str, StepInput]) -> Step:
     """The tasks of ``tasks`` whose ids none of the ``previous`` collections (night → its
     ``trajectories``) holds."""
@@ -242,12 +252,23 @@ def _build_new_tasks(b: Build) -> None:
     keep = pc.invert(pc.is_in(tasks["task_id"], pa.array(sorted(seen), pa.string())))
     fresh = tasks.filter(keep)
     b.writer.write_table("tasks", fresh, schemas.TASK)
-    b.summary.update(
-        offered=tasks.num_rows, collected_before=tasks.num_rows - fresh.num_rows, new=fresh.num_rows
+    b.report(
+        NewTasksSummary(
+            offered=tasks.num_rows, collected_before=tasks.num_rows - fresh.num_rows, new=fresh.num_rows
+        )
     )
 
 
 # -- nightly.merge -------------------------------------------------------------------------------
+
+
+class MergeSummary(StepSummary):
+    """What ``nightly.merge`` put together."""
+
+    nights: int = Field(description="Collections merged (tonight's and the earlier nights').")
+    runs: int = Field(description="Runs of the merged table (a run id kept once).")
+    tasks: int = Field(description="Tasks of the merged table (a task id kept once).")
+    tonight: int = Field(description="Runs collected tonight.")
 
 
 def merge_step(
@@ -294,9 +315,11 @@ def _build_merge(b: Build) -> None:
     merged_runs, merged_tasks = _concat_unique(runs, "run_id"), _concat_unique(tasks, "task_id")
     b.writer.write_table("trajectories", merged_runs, schemas.TRAJECTORY)
     b.writer.write_table("tasks", merged_tasks, schemas.TASK)
-    b.summary.update(
-        nights=len(runs),
-        runs=merged_runs.num_rows,
-        tasks=merged_tasks.num_rows,
-        tonight=b.table("raw").rows(),
+    b.report(
+        MergeSummary(
+            nights=len(runs),
+            runs=merged_runs.num_rows,
+            tasks=merged_tasks.num_rows,
+            tonight=b.table("raw").rows(),
+        )
     )

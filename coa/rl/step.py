@@ -138,6 +138,8 @@ def _build(b: Build, callbacks: Sequence[Any]) -> None:
             "heldout": {"prompts": result.heldout_prompts, "points": result.heldout},
             "alarm": result.alarm,  # the reward-hacking alarm's first firing; None = never
             "learning_signal": signal,  # groups with a correct episode, per family
+            # where episodes came from, sync or async, trainer idle share, staleness, stale drops
+            "rollout": {"backend": result.rollout_backend, "mode": result.mode, **result.rollout_stats},
         }
     )
     last = result.curves[-1] if result.curves else {}

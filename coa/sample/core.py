@@ -18,7 +18,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from coa.evaluate.inference import model_text, variant_of
-from coa.evaluate.stage import check_format, score_runs
+from coa.evaluate.stage import check_format, score_texts
 from coa.format import system_prompt
 from coa.rollout import EpisodeSpec, Policy, RolloutConfig, rollout
 from coa.sample.config import SampleConfig
@@ -70,7 +70,7 @@ def sample_tasks(
         prompts += [(row, variant)] * config.samples
     episodes = rollout(specs, policy, toolbox, rollout_config(config), progress)
     texts = [model_text(e, policy) for e in episodes]
-    verdicts = score_runs([row for row, _ in prompts], texts)
+    verdicts = score_texts([row for row, _ in prompts], texts)
     out = []
     for i, (episode, text, (row, variant), (_, verdict)) in enumerate(
         zip(episodes, texts, prompts, verdicts, strict=True)

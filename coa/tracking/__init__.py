@@ -36,11 +36,14 @@ log = logging.getLogger(__name__)
 ENV = "COA_TRACKING"
 """The active tracking config (its JSON); unset: ``backend: none``."""
 
+RUN_ENV = "COA_TRACKING_RUN"
+"""The name of the tracker run :func:`step_run` opened: the trainers name their run with it."""
+
 PACKAGES: dict[str, tuple[str, str]] = {
     "mlflow": ("mlflow", "mlflow-skinny==3.17.2"),
     "tensorboard": ("tensorboard", "tensorboard==2.21.0"),
     "wandb": ("wandb", "wandb"),
-    "trackio": ("trackio", "trackio"),
+    "trackio": ("trackio", "trackio==0.43.0"),
 }
 """backend → (module it needs, what to pip install)."""
 
@@ -130,6 +133,8 @@ class TrackerRun:
     location: str
     """Where the run lives: the MLflow tracking URI, or the local log folder."""
     experiment: str
+    tags: Mapping[str, str] = dataclasses.field(default_factory=dict)
+    """The run's tags (:func:`tags_of`), for trackers whose run gets them with the summary."""
 
     def lineage(self) -> dict[str, Any]:
         """What the artifact's lineage records about the run (no secrets: the URI is scrubbed)."""
@@ -208,12 +213,14 @@ def step_run(
             "WANDB_NOTES": json.dumps(tags, sort_keys=True),  # W&B tags are short labels: URIs in notes
         }
     if config.backend == "trackio":
-        env = {"TRACKIO_DIR": str(folder), "TRACKIO_PROJECT": config.experiment}
+        # one local store (SQLite) per project under the folder; every step's run is named in it
+        tracker = TrackerRun("trackio", name, None, str(folder), config.experiment, tags)
+        folder.mkdir(parents=True, exist_ok=True)
+        _check_trackio_dir(folder)
+        env = {"TRACKIO_DIR": str(folder)}
     if config.backend == "wandb":
         run_dir.mkdir(parents=True, exist_ok=True)
-    if config.backend == "trackio":
-        folder.mkdir(parents=True, exist_ok=True)
-    with _environ(env):
+    with _environ({**env, RUN_ENV: name}):
         try:
             yield tracker
         finally:
@@ -233,7 +240,7 @@ def _finish_wandb() -> None:
 def log_summary(run: TrackerRun | None, summary: Mapping[str, Any]) -> None:
     """Log a step's summary to its run: numeric leaves as metrics, the headline as a tag.
 
-    MLflow and TensorBoard only (W&B and Trackio get the trainers' curves through ``report_to``).
+    MLflow, TensorBoard and Trackio (W&B gets the trainers' curves through ``report_to`` only).
     """
     if run is None:
         return
@@ -258,6 +265,59 @@ def log_summary(run: TrackerRun | None, summary: Mapping[str, Any]) -> None:
                 writer.add_scalar(k, v, 0)
         finally:
             writer.close()
+    elif run.backend == "trackio":
+        _log_trackio(run, summary, metrics)
+
+
+def _check_trackio_dir(folder: Path) -> None:
+    """Refuse a folder other than the one this process's Trackio already writes to.
+
+    Trackio reads ``TRACKIO_DIR`` once, when it is imported: a run in a process that imported it for
+    another folder would land there, not where the lineage says."""
+    import sys
+
+    utils = sys.modules.get("trackio.utils")
+    bound = getattr(utils, "TRACKIO_DIR", None)
+    if bound is not None and Path(bound).resolve() != folder.resolve():
+        raise TrackingUnavailable(
+            f"trackio in this process already writes to {bound} (it reads TRACKIO_DIR once, at import), "
+            f"not to {folder}: use one tracking.log_dir per process"
+        )
+
+
+def _log_trackio(run: TrackerRun, summary: Mapping[str, Any], metrics: Mapping[str, float]) -> None:
+    """Add a step's summary to its Trackio run (created here when no trainer opened it): the metrics
+    as one logged point; the run's tags and the summary's text in its config, secrets masked.
+
+    Trackio replaces a resumed run's config with the one given, so what the trainer put there is
+    read back and kept (and masked too)."""
+    import io as _io
+
+    import trackio
+
+    from coa.settings import redact
+
+    folder = Path(run.location)
+    _check_trackio_dir(folder)
+    kept: dict[str, Any] = {}
+    with _environ({"TRACKIO_DIR": str(folder)}), contextlib.redirect_stdout(_io.StringIO()) as said:
+        try:
+            earlier = [r for r in trackio.Api().runs(run.experiment) if r.name == run.name]
+        except ValueError:  # no such project yet: this is its first run
+            earlier = []
+        if earlier:
+            kept = {k: v for k, v in (earlier[-1].config or {}).items() if not str(k).startswith("_")}
+        text = {f"coa.{k}": str(v)[:4000] for k, v in summary.items() if isinstance(v, str)}
+        config = redact({**kept, **run.tags, **text})
+        trackio.init(
+            project=run.experiment, name=run.name, resume="allow", config=config, embed=False,
+            auto_log_gpu=False, auto_log_cpu=False,
+        )  # fmt: skip
+        try:
+            trackio.log(dict(metrics))
+        finally:
+            trackio.finish()
+    log.debug("trackio: %s", said.getvalue().strip())
 
 
 def metric_items(summary: Mapping[str, Any], prefix: str = "") -> dict[str, float]:

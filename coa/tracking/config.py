@@ -18,8 +18,8 @@ class TrackingConfig(StrictModel):
         default="none",
         description=(
             "The tracker: none (offline, nothing written), mlflow (runs, metrics and the model registry "
-            "mirror), tensorboard (event files under log_dir), wandb or trackio (through the trainers' "
-            "report_to; install the package yourself)."
+            "mirror), tensorboard (event files under log_dir), wandb (offline runs under log_dir), trackio "
+            "(a local store under log_dir); all through the trainers' report_to."
         ),
     )
     uri: str | None = Field(
@@ -33,7 +33,7 @@ class TrackingConfig(StrictModel):
     log_dir: str | None = Field(
         default=None,
         description=(
-            "TensorBoard (and W&B offline) folder; None: <storage root>/tracking/<backend> when the "
+            "TensorBoard, W&B offline and Trackio folder; None: <storage root>/tracking/<backend> when the "
             "storage root is a local folder (set it when the store is on S3)."
         ),
     )

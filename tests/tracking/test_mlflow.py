@@ -20,37 +20,17 @@ from coa import io, tracking
 from coa.cli import app
 from coa.curate import step as curate_step
 from coa.curate.config import CurateConfig
-from coa.evaluate import EvalConfig
 from coa.evaluate import step as eval_step
 from coa.registry import Registry
 from coa.steps import ModelInput, TableInput, run_step
 from coa.tools.config import ToolsConfig
 from coa.tracking.config import TrackingConfig
 from coa.train import step as sft_step
-from coa.train.config import SFTStageConfig
 from coa.train.step import read_result
-from tests.evaluate.test_stage import task, tasks_table
+from tests.conftest import TRACKIO_HOME
 
 from .conftest import free_port
-
-SFT = SFTStageConfig(
-    max_steps=4, learning_rate=3e-3, batch_size=8, max_length=256, logging_steps=1, save_steps=4,
-    launcher="in_process",
-)  # fmt: skip
-EVAL = EvalConfig(max_turns=2, max_new_tokens=8, max_total_tokens=16, prompt_style="brief")
-
-
-def _converted(store: io.Store, rows: pa.Table) -> io.ArtifactRef:
-    writer = store.writer("converted", "coa", {"test": 1})
-    writer.write_table("sft", rows, schemas.SFT)
-    return writer.commit()
-
-
-def _tasks(store: io.Store) -> io.ArtifactRef:
-    writer = store.writer("tasks", "unit", {"n": 2})
-    table = tasks_table(task(0, "What is 1 + 1?"), task(1, "What is 2 + 3?"))
-    writer.write_table("heldout", table, schemas.TASK)
-    return writer.commit()
+from .inputs import EVAL, SFT, write_converted, write_tasks
 
 
 def test_mlflow_gets_the_sft_curve_the_eval_metrics_and_the_registry(
@@ -67,14 +47,16 @@ def test_mlflow_gets_the_sft_curve_the_eval_metrics_and_the_registry(
     monkeypatch.setenv("COA_TEST_API_KEY", "sk-do-not-log-me")  # a secret in the environment
     client = MlflowClient(mlflow_server, registry_uri=mlflow_server)
     store = io.Store(str(tmp_path / "store"))
-    converted = _converted(store, sft_rows)
+    converted = write_converted(store, sft_rows)
     config = TrackingConfig(backend="mlflow", uri=mlflow_server, experiment="coa-test")
     with tracking.activate(config):
         base = ModelInput(external=str(tiny_model))
         sft = run_step(sft_step.step(SFT, base, TableInput(converted, "sft")), store)
         model = ModelInput(ref=sft.ref)
         tools = ToolsConfig(enabled=("code",), record="off")
-        evaluated = run_step(eval_step.step(EVAL, tools, TableInput(_tasks(store), "heldout"), model), store)
+        evaluated = run_step(
+            eval_step.step(EVAL, tools, TableInput(write_tasks(store), "heldout"), model), store
+        )
     assert tracking.ENV not in os.environ  # activate() restores the environment
 
     # the SFT run: named by the step and its content key, tagged with its artifact and upstream,
@@ -160,10 +142,18 @@ def test_tracking_none_writes_nothing_anywhere(
     cwd = tmp_path / "cwd"
     cwd.mkdir()
     monkeypatch.chdir(cwd)
-    for name in ("MLFLOW_TRACKING_URI", "MLFLOW_RUN_ID", "TENSORBOARD_LOGGING_DIR", tracking.ENV):
+    for name in (
+        "MLFLOW_TRACKING_URI",
+        "MLFLOW_RUN_ID",
+        "TENSORBOARD_LOGGING_DIR",
+        "TRACKIO_DIR",
+        tracking.ENV,
+    ):
         monkeypatch.delenv(name, raising=False)
+    trackio_home = Path(TRACKIO_HOME)  # where this process's Trackio writes (tests/conftest.py)
+    before = sorted((p, p.stat().st_mtime_ns) for p in trackio_home.rglob("*"))
     store = io.Store(str(tmp_path / "store"))
-    converted = _converted(store, sft_rows)
+    converted = write_converted(store, sft_rows)
     with tracking.activate(TrackingConfig()):
         assert tracking.ENV not in os.environ
         small = SFT.model_copy(update={"max_steps": 2, "save_steps": 2})
@@ -174,6 +164,7 @@ def test_tracking_none_writes_nothing_anywhere(
     made = {p.name for p in (tmp_path / "store").rglob("*")}
     assert not made & {"mlruns", "runs", "wandb", "tracking", "trackio"}
     assert not [p for p in (tmp_path / "store").rglob("events.out.tfevents*")]
+    assert sorted((p, p.stat().st_mtime_ns) for p in trackio_home.rglob("*")) == before
 
 
 def test_a_chosen_tracker_that_is_not_installed_names_the_pip_command(

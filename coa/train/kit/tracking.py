@@ -9,6 +9,7 @@ output folder, which for a pipeline step is ``<artifact name>-<content key>``.
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any
 
@@ -24,13 +25,15 @@ def report_to(config: Any) -> list[str] | str:
 
 
 def run_name(recipe: Recipe, out: Path) -> str:
-    """A tracker run's name: the recipe and the output folder's name (the step and its content key)."""
-    return f"{recipe.name}/{Path(out).name}"
+    """A tracker run's name: the one the step's tracker run was opened with (``<step>/<artifact folder>``),
+    else the recipe and the output folder's name (the step and its content key)."""
+    return os.environ.get(tracking.RUN_ENV) or f"{recipe.name}/{Path(out).name}"
 
 
 def tracking_args(recipe: Recipe, config: Any, out: Path) -> dict[str, Any]:
     """The tracking keyword arguments of a recipe's ``TrainingArguments`` (``SFTConfig``, ``GRPOConfig``)."""
     args: dict[str, Any] = {"report_to": report_to(config), "run_name": run_name(recipe, out)}
     if tracking.current().backend == "trackio":
-        args["project"] = tracking.current().experiment
+        # the project of the step's run; never a Hugging Face Space snapshot when a model is pushed
+        args.update(project=tracking.current().experiment, trackio_static_space_id=False)
     return args
