@@ -233,3 +233,25 @@ def test_a_killed_async_run_resumes(serve: ServeProcess, tiny_model: Path, tmp_p
     assert result["steps_run"] == planned - result["start_step"]
     rows = pq.read_table(result["rollouts_file"]).to_pylist()
     assert sorted({r["step"] for r in rows if r["kept"]}) == list(range(planned))  # each step once
+
+
+@pytest.mark.sandbox
+def test_the_entropy_guard_stops_an_async_run_and_its_producer(
+    serve: ServeProcess, tiny_model: Path, tmp_path: Path
+) -> None:
+    import threading
+
+    from coa.rl.config import EntropyCollapse
+
+    config = server_config(
+        tiny_model,
+        serve,
+        mode="async",
+        max_steps=4,
+        entropy_floor=100.0,
+        entropy_grace_steps=0,
+        entropy_window=1,
+    )
+    with pytest.raises(EntropyCollapse):
+        run_rl(prompts_table(6), config, tmp_path / "run")
+    assert not [t for t in threading.enumerate() if t.name == "coa-rl-producer"]  # stopped, not leaked
