@@ -1,7 +1,8 @@
 """The sampling step's summary, typed: what :mod:`coa.sample.step` reports and lineage stores.
 
-Readers parse the stored JSON with :meth:`SampleSummary.from_dict` and read fields; keys an older
-artifact did not store take their defaults, keys this version no longer reads are ignored.
+The build reports it (:meth:`coa.steps.Build.report`); readers parse the stored JSON with
+:meth:`~coa.steps.StepSummary.from_dict` and read fields; keys an older artifact did not store take
+their defaults, keys this version no longer reads are ignored.
 """
 
 from __future__ import annotations
