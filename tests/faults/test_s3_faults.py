@@ -78,7 +78,7 @@ class S3:
         }
 
     def bucket(self) -> str:
-        name = f"coa-{len(self.client.list_buckets()['Buckets'])}-{_free_port()}"
+        name = f"coa-faults-{len(self.client.list_buckets()['Buckets'])}"  # one per test
         self.client.create_bucket(Bucket=name)
         return name
 
@@ -103,7 +103,9 @@ class S3:
 def s3() -> Iterator[S3]:
     """One moto server and proxy for the module; the reference: a clean run's URI, key, content hash
     and how many write requests it made (where the kills are seeded)."""
-    logging.getLogger("werkzeug").setLevel(logging.WARNING)  # moto's server logs every request
+    werkzeug = logging.getLogger("werkzeug")  # moto's server logs every request
+    level = werkzeug.level
+    werkzeug.setLevel(logging.WARNING)
     env = S3()
     try:
         bucket = env.bucket()
@@ -118,6 +120,7 @@ def s3() -> Iterator[S3]:
         yield env
     finally:
         env.stop()
+        werkzeug.setLevel(level)
 
 
 def run_cli(s3: S3, bucket: str, *args: str) -> tuple[int, str, str]:
