@@ -150,11 +150,8 @@ class Build:
     inputs: dict[str, TableInput | ModelInput]
     store: io.Store
     progress: Progress | None = None
-    summary: dict[str, Any] = dataclasses.field(default_factory=dict)
-    """An untyped summary (the RL stage's, until it reports an ``RLSummary``); every other stage
-    calls :meth:`report`."""
     typed: StepSummary | None = None
-    """The step's typed summary (:meth:`report`)."""
+    """The step's summary (:meth:`report`); None = the step reports nothing."""
     failure: str | None = None
     cleanup: list[Callable[[], None]] = dataclasses.field(default_factory=list)
     """Run after the commit (e.g. removing checkpoints the artifact now supersedes)."""
@@ -186,15 +183,8 @@ class Build:
         self.typed = summary
 
     def summary_json(self) -> dict[str, Any]:
-        """The summary as the runner stores it: the typed one serialized, else the untyped dict."""
-        if self.typed is None:
-            return dict(self.summary)
-        if self.summary:
-            raise RuntimeError(
-                f"step {self.step.name} reported a typed summary and set untyped keys "
-                f"{sorted(self.summary)}: a bug in its build"
-            )
-        return self.typed.to_dict()
+        """The summary as the runner stores it (empty when the step reported none)."""
+        return {} if self.typed is None else self.typed.to_dict()
 
 
 BuildFn = Callable[[Build], None]

@@ -137,9 +137,10 @@ def test_a_curate_summary_reads_with_and_without_rollouts() -> None:
         "report": "/store/curated/x/report.html",
     }
     s = CurateSummary.from_dict(stored)
-    assert s.rows_kept == 7 and s.rollouts is None and s.to_dict() == stored
+    assert s.rows_kept == 7 and s.rollouts is None and s.student is None and s.to_dict() == stored
     counts = {"rollouts": 4, "incorrect": 1, "format_invalid": 0, "not_canonical": 0, "selected": 3}
     assert CurateSummary.from_dict({**stored, "rollouts": counts}).rollouts == counts
+    assert CurateSummary.from_dict({**stored, "student": counts}).student == counts  # a round's samples
 
 
 def test_a_task_import_summary_types_its_sources() -> None:

@@ -2,9 +2,9 @@
 
 A real, tiny pipeline (synthetic → collect → curate → convert → student → sft → evaluations → rl →
 the teacher → the report) plus the steps the demo does not plan (a task import, an evaluation report,
-the nightly new-tasks and merge steps, the promotion gate) is built once into a private store. For
-each summary class, the summary its step stored in ``_lineage.json`` (and ``summary.json`` of the
-curate artifact) must
+a round's sampling, the nightly new-tasks and merge steps, the promotion gate) is built once into a
+private store. For each summary class, the summary its step stored in ``_lineage.json`` (and
+``summary.json`` of the curate artifact) must
 
 * read back through the class to exactly the stored JSON (a key the producer writes that the class
   does not declare, or a field the class renamed, fails here: the RL stage still writes a dict);
@@ -32,12 +32,16 @@ from coa.evaluate import step as evaluate
 from coa.evaluate.summary import EvalReportSummary, EvalSummary, TrainingReportSummary
 from coa.model.step import StudentSummary
 from coa.plan import load_pipeline_config
+from coa.plan.choices import eval_tools
 from coa.plan.nightly import MergeSummary, NewTasksSummary, merge_step, new_tasks_step
 from coa.plan.pipeline import plan
 from coa.registry.config import GateConfig
 from coa.registry.gate import Verdict
 from coa.registry.step import gate_step
 from coa.rl.summary import RLSummary
+from coa.sample import step as sample
+from coa.sample.config import SampleConfig
+from coa.sample.summary import SampleSummary
 from coa.steps import StepResult, Upstream, run_step
 from coa.synthetic.step import SyntheticSummary
 from coa.tasksets import step as tasksets
@@ -62,6 +66,7 @@ CLASSES: dict[str, type[Any]] = {
     "rl": RLSummary,
     "report": TrainingReportSummary,
     "eval-report": EvalReportSummary,
+    "sample": SampleSummary,
     "nightly.new_tasks": NewTasksSummary,
     "nightly.merge": MergeSummary,
     "gate": Verdict,
@@ -101,7 +106,19 @@ def built(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, StepRe
         imported = TasksConfig.model_validate(
             {"sources": [{"path": "configs/data/sample_tasks.jsonl", "family": "math", "limit": 3}]}
         )
+        assert cfg.convert is not None
+        sampling = SampleConfig.model_validate(
+            {"families": ["math"], "limit_per_family": 2, "samples": 2, "max_turns": 2, "max_new_tokens": 8}
+            | {
+                "max_total_tokens": 16,
+                "prompt_style": cfg.convert.prompt_style,
+                "variants": cfg.convert.variants,
+            }
+        )
         steps = [*plan(cfg), tasksets.step(imported)]
+        steps.append(
+            sample.step(sampling, eval_tools(cfg), Upstream("sft"), Upstream("synthetic", "train"), 1)
+        )
         steps += [
             evaluate.eval_report_step(
                 "eval-report",

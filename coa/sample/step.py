@@ -91,4 +91,4 @@ def _build(b: Build) -> None:
     b.writer.write_table(ROLLOUTS_TABLE, schemas.ROLLOUT.from_rows(out), schemas.ROLLOUT)
     by_family = counts(out, {r["task_id"]: r["family"] for r in rows})
     b.writer.extra_lineage["sampled"] = {"round": round_, "model": model.name}
-    b.summary.update(SampleSummary(round=round_, model=model.name, families=by_family).to_dict())
+    b.report(SampleSummary(round=round_, model=model.name, families=by_family))

@@ -1,15 +1,15 @@
 """The sampling step's summary, typed: what :mod:`coa.sample.step` reports and lineage stores.
 
-Readers parse the stored JSON with :meth:`SampleSummary.from_dict` and read fields; keys an older
-artifact did not store take their defaults, keys this version no longer reads are ignored.
+The build reports it (:meth:`coa.steps.Build.report`); readers parse the stored JSON with
+:meth:`~coa.steps.StepSummary.from_dict` and read fields; keys an older artifact did not store take
+their defaults, keys this version no longer reads are ignored.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any
-
 from pydantic import BaseModel, ConfigDict, Field
+
+from coa.steps import StepSummary
 
 
 class FamilySamples(BaseModel):
@@ -25,20 +25,9 @@ class FamilySamples(BaseModel):
     tasks_solved: float = Field(description="Share of tasks with at least one kept episode (pass@k).")
 
 
-class SampleSummary(BaseModel):
+class SampleSummary(StepSummary):
     """What a sampling step did: the round, the model, per-family counts."""
-
-    model_config = ConfigDict(frozen=True, extra="ignore")
 
     round: int = Field(description="The round of the model that sampled (its SFT round).")
     model: str = Field(description="The model sampled (its artifact URI or name).")
     families: dict[str, FamilySamples] = Field(description="Family (and ``all``) -> its counts.")
-
-    @classmethod
-    def from_dict(cls, summary: Mapping[str, Any]) -> SampleSummary:
-        """The summary a step result or a stored lineage record holds."""
-        return cls.model_validate(dict(summary))
-
-    def to_dict(self) -> dict[str, Any]:
-        """The JSON the runner stores in lineage."""
-        return self.model_dump(mode="json")
