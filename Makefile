@@ -54,7 +54,7 @@ test-fast: $(STAMP)
 
 # Rewrite the golden files (tests/golden/) after an intended change; review the diff like code.
 golden: $(STAMP)
-	COA_UPDATE_GOLDEN=1 $(BIN)/python -m pytest -q tests/test_golden.py
+	COA_UPDATE_GOLDEN=1 $(BIN)/python -m pytest -q tests/test_golden.py tests/test_summary_contracts.py
 
 lint: $(STAMP)
 	$(BIN)/ruff check coa schemas tasks flows tests bench

@@ -10,7 +10,7 @@ student writes no tool calls worth running, so the tool share is a floor; the fi
 the engine and the trainer cost, not what the policy earns.
 
     python bench/bench_rl_gpu.py --prompts rl.parquet --sft-data sft.parquet --out /tmp/bench-rl \\
-        [--steps 6] [k=v ...]          # extra k=v go to the run config, e.g. rollout_backend=hf_batched
+        [--steps 6] [k=v ...]          # extra k=v go to the run config, e.g. rollout.backend=hf_batched
 """
 
 from __future__ import annotations

@@ -37,12 +37,20 @@ class _OneLineErrors(TyperGroup):
         except CoaError as e:
             err.print(f"[bold red]error:[/] {describe(e)}", highlight=False, soft_wrap=True)
             raise typer.Exit(e.exit_code) from None
-        except OSError as e:  # a full disk outside a step (the runner raises StorageFull inside one)
-            if not io.is_disk_full(e):
+        except OSError as e:
+            # a full disk or a failing store outside a step (the runner maps both inside one)
+            said = io.storage_failure(e)
+            if io.is_disk_full(e):
+                infra: CoaError = io.StorageFull(f"no space left on the device ({e}): free space and rerun")
+            elif said is not None:
+                infra = io.StorageUnavailable(
+                    f"the store failed a request ({said}): check the storage service "
+                    "(COA_S3_ENDPOINT_URL, credentials, the bucket) and rerun"
+                )
+            else:
                 raise
-            full = io.StorageFull(f"no space left on the device ({e}): free space and rerun")
-            err.print(f"[bold red]error:[/] {describe(full)}", highlight=False, soft_wrap=True)
-            raise typer.Exit(full.exit_code) from None
+            err.print(f"[bold red]error:[/] {describe(infra)}", highlight=False, soft_wrap=True)
+            raise typer.Exit(infra.exit_code) from None
 
 
 app = typer.Typer(

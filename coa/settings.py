@@ -5,6 +5,8 @@ Pipeline behaviour lives in :mod:`coa.config`; where things run lives here:
 - ``COA_STORAGE_ROOT``: where artifacts go: a local folder (default ``.coa/store``) or ``s3://bucket/prefix``.
 - ``COA_S3_ENDPOINT_URL`` (or ``AWS_ENDPOINT_URL``): an S3-compatible endpoint (MinIO, moto, …);
   credentials come from the usual ``AWS_ACCESS_KEY_ID`` / ``AWS_SECRET_ACCESS_KEY`` / profile chain.
+- ``COA_S3_MAX_ATTEMPTS``: how many times one S3 request is tried (botocore's "standard" retry mode:
+  HTTP 500/502/503/504 and throttling such as ``SlowDown`` are retried with jittered backoff), default 5.
 - LLM base URLs and API keys and ``PREFECT_API_URL`` are read by the components that use them.
 """
 
@@ -14,6 +16,8 @@ import dataclasses
 import os
 import re
 from typing import Any
+
+from coa.errors import UserError
 
 DEFAULT_STORAGE_ROOT = ".coa/store"
 _SECRET_NAME = re.compile(r"(KEY|SECRET|TOKEN|PASSWORD|CREDENTIAL)", re.IGNORECASE)
@@ -41,6 +45,8 @@ class Settings:
 
     storage_root: str = DEFAULT_STORAGE_ROOT
     s3_endpoint_url: str | None = None
+    s3_max_attempts: int = 5
+    """Attempts per S3 request (the first try included) before the error reaches the step."""
 
     @classmethod
     def from_env(cls) -> Settings:
@@ -49,13 +55,25 @@ class Settings:
             s3_endpoint_url=os.environ.get("COA_S3_ENDPOINT_URL")
             or os.environ.get("AWS_ENDPOINT_URL")
             or None,
+            s3_max_attempts=_attempts(os.environ.get("COA_S3_MAX_ATTEMPTS") or "5"),
         )
 
     def storage_options(self, uri: str) -> dict[str, Any]:
         """fsspec options for ``uri`` (only S3 needs any)."""
-        if uri.startswith("s3://") and self.s3_endpoint_url:
-            return {"client_kwargs": {"endpoint_url": self.s3_endpoint_url}}
-        return {}
+        if not uri.startswith(("s3://", "s3a://")):
+            return {}
+        options: dict[str, Any] = {
+            "config_kwargs": {"retries": {"mode": "standard", "total_max_attempts": self.s3_max_attempts}}
+        }
+        if self.s3_endpoint_url:
+            options["client_kwargs"] = {"endpoint_url": self.s3_endpoint_url}
+        return options
+
+
+def _attempts(value: str) -> int:
+    if not value.strip().isdigit() or int(value) < 1:
+        raise UserError(f"COA_S3_MAX_ATTEMPTS must be a whole number of at least 1, got {value!r}")
+    return int(value)
 
 
 def secret_values() -> list[str]:

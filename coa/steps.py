@@ -36,12 +36,12 @@ import os
 import posixpath
 import socket
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from typing import Any, Self
 
-from pydantic import BaseModel
+from pydantic import BaseModel, ConfigDict
 
 from coa import io, tracking
-from coa.errors import CheckFailed, UserError
+from coa.errors import CheckFailed, CoaError, UserError
 from coa.execution import ShardExecutor
 from coa.io import ArtifactRef
 
@@ -115,6 +115,32 @@ class ModelInput:
 StepInput = TableInput | ModelInput | Upstream
 
 
+class StepSummary(BaseModel):
+    """What a step reports, typed: each stage declares its subclass beside its step.
+
+    A build hands its summary to :meth:`Build.report`; the runner serializes it once
+    (:meth:`to_dict`) into ``_lineage.json`` and the :class:`StepResult`, so a fresh build and a
+    reused one give readers the same JSON, which they parse with :meth:`from_dict` and read by field.
+
+    Reading is tolerant: keys an older artifact did not store take their defaults, keys it stored
+    that this version no longer reads are ignored. Writing stores the fields the build set (a field
+    left at its default is not written), so the stored JSON is what the step reported, as before the
+    summaries were typed.
+    """
+
+    # stored JSON of any version reads back; a NaN metric is stored as NaN (as json.dumps writes it)
+    model_config = ConfigDict(frozen=True, extra="ignore", ser_json_inf_nan="constants")
+
+    @classmethod
+    def from_dict(cls, summary: Mapping[str, Any]) -> Self:
+        """The summary a step result or a stored lineage record holds."""
+        return cls.model_validate(dict(summary))
+
+    def to_dict(self, exclude: set[str] | None = None) -> dict[str, Any]:
+        """The JSON the runner stores in lineage: the fields the build set (less ``exclude``)."""
+        return self.model_dump(mode="json", exclude_unset=True, exclude=exclude)
+
+
 @dataclasses.dataclass
 class Build:
     """What a build function gets: the writer, its resolved inputs, and where to report."""
@@ -124,7 +150,8 @@ class Build:
     inputs: dict[str, TableInput | ModelInput]
     store: io.Store
     progress: Progress | None = None
-    summary: dict[str, Any] = dataclasses.field(default_factory=dict)
+    typed: StepSummary | None = None
+    """The step's summary (:meth:`report`); None = the step reports nothing."""
     failure: str | None = None
     cleanup: list[Callable[[], None]] = dataclasses.field(default_factory=list)
     """Run after the commit (e.g. removing checkpoints the artifact now supersedes)."""
@@ -150,6 +177,14 @@ class Build:
     def fail(self, message: str) -> None:
         """Record a failed check: the artifact is still committed, then the runner raises."""
         self.failure = message
+
+    def report(self, summary: StepSummary) -> None:
+        """Set the step's summary (the runner stores it in lineage and returns it)."""
+        self.typed = summary
+
+    def summary_json(self) -> dict[str, Any]:
+        """The summary as the runner stores it (empty when the step reported none)."""
+        return {} if self.typed is None else self.typed.to_dict()
 
 
 BuildFn = Callable[[Build], None]
@@ -275,8 +310,34 @@ def run_step(
     ``reuse_only``: never build; a step that has no committed artifact is a :class:`UserError`
     (``coa run --only`` uses it for the steps in front of the slice it runs). ``executor``: where a
     step that shards its work runs the shards (``execution.engine``); it does not change the key.
+
+    A request the storage service still fails after the client's retries (S3: HTTP 5xx, throttling)
+    is one :class:`~coa.io.StorageUnavailable` line (exit 3) naming the step; nothing is committed.
     """
     store = store or io.Store()
+    try:
+        return _run_step(step, store, done, progress, reuse_only, executor)
+    except CoaError:
+        raise
+    except Exception as e:
+        said = io.storage_failure(e)
+        if said is None:
+            raise
+        raise io.StorageUnavailable(
+            f"step {step.name}: the store {store.root} failed a request ({said}): nothing new was "
+            "committed; check the storage service (COA_S3_ENDPOINT_URL, credentials, the bucket) and "
+            "rerun: it resumes"
+        ) from e
+
+
+def _run_step(
+    step: Step,
+    store: io.Store,
+    done: Mapping[str, StepResult] | None,
+    progress: Progress | None,
+    reuse_only: bool,
+    executor: ShardExecutor | None,
+) -> StepResult:
     inputs = resolve(step, done or {})
     check_inputs(step, inputs)
     upstream = upstream_refs(inputs)
@@ -317,11 +378,12 @@ def _build_and_commit(
         upstream = [u.uri for u in writer.upstream]
         with tracking.step_run(step.name, writer.uri, upstream, store.root) as tracker:
             step.build(build)
+            summary = build.summary_json()
             if tracker is not None:  # the lineage names the tracker run; the run gets the summary
                 writer.extra_lineage["tracker"] = tracker.lineage()
-                tracking.log_summary(tracker, build.summary)
+                tracking.log_summary(tracker, summary)
     except BaseException as e:
-        writer.abort()
+        writer.abort()  # inside the runner's claim: the lock is kept until the marker is written
         _mark_failed(writer, step, e)
         if io.is_disk_full(e):
             raise io.StorageFull(
@@ -334,10 +396,12 @@ def _build_and_commit(
     if missing:
         writer.abort()
         raise RuntimeError(f"step {step.name} did not write {missing} (wrote {written}): a bug in its build")
-    writer.extra_lineage["result"] = {"summary": build.summary, "failure": build.failure}
+    writer.extra_lineage["result"] = {"summary": summary, "failure": build.failure}
     try:
         ref = writer.commit()
-    except OSError as e:
+    except BaseException as e:
+        writer.abort()
+        _mark_failed(writer, step, e)  # still under the claim's lock, as a failed build
         if io.is_disk_full(e):
             raise io.StorageFull(
                 f"no space left on the device while committing step {step.name} ({writer.uri}): nothing "
@@ -349,7 +413,7 @@ def _build_and_commit(
         done_with()
     if build.failure:
         raise StepCheckFailed(step.name, ref.uri, build.failure)
-    return StepResult(step.name, ref, False, build.summary)
+    return StepResult(step.name, ref, False, summary)
 
 
 def check_inputs(step: Step, inputs: Mapping[str, TableInput | ModelInput]) -> None:
@@ -423,6 +487,12 @@ def _clear_failed(writer: io.ArtifactWriter) -> None:
     marker = failure_marker(writer.path)
     if writer.fs.exists(marker):
         writer.fs.rm(marker)
+
+
+def rerun_hint(store: io.Store, uri: str) -> str:
+    """How to go on after a build of ``uri`` died: rerun, and what the rerun resumes from."""
+    resumes = _resumes(store, uri).removeprefix("; ")
+    return f"rerun the same command: it {resumes}" if resumes else "rerun the same command to build it again"
 
 
 def _resumes(store: io.Store, uri: str) -> str:

@@ -31,6 +31,7 @@ from coa.plan.nightly import (
     MERGE,
     NEW_TASKS,
     Ledger,
+    NewTasksSummary,
     candidate_step,
     nightly_plan,
     tonight,
@@ -82,7 +83,7 @@ def nightly(
                 return fail(scope, cfg, steps, done, step.name, outcome)
             done[step.name] = outcome
             seconds[step.name] = round(time.perf_counter() - start, 2)
-            if step.name == NEW_TASKS and done[step.name].summary.get("new") == 0:
+            if step.name == NEW_TASKS and NewTasksSummary.from_dict(done[step.name].summary).new == 0:
                 logger.info("no new tasks tonight: nothing to collect or train; the champion stays")
                 publish_summary(scope, cfg, steps, done)
                 return {"night": night, "outcome": "no new tasks", "seconds": seconds}
@@ -102,7 +103,7 @@ def nightly(
     logger.info("gate %s; champion of %s: %s", outcome, promotion.model_name, now.model_uri if now else "-")
     create_markdown_artifact(
         key=artifact_key(scope, "gate"),
-        markdown=verdict_markdown(promotion.model_name, candidate, verdict.as_dict(), outcome),
+        markdown=verdict_markdown(promotion.model_name, candidate, verdict, outcome),
         description=f"Promotion gate of night {night}: {outcome}",
     )
     publish_lineage(scope, done)
@@ -110,7 +111,7 @@ def nightly(
     result.update(
         night=night,
         outcome=outcome,
-        verdict=verdict.as_dict(),
+        verdict=verdict.to_dict(),
         candidate=candidate,
         champion=now.model_uri if now else None,
         seconds=seconds,

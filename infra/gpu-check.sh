@@ -43,9 +43,7 @@ step "3/4 SFT throughput + MFU (Qwen2.5-0.5B shape)"
 timeout 240 python3 bench/bench_sft_gpu.py --data .gpu/sft.parquet --out "$WORK" --steps 40 2>&1 | tail -45
 
 step "4/4 RL run, hf_batched (Qwen2.5-0.5B shape)"
-backend=()
-python3 -c "from coa.rl.config import RLRunConfig as C; import sys; sys.exit('rollout_backend' not in C.model_fields)" \
-  && backend=(rollout_backend=hf_batched)
+backend=(rollout.backend=hf_batched)  # rl.rollout.backend (coa/rl/config.py)
 timeout 180 python3 bench/bench_rl_gpu.py --prompts .gpu/rl.parquet --sft-data .gpu/sft.parquet \
   --out "$WORK" --steps 4 "${backend[@]}" 2>&1 | tail -30
 cp -f "$WORK"/bench_*.json "$OUT"/ 2>/dev/null

@@ -4,6 +4,8 @@ The ids are the token record of the rollout engine: ``completion_ids`` are the p
 ids and the environment's ids (observations, the newline that closes a block, the end-of-turn)
 in order, never re-tokenized; ``loss_mask`` says which were trained. Rows of groups that dynamic
 sampling dropped are kept too (``kept`` false), so the table is every rollout the run paid for.
+``policy_version`` and ``behaviour_logprobs`` (nullable: older tables lack them and still read)
+say which weights sampled each episode and how likely each sampled id was under them.
 """
 
 import pyarrow as pa
@@ -54,7 +56,25 @@ ROLLOUT = Contract(
         Column("tokens", pa.int32(), "Tokens the policy generated (environment ids not counted)."),
         Column("finish", pa.string(), "Why the episode ended.", allowed=FINISHES),
         Column(
-            "kept", pa.bool_(), "In the training batch (false: its group was dropped by dynamic sampling)."
+            "kept",
+            pa.bool_(),
+            "In the training batch (false: its group was dropped by dynamic sampling, or as too stale in "
+            "async RL).",
+        ),
+        Column(
+            "policy_version",
+            pa.int64(),
+            "Policy (weight) version the episode was sampled with: the trainer's optimizer step of those "
+            "weights; the oldest when its generations span an update (null in tables written before it "
+            "was recorded).",
+            nullable=True,
+        ),
+        Column(
+            "behaviour_logprobs",
+            pa.list_(pa.float32()),
+            "Per completion id: the logprob the sampling policy gave it (the importance-correction "
+            "denominator); null on environment ids (null list in tables written before it was recorded).",
+            nullable=True,
         ),
     ),
 )

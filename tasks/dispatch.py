@@ -11,7 +11,8 @@ so the run's graph has a node for it all the same. The child run's graph edges a
 upstream results (passed as ``upstream``), never every step before it. A child that fails with a
 reason (a failed check, bad input, a refused spec) fails the step with that reason, as an inline
 run would; "infrastructure error" is kept for a child that crashed, was cancelled, or completed
-without committing at the expected address.
+without committing at the expected address. A crashed child (its process killed mid-build) names
+the step and how to go on: rerun, which resumes from the step's last checkpoint.
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ from prefect.utilities.engine import link_state_to_result
 from coa import io, tracking
 from coa.errors import InfraError, describe
 from coa.plan.spec import spec_of
-from coa.steps import Step, StepResult, resolve
+from coa.steps import Step, StepResult, rerun_hint, resolve
 from tasks.steps import run_step_task
 
 
@@ -81,7 +82,14 @@ def run_on_pool(
     if state.is_failed() and state.message:  # the step's own reason, with its kind
         return state.message
     if not state.is_completed():
-        why = state.message or "no message"
+        why = " ".join((state.message or "no message").split()).rstrip(".")
+        if state.is_crashed():  # the process building the step died (SIGKILL, OOM, a lost machine)
+            return describe(
+                InfraError(
+                    f"flow run {child.name} of {deployment} crashed while building {step.name} ({why}): "
+                    f"nothing was committed; {rerun_hint(store, spec.uri)}"
+                )
+            )
         return describe(InfraError(f"flow run {child.name} of {deployment} ended {state.name}: {why}"))
     result = committed(spec.uri, step.name, store)
     if result is None:

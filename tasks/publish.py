@@ -21,6 +21,7 @@ from coa.collect.summary import CollectSummary
 from coa.curate.step import CurateSummary
 from coa.evaluate.metrics import percent_by_family
 from coa.evaluate.summary import EvalSummary, Headline, TrainingReportSummary
+from coa.registry.gate import Verdict
 from coa.rl.summary import FamilyChoice, RLSummary
 from coa.steps import Step, StepResult
 from coa.train.summary import SFTSummary
@@ -250,19 +251,17 @@ def publish(step: Step, result: StepResult, scope: str = "") -> None:
         publisher(step, result, key)
 
 
-def verdict_markdown(name: str, model: str, verdict: dict[str, Any], outcome: str) -> str:
+def verdict_markdown(name: str, model: str, verdict: Verdict, outcome: str) -> str:
     """The verdict as the Prefect artifact of a night: outcome, checks, reasons, per-benchmark table."""
     lines = [f"# Promotion gate for `{name}`: {outcome}", "", f"candidate: `{model}`", ""]
-    lines += [f"- **{PASS if ok else FAIL}** {check}" for check, ok in verdict["checks"].items()]
-    lines += ["", "## Reasons", ""] + [f"- {r}" for r in verdict["reasons"]]
-    per = verdict.get("per_benchmark") or {}
-    if per:
+    lines += [f"- **{PASS if ok else FAIL}** {check}" for check, ok in verdict.checks.items()]
+    lines += ["", "## Reasons", ""] + [f"- {r}" for r in verdict.reasons]
+    if verdict.per_benchmark:
         lines += ["", "| benchmark | pairs | champion | candidate | delta | interval | regression |"]
         lines += ["|---|---|---|---|---|---|---|"]
-        for bench, d in per.items():
+        for bench, d in verdict.per_benchmark.items():
             lines.append(
-                f"| {bench} | {d['pairs']} | {d['baseline']:.3f} | {d['candidate']:.3f} | "
-                f"{d['delta']:+.3f} | [{d['low']:+.3f}, {d['high']:+.3f}] | "
-                f"{'yes' if d['regression'] else 'no'} |"
+                f"| {bench} | {d.pairs} | {d.baseline:.3f} | {d.candidate:.3f} | "
+                f"{d.delta:+.3f} | [{d.low:+.3f}, {d.high:+.3f}] | {'yes' if d.regression else 'no'} |"
             )
     return "\n".join(lines)

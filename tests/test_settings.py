@@ -36,3 +36,33 @@ def test_lineage_keeps_the_artifact_key(tmp_path: object) -> None:
     ref = writer.commit()
     lineage = io.read_lineage(ref)
     assert lineage["key"] == ref.key and lineage["config"] == {"api_key_env": "X", "max_tokens": 4}
+
+
+def test_s3_requests_are_retried_as_configured(monkeypatch: pytest.MonkeyPatch) -> None:
+    from coa.errors import UserError
+    from coa.settings import Settings
+
+    monkeypatch.setenv("COA_S3_MAX_ATTEMPTS", "7")
+    monkeypatch.delenv("COA_S3_ENDPOINT_URL", raising=False)
+    monkeypatch.delenv("AWS_ENDPOINT_URL", raising=False)
+    options = Settings.from_env().storage_options("s3://bucket/store")
+    assert options == {"config_kwargs": {"retries": {"mode": "standard", "total_max_attempts": 7}}}
+    assert Settings.from_env().storage_options("/tmp/store") == {}
+    monkeypatch.setenv("COA_S3_MAX_ATTEMPTS", "often")
+    with pytest.raises(UserError, match="COA_S3_MAX_ATTEMPTS must be a whole number"):
+        Settings.from_env()
+
+
+def test_only_a_storage_client_error_reads_as_a_failing_store() -> None:
+    from botocore.exceptions import ClientError
+
+    reply = {"Error": {"Code": "SlowDown"}, "ResponseMetadata": {"HTTPStatusCode": 503, "RetryAttempts": 4}}
+    try:
+        try:
+            raise ClientError(reply, "PutObject")  # type: ignore[arg-type]
+        except ClientError as e:
+            raise OSError(16, "Please reduce your request rate.") from e  # as s3fs translates it
+    except OSError as e:
+        assert io.storage_failure(e) == "SlowDown (HTTP 503) after 5 attempts"
+    assert io.storage_failure(OSError(5, "Input/output error")) is None
+    assert io.storage_failure(ConnectionError("teacher endpoint down")) is None

@@ -16,6 +16,7 @@ from coa.steps import (
     ModelInput,
     Step,
     StepCheckFailed,
+    StepSummary,
     TableInput,
     Upstream,
     accepted_contracts,
@@ -30,12 +31,20 @@ REPO = Path(__file__).resolve().parents[1]
 CALLS: list[str] = []
 
 
+class Made(StepSummary):
+    n: int
+
+
+class Counted(StepSummary):
+    count: int
+
+
 def _tasks_step(n: int, name: str = "make") -> Step:
     def build(b: Build) -> None:
         CALLS.append(b.step.name)
         table = cases.tasks_table(b.step.config["n"])
         b.writer.write_table("tasks", table, schemas.TASK)
-        b.summary["n"] = table.num_rows
+        b.report(Made(n=table.num_rows))
 
     return Step(name=name, kind="tasks", artifact="unit", config={"n": n}, build=build)
 
@@ -47,7 +56,7 @@ def _count_step(fail: str | None = None, crash: bool = False) -> Step:
             raise RuntimeError("disk on fire")
         n = b.table("tasks").rows()
         b.writer.write_file("count.txt", str(n))
-        b.summary["count"] = n
+        b.report(Counted(count=n))
         if fail:
             b.fail(fail)
 

@@ -93,7 +93,7 @@ def test_a_collect_summary_reads_the_first_call_and_the_retry() -> None:
     }
     s = CollectSummary.from_dict(first)
     assert s.collect is not None and s.collect.resumed == 1 and s.repaired is None
-    assert s.to_dict() == {**first, "repaired": None}
+    assert s.to_dict() == first  # what the step set, no more (a retry's `repaired` was never set)
     repair = {"of": "/store/x", "retried": 1, "still_failed": 0, "resumed": 0, "requests_sent": 2}
     older = {k: v for k, v in first.items() if k not in ("failed_share", "warnings", "collect")}
     retried = CollectSummary.from_dict({**older, "repaired": repair})
@@ -137,9 +137,10 @@ def test_a_curate_summary_reads_with_and_without_rollouts() -> None:
         "report": "/store/curated/x/report.html",
     }
     s = CurateSummary.from_dict(stored)
-    assert s.rows_kept == 7 and s.rollouts is None and s.to_dict() == {**stored, "rollouts": None}
+    assert s.rows_kept == 7 and s.rollouts is None and s.student is None and s.to_dict() == stored
     counts = {"rollouts": 4, "incorrect": 1, "format_invalid": 0, "not_canonical": 0, "selected": 3}
     assert CurateSummary.from_dict({**stored, "rollouts": counts}).rollouts == counts
+    assert CurateSummary.from_dict({**stored, "student": counts}).student == counts  # a round's samples
 
 
 def test_a_task_import_summary_types_its_sources() -> None:
@@ -149,4 +150,4 @@ def test_a_task_import_summary_types_its_sources() -> None:
     source["rows_quarantined"] = 1
     s = TasksSummary.from_dict({"sources": [source], "tasks": 2, "quarantined": 1})
     assert s.sources[0].rows_ok == 2 and s.sources[0].rows_skipped_by_limit == 0
-    assert s.to_dict()["sources"] == [{**source, "rows_skipped_by_limit": 0}]
+    assert s.to_dict()["sources"] == [source]  # as stored: a default the import did not set is not added

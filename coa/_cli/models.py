@@ -109,7 +109,7 @@ def models_export(
     ] = None,
 ) -> None:
     """A Hugging Face model folder with a model card (from_pretrained and push_to_hub take it as is)."""
-    from coa.registry.export import export_model
+    from coa.registry.model_export import export_model
 
     result = export_model(model, str(out), license_id)
     console.print(f"{result.model_uri} -> {result.out} ({', '.join(result.files)})", highlight=False)

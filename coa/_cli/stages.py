@@ -121,8 +121,7 @@ def collect(
             highlight=False,
         )
     typer.echo(f"trajectories: {result.ref.uri}")
-    summary = {k: v for k, v in result.summary.items() if k != "collect"}
-    console.print_json(json.dumps(summary, default=str))
+    console.print_json(json.dumps(s.to_dict(exclude={"collect"})))
 
 
 def _say_resumed(summary: CollectSummary) -> None:

@@ -25,6 +25,7 @@ import asyncio
 import dataclasses
 import logging
 import posixpath
+from typing import Any
 
 import pyarrow.parquet as pq
 
@@ -43,6 +44,7 @@ from coa.collect.runs import (
     summarize,
 )
 from coa.collect.shards import collect_sharded
+from coa.collect.summary import CollectSummary, Outcome, Repair
 from coa.collect.teacher import open_teacher
 from coa.errors import UserError
 from coa.steps import Build, Step, StepInput
@@ -99,7 +101,7 @@ def _build(b: Build) -> None:
         for part in checkpoints.read(run_ids):  # one row group per 256 runs
             write(part)
     b.writer.extra_lineage["collect"] = {**dataclasses.asdict(outcome), **failed}
-    b.summary.update(summarize_rows(b), collect=dataclasses.asdict(outcome), warnings=warnings)
+    b.report(CollectSummary(**summarize_rows(b), collect=_outcome(outcome), warnings=tuple(warnings)))
     b.cleanup.append(checkpoints.remove)
 
 
@@ -110,7 +112,11 @@ def requests_sent(teacher: object) -> int:
     return sum(int(c.stats.requests) for c in clients.values())
 
 
-def summarize_rows(b: Build) -> dict[str, object]:
+def _outcome(outcome: CollectOutcome) -> Outcome:
+    return Outcome(**dataclasses.asdict(outcome))
+
+
+def summarize_rows(b: Build) -> dict[str, Any]:
     """The headline numbers of what was just staged (read back from the checkpoints' rows)."""
     fs, path = b.writer.fs, posixpath.join(b.writer.staging, f"{TABLE}.parquet")
     with fs.open(path, "rb") as fh:
@@ -179,13 +185,13 @@ def _build_retry(b: Build) -> None:
             chunk = old.slice(start, 256).to_pylist()
             write(schemas.TRAJECTORY.from_rows([retried.get(r["run_id"], r) for r in chunk]))
     still = sum(1 for r in retried.values() if r["status"] == FAILED_STATUS)
-    repair = {
-        "of": previous.uri,
-        "retried": len(planned),
-        "still_failed": still,
-        "resumed": outcome.resumed,
-        "requests_sent": sent[0],
-    }
-    b.writer.extra_lineage["repaired"] = repair
-    b.summary.update(summarize_rows(b), repaired=repair, collect=dataclasses.asdict(outcome))
+    repair = Repair(
+        of=previous.uri,
+        retried=len(planned),
+        still_failed=still,
+        resumed=outcome.resumed,
+        requests_sent=sent[0],
+    )
+    b.writer.extra_lineage["repaired"] = repair.model_dump(mode="json")
+    b.report(CollectSummary(**summarize_rows(b), repaired=repair, collect=_outcome(outcome)))
     b.cleanup.append(checkpoints.remove)

@@ -1,17 +1,15 @@
 """The collection step's summary, typed: what :mod:`coa.collect.step` reports and lineage stores.
 
-The runner keeps a step's summary as JSON in ``_lineage.json`` (a reused step hands back what was
-stored), so readers (the CLI, the Prefect artifacts) parse it with :meth:`CollectSummary.from_dict`
-and read fields, never string keys. Reading is tolerant: keys an older artifact did not store take
-their defaults, keys it stored that this version no longer reads are ignored.
+The build reports it (:meth:`coa.steps.Build.report`), the runner keeps it as JSON in
+``_lineage.json`` (a reused step hands back what was stored), readers (the CLI, the Prefect
+artifacts) parse it with :meth:`~coa.steps.StepSummary.from_dict` and read fields, never string keys.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any
-
 from pydantic import BaseModel, ConfigDict, Field
+
+from coa.steps import StepSummary
 
 
 class Outcome(BaseModel):
@@ -37,11 +35,9 @@ class Repair(BaseModel):
     requests_sent: int = Field(description="LLM requests sent by the retry.")
 
 
-class CollectSummary(BaseModel):
+class CollectSummary(StepSummary):
     """What a collection step did, as its lineage records it (:func:`coa.collect.runs.summarize`
     of the committed table, with this call's outcome)."""
-
-    model_config = ConfigDict(frozen=True, extra="ignore")  # stored JSON of any version reads back
 
     runs: int = Field(description="Runs in the table.")
     completed: int = Field(description="Runs that ended with an answer.")
@@ -57,12 +53,3 @@ class CollectSummary(BaseModel):
     collect: Outcome | None = Field(default=None, description="What this call did (resumed runs, …).")
     warnings: tuple[str, ...] = Field(default=(), description="E.g. families a task limit left out.")
     repaired: Repair | None = Field(default=None, description="Set on a retry of the failed runs.")
-
-    @classmethod
-    def from_dict(cls, summary: Mapping[str, Any]) -> CollectSummary:
-        """The summary a step result or a stored lineage record holds."""
-        return cls.model_validate(dict(summary))
-
-    def to_dict(self) -> dict[str, Any]:
-        """The JSON the runner stores in lineage."""
-        return self.model_dump(mode="json")

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import polars as pl
 import pyarrow as pa
+from pydantic import Field
 
 import schemas
 from coa import io
@@ -18,10 +19,18 @@ from coa.convert.core import rl_prompts, sft_examples
 from coa.convert.shards import converted_batches
 from coa.curate.step import TASK_STATS_JSON, TASK_STATS_TABLE
 from coa.curate.task_stats import EMPTY_SCHEMA, from_json
-from coa.steps import Build, Step, StepInput
+from coa.steps import Build, Step, StepInput, StepSummary
 
 SFT_BATCH_ROWS = 1000
 RL_BATCH_ROWS = 10_000
+
+
+class ConvertSummary(StepSummary):
+    """What the convert step wrote: rows per table."""
+
+    sft: int = Field(description="SFT examples (sft.v1).")
+    rl_prompts: int = Field(description="RL prompts (rl_prompt.v1).")
+    quarantine: int = Field(description="Runs and tasks set aside, each with its reason.")
 
 
 def step(config: ConvertConfig, curated: StepInput, tasks: StepInput, name: str = "convert") -> Step:
@@ -86,7 +95,8 @@ def _build(b: Build) -> None:
                 write_prompts(schemas.RL_PROMPT.from_rows(prompts))
             if rejected:
                 write_quarantine(schemas.QUARANTINE.from_rows(rejected))
-    b.summary.update({name: info["rows"] for name, info in b.writer.tables.items()})
+    rows = {name: int(info["rows"]) for name, info in b.writer.tables.items()}
+    b.report(ConvertSummary(sft=rows["sft"], rl_prompts=rows["rl_prompts"], quarantine=rows["quarantine"]))
     if b.executor is not None:
         fs, folder = io.filesystem(scratch)
         b.cleanup.append(lambda: fs.rm(folder, recursive=True) if fs.exists(folder) else None)

@@ -25,7 +25,6 @@ import json
 import os
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import polars as pl
@@ -47,7 +46,7 @@ from coa.curate.filters import (
 )
 from coa.curate.frames import step_frame
 from coa.curate.report import drift_rows, headline_markdown, render_report
-from coa.curate.summary import SummaryBuilder
+from coa.curate.summary import CurationStats, GateCheck, GateRecord, SummaryBuilder
 from coa.curate.text import normalize_many
 from coa.errors import CheckFailed
 from coa.scoring.runs import fill_correct
@@ -67,7 +66,7 @@ class CurateGateError(CheckFailed):
 
     def __init__(self, result: CurateResult) -> None:
         self.result = result
-        names = ", ".join(f"{c['suite']}.{c['check']}" for c in result.failed_expectations)
+        names = ", ".join(f"{c.suite}.{c.check}" for c in result.failed_expectations)
         super().__init__(
             f"curate gate failed ({names}); see the report {result.report_path}"
             + (f" and Data Docs {result.data_docs_path}" if result.data_docs_path else "")
@@ -83,11 +82,11 @@ class CurateResult:
     rows_quarantined: int
     reasons: dict[str, int]
     gate_success: bool
-    failed_expectations: list[dict[str, Any]]
+    failed_expectations: tuple[GateCheck, ...]
     report_path: str
     data_docs_path: str | None
     summary_path: str
-    summary: dict[str, Any]
+    summary: CurationStats
     headline: str
     peak_state_bytes: int
 
@@ -209,7 +208,7 @@ def curate(
     score: Score | None,
     coa_check: CoaCheck | None,
     benchmarks: Mapping[str, pa.Table],
-    previous_summary: Mapping[str, Any] | None,
+    previous_summary: CurationStats | None,
     write_curated: Callable[[pa.Table], None],
     write_quarantine: Callable[[pa.Table], None],
     out_dir: str | os.PathLike[str],
@@ -264,19 +263,20 @@ def curate(
     del curator  # the dedup state goes before the per-run numbers come back from disk
 
     runs = stats.runs()  # lazily, over the spill file: each check reads what it needs
-    gate_info: dict[str, Any] | None = None
+    gate_info: GateRecord | None = None
     docs: str | None = None
     try:
         if gate is not None:
             result = gate.finish(runs.filter(pl.col("kept")), runs)
             docs = result.data_docs_index
-            gate_info = {"success": result.success, "checks": result.checks, "data_docs": docs}
+            checks = tuple(GateCheck.from_dict(c) for c in result.checks)
+            gate_info = GateRecord(success=result.success, checks=checks, data_docs=docs)
         summary = stats.summary(kept_tasks, gate_info)
     finally:
         stats.close()
-    assert summary["rows_in"] == rows_in and summary["rows_kept"] == rows_kept
-    summary["drift"] = drift_rows(summary, previous_summary, config.drift_warn)
-    summary["config"] = config.model_dump(mode="json")
+    assert summary.rows_in == rows_in and summary.rows_kept == rows_kept
+    drift = drift_rows(summary, previous_summary, config.drift_warn)
+    summary = summary.model_copy(update={"drift": drift, "config": config.model_dump(mode="json")})
 
     report_path = out / REPORT_FILE
     href = os.path.relpath(docs, out) if docs else None
@@ -285,14 +285,14 @@ def curate(
         encoding="utf-8",
     )
     summary_path = out / SUMMARY_FILE
-    summary_path.write_text(json.dumps(summary, indent=2, sort_keys=True, default=str), encoding="utf-8")
-    failed = [c for c in (gate_info or {}).get("checks", []) if not c["success"]]
+    summary_path.write_text(json.dumps(summary.to_dict(), indent=2, sort_keys=True), encoding="utf-8")
+    failed = tuple(c for c in gate_info.checks if not c.success) if gate_info is not None else ()
     return CurateResult(
         rows_in=rows_in,
         rows_kept=rows_kept,
         rows_quarantined=rows_quarantined,
-        reasons=dict(summary["reasons"]),
-        gate_success=gate_info is None or bool(gate_info["success"]),
+        reasons=dict(summary.reasons),
+        gate_success=gate_info is None or gate_info.success,
         failed_expectations=failed,
         report_path=str(report_path),
         data_docs_path=docs,

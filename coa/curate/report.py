@@ -1,10 +1,11 @@
 """The trajectory data-quality report (self-contained HTML) and the Prefect markdown headline.
 
-Both are pure functions of summaries (:mod:`coa.curate.summary`): the current run's and, for the
-drift section, the previous run's. Plots are drawn with matplotlib's Agg backend and embedded as
-base64 PNG, so the HTML file stands alone: turns per trajectory, step roles by agent tag, tool
-error rate per tool, observation lengths, tokens per trajectory, filter reasons, and drift versus
-the previous run (a table of metric deltas and overlaid histograms where both runs have data).
+Both are pure functions of the typed statistics (:class:`coa.curate.summary.CurationStats`): the
+current run's and, for the drift section, the previous run's. Plots are drawn with matplotlib's Agg
+backend and embedded as base64 PNG, so the HTML file stands alone: turns per trajectory, step roles
+by agent tag, tool error rate per tool, observation lengths, tokens per trajectory, filter reasons,
+and drift versus the previous run (a table of metric deltas and overlaid histograms where both runs
+have data).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from typing import Any
 import matplotlib
 
 from coa import reporting
+from coa.curate.summary import CurationStats, DriftRow, Histogram, Metrics, ToolStats
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
@@ -74,22 +76,26 @@ def _compact(n: int) -> str:
 
 
 def drift_rows(
-    summary: Mapping[str, Any], previous: Mapping[str, Any] | None, warn: float = 0.25
-) -> list[dict[str, Any]]:
+    summary: CurationStats, previous: CurationStats | None, warn: float = 0.25
+) -> tuple[DriftRow, ...]:
     """Metric, previous, current, delta, relative delta and a ``flag`` past ``warn`` (relative)."""
-    if not previous:
-        return []
-    cur, prev = summary.get("metrics", {}), previous.get("metrics", {})
+    if previous is None:
+        return ()
     rows = []
     for m in DRIFT_METRICS:
-        a, b = prev.get(m), cur.get(m)
+        a, b = _metric(previous.metrics, m), _metric(summary.metrics, m)
         if a is None and b is None:
             continue
         delta = b - a if a is not None and b is not None else None
         rel = delta / abs(a) if delta is not None and a else None
         flag = rel is not None and abs(rel) > warn
-        rows.append({"metric": m, "previous": a, "current": b, "delta": delta, "relative": rel, "flag": flag})
-    return rows
+        rows.append(DriftRow(metric=m, previous=a, current=b, delta=delta, relative=rel, flag=flag))
+    return tuple(rows)
+
+
+def _metric(metrics: Metrics, name: str) -> int | float | None:
+    value: int | float | None = getattr(metrics, name)  # DRIFT_METRICS names fields of Metrics
+    return value
 
 
 # -- plots ---------------------------------------------------------------------------------------
@@ -106,15 +112,15 @@ def _bin_labels(edges: Sequence[int]) -> list[str]:
 
 
 def _hist_plot(
-    series: Sequence[tuple[str, Mapping[str, Any] | None, str]], title: str, normalize: bool = False
+    series: Sequence[tuple[str, Histogram | None, str]], title: str, normalize: bool = False
 ) -> str | None:
     """Bars of fixed-edge histograms, drawn over each other (the first series widest)."""
-    present = [(name, h, color) for name, h, color in series if h and sum(h["counts"])]
+    present = [(name, h, color) for name, h, color in series if h is not None and h.total]
     if not present:
         return None
-    longest = max(present, key=lambda s: len(s[1]["edges"]))[1]["edges"]
+    longest = max((h.edges for _, h, _ in present), key=len)
     n = len(longest) - 1
-    padded = [(name, list(h["counts"]) + [0] * (n - len(h["counts"])), color) for name, h, color in present]
+    padded = [(name, list(h.counts) + [0] * (n - len(h.counts)), color) for name, h, color in present]
     first = min(next(i for i, c in enumerate(counts) if c) for _, counts, _ in padded)
     fig, ax = plt.subplots(figsize=(8, 3.2))
     for k, (name, counts, color) in enumerate(padded):
@@ -156,20 +162,20 @@ def _roles_plot(role_by_agent: Mapping[str, Mapping[str, int]]) -> str | None:
     return _png(fig)
 
 
-def _tools_plot(inp: Mapping[str, Any], kept: Mapping[str, Any]) -> str | None:
+def _tools_plot(inp: Mapping[str, ToolStats], kept: Mapping[str, ToolStats]) -> str | None:
     tools = sorted(set(inp) | set(kept))
     if not tools:
         return None
     fig, ax = plt.subplots(figsize=(8, 3.2))
     xs = range(len(tools))
 
-    def rates(d: Mapping[str, Any]) -> list[float]:
-        return [(d.get(t) or {}).get("error_rate") or 0.0 for t in tools]
+    def rates(d: Mapping[str, ToolStats]) -> list[float]:
+        return [(s.error_rate or 0.0) if (s := d.get(t)) is not None else 0.0 for t in tools]
 
     ax.bar([x - 0.2 for x in xs], rates(inp), width=0.4, color=_INPUT, label="input runs")
     ax.bar([x + 0.2 for x in xs], rates(kept), width=0.4, color=_CURRENT, label="curated runs")
     for x, t in zip(xs, tools, strict=True):
-        calls = (inp.get(t) or {}).get("calls", 0)
+        calls = s.calls if (s := inp.get(t)) is not None else 0
         ax.annotate(
             f"{calls:,} calls", (x, 0), xytext=(0, 2), textcoords="offset points", ha="center", fontsize=7
         )
@@ -204,39 +210,38 @@ def _figure(png: str | None, caption: str, anchor: str) -> str:
 
 
 def render_report(
-    summary: Mapping[str, Any],
-    previous: Mapping[str, Any] | None = None,
+    summary: CurationStats,
+    previous: CurationStats | None = None,
     *,
     data_docs_href: str | None = None,
     title: str = "Trajectory data-quality report",
     drift_warn: float = 0.25,
 ) -> str:
     """The report as one HTML string (see the module docstring)."""
-    m = summary.get("metrics", {})
-    gate = summary.get("gate") or {}
+    m, gate = summary.metrics, summary.gate
     parts: list[str] = []
-    parts.append(f"<p>Created {html.escape(str(summary.get('created_at', '')))}.</p>")
+    parts.append(f"<p>Created {html.escape(summary.created_at)}.</p>")
 
     # headline
-    status = "no gate" if not gate else ("PASSED" if gate.get("success") else "FAILED")
-    cls = "" if not gate else ("ok" if gate.get("success") else "fail")
+    status = "no gate" if gate is None else ("PASSED" if gate.success else "FAILED")
+    cls = "" if gate is None else ("ok" if gate.success else "fail")
     parts.append(f'<h2>Headline</h2><p>Gate: <span class="{cls}">{status}</span></p>')
     parts.append(
         _table(
             ["metric", "value"],
             [
-                ["runs in", summary.get("rows_in")],
-                ["runs kept", summary.get("rows_kept")],
-                ["runs quarantined", summary.get("rows_quarantined")],
-                ["kept rate", m.get("kept_rate")],
-                ["tasks kept", summary.get("kept_tasks")],
-                ["correct rate (scored input runs)", m.get("correct_rate_input")],
-                ["clean-end rate (input)", m.get("clean_end_rate_input")],
-                ["mean steps (curated)", m.get("mean_steps")],
-                ["mean tokens (curated)", m.get("mean_tokens")],
-                ["tool error rate (input)", m.get("tool_error_rate_input")],
-                ["contaminated rate", m.get("contaminated_rate")],
-                ["duplicate rate", m.get("duplicate_rate")],
+                ["runs in", summary.rows_in],
+                ["runs kept", summary.rows_kept],
+                ["runs quarantined", summary.rows_quarantined],
+                ["kept rate", m.kept_rate],
+                ["tasks kept", summary.kept_tasks],
+                ["correct rate (scored input runs)", m.correct_rate_input],
+                ["clean-end rate (input)", m.clean_end_rate_input],
+                ["mean steps (curated)", m.mean_steps],
+                ["mean tokens (curated)", m.mean_tokens],
+                ["tool error rate (input)", m.tool_error_rate_input],
+                ["contaminated rate", m.contaminated_rate],
+                ["duplicate rate", m.duplicate_rate],
             ],
         )
     )
@@ -247,32 +252,31 @@ def render_report(
         parts.append(
             f'<p>Great-expectations Data Docs: <a href="{html.escape(data_docs_href)}">index</a>.</p>'
         )
-    checks = gate.get("checks") or []
+    checks = gate.checks if gate is not None else ()
     if checks:
         parts.append(
             _table(
                 ["suite", "check", "expectation", "success", "observed", "unexpected", "of"],
                 [
                     [
-                        c.get("suite"),
-                        c.get("check"),
-                        c.get("expectation"),
-                        c.get("success"),
-                        c.get("observed_value"),
-                        c.get("unexpected_count"),
-                        c.get("element_count"),
+                        c.suite,
+                        c.check,
+                        c.expectation,
+                        c.success,
+                        c.observed_value,
+                        c.unexpected_count,
+                        c.element_count,
                     ]
                     for c in checks
                 ],
-                ["" if c.get("success") else "flag" for c in checks],
+                ["" if c.success else "flag" for c in checks],
             )
         )
     else:
         parts.append("<p><em>The gate did not run.</em></p>")
 
     # reasons
-    reasons = summary.get("reasons") or {}
-    n_in = summary.get("rows_in") or 0
+    reasons, n_in = summary.reasons, summary.rows_in
     parts.append('<h2 id="reasons">Filter reasons</h2>')
     parts.append(
         _table(
@@ -282,7 +286,7 @@ def render_report(
     )
     parts.append(_figure(_reasons_plot(reasons), "quarantined runs per filter reason", "plot-reasons"))
 
-    hk, hi = summary.get("histograms", {}), summary.get("histograms_input", {})
+    hk, hi = summary.histograms, summary.histograms_input
     parts.append("<h2>Trajectories</h2>")
     parts.append(
         _figure(
@@ -304,33 +308,19 @@ def render_report(
             "plot-tokens",
         )
     )
-    sk, si = summary.get("steps_kept") or {}, summary.get("steps_input") or {}
+    sk, si = summary.steps_kept, summary.steps_input
     parts.append("<h2>Steps</h2>")
-    parts.append(_figure(_roles_plot(sk.get("role_by_agent") or {}), "step roles by agent tag", "plot-roles"))
-    roles = sk.get("roles") or {}
-    if roles:
-        parts.append(_table(["role", "curated steps"], list(roles.items())))
-    parts.append(
-        _figure(
-            _tools_plot(si.get("tools") or {}, sk.get("tools") or {}),
-            "tool error rate per tool",
-            "plot-tools",
-        )
-    )
-    tools = si.get("tools") or {}
-    if tools:
+    parts.append(_figure(_roles_plot(sk.role_by_agent), "step roles by agent tag", "plot-roles"))
+    if sk.roles:
+        parts.append(_table(["role", "curated steps"], list(sk.roles.items())))
+    parts.append(_figure(_tools_plot(si.tools, sk.tools), "tool error rate per tool", "plot-tools"))
+    if si.tools:
         parts.append(
             _table(
                 ["tool", "calls (input)", "errors (input)", "error rate (input)", "error rate (curated)"],
                 [
-                    [
-                        t,
-                        v["calls"],
-                        v["errors"],
-                        v["error_rate"],
-                        ((sk.get("tools") or {}).get(t) or {}).get("error_rate"),
-                    ]
-                    for t, v in tools.items()
+                    [t, v.calls, v.errors, v.error_rate, k.error_rate if (k := sk.tools.get(t)) else None]
+                    for t, v in si.tools.items()
                 ],
             )
         )
@@ -347,30 +337,30 @@ def render_report(
             "plot-observations",
         )
     )
-    fams = summary.get("families") or {}
-    if fams:
+    if summary.families:
         parts.append("<h2>Families and statuses</h2>")
-        parts.append(_table(["family", "input", "kept"], [[f, v["in"], v["kept"]] for f, v in fams.items()]))
-        parts.append(_table(["status (input)", "runs"], list((summary.get("statuses") or {}).items())))
+        families = [[f, v.read, v.kept] for f, v in summary.families.items()]
+        parts.append(_table(["family", "input", "kept"], families))
+        parts.append(_table(["status (input)", "runs"], list(summary.statuses.items())))
 
     # drift
     parts.append('<h2 id="drift">Drift versus the previous run</h2>')
-    if not previous:
+    if previous is None:
         parts.append("<p><em>No previous run to compare with.</em></p>")
     else:
         rows = drift_rows(summary, previous, drift_warn)
         parts.append(
-            f"<p>Previous run created {html.escape(str(previous.get('created_at', '?')))}; "
+            f"<p>Previous run created {html.escape(previous.created_at or '?')}; "
             f"rows marked changed by more than {drift_warn:.0%}.</p>"
         )
         parts.append(
             _table(
                 ["metric", "previous", "current", "delta", "relative"],
-                [[r["metric"], r["previous"], r["current"], r["delta"], r["relative"]] for r in rows],
-                ["flag" if r["flag"] else "" for r in rows],
+                [[r.metric, r.previous, r.current, r.delta, r.relative] for r in rows],
+                ["flag" if r.flag else "" for r in rows],
             )
         )
-        prev_reasons = previous.get("reasons") or {}
+        prev_reasons = previous.reasons
         if prev_reasons or reasons:
             keys = sorted(set(prev_reasons) | set(reasons))
             parts.append(
@@ -379,7 +369,7 @@ def render_report(
                     [[k, prev_reasons.get(k, 0), reasons.get(k, 0)] for k in keys],
                 )
             )
-        ph = previous.get("histograms") or {}
+        ph = previous.histograms
         for metric in ("n_steps", "tokens", "n_tool_calls", "observation_chars"):
             if ph.get(metric) and hk.get(metric):
                 png = _hist_plot(
@@ -391,46 +381,44 @@ def render_report(
     return reporting.page(title, parts)
 
 
-def headline_markdown(summary: Mapping[str, Any], report_path: str | None = None) -> str:
+def headline_markdown(summary: CurationStats, report_path: str | None = None) -> str:
     """The headline numbers as markdown, for the Prefect artifact."""
-    m = summary.get("metrics", {})
-    gate = summary.get("gate") or {}
-    status = "not run" if not gate else ("**passed**" if gate.get("success") else "**FAILED**")
+    m, gate = summary.metrics, summary.gate
+    status = "not run" if gate is None else ("**passed**" if gate.success else "**FAILED**")
     lines = [
         "## Curate",
         "",
         "| metric | value |",
         "| --- | --- |",
-        f"| runs in | {_fmt(summary.get('rows_in'))} |",
-        f"| runs kept | {_fmt(summary.get('rows_kept'))} ({_fmt(m.get('kept_rate'))}) |",
-        f"| runs quarantined | {_fmt(summary.get('rows_quarantined'))} |",
-        f"| tasks kept | {_fmt(summary.get('kept_tasks'))} |",
-        f"| correct rate (scored input) | {_fmt(m.get('correct_rate_input'))} |",
-        f"| mean steps / tokens (curated) | {_fmt(m.get('mean_steps'))} / {_fmt(m.get('mean_tokens'))} |",
-        f"| tool error rate (input) | {_fmt(m.get('tool_error_rate_input'))} |",
+        f"| runs in | {_fmt(summary.rows_in)} |",
+        f"| runs kept | {_fmt(summary.rows_kept)} ({_fmt(m.kept_rate)}) |",
+        f"| runs quarantined | {_fmt(summary.rows_quarantined)} |",
+        f"| tasks kept | {_fmt(summary.kept_tasks)} |",
+        f"| correct rate (scored input) | {_fmt(m.correct_rate_input)} |",
+        f"| mean steps / tokens (curated) | {_fmt(m.mean_steps)} / {_fmt(m.mean_tokens)} |",
+        f"| tool error rate (input) | {_fmt(m.tool_error_rate_input)} |",
         f"| gate | {status} |",
         "",
     ]
-    reasons = summary.get("reasons") or {}
+    reasons = summary.reasons
     if reasons:
         lines += [
             "**Quarantine reasons:** " + ", ".join(f"`{k}` {v:,}" for k, v in list(reasons.items())[:10]),
             "",
         ]
-    failed = [c for c in gate.get("checks") or [] if not c.get("success")]
+    failed = [c for c in gate.checks if not c.success] if gate is not None else []
     if failed:
         lines.append("**Failed expectations:**")
         for c in failed:
             lines.append(
-                f"- `{c.get('suite')}.{c.get('check')}` ({c.get('expectation')}): observed "
-                f"{_fmt(c.get('observed_value'))}, unexpected {_fmt(c.get('unexpected_count'))}"
+                f"- `{c.suite}.{c.check}` ({c.expectation}): observed "
+                f"{_fmt(c.observed_value)}, unexpected {_fmt(c.unexpected_count)}"
             )
         lines.append("")
-    drift = [r for r in summary.get("drift") or [] if r.get("flag")]
+    drift = [r for r in summary.drift if r.flag]
     if drift:
         lines.append(
-            "**Drift:** "
-            + ", ".join(f"{r['metric']} {_fmt(r['previous'])} → {_fmt(r['current'])}" for r in drift)
+            "**Drift:** " + ", ".join(f"{r.metric} {_fmt(r.previous)} → {_fmt(r.current)}" for r in drift)
         )
         lines.append("")
     if report_path:

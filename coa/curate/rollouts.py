@@ -108,11 +108,21 @@ class RolloutRuns:
     """Turns ``rollout.v1`` batches into ``trajectory.v1`` runs of the selected rows; counts as it goes.
 
     ``tasks`` maps a task id to its ``task.v1`` row (family, question, gold answers); ``source`` is
-    the RL artifact's URI and ``at`` its commit time.
+    the RL (or sampling) artifact's URI and ``at`` its commit time; ``teacher`` labels the runs
+    (``rl-policy``, or ``student-r<round>`` for a sampling step's rows, whose ``round`` also goes in
+    ``teacher_config``).
     """
 
-    def __init__(self, tasks: Mapping[str, Mapping[str, Any]], source: str, at: dt.datetime) -> None:
+    def __init__(
+        self,
+        tasks: Mapping[str, Mapping[str, Any]],
+        source: str,
+        at: dt.datetime,
+        teacher: str = TEACHER,
+        round_: int | None = None,
+    ) -> None:
         self.tasks, self.source, self.at = tasks, source, at
+        self.teacher, self.round = teacher, round_
         self.tag = hashlib.sha256(source.encode()).hexdigest()[:10]
         self.counts = {"rollouts": 0, "incorrect": 0, "format_invalid": 0, "not_canonical": 0, "selected": 0}
 
@@ -157,14 +167,14 @@ class RolloutRuns:
             "group": row["group"],
             "sample": row["sample"],
             "reward": row["reward"],
-        }
+        } | ({"round": self.round} if self.round is not None else {})
         return {
             "run_id": f"{row['task_id']}#rl-{self.tag}-s{row['step']}-g{row['group']}-{row['sample']}",
             "task_id": row["task_id"],
             "family": task["family"],
             "question": task["question"],
             "gold_answers": list(task["gold_answers"] or []),
-            "teacher": TEACHER,
+            "teacher": self.teacher,
             "teacher_config": json.dumps(config, sort_keys=True),
             "sample_index": row["sample"],
             "steps": steps,

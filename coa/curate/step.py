@@ -2,7 +2,10 @@
 
 The raw input is a collection's ``trajectory.v1`` table or an RL artifact's ``rollout.v1`` table
 (rejection-sampled trajectories for the next SFT round: its correct, format-valid rows become
-native CoA runs, :mod:`coa.curate.rollouts`; the counts are in the lineage's ``rollouts``).
+native CoA runs, :mod:`coa.curate.rollouts`; the counts are in the lineage's ``rollouts``). An
+optional ``student`` input (a sampling step's ``rollouts``, :mod:`coa.sample`) adds the student's
+correct, format-valid attempts after the teacher's runs (``teacher``: ``student-r<round>``; counts
+in the lineage's ``student``), for the next SFT round.
 
 Batches are read from storage, code runs scored in the sandbox and answers by rule
 (:mod:`coa.scoring.runs`), then curated by :func:`coa.curate.core.curate`. Given an executor
@@ -23,12 +26,12 @@ import datetime as dt
 import json
 import posixpath
 import tempfile
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
 import schemas
 from coa import io
@@ -38,18 +41,17 @@ from coa.curate.decontam import load_benchmarks
 from coa.curate.filters import RowView
 from coa.curate.rollouts import RolloutRuns
 from coa.curate.shards import scored_batches as sharded_scoring
+from coa.curate.summary import CurationStats
 from coa.curate.task_stats import TaskStats
 from coa.format.from_run import coa_check
 from coa.scoring.runs import answer_scorer, code_tests, fill_correct, score_code
-from coa.steps import Build, Step, StepInput
+from coa.steps import Build, Step, StepInput, StepSummary, TableInput
 
 
-class CurateSummary(BaseModel):
+class CurateSummary(StepSummary):
     """What a curation step did, as its lineage records it (the runner stores it as JSON; readers
     parse it with :meth:`from_dict`: keys an older artifact did not store take their defaults, keys
     this version no longer reads are ignored)."""
-
-    model_config = ConfigDict(frozen=True, extra="ignore")  # stored JSON of any version reads back
 
     rows_in: int = Field(description="Runs read.")
     rows_kept: int = Field(description="Runs kept (the curated table).")
@@ -62,15 +64,11 @@ class CurateSummary(BaseModel):
     rollouts: dict[str, int] | None = Field(
         default=None, description="With RL rollouts as input: rollouts read, and why each was left out."
     )
-
-    @classmethod
-    def from_dict(cls, summary: Mapping[str, Any]) -> CurateSummary:
-        """The summary a step result or a stored lineage record holds."""
-        return cls.model_validate(dict(summary))
-
-    def to_dict(self) -> dict[str, Any]:
-        """The JSON the runner stores in lineage."""
-        return self.model_dump(mode="json")
+    student: dict[str, int] | None = Field(
+        default=None,
+        description="With a sampling step's rollouts beside the teacher's runs: rollouts read, why each was "
+        "left out, and how many were selected.",
+    )
 
 
 COA_CHECK_ROW = RowView(
@@ -87,8 +85,20 @@ TASK_STATS_JSON = "task_stats.json"
 """What artifacts before ``task_stats.v1`` hold instead: ``{task_id: [runs, correct runs]}``."""
 
 
-def step(config: CurateConfig, raw: StepInput, tasks: StepInput, name: str = "curate") -> Step:
-    """Curate the runs of ``raw`` (which solved the tasks of ``tasks``)."""
+def step(
+    config: CurateConfig,
+    raw: StepInput,
+    tasks: StepInput,
+    name: str = "curate",
+    student: StepInput | None = None,
+) -> Step:
+    """Curate the runs of ``raw`` (which solved the tasks of ``tasks``), and with ``student`` (a
+    sampling step's ``rollouts``, rollout.v1) the student's correct attempts beside them."""
+    inputs: dict[str, StepInput | None] = {"raw": raw, "tasks": tasks}
+    expects: dict[str, str | tuple[str, ...]] = {"raw": ("trajectory.v1", "rollout.v1"), "tasks": "task.v1"}
+    if student is not None:  # only then, so a plan without rounds keeps its content key
+        inputs["student"] = student
+        expects["student"] = schemas.ROLLOUT.id
     return Step(
         name=name,
         builder="curate",
@@ -96,9 +106,10 @@ def step(config: CurateConfig, raw: StepInput, tasks: StepInput, name: str = "cu
         artifact=config.name,
         config=config,
         build=_build,
-        inputs={"raw": raw, "tasks": tasks},
-        describe="filter, dedup, decontaminate, gate; data-quality report",
-        expects={"raw": ("trajectory.v1", "rollout.v1"), "tasks": "task.v1"},
+        inputs=inputs,
+        describe="filter, dedup, decontaminate, gate; data-quality report"
+        + ("; the teacher's runs beside the student's correct samples" if student is not None else ""),
+        expects=expects,
         produces={
             "trajectories": "trajectory.v1",
             "quarantine": "quarantine.v1",
@@ -111,7 +122,7 @@ def report_uri(ref: io.ArtifactRef) -> str:
     return io.join(ref.uri, REPORT_FILE)
 
 
-def previous_summary(store: io.Store, name: str, exclude: str) -> dict[str, Any] | None:
+def previous_summary(store: io.Store, name: str, exclude: str) -> CurationStats | None:
     """The summary of the most recent other committed curate artifact with this name."""
     fs, root = io.filesystem(posixpath.join(store.root, "curated"))
     if not fs.exists(root):
@@ -127,7 +138,20 @@ def previous_summary(store: io.Store, name: str, exclude: str) -> dict[str, Any]
         created = io.read_lineage(ref)["created_at"]
         if best is None or created > best[0]:
             best = (created, ref.uri)
-    return json.loads(io.read_file(best[1], "summary.json")) if best else None
+    return CurationStats.from_dict(json.loads(io.read_file(best[1], "summary.json"))) if best else None
+
+
+def rollout_runs(b: Build, table: TableInput) -> RolloutRuns:
+    """The adapter of a ``rollout.v1`` input: an RL artifact's rollouts (``rl-policy``) or a sampling
+    step's (``student-r<round>``, the round its lineage's ``sampled`` names)."""
+    lineage = io.read_lineage(table.ref)
+    created = dt.datetime.fromisoformat(lineage["created_at"])
+    task_table = b.table("tasks").read(["task_id", "family", "question", "gold_answers", "test_cases"])
+    tasks = {t["task_id"]: t for t in task_table.to_pylist()}
+    sampled = lineage.get("sampled")
+    if sampled is None:
+        return RolloutRuns(tasks, table.uri, created)
+    return RolloutRuns(tasks, table.uri, created, f"student-r{sampled['round']}", int(sampled["round"]))
 
 
 def _build(b: Build) -> None:
@@ -137,10 +161,9 @@ def _build(b: Build) -> None:
     tests = code_tests(b.table("tasks").read(["task_id", "family", "test_cases"]))
     adapt = None
     if raw.ref.tables[raw.table].schema_id == schemas.ROLLOUT.id:
-        created = dt.datetime.fromisoformat(io.read_lineage(raw.ref)["created_at"])
-        task_table = b.table("tasks").read(["task_id", "family", "question", "gold_answers", "test_cases"])
-        adapt = RolloutRuns({t["task_id"]: t for t in task_table.to_pylist()}, raw.uri, created)
-        del task_table
+        adapt = rollout_runs(b, raw)
+    sampled = b.table("student") if b.optional("student") is not None else None
+    student = rollout_runs(b, sampled) if sampled is not None else None
     judge = None
     if config.judge is not None:
         from coa.scoring.judge import LLMJudge
@@ -160,13 +183,16 @@ def _build(b: Build) -> None:
             ):
                 stats.add(batch)
                 yield batch
-            return
-        for batch in io.iter_batches(raw.ref, raw.table, batch_rows=config.batch_rows):
-            if adapt is not None:
-                batch = adapt(batch)
-            filled, _ = fill_correct(score_code(batch, tests), score)
-            stats.add(filled)
-            yield filled
+        sources: list[tuple[TableInput, RolloutRuns | None]] = [] if sharded else [(raw, adapt)]
+        if sampled is not None:
+            sources.append((sampled, student))
+        for table, adapter in sources:
+            for batch in io.iter_batches(table.ref, table.table, batch_rows=config.batch_rows):
+                if adapter is not None:
+                    batch = adapter(batch)
+                filled, _ = fill_correct(score_code(batch, tests), score)
+                stats.add(filled)
+                yield filled
 
     benchmarks = load_benchmarks(config.decontam.benchmarks)
     previous = previous_summary(b.store, config.name, b.writer.uri)
@@ -204,25 +230,37 @@ def _build(b: Build) -> None:
     if sharded:
         fs, folder = io.filesystem(scratch)
         b.cleanup.append(lambda: fs.rm(folder, recursive=True) if fs.exists(folder) else None)
-    failed = [f"{c['suite']}.{c['check']}" for c in result.failed_expectations]
+    failed = [f"{c.suite}.{c.check}" for c in result.failed_expectations]
     b.writer.extra_lineage["gate"] = {"success": result.gate_success, "failed": failed}
     if adapt is not None:
         b.writer.extra_lineage["rollouts"] = adapt.counts
-        b.summary["rollouts"] = adapt.counts
+    if student is not None:
+        b.writer.extra_lineage["student"] = {
+            "source": student.source,
+            "round": student.round,
+        } | student.counts
     b.writer.extra_lineage["counts"] = {
         "in": result.rows_in,
         "kept": result.rows_kept,
         "reasons": result.reasons,
     }
-    b.summary.update(
-        rows_in=result.rows_in,
-        rows_kept=result.rows_kept,
-        rows_quarantined=result.rows_quarantined,
-        reasons=result.reasons,
-        gate_success=result.gate_success,
-        failed_expectations=failed,
-        headline=result.headline,
-        report=committed_report,
+    inputs: dict[str, Any] = {}  # set only for rollout inputs (RL's, a sampling step's)
+    if adapt is not None:
+        inputs["rollouts"] = adapt.counts
+    if student is not None:
+        inputs["student"] = student.counts
+    b.report(
+        CurateSummary(
+            rows_in=result.rows_in,
+            rows_kept=result.rows_kept,
+            rows_quarantined=result.rows_quarantined,
+            reasons=result.reasons,
+            gate_success=result.gate_success,
+            failed_expectations=tuple(failed),
+            headline=result.headline,
+            report=committed_report,
+            **inputs,
+        )
     )
     if not result.gate_success:
         b.fail(f"curation gate failed ({', '.join(failed)}); see the report {committed_report}")

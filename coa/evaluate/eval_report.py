@@ -2,7 +2,7 @@
 
 :func:`render_eval_report` writes one self-contained HTML page (the shared reporting kit) from an
 evaluation's metrics document (``metrics.json``), optionally beside the teacher's metrics on the
-same benchmarks (:mod:`coa.evaluate.teacher`) and a paired comparison with a baseline evaluation
+same benchmarks (:mod:`coa.evaluate.teacher_comparison`) and a paired comparison with a baseline evaluation
 (:func:`coa.evaluate.compare.compare`: per-benchmark deltas of pass@1 with paired bootstrap
 intervals, the promotion gate's primitive). :func:`headline` is the one-paragraph summary that goes
 to the Prefect markdown artifact. Every report names each benchmark's scorer, says how each figure
@@ -254,7 +254,7 @@ def render_eval_report(
     document: Mapping[str, Any] | None = None,
 ) -> str:
     """The HTML page. ``student`` / ``teacher``: ``benchmarks`` sections of metrics documents;
-    ``comparison``: :func:`coa.evaluate.teacher.token_comparison`; ``deltas``: benchmark → a
+    ``comparison``: :func:`coa.evaluate.teacher_comparison.token_comparison`; ``deltas``: benchmark → a
     :class:`coa.evaluate.compare.Delta` as a dict; ``document``: the student's whole metrics
     document, for the scoring, coverage and tools sections (:func:`scoring_sections`)."""
     parts = [

@@ -17,6 +17,7 @@ estimate is involved.
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -71,12 +72,14 @@ def comparison_rows(
     after: Mapping[str, Mapping[str, float]],
     teacher: Mapping[str, Mapping[str, float]] | None = None,
     after_rl: Mapping[str, Mapping[str, float]] | None = None,
+    rounds: Mapping[int, Mapping[str, Mapping[str, float]]] | None = None,
 ) -> list[dict[str, Any]]:
     """One row per family: n, format-valid and accuracy before → after, tokens/task, teacher's figures.
 
     ``before`` / ``after`` map family → {n, format_valid, accuracy, tokens_per_task,
     tool_calls_per_task}; ``teacher`` the same from :func:`teacher_metrics`; ``after_rl`` (the
-    student after the RL phase that followed SFT) adds the ``*_after_rl`` columns.
+    student after the RL phase that followed SFT) adds the ``*_after_rl`` columns; ``rounds`` (round
+    r ≥ 2 → the metrics of the SFT model of self-improvement round r) adds ``*_after_r<r>`` columns.
     """
     families = [f for f in after if f != ALL] + [ALL]
     rows = []
@@ -98,6 +101,13 @@ def comparison_rows(
                 "teacher_tokens_per_task": t.get("tokens_per_task"),
             }
         )
+        for n, metrics in sorted((rounds or {}).items()):
+            m = metrics.get(family, {})
+            rows[-1] |= {
+                f"format_valid_after_r{n}": m.get("format_valid"),
+                f"accuracy_after_r{n}": m.get("accuracy"),
+                f"tokens_per_task_after_r{n}": m.get("tokens_per_task"),
+            }
         if after_rl is not None:
             r = after_rl.get(family, {})
             rows[-1] |= {
@@ -128,12 +138,34 @@ RL_COLUMNS = (
 """Columns of the student after the RL phase, shown when the rows carry them."""
 
 
+ROUND_KEY = re.compile(r"accuracy_after_r(\d+)")
+"""A row's key of round r's accuracy (``accuracy_after_r2``…)."""
+
+
+def round_numbers(rows: Sequence[Mapping[str, Any]]) -> list[int]:
+    """The self-improvement rounds (2..) the rows carry figures of."""
+    found = {int(m.group(1)) for r in rows for k in r if (m := ROUND_KEY.fullmatch(k))}
+    return sorted(found)
+
+
+def round_columns(n: int) -> tuple[tuple[str, str, str], ...]:
+    """Columns of the SFT model of round ``n``."""
+    return (
+        (f"format_valid_after_r{n}", f"valid round {n}", "{:.0%}"),
+        (f"accuracy_after_r{n}", f"acc. round {n}", "{:.0%}"),
+    )
+
+
 def columns(rows: Sequence[Mapping[str, Any]]) -> tuple[tuple[str, str, str], ...]:
-    """The table's columns: the RL ones after ``acc. after`` when any row has an after-RL figure."""
-    if not any("accuracy_after_rl" in r for r in rows):
+    """The table's columns: each later round's, then the RL ones, after ``acc. after`` (round 1)
+    when the rows carry them."""
+    extra: tuple[tuple[str, str, str], ...] = tuple(c for n in round_numbers(rows) for c in round_columns(n))
+    if any("accuracy_after_rl" in r for r in rows):
+        extra += RL_COLUMNS
+    if not extra:
         return COLUMNS
     at = [key for key, _, _ in COLUMNS].index("accuracy_after") + 1
-    return COLUMNS[:at] + RL_COLUMNS + COLUMNS[at:]
+    return COLUMNS[:at] + extra + COLUMNS[at:]
 
 
 def format_comparison(rows: Sequence[Mapping[str, Any]]) -> str:
@@ -141,6 +173,9 @@ def format_comparison(rows: Sequence[Mapping[str, Any]]) -> str:
     shown = columns(rows)
     header = [label for _, label, _ in shown]
     return aligned_table([header, *([cell(row.get(key), fmt) for key, _, fmt in shown] for row in rows)])
+
+
+ROUND_COLORS = ("#7b4fa6", "#c2549d", "#17becf", "#8c564b")
 
 
 def comparison_plot(rows: Sequence[Mapping[str, Any]]) -> str:
@@ -155,9 +190,20 @@ def comparison_plot(rows: Sequence[Mapping[str, Any]]) -> str:
         ("student after SFT", "#3b75af", "format_valid_after", "accuracy_after", "tokens_per_task_after"),
         ("teacher (multi-agent)", "#e08a3c", None, "teacher_accuracy", "teacher_tokens_per_task"),
     ]
+    for k, n in enumerate(round_numbers(rows)):
+        series.insert(
+            2 + k,
+            (
+                f"student after round {n}",
+                ROUND_COLORS[k % len(ROUND_COLORS)],
+                f"format_valid_after_r{n}",
+                f"accuracy_after_r{n}",
+                f"tokens_per_task_after_r{n}",
+            ),
+        )
     if any("accuracy_after_rl" in r for r in rows):
         series.insert(
-            2,
+            len(series) - 1,
             (
                 "student after RL",
                 "#2ca02c",
@@ -273,11 +319,16 @@ def write_training_report(b: Any) -> list[dict[str, Any]]:
         tokens = cost(ref)
         return {f: {**m, "tokens_per_task": tokens.get(f)} for f, m in read_metrics(ref).items()}
 
+    from coa.evaluate.step import round_inputs
+
+    rounds = round_inputs(b.inputs)
+    round_evals = {n: evaluation.ref for n, (evaluation, _) in rounds.items()}
     rows = comparison_rows(
         with_cost(before_ref),
         with_cost(after_ref) if after_ref else {},
         teacher,
         with_cost(after_rl.ref) if after_rl is not None else None,
+        {n: with_cost(ref) for n, ref in round_evals.items()} or None,
     )
     facts: dict[str, Any] = {
         "held-out tasks": f"{tasks.uri} [{tasks.table}]",
@@ -302,6 +353,15 @@ def write_training_report(b: Any) -> list[dict[str, Any]]:
             "examples / truncated / dropped": f"{result['n_examples']} / {result['n_truncated']} / "
             f"{result['n_dropped']}",
         }
+    for n in sorted(round_evals):
+        model = rounds[n][1]
+        result = json.loads(io.read_file(model.ref, "sft_result.json"))
+        loss = result.get("final_loss")
+        facts[f"round {n}"] = (
+            f"{model.ref.uri}: the round-{n - 1} model fine-tuned on the teacher's runs and its own correct "
+            f"samples; {result['global_step']} steps, final training loss "
+            + (f"{loss:.4f}" if loss is not None else "not logged")
+        )
     notes = [
         "Held-out tasks never appear in training (the synthetic generator keeps the splits apart).",
         "Token cost: teacher = every token its agents send and receive over all LLM calls (endpoint usage, "

@@ -28,7 +28,7 @@ from coa.rollout import Episode, Policy
 from coa.scoring.benchmarks import Verdict
 
 __all__ = [
-    "evaluate_tasks", "open_generator", "read_metrics", "score_predictions", "score_runs", "select_tasks",
+    "evaluate_tasks", "open_generator", "read_metrics", "score_predictions", "score_texts", "select_tasks",
     "variant_of",
 ]  # fmt: skip
 
@@ -95,7 +95,7 @@ def evaluate_tasks(
     task_rows = [rows[i] for i, _ in order]
     runs = [episodes[key] for key in order]
     texts = [model_text(e, policy) for e in runs]
-    scores = score_runs(task_rows, texts, judge, config.scorers)
+    scores = score_texts(task_rows, texts, judge, config.scorers)
     fingerprint = model_fingerprint(policy.name)
     out = []
     for row, episode, text, (prediction, verdict) in zip(task_rows, runs, texts, scores, strict=True):
@@ -146,7 +146,7 @@ def check_format(text: str, variant: str, format_error: str | None = None) -> tu
     return True, None
 
 
-def score_runs(
+def score_texts(
     rows: Sequence[dict[str, Any]],
     texts: Sequence[str],
     judge: Any = None,

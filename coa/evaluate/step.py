@@ -20,6 +20,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from typing import Any
 
 import pyarrow as pa
@@ -32,10 +33,15 @@ from coa.evaluate.eval_report import headline, render_eval_report
 from coa.evaluate.metrics import coverage_of, metrics_document, scorers_used
 from coa.evaluate.replay import LedgerToolBox
 from coa.evaluate.stage import EVAL_TABLE, METRICS_FILE, evaluate_tasks, open_generator, select_tasks
+from coa.evaluate.summary import EvalReportSummary, EvalSummary, TrainingReportSummary
 from coa.steps import Build, ModelInput, Step, StepInput, TableInput
 from coa.tools.config import ToolsConfig, build_toolbox
 
 BENCHMARK_INPUT = "benchmark{}"
+ROUND_EVAL = "after_r"
+"""Prefix of the training report's input of round r's held-out evaluation (``after_r2``…)."""
+ROUND_MODEL = "sft_r"
+"""Prefix of the training report's input of round r's SFT model (``sft_r2``…)."""
 REPORT_FILE = "report.html"
 
 
@@ -171,10 +177,14 @@ def _build(b: Build) -> None:
     b.writer.extra_lineage["model"] = model.name
     b.writer.extra_lineage["tools"] = tools_used
     b.writer.extra_lineage["scorers"] = document["scorers"]
-    b.summary["metrics"] = document["families"]
-    b.summary["benchmarks"] = document["benchmarks"]
-    b.summary["headline"] = headline(model.name, document["benchmarks"], coverage=document["coverage"])
-    b.summary["report"] = io.join(b.writer.uri, REPORT_FILE)
+    b.report(
+        EvalSummary(
+            metrics=document["families"],
+            benchmarks=document["benchmarks"],
+            headline=headline(model.name, document["benchmarks"], coverage=document["coverage"]),
+            report=io.join(b.writer.uri, REPORT_FILE),
+        )
+    )
 
 
 def _families(document: dict[str, Any]) -> str:
@@ -254,10 +264,14 @@ def _build_predictions(b: Build) -> None:
     b.writer.extra_lineage["model"] = model
     b.writer.extra_lineage["predictions"] = document["predictions"]
     b.writer.extra_lineage["scorers"] = document["scorers"]
-    b.summary["metrics"] = document["families"]
-    b.summary["benchmarks"] = document["benchmarks"]
-    b.summary["headline"] = headline(model, document["benchmarks"], coverage=document["coverage"])
-    b.summary["report"] = io.join(b.writer.uri, REPORT_FILE)
+    b.report(
+        EvalSummary(
+            metrics=document["families"],
+            benchmarks=document["benchmarks"],
+            headline=headline(model, document["benchmarks"], coverage=document["coverage"]),
+            report=io.join(b.writer.uri, REPORT_FILE),
+        )
+    )
 
 
 def eval_report_step(
@@ -293,7 +307,7 @@ def eval_report_step(
 def _build_eval_report(b: Build) -> None:
     from coa.evaluate.compare import compare
     from coa.evaluate.metrics import COMPUTATION, benchmark_metrics
-    from coa.evaluate.teacher import teacher_eval_table, token_comparison
+    from coa.evaluate.teacher_comparison import teacher_eval_table, token_comparison
 
     candidate = b.table("candidate")
     rows = candidate.read()
@@ -330,10 +344,15 @@ def _build_eval_report(b: Build) -> None:
             {"student": student, "teacher": teacher, "tokens": comparison, "baseline": deltas}, indent=2
         ),
     )
-    b.summary["headline"] = headline(model, student, comparison or (), deltas)
-    b.summary["report"] = io.join(b.writer.uri, REPORT_FILE)
-    if comparison:  # the tracker's run gets the token reduction against the teacher (coa.tracking)
-        b.summary["tokens_vs_teacher"] = {row["benchmark"]: row for row in comparison}
+    # the tracker's run gets the token reduction against the teacher (coa.tracking)
+    tokens = {"tokens_vs_teacher": {row["benchmark"]: row for row in comparison}} if comparison else {}
+    b.report(
+        EvalReportSummary(
+            headline=headline(model, student, comparison or (), deltas),
+            report=io.join(b.writer.uri, REPORT_FILE),
+            **tokens,
+        )
+    )
 
 
 def report_step(
@@ -346,13 +365,20 @@ def report_step(
     name: str = "report",
     after_rl: StepInput | None = None,
     rl: StepInput | None = None,
+    rounds: Mapping[int, tuple[StepInput, StepInput]] | None = None,
 ) -> Step:
-    """The training report over the evaluations before/after SFT (and after RL) and the teacher's runs."""
+    """The training report over the evaluations before/after SFT (and after RL) and the teacher's runs.
+
+    ``rounds``: round (2..) → (its held-out evaluation, its SFT model), from self-improvement rounds
+    (``rounds: N``); inputs ``after_r<round>`` and ``sft_r<round>``, a column per round."""
     inputs = {"tasks": tasks, "before": before, "after": after, "sft": sft, "teacher": teacher}
     expects = {"tasks": "task.v1", "before": "eval.v1", "after": "eval.v1", "teacher": "trajectory.v1"}
     if after_rl is not None:  # only then, so a plan without RL keeps its content key
         inputs |= {"after_rl": after_rl, "rl": rl}
         expects["after_rl"] = "eval.v1"
+    for r, (evaluation, model) in sorted((rounds or {}).items()):
+        inputs |= {f"{ROUND_EVAL}{r}": evaluation, f"{ROUND_MODEL}{r}": model}
+        expects[f"{ROUND_EVAL}{r}"] = "eval.v1"
     return Step(
         name=name,
         builder="report",
@@ -366,8 +392,18 @@ def report_step(
     )
 
 
+def round_inputs(inputs: Mapping[str, Any]) -> dict[int, tuple[Any, Any]]:
+    """Round → (its evaluation, its SFT model) among a training report's inputs (``after_r2``…)."""
+    out = {}
+    for role, value in inputs.items():
+        number = role.removeprefix(ROUND_EVAL)
+        if role.startswith(ROUND_EVAL) and number.isdigit():
+            out[int(number)] = (value, inputs[f"{ROUND_MODEL}{number}"])
+    return out
+
+
 def _build_report(b: Build) -> None:
     from coa.evaluate.report import write_training_report
 
-    b.summary["comparison"] = write_training_report(b)
-    b.summary["report"] = io.join(b.writer.uri, "report.html")
+    comparison = write_training_report(b)
+    b.report(TrainingReportSummary(comparison=tuple(comparison), report=io.join(b.writer.uri, "report.html")))

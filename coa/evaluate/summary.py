@@ -1,35 +1,24 @@
 """The evaluation steps' summaries, typed: what :mod:`coa.evaluate.step` reports and lineage stores.
 
-The runner keeps a step's summary as JSON in ``_lineage.json`` (a reused step hands back what was
-stored), so readers (the CLI, the Prefect artifacts) parse it with ``from_dict`` and read fields,
-never string keys. Reading is tolerant: keys an older artifact did not store take their defaults,
-keys it stored that this version no longer reads are ignored.
+The build reports it (:meth:`coa.steps.Build.report`), the runner keeps it as JSON in
+``_lineage.json`` (a reused step hands back what was stored), readers (the CLI, the Prefect
+artifacts) parse it with :meth:`~coa.steps.StepSummary.from_dict` and read fields, never string keys.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any, Self
+from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
+
+from coa.steps import StepSummary
 
 
-class Headline(BaseModel):
+class Headline(StepSummary):
     """A report's one-line headline and where the report is (every evaluation step has one)."""
-
-    model_config = ConfigDict(frozen=True, extra="ignore")  # stored JSON of any version reads back
 
     headline: str = Field(default="", description="The report's headline (markdown); empty: none.")
     report: str | None = Field(default=None, description="The committed HTML report's URI.")
-
-    @classmethod
-    def from_dict(cls, summary: Mapping[str, Any]) -> Self:
-        """The summary a step result or a stored lineage record holds."""
-        return cls.model_validate(dict(summary))
-
-    def to_dict(self) -> dict[str, Any]:
-        """The JSON the runner stores in lineage."""
-        return self.model_dump(mode="json")
 
 
 class EvalSummary(Headline):
@@ -42,7 +31,11 @@ class EvalSummary(Headline):
 
 
 class EvalReportSummary(Headline):
-    """What ``eval-report`` wrote: its headline and report (the fields of :class:`Headline`)."""
+    """What ``eval-report`` wrote: its headline and report, and the tokens against the teacher."""
+
+    tokens_vs_teacher: dict[str, dict[str, Any]] | None = Field(
+        default=None, description="Benchmark -> the student's tokens against the teacher's; None: no teacher."
+    )
 
 
 class TrainingReportSummary(Headline):

@@ -57,11 +57,13 @@ from coa.io.refs import (
     ArtifactRef,
     IntegrityError,
     StorageFull,
+    StorageUnavailable,
     TableInfo,
     artifact_key,
     filesystem,
     is_disk_full,
     join,
+    storage_failure,
 )
 from coa.io.writer import ArtifactWriter, Store, write_atomic
 
@@ -78,6 +80,7 @@ __all__ = [
     "ArtifactWriter",
     "IntegrityError",
     "StorageFull",
+    "StorageUnavailable",
     "Store",
     "TableInfo",
     "artifact_key",
@@ -97,6 +100,7 @@ __all__ = [
     "read_parquet_file",
     "read_table",
     "size_mismatch",
+    "storage_failure",
     "verify",
     "write_atomic",
 ]

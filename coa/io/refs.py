@@ -43,6 +43,34 @@ class StorageFull(InfraError, OSError):
     """No space left on the storage device while writing (ENOSPC): nothing was committed."""
 
 
+class StorageUnavailable(InfraError, OSError):
+    """The storage service failed a request after the client's retries (an S3 HTTP 5xx, throttling,
+    a lost connection): what the step was writing is not committed; rerun once the service answers."""
+
+
+_STORAGE_CLIENTS = frozenset({"botocore", "aiobotocore", "s3fs"})
+"""Packages whose errors come from a storage request (aiohttp is left out: the LLM clients use it too)."""
+
+
+def storage_failure(error: BaseException) -> str | None:
+    """What the storage service answered, when ``error`` is (or wraps) a failed request of its client
+    (botocore / s3fs: ``InternalError (HTTP 500) after 5 attempts``); None for any other error."""
+    seen: BaseException | None = error
+    while seen is not None:
+        if type(seen).__module__.split(".")[0] in _STORAGE_CLIENTS:
+            response = getattr(seen, "response", None)
+            if not isinstance(response, Mapping):
+                return " ".join(f"{type(seen).__name__}: {seen}".split())
+            code = response.get("Error", {}).get("Code") or "error"
+            meta = response.get("ResponseMetadata", {})
+            status = meta.get("HTTPStatusCode")
+            attempts = int(meta.get("RetryAttempts") or 0) + 1
+            said = f"HTTP {status}" if str(status) == code else f"{code} (HTTP {status})" if status else code
+            return f"{said} after {attempts} attempt{'s' if attempts > 1 else ''}"
+        seen = seen.__cause__ or seen.__context__
+    return None
+
+
 def is_disk_full(error: BaseException) -> bool:
     """Whether ``error`` (or what it wraps) is ENOSPC; pyarrow re-raises it as a plain OSError."""
     seen: BaseException | None = error

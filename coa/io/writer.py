@@ -123,6 +123,7 @@ class ArtifactWriter:
         self._started = False
         self._committed: ArtifactRef | None = None
         self._lock: Any = None
+        self._claims = 0  # open claim() blocks: commit and abort keep the lock until the last one ends
 
     @property
     def tables(self) -> dict[str, dict[str, Any]]:
@@ -147,12 +148,19 @@ class ArtifactWriter:
     @contextlib.contextmanager
     def claim(self) -> Iterator[None]:
         """Hold this address's lock (local roots; a no-op elsewhere) for a whole build: an identical
-        run started meanwhile waits here, then reuses what this one committed."""
+        run started meanwhile waits here, then reuses what this one committed.
+
+        Inside a claim, :meth:`commit` and :meth:`abort` keep the lock: what the caller does after
+        them (a failure marker written, a stale one removed) happens before an identical run waiting
+        here can look, so it never sees "no failure and no artifact" in between."""
         self._acquire()
+        self._claims += 1
         try:
             yield
         finally:
-            self._release()
+            self._claims -= 1
+            if self._claims == 0:
+                self._release()
 
     def _acquire(self) -> None:
         if self._lock is not None or not self.local:
@@ -169,6 +177,11 @@ class ArtifactWriter:
             fcntl.flock(fh.fileno(), fcntl.LOCK_EX)
         self._lock = fh
 
+    def _done(self) -> None:
+        """The build is over (committed or aborted): drop the lock unless a claim() still holds it."""
+        if self._claims == 0:
+            self._release()
+
     def _release(self) -> None:
         if self._lock is not None:
             self._lock.close()  # closing the file drops the flock
@@ -180,7 +193,7 @@ class ArtifactWriter:
             return
         self._acquire()
         if lookup(self.uri, self.settings) is not None:
-            self._release()
+            self._done()
             raise ArtifactError(
                 f"{self.uri} is already committed (by another run): nothing to write; rerun to reuse it"
             )
@@ -286,7 +299,7 @@ class ArtifactWriter:
         try:
             self._committed = self._commit()
         finally:
-            self._release()
+            self._done()
         return self._committed
 
     def _commit(self) -> ArtifactRef:
@@ -360,7 +373,7 @@ class ArtifactWriter:
             with contextlib.suppress(FileNotFoundError):
                 self.fs.rm(self.staging, recursive=True)
         finally:
-            self._release()
+            self._done()
 
     def __enter__(self) -> ArtifactWriter:
         return self

@@ -11,11 +11,19 @@ from __future__ import annotations
 import tempfile
 from pathlib import Path
 
+from pydantic import Field
+
 from coa.model.config import StudentConfig
 from coa.model.tiny import init_model, sft_corpus
-from coa.steps import Build, Step, StepInput
+from coa.steps import Build, Step, StepInput, StepSummary
 
 MODEL_FOLDER = "model"
+
+
+class StudentSummary(StepSummary):
+    """What the student step built the tiny student's tokenizer on."""
+
+    examples: int = Field(description="SFT examples whose texts trained the tokenizer.")
 
 
 def step(config: StudentConfig, converted: StepInput, name: str = "student") -> Step:
@@ -41,4 +49,4 @@ def _build(b: Build) -> None:
         init_model(sft_corpus(examples), b.step.config, tmp)
         for path in sorted(Path(tmp).iterdir()):
             b.writer.write_file(f"{MODEL_FOLDER}/{path.name}", path.read_bytes())
-    b.summary["examples"] = examples.num_rows
+    b.report(StudentSummary(examples=examples.num_rows))

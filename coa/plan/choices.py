@@ -10,16 +10,21 @@ from __future__ import annotations
 
 from coa.collect import step as collect
 from coa.collect.config import CollectConfig
+from coa.convert import step as convert
+from coa.curate import step as curate
 from coa.errors import UserError
 from coa.evaluate import step as evaluate
 from coa.model import step as student
 from coa.model.config import StudentConfig
 from coa.plan.config import PipelineConfig
 from coa.rl import step as rl
+from coa.sample import step as sample
+from coa.sample.config import SampleConfig
 from coa.steps import ModelInput, Step, StepInput, Upstream
 from coa.synthetic import step as synthetic
 from coa.tasksets import step as tasksets
 from coa.tools.config import ToolsConfig
+from coa.train import step as sft
 
 HELDOUT = Upstream("synthetic", "heldout")
 CONVERTED_SFT = Upstream("convert", "sft")
@@ -97,3 +102,57 @@ def rl_after_evaluation(config: PipelineConfig, start: StepInput, judged: StepIn
         judged = Upstream(SFT_EVAL, "eval")
     steps.append(rl.step(config.rl, start, RL_PROMPTS, evaluation=judged))
     return steps
+
+
+def round_model(r: int) -> str:
+    """The step that fine-tunes round ``r``'s model (``sft`` for round 1, ``sft.r2``…)."""
+    return "sft" if r == 1 else f"sft.r{r}"
+
+
+def round_evaluation(r: int) -> str:
+    """The held-out evaluation of round ``r``'s model (``evaluate.after``, ``evaluate.after_r2``…)."""
+    return "evaluate.after" if r == 1 else f"evaluate.after_r{r}"
+
+
+def later_rounds(
+    config: PipelineConfig, first: Upstream | None, raw: StepInput, train: StepInput, evaluated: bool
+) -> tuple[list[Step], Upstream | None]:
+    """Rounds 2..``config.rounds`` after the round-1 SFT model ``first``, and the last round's model.
+
+    Round r+1: the round-r model samples the training tasks ``train`` (``sample.r<r>``); curation
+    keeps its verified-correct attempts beside the teacher's runs ``raw`` (``curate.r<r+1>``),
+    conversion renders them (``convert.r<r+1>``) and SFT fine-tunes the round-r model on them
+    (``sft.r<r+1>``, the ``sft`` section with ``round_sft`` over it), then (``evaluated``) its
+    held-out evaluation (``evaluate.after_r<r+1>``). No SFT (``first`` None) or one round: no steps.
+    """
+    if first is None or config.rounds == 1:
+        return [], first
+    assert config.curate is not None and config.convert is not None
+    later = config.later_sft()
+    assert later is not None
+    sampling = (config.sampling or SampleConfig()).model_copy(
+        update={
+            "prompt_style": (config.sampling and config.sampling.prompt_style) or config.convert.prompt_style,
+            "variants": config.convert.variants
+            if config.sampling is None or config.sampling.variants is None
+            else config.sampling.variants,
+        }
+    )
+    steps: list[Step] = []
+    model = first
+    for r in range(2, config.rounds + 1):
+        samples = f"sample.r{r - 1}"
+        steps.append(sample.step(sampling, eval_tools(config), model, train, r - 1, name=samples))
+        steps.append(
+            curate.step(config.curate, raw, train, name=f"curate.r{r}", student=Upstream(samples, "rollouts"))
+        )
+        steps.append(
+            convert.step(
+                config.convert, Upstream(f"curate.r{r}", "trajectories"), train, name=f"convert.r{r}"
+            )
+        )
+        steps.append(sft.step(later, model, Upstream(f"convert.r{r}", "sft"), round_model(r)))
+        model = Upstream(round_model(r))
+        if evaluated:
+            steps.append(evaluation(config, model, round_evaluation(r)))
+    return steps, model

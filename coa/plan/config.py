@@ -10,7 +10,7 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import Field, model_validator
 
@@ -23,6 +23,7 @@ from coa.execution import ExecutionConfig
 from coa.model.config import StudentConfig
 from coa.registry.config import GateConfig
 from coa.rl.config import RLStageConfig
+from coa.sample.config import SampleConfig
 from coa.synthetic import SyntheticConfig
 from coa.tasksets.config import TasksConfig
 from coa.tracking.config import TrackingConfig
@@ -102,6 +103,23 @@ class PipelineConfig(StrictModel):
         default=None,
         description="Supervised fine-tuning of the student on the converted examples; null = skip.",
     )
+    rounds: int = Field(
+        default=1,
+        ge=1,
+        description="SFT rounds (self-improvement): after round r the round-r model samples the training "
+        "tasks (`sampling`), its verified-correct attempts are curated beside the teacher's runs, converted, "
+        "and round r+1 fine-tunes the round-r model on them; RL follows the last round. 1 = one SFT.",
+    )
+    sampling: SampleConfig | None = Field(
+        default=None,
+        description="How the student samples the training tasks between rounds (k samples, temperature, "
+        "limits); null = SampleConfig's defaults. Used only with rounds > 1.",
+    )
+    round_sft: dict[str, Any] = Field(
+        default_factory=dict,
+        description="Overrides of the `sft` section for rounds 2.. (e.g. {max_steps: 3000, warmup_steps: "
+        "0}); empty = the same SFT as round 1.",
+    )
     rl: RLStageConfig | None = Field(
         default=None,
         description="Agentic RL (GRPO/DAPO on multi-turn tool rollouts) of the SFT model on the converted "
@@ -141,6 +159,21 @@ class PipelineConfig(StrictModel):
                 f"({self.convert.prompt_style}): the model is evaluated with the prompts it was trained on"
             )
         return self
+
+    @model_validator(mode="after")
+    def _rounds_valid(self) -> PipelineConfig:
+        if self.round_sft and self.sft is None:
+            raise ValueError("round_sft needs an `sft` section (it overrides it for rounds 2..)")
+        self.later_sft()  # round_sft's keys and values must make a valid SFT section
+        return self
+
+    def later_sft(self) -> SFTStageConfig | None:
+        """The SFT section of rounds 2..: ``sft`` with ``round_sft`` over it."""
+        if self.sft is None:
+            return None
+        if not self.round_sft:
+            return self.sft
+        return SFTStageConfig.model_validate(self.sft.model_dump() | self.round_sft)
 
     def fingerprint(self) -> str:
         """Stable hash of the resolved config."""

@@ -29,6 +29,8 @@ from coa.registry.config import GateConfig
 from coa.registry.step import gate_step
 from coa.rl import step as rl
 from coa.rl.config import RLStageConfig
+from coa.sample import step as sample
+from coa.sample.config import SampleConfig
 from coa.steps import Step, StepInput
 from coa.synthetic import SyntheticConfig
 from coa.synthetic import step as synthetic
@@ -68,10 +70,19 @@ def _evaluate(p: Parts) -> Step:
 
 def _report(p: Parts) -> Step:
     i = p.inputs
+    rounds = evaluate.round_inputs(i)
     return evaluate.report_step(
         p.config["run_name"], i["tasks"], i["before"], i.get("after"), i.get("sft"), i.get("teacher"),
-        name=p.name, after_rl=i.get("after_rl"), rl=i.get("rl"),
+        name=p.name, after_rl=i.get("after_rl"), rl=i.get("rl"), rounds=rounds or None,
     )  # fmt: skip
+
+
+def _sample(p: Parts) -> Step:
+    tools = ToolsConfig.model_validate(p.identity["tools"])
+    config = SampleConfig.model_validate(p.config)
+    return sample.step(
+        config, tools, p.input("model"), p.input("tasks"), int(p.identity["round"]), name=p.name
+    )
 
 
 KINDS: dict[str, Builder] = {
@@ -82,8 +93,13 @@ KINDS: dict[str, Builder] = {
         CollectConfig.model_validate(p.config), p.input("previous"), p.input("tasks"), name=p.name
     ),
     "curate": lambda p: curate.step(
-        CurateConfig.model_validate(p.config), p.input("raw"), p.input("tasks"), name=p.name
+        CurateConfig.model_validate(p.config),
+        p.input("raw"),
+        p.input("tasks"),
+        name=p.name,
+        student=p.inputs.get("student"),
     ),
+    "sample": _sample,
     "convert": lambda p: convert.step(
         ConvertConfig.model_validate(p.config), p.input("curated"), p.input("tasks"), name=p.name
     ),

@@ -9,7 +9,10 @@ A night (a date, or any label) runs :func:`nightly_plan`:
 4. ``nightly.merge``: tonight's runs and tasks together with the earlier nights' ones (one
    ``trajectories`` and one ``tasks`` table; a run id seen twice is kept once);
 5. ``curate`` (its dedup and decontamination then work across nights), ``convert``;
-6. ``sft`` from the configured base or from the champion (``promotion.sft_from``);
+6. ``sft`` from the configured base or from the champion (``promotion.sft_from``); with
+   ``rounds: N``, the self-improvement rounds after it (``sample.r1`` on the merged tasks,
+   ``curate.r2`` of the merged runs beside the student's correct samples, ``convert.r2``,
+   ``sft.r2``…; :func:`coa.plan.choices.later_rounds`), the last round's model going on;
 7. ``rl`` on tonight's RL prompts from the SFT model, when the config has an ``rl`` section (with
    ``rl.families: auto``, ``evaluate.sft`` first evaluates the SFT model on the held-out tasks and
    RL trains on the family it leaves weakest among those it solves sometimes: :mod:`coa.rl.family`);
@@ -36,7 +39,7 @@ from collections.abc import Mapping, Sequence
 
 import pyarrow as pa
 import pyarrow.compute as pc
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field
 
 import schemas
 from coa import io
@@ -44,11 +47,19 @@ from coa.collect import step as collect
 from coa.convert import step as convert
 from coa.curate import step as curate
 from coa.errors import UserError
-from coa.plan.choices import CONVERTED_SFT, SFT_EVAL, evaluation, rl_after_evaluation, start_model, task_steps
+from coa.plan.choices import (
+    CONVERTED_SFT,
+    SFT_EVAL,
+    evaluation,
+    later_rounds,
+    rl_after_evaluation,
+    start_model,
+    task_steps,
+)
 from coa.plan.config import PipelineConfig, PromotionConfig
 from coa.registry.step import GATE, gate_step
 from coa.settings import Settings
-from coa.steps import Build, ModelInput, Step, StepInput, TableInput, Upstream
+from coa.steps import Build, ModelInput, Step, StepInput, StepSummary, TableInput, Upstream
 from coa.train import step as sft
 
 NEW_TASKS = "nightly.new_tasks"
@@ -62,6 +73,8 @@ __all__ = [
     "GATE",
     "MERGE",
     "NEW_TASKS",
+    "MergeSummary",
+    "NewTasksSummary",
     "SFT_EVAL",
     "Ledger",
     "Night",
@@ -153,8 +166,12 @@ def nightly_plan(
         config.student, CONVERTED_SFT, champion if promotion.sft_from == "champion" else None
     )
     steps += [*built, sft.step(config.sft, base, CONVERTED_SFT)]
-    steps += rl_after_evaluation(config, Upstream("sft"), None)
-    steps.append(evaluation(config, Upstream("rl" if config.rl is not None else "sft"), CANDIDATE_EVAL))
+    rounds, last = later_rounds(
+        config, Upstream("sft"), Upstream(MERGE, "trajectories"), MERGED_TASKS, evaluated=False
+    )
+    assert last is not None
+    steps += rounds + rl_after_evaluation(config, last, None)
+    steps.append(evaluation(config, Upstream("rl") if config.rl is not None else last, CANDIDATE_EVAL))
     if champion is not None:
         steps.append(evaluation(config, champion, CHAMPION_EVAL))
     steps.append(
@@ -199,6 +216,14 @@ def candidate_step(steps: list[Step]) -> str:
 # -- nightly.new_tasks ---------------------------------------------------------------------------
 
 
+class NewTasksSummary(StepSummary):
+    """What ``nightly.new_tasks`` kept of the tasks offered."""
+
+    offered: int = Field(description="Tasks of tonight's task source.")
+    collected_before: int = Field(description="Of them, tasks an earlier night collected.")
+    new: int = Field(description="Tasks no earlier night collected (tonight's collection runs these).")
+
+
 def new_tasks_step(tasks: StepInput, previous: Mapping[str, StepInput]) -> Step:
     """The tasks of ``tasks`` whose ids none of the ``previous`` collections (night → its
     ``trajectories``) holds."""
@@ -227,12 +252,23 @@ def _build_new_tasks(b: Build) -> None:
     keep = pc.invert(pc.is_in(tasks["task_id"], pa.array(sorted(seen), pa.string())))
     fresh = tasks.filter(keep)
     b.writer.write_table("tasks", fresh, schemas.TASK)
-    b.summary.update(
-        offered=tasks.num_rows, collected_before=tasks.num_rows - fresh.num_rows, new=fresh.num_rows
+    b.report(
+        NewTasksSummary(
+            offered=tasks.num_rows, collected_before=tasks.num_rows - fresh.num_rows, new=fresh.num_rows
+        )
     )
 
 
 # -- nightly.merge -------------------------------------------------------------------------------
+
+
+class MergeSummary(StepSummary):
+    """What ``nightly.merge`` put together."""
+
+    nights: int = Field(description="Collections merged (tonight's and the earlier nights').")
+    runs: int = Field(description="Runs of the merged table (a run id kept once).")
+    tasks: int = Field(description="Tasks of the merged table (a task id kept once).")
+    tonight: int = Field(description="Runs collected tonight.")
 
 
 def merge_step(
@@ -279,9 +315,11 @@ def _build_merge(b: Build) -> None:
     merged_runs, merged_tasks = _concat_unique(runs, "run_id"), _concat_unique(tasks, "task_id")
     b.writer.write_table("trajectories", merged_runs, schemas.TRAJECTORY)
     b.writer.write_table("tasks", merged_tasks, schemas.TASK)
-    b.summary.update(
-        nights=len(runs),
-        runs=merged_runs.num_rows,
-        tasks=merged_tasks.num_rows,
-        tonight=b.table("raw").rows(),
+    b.report(
+        MergeSummary(
+            nights=len(runs),
+            runs=merged_runs.num_rows,
+            tasks=merged_tasks.num_rows,
+            tonight=b.table("raw").rows(),
+        )
     )

@@ -1,8 +1,10 @@
 """The pipeline plan: the ordered list of steps of a ``coa run`` / ``pipeline`` flow run.
 
 tasks (synthetic and/or imported) → collect → curate → convert → student → sft → evaluate the
-student before and after SFT on the held-out tasks → rl (``rl.families: auto`` reads the SFT
-model's evaluation) → evaluate after RL → the teacher on the same tasks → the report.
+student before and after SFT on the held-out tasks → with ``rounds: N``, N-1 self-improvement rounds
+(sample → curate beside the teacher → convert → sft from the previous round → evaluate) → rl after
+the last round (``rl.families: auto`` reads that round's evaluation) → evaluate after RL → the
+teacher on the same tasks → the report.
 
 A stage whose section is absent (``null``) has no step, and the data chain stops there;
 :func:`not_planned` says why a stage has no step. The Prefect flow, ``coa run`` and ``coa run
@@ -22,7 +24,10 @@ from coa.plan.choices import (
     HELDOUT,
     collect_steps,
     evaluation,
+    later_rounds,
     rl_after_evaluation,
+    round_evaluation,
+    round_model,
     start_model,
     task_steps,
 )
@@ -60,20 +65,25 @@ def data_steps(config: PipelineConfig) -> list[Step]:
 
 
 def training_steps(config: PipelineConfig) -> list[Step]:
-    """student → sft → (evaluations before/after) → rl → (evaluation after RL, teacher, report)."""
+    """student → sft → (evaluations before/after) → later rounds → rl → (evaluation after RL,
+    teacher, report)."""
     assert config.student is not None and config.collect is not None
     base, steps = start_model(config.student, CONVERTED_SFT)
     tuned = None
     if config.sft is not None:
         steps.append(sft.step(config.sft, base, CONVERTED_SFT))
         tuned = Upstream("sft")
-    if config.evaluate is None or config.synthetic is None:  # no held-out benchmark: train only
-        return steps + rl_after_evaluation(config, tuned or base, None)
+    evaluated = config.evaluate is not None and config.synthetic is not None
+    if not evaluated:  # no held-out benchmark: train only
+        rounds, last = later_rounds(config, tuned, teacher_runs(config), train_tasks(config), evaluated=False)
+        return steps + rounds + rl_after_evaluation(config, last or base, None)
     steps.append(evaluation(config, base, "evaluate.before"))
     if tuned is not None:
         steps.append(evaluation(config, tuned, "evaluate.after"))
-    judged = Upstream("evaluate.after" if tuned is not None else "evaluate.before", "eval")
-    steps += rl_after_evaluation(config, tuned or base, judged)
+    rounds, last = later_rounds(config, tuned, teacher_runs(config), train_tasks(config), evaluated=True)
+    steps += rounds
+    judged = Upstream(round_evaluation(config.rounds) if last is not None else "evaluate.before", "eval")
+    steps += rl_after_evaluation(config, last or base, judged)
     reinforced = Upstream("rl") if config.rl is not None else None
     if reinforced is not None:
         steps.append(evaluation(config, reinforced, "evaluate.after_rl"))
@@ -88,9 +98,26 @@ def training_steps(config: PipelineConfig) -> list[Step]:
             Upstream("collect.heldout", "trajectories"),
             after_rl=Upstream("evaluate.after_rl", "eval") if reinforced is not None else None,
             rl=reinforced,
+            rounds={
+                r: (Upstream(round_evaluation(r), "eval"), Upstream(round_model(r)))
+                for r in range(2, config.rounds + 1)
+            }
+            if tuned is not None
+            else None,
         )
     )
     return steps
+
+
+def teacher_runs(config: PipelineConfig) -> Upstream:
+    """The teacher's raw runs curation reads (the retry's when configured)."""
+    assert config.collect is not None
+    return Upstream("collect.retry" if config.collect.retry_failed else "collect", "trajectories")
+
+
+def train_tasks(config: PipelineConfig) -> Upstream:
+    """The table the plan trains on: the synthetic ``train`` split, else the imported tasks."""
+    return Upstream("synthetic", "train") if config.synthetic is not None else Upstream("tasks", "tasks")
 
 
 def not_planned(config: PipelineConfig, steps: Sequence[Step]) -> dict[str, str]:

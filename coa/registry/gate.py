@@ -20,10 +20,9 @@ or a ``candidate`` entry with the reasons); the champion moves only on a passing
 
 from __future__ import annotations
 
-import dataclasses
-import json
 from collections.abc import Mapping
-from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
 
 from coa import io
 from coa.evaluate.compare import ALL, compare
@@ -31,30 +30,35 @@ from coa.lineage import Graph, trace
 from coa.registry.config import GateConfig
 from coa.registry.store import Champion, Registry
 from coa.settings import Settings
+from coa.steps import StepSummary
 
 
-@dataclasses.dataclass(frozen=True)
-class Verdict:
-    """The gate's decision, why, and the evidence."""
+class BenchmarkDelta(BaseModel):
+    """The candidate against the champion on one benchmark (:class:`coa.evaluate.compare.Delta`)."""
 
-    promote: bool
-    reasons: tuple[str, ...]
-    checks: dict[str, bool]
-    per_benchmark: dict[str, dict[str, Any]]
+    model_config = ConfigDict(frozen=True, extra="ignore", ser_json_inf_nan="constants")
 
-    def as_dict(self) -> dict[str, Any]:
-        """The gate step's summary (the runner stores it as JSON in lineage)."""
-        return dataclasses.asdict(self)
+    benchmark: str = Field(description="The benchmark (or ``all``).")
+    metric: str = Field(description="The metric compared.")
+    pairs: int = Field(description="(task, sample) pairs both models were evaluated on.")
+    candidate: float = Field(description="The candidate's mean.")
+    baseline: float = Field(description="The champion's mean.")
+    delta: float = Field(description="candidate - champion, paired.")
+    low: float = Field(description="Lower bound of the bootstrap interval of the delta.")
+    high: float = Field(description="Upper bound of the bootstrap interval of the delta.")
+    confidence: float = Field(description="The interval's confidence.")
+    regression: bool = Field(description="Whether the lower bound is below -margin.")
 
-    @classmethod
-    def from_dict(cls, summary: Mapping[str, Any]) -> Verdict:
-        """The verdict a gate step's result or stored lineage record holds (extra keys ignored)."""
-        return cls(
-            promote=bool(summary["promote"]),
-            reasons=tuple(summary["reasons"]),
-            checks=dict(summary["checks"]),
-            per_benchmark=dict(summary.get("per_benchmark") or {}),
-        )
+
+class Verdict(StepSummary):
+    """The gate's decision, why, and the evidence (the gate step's summary)."""
+
+    promote: bool = Field(description="Whether the candidate replaces the champion.")
+    reasons: tuple[str, ...] = Field(description="Why, one line per check that decided it.")
+    checks: dict[str, bool] = Field(description="Check -> passed (lineage, data quality, regression, gain).")
+    per_benchmark: dict[str, BenchmarkDelta] = Field(
+        default_factory=dict, description="Benchmark -> the paired delta against the champion, its interval."
+    )
 
 
 def lineage_checks(graph: Graph, config: GateConfig) -> tuple[dict[str, bool], list[str]]:
@@ -139,11 +143,11 @@ def decide(
     """The verdict on the candidate evaluated in ``candidate_eval`` against ``champion_eval``."""
     graph = trace(candidate_eval, settings)
     checks, reasons = lineage_checks(graph, config)
-    per: dict[str, dict[str, Any]] = {}
+    per: dict[str, BenchmarkDelta] = {}
     if champion_eval is None:
         if all(checks.values()):
             reasons.append("no champion yet: the first candidate that passes the checks is promoted")
-        return Verdict(all(checks.values()), tuple(reasons), checks, per)
+        return Verdict(promote=all(checks.values()), reasons=tuple(reasons), checks=checks, per_benchmark=per)
     cand = io.read_table(candidate_eval, "eval", settings)
     champ = io.read_table(champion_eval, "eval", settings)
     kwargs = {"samples": config.bootstrap_samples, "confidence": config.confidence, "seed": config.seed}
@@ -151,10 +155,10 @@ def decide(
     if not deltas:
         reasons.append("no (task_id, sample_index) pair evaluated by both the candidate and the champion")
         checks["no_regression"] = checks["gain"] = False
-        return Verdict(False, tuple(reasons), checks, per)
+        return Verdict(promote=False, reasons=tuple(reasons), checks=checks, per_benchmark=per)
     regressed = False
     for bench, d in deltas.items():
-        per[bench] = {**d.as_dict(), "regression": d.low < -config.margin}
+        per[bench] = BenchmarkDelta(**d.as_dict(), regression=d.low < -config.margin)
         if bench != ALL and d.low < -config.margin:
             regressed = True
             reasons.append(
@@ -180,7 +184,7 @@ def decide(
             + ("" if gain else f"; needs ≥ {config.min_gain} and > 0")
         )
     checks["no_regression"], checks["gain"] = not regressed, gain
-    return Verdict(all(checks.values()), tuple(reasons), checks, per)
+    return Verdict(promote=all(checks.values()), reasons=tuple(reasons), checks=checks, per_benchmark=per)
 
 
 def apply(
@@ -199,7 +203,7 @@ def apply(
     Idempotent: a verdict already on record for ``model_uri`` (a rerun of the same night) is not
     recorded again, and a model rolled back since is not promoted again by it.
     """
-    record = json.loads(json.dumps(verdict.as_dict(), default=str))  # as the history stores it
+    record = verdict.to_dict()  # as the history stores it
     for entry in registry.history(name):
         if (
             entry.model_uri == model_uri

@@ -1,6 +1,6 @@
 """The gate step: the promotion gate's verdict on a candidate's evaluation as an artifact.
 
-The artifact holds ``verdict.json`` (:meth:`coa.registry.gate.Verdict.as_dict`); its summary is the
+The artifact holds ``verdict.json`` (:class:`coa.registry.gate.Verdict`); its summary is the
 same verdict, which the nightly flow applies to the registry (:func:`coa.registry.gate.apply`).
 """
 
@@ -39,5 +39,5 @@ def _build_gate(b: Build) -> None:
     verdict = decide(
         config, b.table("candidate").uri, champion.ref.uri if champion and champion.ref else None
     )
-    b.writer.write_file(VERDICT_FILE, json.dumps(verdict.as_dict(), indent=2, default=str))
-    b.summary.update(verdict.as_dict())
+    b.writer.write_file(VERDICT_FILE, json.dumps(verdict.to_dict(), indent=2, default=str))
+    b.report(verdict)

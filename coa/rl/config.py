@@ -15,7 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from coa.config import StrictModel
 from coa.errors import CheckFailed
-from coa.llm.config import LLMConfig
+from coa.llm.config import EndpointConfig, LLMConfig
 from coa.rollout.config import MaxTotalTokens, MaxTurns, RolloutLimits
 from coa.tools.config import ToolsConfig
 from coa.train.kit.config import RESUME_FREE_FIELDS as KIT_RESUME_FREE
@@ -30,7 +30,13 @@ from coa.train.kit.config import (
 )
 from coa.train.kit.recipe import Recipe, TrainError
 
-RESUME_FREE_FIELDS = KIT_RESUME_FREE | {"prompts", "alarm_window", "alarm_reward_rise", "alarm_heldout_drop"}
+RESUME_FREE_FIELDS = KIT_RESUME_FREE | {
+    "prompts",
+    "alarm_window",
+    "alarm_reward_rise",
+    "alarm_heldout_drop",
+    "rollout",  # where episodes come from (a restarted server has a new address), not what is trained
+}
 """Fields that may differ between a run and its resumption (they do not change the training itself)."""
 
 
@@ -70,6 +76,43 @@ class RewardWeights(StrictModel):
         ge=0,
         description="DAPO's soft overlong penalty (0 to -1 over the last `overlong_buffer` tokens of the "
         "budget); 0 = off.",
+    )
+
+
+SERVER_URL_ENV = "COA_RL_SERVER_URL"
+SERVER_MODEL_ENV = "COA_RL_SERVER_MODEL"
+
+
+class RLRollout(StrictModel):
+    """Where the RL episodes are generated (``rl.rollout``)."""
+
+    backend: Literal["hf", "hf_batched", "server"] = Field(
+        default="hf",
+        description="hf = transformers generate on the trainer's own weights (micro-batched, lockstep); "
+        "hf_batched = continuous batching in process on the trainer's own weights (no second copy); "
+        "server = an OpenAI-compatible completions server speaking vLLM's token-id protocol (`python -m "
+        "coa.serve`, or vLLM), its weights synced from the trainer before each generation batch.",
+    )
+    server: EndpointConfig | None = Field(
+        default=None,
+        description="The completions server of backend=server (base_url or base_url_env, and the served "
+        f"model name); null = base URL from ${SERVER_URL_ENV} and model from ${SERVER_MODEL_ENV}.",
+    )
+    weight_sync: Literal["full"] = Field(
+        default="full",
+        description="How the server gets the trainer's weights: full = every tensor written to a "
+        "safetensors file the server reads (pause, update_weights, resume: coa.serve's endpoints; the "
+        "file must be on a filesystem both reach). RL trains full weights only, so no adapter sync.",
+    )
+    pause_mode: Literal["keep", "wait"] = Field(
+        default="keep",
+        description="How the server pauses for a weight update: keep = running generations freeze and "
+        "continue on the new weights (they report the oldest version they used); wait = they finish first.",
+    )
+    sync_dir: str | None = Field(
+        default=None,
+        description="Folder the weight files are written to (null = `weight_sync/` in the run's output "
+        "folder); the server must read the same path.",
     )
 
 
@@ -183,6 +226,36 @@ class RLParams(TrainLoop, RolloutLimits):
         description="Least fall of the held-out score (share correct, least-squares over the window) for "
         "the alarm.",
     )
+    rollout: RLRollout = Field(
+        default_factory=RLRollout, description="Where the episodes are generated (backend, server)."
+    )
+    mode: Literal["sync", "async"] = Field(
+        default="sync",
+        description="sync = each generation batch is generated on the current weights, then trained "
+        "on; async = a producer thread keeps generating groups from the server while the trainer "
+        "trains (backend=server only), and each batch takes the oldest finished groups within "
+        "max_staleness. On resume, queued async groups are not persisted: they are regenerated "
+        "from the checkpoint's weights (their rows after the checkpoint are discarded, as in sync).",
+    )
+    max_staleness: int = Field(
+        default=2,
+        ge=0,
+        description="async: a group whose oldest generation is more than this many policy versions "
+        "(generation batches) behind the trainer is dropped, not trained (counted as async/stale_dropped).",
+    )
+    async_groups_in_flight: int | None = Field(
+        default=None,
+        ge=1,
+        description="async: groups generated or queued at once at most; null = prompts_per_step * "
+        "(max_staleness + 1).",
+    )
+    is_correction: Literal["none", "tis"] = Field(
+        default="none",
+        description="Importance correction for behaviour/trainer mismatch: tis = truncated importance "
+        "sampling, each trained token's loss weighted by min(p_trainer / p_behaviour, tis_cap), the "
+        "trainer's probability at the start of the batch and the recorded behaviour logprob.",
+    )
+    tis_cap: float = Field(default=2.0, ge=1, description="Truncation cap of the TIS weight.")
     temperature: float = Field(default=1.0, gt=0, description="Sampling temperature of the rollouts.")
     generation_batch: int = Field(
         default=64, ge=1, description="Most generations batched into one generate call."
@@ -234,11 +307,21 @@ class RLParams(TrainLoop, RolloutLimits):
             )
         if self.epsilon_high < self.epsilon_low:
             raise ValueError("epsilon_high must be >= epsilon_low (clip-higher)")
+        if self.mode == "async" and self.rollout.backend != "server":
+            raise ValueError(
+                "rl.mode: async generates from a completions server while the trainer trains: set "
+                "rl.rollout.backend: server (the in-process backends share the trainer's weights)"
+            )
         return self
 
     @property
     def episodes_per_generation(self) -> int:
         return self.prompts_per_step * self.group_size
+
+    @property
+    def groups_in_flight(self) -> int:
+        """async: groups generated or queued at once at most."""
+        return self.async_groups_in_flight or self.prompts_per_step * (self.max_staleness + 1)
 
     @property
     def planned_steps(self) -> int:
@@ -294,6 +377,15 @@ class RLResult(BaseModel):
     )
     alarm: str | None = Field(
         default=None, description="The reward-hacking alarm's message (its first firing); None = never."
+    )
+    rollout_backend: str = Field(default="hf", description="Where the episodes were generated (rl.rollout).")
+    mode: str = Field(default="sync", description="sync or async (rl.mode).")
+    rollout_stats: dict[str, float] = Field(
+        default_factory=dict,
+        description="Over this call: trainer_idle_s / trainer_idle_share (time in the rollout hook: "
+        "generating in sync mode, waiting for groups and pushing weights in async), staleness_mean / "
+        "staleness_max of the trained groups (policy versions), stale_dropped_groups / _share, "
+        "groups_trained, weight_syncs and weight_sync_s (backend=server).",
     )
 
 

@@ -25,6 +25,13 @@ CURVE_KEYS = (
     "rollout/tool_calls_mean",
     "rollout/wall_s",
     "rollout/tool_s",
+    "rollout/hook_s",
+    "async/staleness_mean",
+    "async/staleness_max",
+    "async/stale_dropped",
+    "async/wait_s",
+    "tis/weight_mean",
+    "tis/capped_share",
     "step_time",
 )
 

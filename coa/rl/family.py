@@ -22,6 +22,7 @@ import pyarrow as pa
 
 from coa.evaluate.metrics import percent_by_family
 from coa.rl.config import RLError
+from coa.rl.summary import FamilyChoice
 
 EVAL_COLUMNS = ("family", "correct", "format_valid")
 """The ``eval.v1`` columns the pick reads (the RL step reads only these)."""
@@ -48,8 +49,8 @@ def accuracy_by_family(evaluation: pa.Table) -> dict[str, dict[str, Any]]:
     return dict(sorted(out.items()))
 
 
-def pick_family(evaluation: pa.Table, prompt_families: Iterable[str]) -> dict[str, Any]:
-    """The family to train on: ``{family, accuracy (per family), rule, warning}`` (see the module)."""
+def pick_family(evaluation: pa.Table, prompt_families: Iterable[str]) -> FamilyChoice:
+    """The family to train on, the accuracies that decided it, the rule and a warning (see the module)."""
     available = set(prompt_families)
     scores = {f: s for f, s in accuracy_by_family(evaluation).items() if f in available}
     if not scores:
@@ -78,4 +79,4 @@ def pick_family(evaluation: pa.Table, prompt_families: Iterable[str]) -> dict[st
             f"({percent_by_family(accuracy)}); "
             f"RL trains on {family}, where GRPO may have nothing to learn from (see the learning signal)"
         )
-    return {"family": family, "accuracy": accuracy, "rule": rule, "warning": warning}
+    return FamilyChoice(family=family, accuracy=accuracy, rule=rule, warning=warning)

@@ -16,7 +16,12 @@ repeated ``group_size`` times, consecutively) into the batch the trainer trains 
    ``mask_truncated`` (overlong filtering): they are kept for the group baseline but trained on
    nowhere.
 
-Every episode, kept or dropped, becomes a ``rollout.v1`` row.
+Every episode, kept or dropped, becomes a ``rollout.v1`` row, with the policy version it was
+sampled with (the oldest its generations report: a server's ``weight_version``, or the trainer's
+step for the in-process backends) and its behaviour logprobs (null on environment ids).
+
+The asynchronous mode's producer (:mod:`coa.rl.producer`) makes groups one by one with
+:meth:`RolloutSource.make_group` and picks a batch from them with :func:`select_groups`.
 """
 
 from __future__ import annotations
@@ -50,6 +55,16 @@ class Group:
     def zero_variance(self) -> bool:
         totals = [r.total for r in self.rewards]
         return max(totals) - min(totals) < 1e-9
+
+    def version(self, default: int) -> int:
+        """The oldest policy version any of its generations was sampled with (``default`` when the
+        policy reports none: the in-process backends sample with the trainer's current weights)."""
+        return min((episode_version(e, default) for e in self.episodes), default=default)
+
+
+def episode_version(episode: Episode, default: int) -> int:
+    """The oldest weight version the episode's generations report, else ``default``."""
+    return min((v for v in episode.policy_versions if v is not None), default=default)
 
 
 @dataclasses.dataclass
@@ -143,16 +158,24 @@ class RolloutSource:
         g = self.params.group_size
         episodes, rewards = self.episodes(prompt_ids, policy, g)
         return [
-            Group(
-                pid,
-                str(self.prompts[pid]["task_id"]),
-                int(self.prompts[pid]["group_index"]),
-                str(self.prompts[pid]["variant"]),
-                episodes[i * g : (i + 1) * g],
-                rewards[i * g : (i + 1) * g],
-            )
+            self.make_group(pid, episodes[i * g : (i + 1) * g], rewards[i * g : (i + 1) * g])
             for i, pid in enumerate(prompt_ids)
         ]
+
+    def make_group(self, prompt_id: str, episodes: list[Episode], rewards: list[Reward]) -> Group:
+        """The group of ``prompt_id`` from its scored episodes."""
+        row = self.prompts[prompt_id]
+        return Group(
+            prompt_id, str(row["task_id"]), int(row["group_index"]), str(row["variant"]), episodes, rewards
+        )
+
+    def score_group(self, prompt_id: str, episodes: list[Episode], codec: Codec) -> Group:
+        """Score the episodes of one prompt (the async producer's groups)."""
+        texts = [model_text(e, codec.eos_ids, codec.decode) for e in episodes]
+        rows = [self.prompts[prompt_id]] * len(episodes)
+        return self.make_group(
+            prompt_id, episodes, score_episodes(episodes, rows, texts, self.params, self.judge)
+        )
 
     def batch(
         self, requested: Sequence[str], policy: Policy, step: int, deadline: float | None = None
@@ -185,31 +208,40 @@ class RolloutSource:
         chosen += dropped[:shortfall]
         chosen_ids = {id(gr) for gr in chosen}
         rows = [
-            rollout_row(gr, k, step, id(gr) in chosen_ids, self.params.mask_truncated)
+            rollout_row(gr, k, step, id(gr) in chosen_ids, self.params.mask_truncated, step)
             for gr in every
             for k in range(len(gr.episodes))
         ]
-        episodes = [e for gr in every for e in gr.episodes]
-        stats = {
-            "dynamic/zero_variance_share": sum(gr.zero_variance for gr in rounds[0]) / len(rounds[0]),
-            "dynamic/groups_generated": float(len(every)),
-            "dynamic/shortfall_groups": float(shortfall),
-            "rollout/episodes": float(len(episodes)),
-            "rollout/tool_calls_mean": sum(len(e.tool_calls) for e in episodes) / len(episodes),
-            "rollout/truncated_share": sum(e.finish in TRUNCATED for e in episodes) / len(episodes),
-            "rollout/generation_s": max((e.generation_s for e in episodes), default=0.0),
-            "rollout/tool_s": sum(e.tool_s for e in episodes),
-            "rollout/wall_s": time.perf_counter() - start,
-        }
-        for name in TERMS:
-            stats[f"rollout/{name}_mean"] = sum(r.term(name) for gr in every for r in gr.rewards) / len(
-                episodes
-            )
+        stats = batch_stats(every, rounds[0], shortfall, start)
         return RolloutBatch(chosen, rows, stats)
 
 
-def rollout_row(group: Group, k: int, step: int, kept: bool, mask_truncated: bool) -> dict[str, Any]:
-    """The ``rollout.v1`` row of episode ``k`` of ``group``."""
+def batch_stats(
+    every: Sequence[Group], first: Sequence[Group], shortfall: int, start: float
+) -> dict[str, float]:
+    """The metrics of one generation batch (``every`` group generated; ``first`` the requested ones)."""
+    episodes = [e for gr in every for e in gr.episodes]
+    stats = {
+        "dynamic/zero_variance_share": sum(gr.zero_variance for gr in first) / max(1, len(first)),
+        "dynamic/groups_generated": float(len(every)),
+        "dynamic/shortfall_groups": float(shortfall),
+        "rollout/episodes": float(len(episodes)),
+        "rollout/tool_calls_mean": sum(len(e.tool_calls) for e in episodes) / len(episodes),
+        "rollout/truncated_share": sum(e.finish in TRUNCATED for e in episodes) / len(episodes),
+        "rollout/generation_s": max((e.generation_s for e in episodes), default=0.0),
+        "rollout/tool_s": sum(e.tool_s for e in episodes),
+        "rollout/wall_s": time.perf_counter() - start,
+    }
+    for name in TERMS:
+        stats[f"rollout/{name}_mean"] = sum(r.term(name) for gr in every for r in gr.rewards) / len(episodes)
+    return stats
+
+
+def rollout_row(
+    group: Group, k: int, step: int, kept: bool, mask_truncated: bool, version: int
+) -> dict[str, Any]:
+    """The ``rollout.v1`` row of episode ``k`` of ``group`` (``version``: the trainer's weights, for a
+    policy that reports none)."""
     episode, reward = group.episodes[k], group.rewards[k]
     return {
         "task_id": group.task_id,
@@ -230,4 +262,6 @@ def rollout_row(group: Group, k: int, step: int, kept: bool, mask_truncated: boo
         "tokens": episode.completion_tokens,
         "finish": episode.finish or "",
         "kept": kept,
+        "policy_version": episode_version(episode, version),
+        "behaviour_logprobs": [None if lp is None else float(lp) for lp in episode.logprobs],
     }

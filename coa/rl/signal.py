@@ -19,8 +19,10 @@ from typing import Any
 
 import pyarrow as pa
 
+from coa.rl.summary import LearningSignal
 
-def learning_signal(rollouts: pa.Table, family_of: Mapping[str, str]) -> dict[str, Any]:
+
+def learning_signal(rollouts: pa.Table, family_of: Mapping[str, str]) -> LearningSignal:
     """Per run and per family: episodes, share correct, groups, groups with a correct episode, and
     groups whose episodes differ in correctness (the ones that teach accuracy).
 
@@ -48,7 +50,7 @@ def learning_signal(rollouts: pa.Table, family_of: Mapping[str, str]) -> dict[st
     out["families"] = {
         fam: summary([k for k in groups if k[0] == fam]) for fam in sorted({k[0] for k in groups})
     }
-    out["warning"] = (
+    warning = (
         f"no RL rollout was correct ({out['episodes']:,} episodes in {out['groups']:,} groups): the run "
         "learned only from the shaping terms (format, efficiency, overlong) and could not raise accuracy. "
         "RL needs a family the starting model solves sometimes: train it further with SFT first, or pick "
@@ -56,4 +58,4 @@ def learning_signal(rollouts: pa.Table, family_of: Mapping[str, str]) -> dict[st
         if out["groups"] and not out["groups_with_a_correct_episode"]
         else None
     )
-    return out
+    return LearningSignal(**out, warning=warning)

@@ -26,6 +26,7 @@ from coa.errors import UserError
 from coa.rl.config import RL, EntropyCollapse, RLParams, RLResult, RLRunConfig, RLStageConfig
 from coa.rl.family import EVAL_COLUMNS, pick_family
 from coa.rl.signal import learning_signal
+from coa.rl.summary import RLCollapsed, RLSummary
 from coa.steps import Build, Step, StepInput
 from coa.train.kit.launch import launch_accelerate, resolve_launcher, work_dir
 
@@ -87,10 +88,10 @@ def _build(b: Build, callbacks: Sequence[Any]) -> None:
     if config.families == "auto":
         families = prompts.read(["family"]).column("family").to_pylist()
         choice = pick_family(b.table("evaluation").read(list(EVAL_COLUMNS)), families)
-        params["families"] = (choice["family"],)
-        log.info("rl: families auto -> %s (%s; %s)", choice["family"], choice["rule"], choice["accuracy"])
-        if choice["warning"]:
-            log.warning("rl: %s", choice["warning"])
+        params["families"] = (choice.family,)
+        log.info("rl: families auto -> %s (%s; %s)", choice.family, choice.rule, choice.accuracy)
+        if choice.warning:
+            log.warning("rl: %s", choice.warning)
     observations = b.store.root if "://" not in b.store.root else None
     run_config = RLRunConfig(
         **params, base_model=base.local_path(), output_dir=str(out), observation_root=observations
@@ -101,7 +102,7 @@ def _build(b: Build, callbacks: Sequence[Any]) -> None:
             "prompts": {"uri": prompts.uri, "content_hash": prompts.ref.content_hash, "rows": prompts.rows()},
             "rewards": config.rewards.model_dump(mode="json"),
             "families": list(params["families"]) if params["families"] is not None else None,
-            "family_choice": choice,  # rl.families: auto (None when named)
+            "family_choice": choice.model_dump(mode="json") if choice else None,  # rl.families: auto
         }
     )
     try:
@@ -118,7 +119,7 @@ def _build(b: Build, callbacks: Sequence[Any]) -> None:
             result = RLResult.model_validate(launched)
     except EntropyCollapse as e:
         b.writer.write_table(ROLLOUTS_TABLE, read_rollouts(out / ROLLOUTS_DIR), schemas.ROLLOUT)
-        b.summary["entropy_collapse"] = str(e)
+        b.report(RLCollapsed(entropy_collapse=str(e)))
         b.fail(str(e))
         return
     b.writer.put_folder(MODEL_FOLDER, result.model_dir)
@@ -126,8 +127,8 @@ def _build(b: Build, callbacks: Sequence[Any]) -> None:
     b.writer.write_table(ROLLOUTS_TABLE, rollouts, schemas.ROLLOUT)
     ids = prompts.read(["prompt_id", "family"]).to_pydict()
     signal = learning_signal(rollouts, dict(zip(ids["prompt_id"], ids["family"], strict=True)))
-    if signal["warning"]:
-        log.warning("rl: %s", signal["warning"])
+    if signal.warning:
+        log.warning("rl: %s", signal.warning)
     b.writer.put_file(CURVES_PNG, result.curves_png)
     b.writer.write_file(RESULT_FILE, result.model_dump_json(indent=2))
     b.writer.extra_lineage.update(
@@ -137,24 +138,29 @@ def _build(b: Build, callbacks: Sequence[Any]) -> None:
             "judge_audit": result.judge_audit,  # None: no judge (web answers by exact match / F1)
             "heldout": {"prompts": result.heldout_prompts, "points": result.heldout},
             "alarm": result.alarm,  # the reward-hacking alarm's first firing; None = never
-            "learning_signal": signal,  # groups with a correct episode, per family
+            # groups with a correct episode, per family
+            "learning_signal": signal.model_dump(mode="json") | {"warning": signal.warning},
+            # where episodes came from, sync or async, trainer idle share, staleness, stale drops
+            "rollout": {"backend": result.rollout_backend, "mode": result.mode, **result.rollout_stats},
         }
     )
     last = result.curves[-1] if result.curves else {}
-    b.summary.update(
-        steps_planned=result.steps_planned,
-        steps_run=result.global_step,
-        rollouts=result.rollouts,
-        device=result.device,
-        train_runtime_s=result.train_runtime_s,
-        final_reward=last.get("reward"),
-        final_entropy=last.get("entropy"),
-        curves=result.curves[:: max(1, len(result.curves) // 50)],
-        heldout=result.heldout,
-        alarm=result.alarm,
-        learning_signal={k: v for k, v in signal.items() if k != "warning"},
-        no_signal=signal["warning"],
-        family_choice=choice,
+    b.report(
+        RLSummary(
+            steps_planned=result.steps_planned,
+            steps_run=result.global_step,
+            rollouts=result.rollouts,
+            device=result.device,
+            train_runtime_s=result.train_runtime_s,
+            final_reward=last.get("reward"),  # a logged point holds the keys that were logged
+            final_entropy=last.get("entropy"),
+            curves=tuple(result.curves[:: max(1, len(result.curves) // 50)]),
+            heldout=tuple(result.heldout),
+            alarm=result.alarm,
+            learning_signal=signal,
+            no_signal=signal.warning,
+            family_choice=choice,
+        )
     )
     b.cleanup.append(lambda: shutil.rmtree(out, ignore_errors=True))
 

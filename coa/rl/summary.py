@@ -8,10 +8,9 @@ their defaults, keys it stored that this version no longer reads are ignored.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any
-
 from pydantic import BaseModel, ConfigDict, Field
+
+from coa.steps import StepSummary
 
 
 class FamilyChoice(BaseModel):
@@ -37,12 +36,15 @@ class LearningSignal(BaseModel):
     groups_with_a_correct_episode: int = Field(description="Groups that held at least one correct episode.")
     mixed_groups: int = Field(description="Groups whose episodes differ in correctness (these teach).")
     families: dict[str, dict[str, float]] = Field(default_factory=dict, description="The same, per family.")
+    warning: str | None = Field(
+        default=None,
+        exclude=True,  # the summary stores it as ``no_signal``, beside the counts
+        description="A sentence when no group held a correct episode (the run could not raise accuracy).",
+    )
 
 
-class RLSummary(BaseModel):
+class RLSummary(StepSummary):
     """What an RL step did, as its lineage records it."""
-
-    model_config = ConfigDict(frozen=True, extra="ignore")  # stored JSON of any version reads back
 
     steps_planned: int = Field(description="Optimizer steps of the plan in force at the end.")
     steps_run: int = Field(description="The global step reached (resumed steps included).")
@@ -64,11 +66,8 @@ class RLSummary(BaseModel):
     no_signal: str | None = Field(default=None, description="Set when too few groups can teach anything.")
     family_choice: FamilyChoice | None = Field(default=None, description="With rl.families: auto.")
 
-    @classmethod
-    def from_dict(cls, summary: Mapping[str, Any]) -> RLSummary:
-        """The summary a step result or a stored lineage record holds."""
-        return cls.model_validate(dict(summary))
 
-    def to_dict(self) -> dict[str, Any]:
-        """The JSON the runner stores in lineage."""
-        return self.model_dump(mode="json")
+class RLCollapsed(StepSummary):
+    """What a stopped RL step reports: the entropy guard's message (the rollouts are committed)."""
+
+    entropy_collapse: str = Field(description="Why the entropy guard stopped the run.")

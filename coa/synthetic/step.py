@@ -2,11 +2,20 @@
 
 from __future__ import annotations
 
+from pydantic import Field
+
 import schemas
-from coa.steps import Build, Step
+from coa.steps import Build, Step, StepSummary
 from coa.synthetic import SyntheticConfig, generate_all
 
 SPLITS = ("train", "heldout")
+
+
+class SyntheticSummary(StepSummary):
+    """What the synthetic step generated: tasks per split."""
+
+    train: int = Field(description="Tasks of the train split.")
+    heldout: int = Field(description="Tasks of the held-out split.")
 
 
 def step(config: SyntheticConfig, name: str = "synthetic") -> Step:
@@ -27,4 +36,4 @@ def _build(b: Build) -> None:
     tables = generate_all(b.step.config)
     for split in SPLITS:
         b.writer.write_table(split, tables[split], schemas.TASK)
-        b.summary[split] = tables[split].num_rows
+    b.report(SyntheticSummary(train=tables["train"].num_rows, heldout=tables["heldout"].num_rows))

@@ -7,14 +7,12 @@ and the flow give the same artifact for the same files.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
-from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
 import schemas
 from coa import io
-from coa.steps import Build, Step
+from coa.steps import Build, Step, StepSummary
 from coa.tasksets.config import TasksConfig
 from coa.tasksets.importer import ProgressFn, TaskImportError, import_tasks
 
@@ -33,25 +31,14 @@ class ImportedSource(BaseModel):
     rows_skipped_by_limit: int = Field(default=0, description="Usable rows past the source's limit.")
 
 
-class TasksSummary(BaseModel):
+class TasksSummary(StepSummary):
     """What a task import did, as its lineage records it (the runner stores it as JSON; readers parse
     it with :meth:`from_dict`: keys an older artifact did not store take their defaults, keys this
     version no longer reads are ignored)."""
 
-    model_config = ConfigDict(frozen=True, extra="ignore")  # stored JSON of any version reads back
-
     sources: tuple[ImportedSource, ...] = Field(default=(), description="Per source, in order.")
     tasks: int = Field(default=0, description="Tasks imported.")
     quarantined: int = Field(default=0, description="Rows quarantined.")
-
-    @classmethod
-    def from_dict(cls, summary: Mapping[str, Any]) -> TasksSummary:
-        """The summary a step result or a stored lineage record holds."""
-        return cls.model_validate(dict(summary))
-
-    def to_dict(self) -> dict[str, Any]:
-        """The JSON the runner stores in lineage."""
-        return self.model_dump(mode="json")
 
 
 def step(config: TasksConfig, name: str = "tasks") -> Step:
@@ -81,8 +68,13 @@ def _build(b: Build) -> None:
     b.writer.extra_lineage["sources"] = [dataclasses.asdict(s) for s in result.sources]
     b.writer.write_table("tasks", result.tasks, schemas.TASK)
     b.writer.write_table("quarantine", result.quarantine, schemas.QUARANTINE)
-    b.summary["sources"] = [dataclasses.asdict(s) for s in result.sources]
-    b.summary["tasks"], b.summary["quarantined"] = result.tasks.num_rows, result.quarantine.num_rows
+    b.report(
+        TasksSummary(
+            sources=tuple(ImportedSource(**dataclasses.asdict(s)) for s in result.sources),
+            tasks=result.tasks.num_rows,
+            quarantined=result.quarantine.num_rows,
+        )
+    )
 
 
 def _per_source(b: Build) -> ProgressFn | None:

@@ -176,9 +176,10 @@ def _run(config: SFTRunConfig, output_dir: str | None, resume: bool) -> SFTResul
 
 
 def _summary(result: SFTResult) -> dict[str, Any]:
-    summary = result.model_dump(mode="json", exclude={"loss_curve"})
-    summary["loss_curve_points"] = len(result.loss_curve)
-    return summary
+    """What ``python -m coa.train.sft`` prints: the result, its loss curve as a count of points."""
+    return result.model_dump(mode="json", exclude={"loss_curve"}) | {
+        "loss_curve_points": len(result.loss_curve)
+    }
 
 
 def _unsound(result: SFTResult) -> str | None:

@@ -24,6 +24,7 @@ import pyarrow.compute as pc
 from coa.steps import Build, Step, StepInput
 from coa.train.config import SFT, SFTError, SFTParams, SFTResult, SFTRunConfig, SFTStageConfig
 from coa.train.kit.launch import launch_accelerate, resolve_launcher, work_dir
+from coa.train.summary import SFTSummary
 
 SFT_TABLE = "sft"
 MODEL_FOLDER = "model"
@@ -101,17 +102,19 @@ def _build(b: Build, callbacks: Sequence[Any]) -> None:
             "tokens_seen": result.tokens_seen,
         }
     )
-    b.summary.update(
-        steps_planned=result.steps_planned,
-        steps_run=result.global_step,
-        final_loss=result.final_loss,
-        tokens_seen=result.tokens_seen,
-        tokens_per_s=result.tokens_per_s,
-        device=result.device,
-        heldout_loss=result.heldout_loss_curve[-1][1] if result.heldout_loss_curve else None,
-        n_heldout=result.n_heldout,
-        overfit_warning=result.overfit_warning,
-        loss_curve=[[s, v] for s, v in result.loss_curve[:: max(1, len(result.loss_curve) // 50)]],
+    b.report(
+        SFTSummary(
+            steps_planned=result.steps_planned,
+            steps_run=result.global_step,
+            final_loss=result.final_loss,
+            tokens_seen=result.tokens_seen,
+            tokens_per_s=result.tokens_per_s,
+            device=result.device,
+            heldout_loss=result.heldout_loss_curve[-1][1] if result.heldout_loss_curve else None,
+            n_heldout=result.n_heldout,
+            overfit_warning=result.overfit_warning,
+            loss_curve=tuple((s, v) for s, v in result.loss_curve[:: max(1, len(result.loss_curve) // 50)]),
+        )
     )
     b.cleanup.append(lambda: shutil.rmtree(out, ignore_errors=True))
 

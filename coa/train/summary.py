@@ -1,23 +1,19 @@
 """The SFT step's summary, typed: what :func:`coa.train.step.step` reports and lineage stores.
 
-The runner keeps a step's summary as JSON in ``_lineage.json`` (a reused step hands back what was
-stored), so readers (the CLI, the Prefect artifacts) parse it with :meth:`SFTSummary.from_dict`
-and read fields, never string keys. Reading is tolerant: keys an older artifact did not store take
-their defaults, keys it stored that this version no longer reads are ignored.
+The build reports it (:meth:`coa.steps.Build.report`), the runner keeps it as JSON in
+``_lineage.json`` (a reused step hands back what was stored), readers (the CLI, the Prefect
+artifacts) parse it with :meth:`~coa.steps.StepSummary.from_dict` and read fields, never string keys.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any
+from pydantic import Field
 
-from pydantic import BaseModel, ConfigDict, Field
+from coa.steps import StepSummary
 
 
-class SFTSummary(BaseModel):
+class SFTSummary(StepSummary):
     """What an SFT step did, as its lineage records it."""
-
-    model_config = ConfigDict(frozen=True, extra="ignore")  # stored JSON of any version reads back
 
     steps_planned: int = Field(description="Optimizer steps of the whole plan (the schedule's length).")
     steps_run: int = Field(description="The global step reached (resumed steps included).")
@@ -33,12 +29,3 @@ class SFTSummary(BaseModel):
     loss_curve: tuple[tuple[int, float], ...] = Field(
         default=(), description="(global step, loss), thinned to about 50 points."
     )
-
-    @classmethod
-    def from_dict(cls, summary: Mapping[str, Any]) -> SFTSummary:
-        """The summary a step result or a stored lineage record holds."""
-        return cls.model_validate(dict(summary))
-
-    def to_dict(self) -> dict[str, Any]:
-        """The JSON the runner stores in lineage."""
-        return self.model_dump(mode="json")

@@ -12,6 +12,7 @@ import pyarrow as pa
 
 from coa.curate import CurateConfig, curate
 from coa.curate.core import CurateResult
+from coa.curate.summary import CurationStats
 from schemas.task import TASK
 from schemas.trajectory import TRAJECTORY
 
@@ -214,7 +215,7 @@ def run_curate(
     out_dir: Path,
     *,
     benchmarks: dict[str, pa.Table] | None = None,
-    previous: dict[str, Any] | None = None,
+    previous: CurationStats | None = None,
 ) -> tuple[CurateResult, Sink]:
     sink = Sink()
     result = curate(

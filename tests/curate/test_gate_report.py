@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from coa.curate import CurateConfig, CurateGateError, headline_markdown, render_report
+from coa.curate.summary import CurationStats, ToolStats
 from tests.curate.rows import question, run, run_curate, table
 
 
@@ -26,14 +27,15 @@ def _runs(n: int, wrong_every: int = 0) -> list[dict]:
 
 def test_gate_passes_on_clean_data_and_builds_data_docs(tmp_path: Path) -> None:
     res, sink = run_curate([table(_runs(12))], CurateConfig(), tmp_path)
-    assert res.gate_success and res.failed_expectations == []
+    assert res.gate_success and res.failed_expectations == ()
     res.raise_for_gate()
     assert res.rows_kept == 12
     docs = Path(res.data_docs_path or "")
     assert docs == tmp_path / "data_docs" / "index.html" and docs.exists()
     pages = {p.parent.parent.parent.name for p in (tmp_path / "data_docs" / "validations").rglob("*.html")}
     assert pages == {"curate_runs", "curate_totals", "curate_input", "curate_steps"}
-    checks = {(c["suite"], c["check"]) for c in res.summary["gate"]["checks"]}
+    assert res.summary.gate is not None
+    checks = {(c.suite, c.check) for c in res.summary.gate.checks}
     for name in (
         ("curate_runs", "ids_unique"),
         ("curate_runs", "steps_in_range"),
@@ -51,12 +53,10 @@ def test_gate_fails_below_the_correctness_floor(tmp_path: Path) -> None:
     cfg = CurateConfig.model_validate({"gate": {"correctness_floor": 0.8}})
     res, sink = run_curate([table(_runs(12, wrong_every=2))], cfg, tmp_path)
     assert not res.gate_success
-    assert [(c["suite"], c["check"]) for c in res.failed_expectations] == [
-        ("curate_input", "correctness_floor")
-    ]
+    assert [(c.suite, c.check) for c in res.failed_expectations] == [("curate_input", "correctness_floor")]
     (failed,) = res.failed_expectations
-    assert failed["expectation"] == "expect_column_mean_to_be_between"
-    assert failed["observed_value"] == pytest.approx(0.5)
+    assert failed.expectation == "expect_column_mean_to_be_between"
+    assert failed.observed_value == pytest.approx(0.5)
     with pytest.raises(CurateGateError, match="correctness_floor") as err:
         res.raise_for_gate()
     assert err.value.result.report_path == res.report_path
@@ -69,10 +69,10 @@ def test_gate_names_a_failing_step_check(tmp_path: Path) -> None:
         {"gate": {"allowed_agents": ["manager", "search_agent", "verifier"], "allowed_tools": ["web_search"]}}
     )
     res, _ = run_curate([table(_runs(8))], cfg, tmp_path)
-    failed = {c["check"]: c for c in res.failed_expectations}
+    failed = {c.check: c for c in res.failed_expectations}
     assert set(failed) == {"agents_in_set", "tools_in_set"}
-    assert failed["agents_in_set"]["partial_unexpected"] == ["reflector"]
-    assert failed["agents_in_set"]["unexpected_count"] == 8
+    assert failed["agents_in_set"].partial_unexpected == ["reflector"]
+    assert failed["agents_in_set"].unexpected_count == 8
 
 
 def test_report_has_plots_reason_table_and_drift(tmp_path: Path) -> None:
@@ -92,16 +92,14 @@ def test_report_has_plots_reason_table_and_drift(tmp_path: Path) -> None:
     assert "<td>incorrect</td><td>6</td>" in html
     assert "No previous run" in html
     assert 'href="data_docs/index.html"' in html
-    tools = first.summary["steps_input"]["tools"]
-    assert tools["crawl_page"] == {"calls": 4, "errors": 4, "error_rate": 1.0}
+    tools = first.summary.steps_input.tools
+    assert tools["crawl_page"] == ToolStats(calls=4, errors=4, error_rate=1.0)
 
     second, _ = run_curate([table(rows[:8])], CurateConfig(), tmp_path / "two", previous=first.summary)
     html2 = Path(second.report_path).read_text()
     assert 'id="plot-drift-n_steps"' in html2 and 'id="plot-drift-tokens"' in html2
-    drift = {r["metric"]: r for r in second.summary["drift"]}
-    assert (
-        drift["rows_in"]["previous"] == 16 and drift["rows_in"]["current"] == 8 and drift["rows_in"]["flag"]
-    )
+    drift = {r.metric: r for r in second.summary.drift}
+    assert drift["rows_in"].previous == 16 and drift["rows_in"].current == 8 and drift["rows_in"].flag
     assert "Drift" in headline_markdown(second.summary)
     # the report renders from summaries alone, e.g. an empty run against a previous one
-    assert "<html>" in render_report({"metrics": {}}, first.summary)
+    assert "<html>" in render_report(CurationStats(), first.summary)

@@ -12,6 +12,7 @@ import pyarrow as pa
 import schemas
 from coa.agents.runtime import MultiAgentTeacher, TeacherConfig
 from coa.curate import CurateConfig, curate
+from coa.curate.summary import CurationStats
 from tests.agents.test_runtime import TASK, ScriptedBackend, happy_script, tools
 from tests.curate.rows import (
     LONG_Q,
@@ -112,9 +113,10 @@ def _curate(n_batches: int, out: Path) -> tuple[Any, Any, int]:
     return result, sink, max(seen)
 
 
-def _strip(summary: dict[str, Any]) -> dict[str, Any]:
-    out = {k: v for k, v in summary.items() if k not in ("created_at",)}
-    out["gate"] = {k: v for k, v in summary["gate"].items() if k != "data_docs"}
+def _strip(summary: CurationStats) -> dict[str, Any]:
+    out = summary.to_dict()  # the JSON summary.json holds, less what differs between two runs
+    out.pop("created_at")
+    out["gate"].pop("data_docs")
     return out
 
 
@@ -145,8 +147,9 @@ def test_twenty_batches_equal_one_batch_with_bounded_state(tmp_path: Path) -> No
     ):
         assert reasons.get(code, 0) > 0, (code, reasons)
     # step checks ran in several chunks and were merged
-    steps = [c for c in many.summary["gate"]["checks"] if c["suite"] == "curate_steps"]
-    assert steps and all(c["chunks"] > 1 for c in steps)
+    assert many.summary.gate is not None
+    steps = [c for c in many.summary.gate.checks if c.suite == "curate_steps"]
+    assert steps and all(c.chunks is not None and c.chunks > 1 for c in steps)
 
     # bounded state: a few KB per run (hashes, LSH band entries, per-run numbers), while each run
     # carries more than 20 KB of observations
@@ -177,7 +180,7 @@ def test_empty_input_fails_the_gate_with_min_rows(tmp_path: Path) -> None:
     res, sink = run_curate([schemas.TRAJECTORY.empty_table()], CurateConfig(), tmp_path)
     assert res.rows_in == res.rows_kept == res.rows_quarantined == 0
     assert not res.gate_success
-    assert "min_rows" in {c["check"] for c in res.failed_expectations}
+    assert "min_rows" in {c.check for c in res.failed_expectations}
     assert Path(res.report_path).exists()
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pyarrow as pa
 
-from coa.curate.summary import SummaryBuilder
+from coa.curate.summary import CurationStats, SummaryBuilder
 from tests.curate.rows import question, run, table
 
 
@@ -24,24 +24,26 @@ def test_metrics_by_hand() -> None:
     builder.add_batch(t.slice(0, 2), [None, None])
     builder.add_batch(t.slice(2), [None, "unclean_end:step_limit", "exact_duplicate"])
     summary = builder.summary(kept_tasks=3, gate=None)
-    m = summary["metrics"]
-    assert (summary["rows_in"], summary["rows_kept"], summary["rows_quarantined"]) == (5, 3, 2)
-    assert summary["reasons"] == {"exact_duplicate": 1, "unclean_end:step_limit": 1}
-    assert summary["families"] == {"math": {"in": 2, "kept": 1}, "mhqa": {"in": 3, "kept": 2}}
-    assert summary["statuses"] == {"completed": 4, "step_limit": 1}
-    assert m["correct_rate_input"] == 2 / 4  # 4 scored runs, 2 correct
-    assert m["correct_rate_kept"] == 1 / 2  # the kept unscored run is left out
-    assert m["scored_rate_input"] == 4 / 5
-    assert m["clean_end_rate_input"] == 4 / 5
-    assert m["duplicate_rate"] == 1 / 5
+    m = summary.metrics
+    assert (summary.rows_in, summary.rows_kept, summary.rows_quarantined) == (5, 3, 2)
+    assert summary.reasons == {"exact_duplicate": 1, "unclean_end:step_limit": 1}
+    assert summary.to_dict()["families"] == {"math": {"in": 2, "kept": 1}, "mhqa": {"in": 3, "kept": 2}}
+    assert summary.families["mhqa"].read == 3 and summary.families["mhqa"].kept == 2
+    assert summary.statuses == {"completed": 4, "step_limit": 1}
+    assert m.correct_rate_input == 2 / 4  # 4 scored runs, 2 correct
+    assert m.correct_rate_kept == 1 / 2  # the kept unscored run is left out
+    assert m.scored_rate_input == 4 / 5
+    assert m.clean_end_rate_input == 4 / 5
+    assert m.duplicate_rate == 1 / 5
     kept_steps = [r["n_steps"] for r in rows[:3]]
-    assert m["mean_steps"] == sum(kept_steps) / 3
-    assert m["median_steps"] == sorted(kept_steps)[1]
-    assert summary["histograms"]["n_steps"]["counts"] and sum(summary["histograms"]["n_steps"]["counts"]) == 3
-    assert sum(summary["histograms_input"]["tokens"]["counts"]) == 5
+    assert m.mean_steps == sum(kept_steps) / 3
+    assert m.median_steps == sorted(kept_steps)[1]
+    assert summary.histograms["n_steps"].counts and summary.histograms["n_steps"].total == 3
+    assert summary.histograms_input["tokens"].total == 5
+    assert CurationStats.from_dict(summary.to_dict()) == summary  # summary.json reads back
 
 
 def test_no_runs() -> None:
     summary = SummaryBuilder().summary(kept_tasks=0, gate=None)
-    assert summary["rows_in"] == 0 and summary["metrics"]["correct_rate_input"] is None
-    assert summary["metrics"]["mean_steps"] is None and summary["families"] == {}
+    assert summary.rows_in == 0 and summary.metrics.correct_rate_input is None
+    assert summary.metrics.mean_steps is None and summary.families == {}

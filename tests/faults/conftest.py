@@ -1,4 +1,5 @@
-"""The fault tier (marker ``faults``): SIGKILL, damaged artifacts, a full disk, concurrent runs.
+"""The fault tier (marker ``faults``): SIGKILL, damaged artifacts, a full disk, concurrent runs, and
+the store on S3 under HTTP 500s, throttling and killed writers (stage ``s3 …``).
 
 Every test here injects faults into real stage runs (``python -m coa.cli …`` subprocesses or the CLI
 in process) and records each one with :func:`record`: the stage, the kind of fault and whether the
@@ -38,10 +39,10 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
         return
     tr = terminalreporter
     tr.section("fault campaign")
-    tr.write_line(f"{'stage':<12} {'fault':<40} {'injected':>8} {'survived':>8}")
+    tr.write_line(f"{'stage':<12} {'fault':<52} {'injected':>8} {'survived':>8}")
     for stage, kind in rows:
         injected, survived = _TALLY[(stage, kind, "injected")], _TALLY[(stage, kind, "survived")]
-        tr.write_line(f"{stage:<12} {kind:<40} {injected:>8} {survived:>8}")
+        tr.write_line(f"{stage:<12} {kind:<52} {injected:>8} {survived:>8}")
     total = sum(v for (_, _, what), v in _TALLY.items() if what == "injected")
     held = sum(v for (_, _, what), v in _TALLY.items() if what == "survived")
     tr.write_line(f"total: {total} faults injected, {held} survived, {total - held} failed")

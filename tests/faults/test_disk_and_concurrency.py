@@ -143,3 +143,56 @@ def test_two_identical_commands_at_once_give_one_artifact(tmp_path: Path, stage:
     manifest = json.loads((folders[0] / io.MANIFEST).read_text())
     if stage == "curate":
         assert any(f.startswith("data_docs/") for f in manifest["files"])
+
+
+def test_a_failed_build_leaves_its_marker_before_an_identical_run_gets_the_lock(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A build that fails writes its failure marker while it still holds the key's lock (a slow
+    disk makes the marker take 0.5 s): an identical run waiting on that lock sees, the moment it gets
+    it, the failure and no artifact, never "no failure and no artifact"."""
+    import fcntl
+    import threading
+    import time
+
+    from coa.steps import Build, Step, failure_marker, run_step
+
+    store = io.Store(str(tmp_path / "store"))
+    building = threading.Event()
+
+    def build(b: Build) -> None:
+        b.writer.write_file("partial.txt", "half")
+        building.set()
+        raise RuntimeError("the teacher endpoint went away")
+
+    step = Step(name="flaky", kind="tasks", artifact="unit", config={"n": 1}, build=build)
+    write_atomic = io.write_atomic
+
+    def slow_write(fs: object, path: str, data: bytes) -> None:
+        time.sleep(0.5)
+        write_atomic(fs, path, data)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(io, "write_atomic", slow_write)
+    errors: list[BaseException] = []
+
+    def first_run() -> None:
+        try:
+            run_step(step, store)
+        except RuntimeError as e:
+            errors.append(e)
+
+    thread = threading.Thread(target=first_run)
+    thread.start()
+    assert building.wait(60), "the build never started"
+    (lock,) = (tmp_path / "store" / io.LOCKS_DIR / "tasks").glob("*.lock")
+    with open(lock, "a+b") as fh:  # an identical run: waits for the lock, then looks
+        fcntl.flock(fh.fileno(), fcntl.LOCK_EX)
+        artifact = tmp_path / "store" / "tasks" / lock.name.removesuffix(".lock")
+        marker = Path(failure_marker(str(artifact)))
+        seen = {"failure marker": marker.exists(), "no artifact": not (artifact / io.MANIFEST).exists()}
+        fcntl.flock(fh.fileno(), fcntl.LOCK_UN)
+    thread.join(60)
+    held = all(seen.values()) and bool(errors)
+    record("runner", "a failed build seen by an identical run", held)
+    assert held, (seen, errors)
+    assert json.loads(marker.read_text())["message"] == "the teacher endpoint went away"

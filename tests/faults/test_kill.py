@@ -4,9 +4,9 @@ deterministic, the same run ids, statuses and answers for collection), leaves no
 no uncommitted folder is ever read.
 
 The kills of a stage are chained (the second kill hits the run that resumes from the first), as a
-flaky machine would; then one rerun finishes. SFT and RL resume from their checkpoints in
-tests/train/test_step.py and tests/rl/test_grpo.py (killed right after a checkpoint); the dry run
-that names the checkpoint is in tests/test_failures.py.
+flaky machine would; then one rerun finishes. SFT (here) and RL (tests/faults/test_kill_eval_rl.py,
+with evaluate) are killed right after a checkpoint and resume from it; the dry run that names the
+checkpoint is in tests/test_failures.py. S3 writers killed mid-request: tests/faults/test_s3_faults.py.
 """
 
 from __future__ import annotations

@@ -6,12 +6,20 @@ SFT starts from night 1's champion and its RL reads night 2's ``evaluate.sft``: 
 the gpu worker as step specs, which it rebuilds without planning. The lineage of each trained model
 names the process that built it: the gpu worker's flow-run process, not the nightly flow's. Night 3
 dispatches curation, whose gate cannot pass: the night fails with curation's own one-line reason.
+
+Night 1 is first run once more, and the gpu worker's process building its SFT is SIGKILLed right after
+a checkpoint: that night fails within a bounded time with one line naming the step, the crash and how
+to go on (rerun: it resumes from checkpoint N); the rerun of night 1 resumes the SFT from that
+checkpoint and commits at the key the killed run was building.
 """
 
 from __future__ import annotations
 
 import json
+import os
+import signal
 import subprocess
+import time
 from pathlib import Path
 from typing import Any
 
@@ -37,6 +45,10 @@ TRAIN = {
     "2026-01-01": "synthetic.train={arithmetic: 6, multihop: 6, programming: 3}",
     "2026-01-02": "synthetic.train={arithmetic: 12, multihop: 12, programming: 6}",
 }
+
+KILL_WINDOW = ["sft.max_steps=40"]
+"""Night 1's SFT (the kill lands in it after a checkpoint; its rerun resumes): 40 steps, so a fast
+machine is still training when the kill comes (checkpoints every 2 steps)."""
 
 
 FAILING = [  # night 3: curation dispatched to the gpu pool, where its gate cannot pass
@@ -65,6 +77,61 @@ def _post(env: dict[str, str], path: str, body: dict[str, Any] | None = None) ->
     return httpx.post(f"{env['PREFECT_API_URL']}/{path}", json=body or {}, timeout=10).json()
 
 
+def _night_with_sft_killed(
+    env: dict[str, str], night: str, overrides: list[str], store: Path
+) -> tuple[subprocess.CompletedProcess[str], dict[str, Any], str, float]:
+    """Run ``night``; once its SFT (dispatched to the gpu worker) has written a checkpoint, SIGKILL the
+    worker's process that builds it. Returns what ``--watch`` printed, the killed child flow run, the
+    folder the SFT was building and the seconds from the kill to the end of the night."""
+    command = [
+        str(BIN / "prefect"), "deployment", "run", "nightly/nightly",
+        "--param", "config_path=configs/demo.yaml",
+        "--param", f"overrides={json.dumps(overrides)}",
+        "--param", f"night={night}",
+        "--watch", "--watch-timeout", "420",
+    ]  # fmt: skip
+    proc = subprocess.Popen(command, env={**env, "COLUMNS": "240"}, cwd=REPO, text=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT)  # fmt: skip
+    try:
+        deadline = time.monotonic() + 420
+        states: list[Path] = []
+        while not states:
+            assert proc.poll() is None, "the night ended before its SFT wrote a checkpoint"
+            assert time.monotonic() < deadline, "no SFT checkpoint within 420 s"
+            time.sleep(0.02)
+            states = list(store.glob("checkpoints/model/*/checkpoints/checkpoint-*/trainer_state.json"))
+        name = f"nightly-demo-{night}/sft"
+        child = _post(env, "flow_runs/filter", {"flow_runs": {"name": {"any_": [name]}}})[0]
+        os.kill(int(str(child["infrastructure_pid"]).rsplit(":", 1)[-1]), signal.SIGKILL)
+        killed = time.monotonic()
+        folder = states[0].parents[2].name  # the address the SFT was building
+        assert not (store / "model" / folder / io.MANIFEST).exists(), "the SFT committed before the kill"
+        out, _ = proc.communicate(timeout=420)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(timeout=30)
+    done = subprocess.CompletedProcess(command, proc.returncode, out, "")
+    child = httpx.get(f"{env['PREFECT_API_URL']}/flow_runs/{child['id']}", timeout=10).json()
+    return done, child, folder, time.monotonic() - killed
+
+
+def _check_killed_night(
+    out: subprocess.CompletedProcess[str], run: dict[str, Any], child: dict[str, Any], seconds: float
+) -> None:
+    """A gpu worker killed mid-step: the night fails (no hang) with one line naming the step, the crash
+    and the checkpoint the rerun resumes from; the child run is Crashed."""
+    assert child["state_type"] == "CRASHED", child["state"]
+    reason = (
+        f"sft: infrastructure error: flow run {child['name']} of run-one-step/gpu crashed while building sft"
+    )
+    message = run["state"]["message"]
+    assert out.returncode == 1 and run["state_type"] == "FAILED" and message.startswith(reason), message
+    assert "nothing was committed; rerun the same command: it resumes from checkpoint" in message, message
+    assert reason in " ".join(out.stdout.split()), out.stdout[-3000:]  # what --watch printed
+    assert seconds < 120, f"the night took {seconds:.0f} s to fail after its worker was killed"
+
+
 def _check_failed_night(
     out: subprocess.CompletedProcess[str], run: dict[str, Any], runs: list[dict[str, Any]]
 ) -> None:
@@ -88,9 +155,13 @@ def test_two_nights_on_the_gpu_pool(prefect_env: dict[str, str], tmp_path: Path,
     _deploy(env)
     logs = {pool: tmp_path / f"{pool}-worker.log" for pool in ("cpu", "gpu")}
     workers = [_start([str(BIN / "prefect"), "worker", "start", "--pool", p], env, logs[p]) for p in logs]
+    night1 = next(iter(TRAIN))
     try:
+        killed_out, crashed, killed_at, seconds = _night_with_sft_killed(
+            env, night1, [TRAIN[night1], *NIGHT, *KILL_WINDOW], storage_root
+        )
         for night in TRAIN:
-            out = _night(env, night, [TRAIN[night], *NIGHT])
+            out = _night(env, night, [TRAIN[night], *NIGHT, *(KILL_WINDOW if night == night1 else [])])
             assert out.returncode == 0, out.stdout + "".join(log.read_text()[-3000:] for log in logs.values())
         failed = _night(env, "2026-01-03", FAILING)
     finally:
@@ -99,6 +170,12 @@ def test_two_nights_on_the_gpu_pool(prefect_env: dict[str, str], tmp_path: Path,
 
     flows = {f["id"]: f["name"] for f in _post(env, "flows/filter")}
     runs = _post(env, "flow_runs/filter")
+    killed_run = next(
+        r for r in runs if flows[r["flow_id"]] == "nightly" and r["parameters"]["night"] == night1
+        and r["state_type"] == "FAILED"
+    )  # fmt: skip
+    _check_killed_night(killed_out, killed_run, crashed, seconds)
+    runs = [r for r in runs if r["id"] not in {killed_run["id"], crashed["id"]}]  # the rest: never killed
     nights = {r["parameters"]["night"]: r for r in runs if flows[r["flow_id"]] == "nightly"}
     assert {n: r["name"] for n, r in nights.items()} == {
         n: f"nightly-demo-{n}" for n in [*TRAIN, "2026-01-03"]
@@ -128,6 +205,11 @@ def test_two_nights_on_the_gpu_pool(prefect_env: dict[str, str], tmp_path: Path,
             built_by = io.read_lineage(model)["built_by"]
             assert str(built_by["pid"]) == str(child["infrastructure_pid"]).rsplit(":", 1)[-1], built_by
             assert str(built_by["pid"]) != str(run["infrastructure_pid"]).rsplit(":", 1)[-1]
+
+    # night 1's rerun resumed the killed SFT from its checkpoint, at the key the killed run was building
+    sft1 = json.loads(io.read_file(stages[night1]["sft"], "sft_result.json"))
+    assert Path(stages[night1]["sft"]).name == killed_at, (stages[night1]["sft"], killed_at)
+    assert sft1["start_step"] >= 2 and sft1["start_step"] + sft1["steps_run"] == sft1["steps_planned"] == 40
 
     first, second = stages["2026-01-01"], stages["2026-01-02"]
     history = Registry().history("agent")

@@ -31,7 +31,7 @@ def test_first_candidate_improving_candidate_and_regressing_candidate(storage_ro
     m2, e2 = _candidate("m2", {"math": BETTER, "search": HALF})
     better = decide(GOOD, e2, e1)
     assert better.promote, better.reasons
-    assert better.per_benchmark["math"]["delta"] > 0.25 and not better.per_benchmark["search"]["regression"]
+    assert better.per_benchmark["math"].delta > 0.25 and not better.per_benchmark["search"].regression
     apply(reg, "agent", m2, better, {"heldout": e2})
     assert reg.resolve("agent") == m2
 

@@ -41,19 +41,19 @@ def test_the_weakest_family_the_model_solves_sometimes_is_picked() -> None:
         "format_valid": 1.0,
     }
     choice = pick_family(table, ["code", "math", "mhqa"])  # no RL prompt of web: not a candidate
-    assert choice["family"] == "mhqa" and choice["warning"] is None
-    assert choice["accuracy"] == {"code": 0.0, "math": 0.67, "mhqa": 0.2}
-    assert pick_family(table, ["code", "math"])["family"] == "math"  # code at 0% teaches no accuracy
+    assert choice.family == "mhqa" and choice.warning is None
+    assert choice.accuracy == {"code": 0.0, "math": 0.67, "mhqa": 0.2}
+    assert pick_family(table, ["code", "math"]).family == "math"  # code at 0% teaches no accuracy
 
 
 def test_without_a_learnable_family_the_pick_falls_back_and_warns() -> None:
     # the demo's SFT model when it solves all of math: code 0% but 62% valid, mhqa (untrained) 0% valid
     table = evaluation({"code": (0, 50), "math": (100, 100), "mhqa": (0, 50)}, valid={"code": 31, "mhqa": 0})
     choice = pick_family(table, ["code", "math", "mhqa"])
-    assert choice["family"] == "code"  # below 1, the highest accuracy; a tie: the most format-valid
-    assert "no family the SFT model solves sometimes (code 0%, math 100%, mhqa 0%)" in choice["warning"]
+    assert choice.family == "code"  # below 1, the highest accuracy; a tie: the most format-valid
+    assert "no family the SFT model solves sometimes (code 0%, math 100%, mhqa 0%)" in choice.warning
     solved = pick_family(evaluation({"code": (5, 5), "math": (9, 9)}), ["code", "math"])
-    assert solved["family"] == "code" and "every family solved" in solved["rule"]
+    assert solved.family == "code" and "every family solved" in solved.rule
     with pytest.raises(RLError, match=r"evaluated: \['web'\], prompts: \['math'\]"):
         pick_family(evaluation({"web": (1, 2)}), ["math"])
 

@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from coa import io
+from coa.curate.summary import CurationStats
 from coa.errors import UserError
 from coa.lineage import EXTERNAL, Graph, format_tree, trace
 from coa.registry.store import Registry
@@ -197,13 +198,17 @@ def training_data(graph: Graph) -> list[str]:
 
 def _curation(uri: str, config: Any, gate: Any) -> list[str]:
     ref = io.lookup(uri)
-    summary = json.loads(io.read_file(ref, "summary.json")) if ref and "summary.json" in ref.files else None
+    summary = (
+        CurationStats.from_dict(json.loads(io.read_file(ref, "summary.json")))
+        if ref and "summary.json" in ref.files
+        else None
+    )
     benchmarks = list(((config or {}).get("decontam") or {}).get("benchmarks") or [])
     against = ", ".join(f"`{b}`" for b in benchmarks) if benchmarks else "no benchmark set (none configured)"
     if summary is None:
         return [f"- **curate** `{uri}`: no summary recorded; decontaminated against {against}"]
-    n_in, kept, out = summary["rows_in"], summary["rows_kept"], summary["rows_quarantined"]
-    reasons = summary.get("reasons") or {}
+    n_in, kept, out = summary.rows_in, summary.rows_kept, summary.rows_quarantined
+    reasons = summary.reasons
     contaminated = sum(v for k, v in reasons.items() if k.startswith("contaminated_"))
     top = ", ".join(f"{k} {v:,}" for k, v in list(reasons.items())[:6])
     share = f"{out / n_in:.1%}" if n_in else "n/a"

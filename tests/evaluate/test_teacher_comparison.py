@@ -10,7 +10,7 @@ import pytest
 from coa.agents.tokens import qwen_token_count
 from coa.evaluate import EvalConfig, evaluate_tasks
 from coa.evaluate.metrics import benchmark_metrics
-from coa.evaluate.teacher import teacher_eval_table, token_comparison
+from coa.evaluate.teacher_comparison import teacher_eval_table, token_comparison
 from coa.rollout import Codec
 from coa.rollout.policies.scripted import ScriptedPolicy
 from coa.tasksets.config import TaskSourceConfig

@@ -1,0 +1,160 @@
+"""How much the demo's held-out result depends on luck: the demo's student trained under N seeds.
+
+For each seed S the demo's plan (``configs/demo.yaml`` + overrides) runs up to ``evaluate.after``
+with ``synthetic.seed=S`` (the tasks, so the teacher's data), ``student.tiny.seed=S`` (the weight
+initialisation) and ``sft.seed=S`` (the data order); ``--fixed-data`` keeps ``synthetic.seed`` at
+the profile's value, so only the initialisation and the order vary. RL, the teacher on the held-out
+tasks and the report are left out (``rl=null``): the question is the SFT model's spread. Steps run
+through the one runner (:func:`coa.steps.run_step`) in the store of ``COA_STORAGE_ROOT``, so a
+rerun reuses every committed artifact (only new seeds cost time).
+
+The table: held-out accuracy and format-valid share per family for each seed, then the mean, the
+sample standard deviation, min and max over seeds, and the SFT steps per minute each run measured
+(``sft_result.json``: steps run / training-loop wall time). ``--out`` writes it as JSON.
+
+``--quick`` is a smoke run on tiny sizes (a few tasks per family, a 1-layer student, 4 SFT steps,
+8-token generations): it checks the machinery and prints a table whose numbers mean nothing.
+
+    python bench/bench_demo_seeds.py [--config configs/demo.yaml] [key=value ...] [--seeds 0,1,2] \\
+        [--fixed-data] [--out seeds.json] [--quick]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import statistics
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from coa import io
+from coa.plan import load_pipeline_config, plan
+from coa.steps import StepResult, run_step
+
+LAST = "evaluate.after"
+QUICK = [
+    "synthetic.train={arithmetic: 6, multihop: 6, programming: 3}",
+    "synthetic.heldout={arithmetic: 3, multihop: 2, programming: 2}",
+    "curate.gate.correctness_floor=0.3",
+    "student.tiny={vocab_size: 400, hidden_size: 32, num_layers: 1, num_heads: 2, num_kv_heads: 2, "
+    "intermediate_size: 64}",
+    "sft.time_budget_s=null",
+    "sft.max_steps=4",
+    "sft.save_steps=2",
+    "sft.logging_steps=1",
+    "evaluate.max_turns=2",
+    "evaluate.max_new_tokens=8",
+    "evaluate.max_total_tokens=16",
+]
+
+
+def seed_overrides(seed: int, fixed_data: bool) -> list[str]:
+    """What a seed changes: the initialisation and the data order, and the tasks unless fixed."""
+    out = [f"student.tiny.seed={seed}", f"sft.seed={seed}", "rl=null"]
+    return out if fixed_data else [f"synthetic.seed={seed}", *out]
+
+
+def run_seed(config: Path, overrides: Sequence[str], log: Any = print) -> dict[str, Any]:
+    """Run the plan up to ``evaluate.after``; the evaluation's metrics and the SFT run's speed."""
+    cfg = load_pipeline_config(config, list(overrides))
+    done: dict[str, StepResult] = {}
+    store = io.Store()
+    for step in plan(cfg):
+        if step.name in ("collect.heldout", "report", "evaluate.before"):
+            continue
+        start = time.perf_counter()
+        done[step.name] = run_step(step, store, done)
+        how = "reused" if done[step.name].reused else "built"
+        log(f"  {step.name}: {how} in {time.perf_counter() - start:.0f} s")
+        if step.name == LAST:
+            break
+    if LAST not in done:
+        raise SystemExit(f"the plan of {config} has no {LAST} step (it needs sft and evaluate sections)")
+    sft = json.loads(io.read_file(done["sft"].ref, "sft_result.json"))
+    metrics = done[LAST].summary["metrics"]
+    return {
+        "metrics": {
+            f: {"accuracy": m["accuracy"], "format_valid": m["format_valid"], "n": m["n"]}
+            for f, m in metrics.items()
+        },
+        "sft_steps": sft["global_step"],
+        "sft_steps_per_min": 60 * sft["steps_run"] / sft["train_runtime_s"]
+        if sft["train_runtime_s"]
+        else math.nan,
+        "sft_train_s": sft["train_runtime_s"],
+        "evaluation": done[LAST].ref.uri,
+    }
+
+
+def spread(values: Sequence[float]) -> dict[str, float]:
+    return {
+        "mean": statistics.fmean(values),
+        "sd": statistics.stdev(values) if len(values) > 1 else 0.0,
+        "min": min(values),
+        "max": max(values),
+    }
+
+
+def table(runs: dict[int, dict[str, Any]]) -> tuple[str, dict[str, Any]]:
+    """The per-family table (a row per family and metric) and its summary as JSON."""
+    seeds = sorted(runs)
+    families = sorted({f for r in runs.values() for f in r["metrics"]}, key=lambda f: (f == "all", f))
+    header = ["family", "metric", *[f"seed {s}" for s in seeds], "mean", "sd", "min", "max"]
+    lines, summary = [header], {}
+    for family in families:
+        for metric in ("accuracy", "format_valid"):
+            values = [runs[s]["metrics"].get(family, {}).get(metric) for s in seeds]
+            known = [v for v in values if v is not None]
+            if not known:
+                continue
+            stats = spread(known)
+            summary[f"{family}.{metric}"] = {"per_seed": dict(zip(seeds, values, strict=True)), **stats}
+            lines.append(
+                [family, metric, *["-" if v is None else f"{v:.0%}" for v in values]]
+                + [f"{stats['mean']:.0%}", f"{stats['sd']:.1%}", f"{stats['min']:.0%}", f"{stats['max']:.0%}"]
+            )
+    speed = [runs[s]["sft_steps_per_min"] for s in seeds]
+    lines.append(
+        ["sft", "steps/min", *[f"{v:,.0f}" for v in speed], f"{statistics.fmean(speed):,.0f}", "", "", ""]
+    )
+    widths = [max(len(row[i]) for row in lines) for i in range(len(header))]
+    text = "\n".join("  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)) for row in lines)
+    return text, summary
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("overrides", nargs="*", help="dotted key=value overrides of the profile")
+    parser.add_argument("--config", type=Path, default=Path("configs/demo.yaml"))
+    parser.add_argument("--seeds", default="0,1,2", help="comma-separated seeds (default 0,1,2)")
+    parser.add_argument(
+        "--fixed-data", action="store_true", help="keep synthetic.seed: vary init and order only"
+    )
+    parser.add_argument("--out", type=Path, help="write the runs and the spread as JSON")
+    parser.add_argument("--quick", action="store_true", help="tiny sizes: a smoke run, numbers mean nothing")
+    args = parser.parse_args(argv)
+    seeds = [int(s) for s in args.seeds.split(",") if s.strip()]
+    base = [*(QUICK if args.quick else []), *args.overrides]
+    runs = {}
+    for seed in seeds:
+        print(f"seed {seed}:", flush=True)
+        runs[seed] = run_seed(args.config, [*base, *seed_overrides(seed, args.fixed_data)])
+    text, summary = table(runs)
+    what = "init + data order" if args.fixed_data else "tasks + init + data order"
+    print(
+        f"\nheld-out after SFT, {args.config} {' '.join(base)}; seeds vary {what}"
+        + (" (--quick)" if args.quick else "")
+    )
+    print(text)
+    if args.out is not None:
+        args.out.write_text(
+            json.dumps({"seeds": seeds, "runs": runs, "spread": summary}, indent=2, default=str)
+        )
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

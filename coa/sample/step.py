@@ -1,0 +1,94 @@
+"""The sampling step: a model's k attempts at the training tasks → a ``rollouts`` table (rollout.v1).
+
+Inputs: ``model`` (the round's SFT model) and ``tasks`` (the training tasks, task.v1). The key
+hashes the config, the round, the tools, the task table and the model artifact, so a rerun reuses
+the committed samples. The lineage's ``sampled`` names the round and the model; curation reads it
+to label the student's rows (``teacher``: ``student-r<round>``). The tools are the student's
+(:func:`coa.plan.choices.eval_tools`): the ones it is evaluated with.
+
+Sampling at a temperature is seeded (``seed``) but, with several episodes decoded in one batch,
+not bitwise reproducible across machines; the content key, not a rerun, is what makes a round
+repeatable.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import schemas
+from coa.errors import UserError
+from coa.sample.config import SampleConfig
+from coa.sample.core import counts, sample_tasks, select
+from coa.sample.summary import SampleSummary
+from coa.steps import Build, Step, StepInput
+from coa.tools.config import ToolsConfig, build_toolbox
+
+ROLLOUTS_TABLE = "rollouts"
+
+
+def step(
+    config: SampleConfig,
+    tools: ToolsConfig,
+    model: StepInput,
+    tasks: StepInput,
+    round_: int,
+    name: str = "sample",
+) -> Step:
+    """``config.samples`` attempts of ``model`` (the round ``round_`` model) at each task of ``tasks``."""
+    if config.prompt_style is None or config.variants is None:
+        raise UserError(
+            "sample: prompt_style and variants must be resolved (the plan takes them from `convert`)"
+        )
+    return Step(
+        name=name,
+        builder="sample",
+        kind="rollouts",
+        artifact=config.name,
+        config=config,
+        build=_build,
+        inputs={"model": model, "tasks": tasks},
+        identity={"round": round_, "tools": tools.model_dump(mode="json")},
+        describe=f"the round-{round_} student's {config.samples} samples per training task",
+        expects={"tasks": "task.v1"},
+        produces={ROLLOUTS_TABLE: schemas.ROLLOUT.id},
+    )
+
+
+def open_policy(config: SampleConfig, model: str) -> Any:
+    """The policy of ``config.backend`` on the model folder ``model``."""
+    if config.backend == "hf":
+        from coa.rollout.policies.hf import HFPolicy
+
+        return HFPolicy(model, max_batch=config.max_batch)
+    from coa.rollout.policies.hf_batched import HFBatchedPolicy
+
+    return HFBatchedPolicy(model, max_batch=config.max_batch)
+
+
+def _build(b: Build) -> None:
+    config: SampleConfig = b.step.config
+    round_ = int(b.step.identity["round"])
+    tools = ToolsConfig.model_validate(b.step.identity["tools"])
+    model = b.model("model")
+    rows = select(b.table("tasks").read().to_pylist(), config)
+    if not rows:
+        raise UserError(
+            f"sample: no training task of families {list(config.families or [])}: "
+            "set sampling.families to families the task table holds"
+        )
+    import torch
+
+    torch.manual_seed(config.seed)
+    policy = open_policy(config, model.local_path())
+    root = b.store.root if "://" not in b.store.root else None
+    toolbox = build_toolbox(tools, root)
+    try:
+        out = sample_tasks(rows, policy, toolbox, config, round_, b.progress)
+    finally:
+        close = getattr(toolbox, "close", None)
+        if close is not None:
+            close()
+    b.writer.write_table(ROLLOUTS_TABLE, schemas.ROLLOUT.from_rows(out), schemas.ROLLOUT)
+    by_family = counts(out, {r["task_id"]: r["family"] for r in rows})
+    b.writer.extra_lineage["sampled"] = {"round": round_, "model": model.name}
+    b.report(SampleSummary(round=round_, model=model.name, families=by_family))
