@@ -9,8 +9,8 @@ A :class:`Step` is a name, a frozen config, named typed inputs and a build funct
 * **reuse**: a committed artifact at that key is returned as it is, never rebuilt;
 * the **commit**: the build function writes into an :class:`~coa.io.ArtifactWriter`; the runner
   commits it (manifest last) or, on an exception, removes what was staged and leaves a failure
-  marker (``{root}/failures/{kind}/{name}-{key}.json``: the error, when; outside the artifact
-  folder) that ``coa run --dry-run`` shows, with the checkpoint a rebuild resumes from;
+  marker (:mod:`coa.attempts`: the error, when; outside the artifact folder) that ``coa run
+  --dry-run`` shows, with the checkpoint a rebuild resumes from;
 * **one build per address**: an identical run started meanwhile waits on the address's lock
   (:meth:`~coa.io.ArtifactWriter.claim`), then reuses the artifact the first one committed;
 * **integrity on reuse**: a reused artifact is checked against its manifest first (a damaged one is
@@ -28,12 +28,8 @@ run them here, so the same inputs give the same artifact whichever way a run is 
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
-import datetime as dt
-import json
 import os
-import posixpath
 import socket
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Self
@@ -41,12 +37,11 @@ from typing import Any, Self
 from pydantic import BaseModel, ConfigDict
 
 from coa import io, tracking
+from coa.attempts import clear_failed, mark_failed
 from coa.errors import CheckFailed, CoaError, UserError
 from coa.execution import ShardExecutor
 from coa.io import ArtifactRef
 
-FAILED_MARKER = "_FAILED.json"
-"""Old name of the failure marker (inside the artifact folder); it now lives at :func:`failure_marker`."""
 Progress = Callable[[int, int], None]
 
 
@@ -384,7 +379,7 @@ def _build_and_commit(
                 tracking.log_summary(tracker, summary)
     except BaseException as e:
         writer.abort()  # inside the runner's claim: the lock is kept until the marker is written
-        _mark_failed(writer, step, e)
+        mark_failed(writer, step.name, e)
         if io.is_disk_full(e):
             raise io.StorageFull(
                 f"no space left on the device while building step {step.name} ({writer.uri}): nothing "
@@ -401,14 +396,14 @@ def _build_and_commit(
         ref = writer.commit()
     except BaseException as e:
         writer.abort()
-        _mark_failed(writer, step, e)  # still under the claim's lock, as a failed build
+        mark_failed(writer, step.name, e)  # still under the claim's lock, as a failed build
         if io.is_disk_full(e):
             raise io.StorageFull(
                 f"no space left on the device while committing step {step.name} ({writer.uri}): nothing "
                 f"was committed; free space under {store.root} and rerun"
             ) from e
         raise
-    _clear_failed(writer)
+    clear_failed(writer)
     for done_with in build.cleanup:
         done_with()
     if build.failure:
@@ -457,142 +452,3 @@ def _lineage_inputs(inputs: Mapping[str, TableInput | ModelInput]) -> dict[str, 
 def _built_by() -> dict[str, Any]:
     """Where the step is built (host and process id): a dispatched step's lineage names its worker."""
     return {"host": socket.gethostname(), "pid": os.getpid()}
-
-
-def failure_marker(writer_path: str) -> str:
-    """Where the failure marker of the artifact at ``writer_path`` lives: ``{root}/failures/{kind}/
-    {name}-{key}.json``, outside the artifact folder (a committed folder holds only its manifest's files)."""
-    kind_dir = posixpath.dirname(writer_path)
-    root = posixpath.dirname(kind_dir)
-    return posixpath.join(
-        root, "failures", posixpath.basename(kind_dir), f"{posixpath.basename(writer_path)}.json"
-    )
-
-
-def _mark_failed(writer: io.ArtifactWriter, step: Step, error: BaseException) -> None:
-    message = str(error) or {KeyboardInterrupt: "interrupted (Ctrl-C)", SystemExit: "stopped"}.get(
-        type(error), type(error).__name__
-    )
-    record = {
-        "step": step.name,
-        "error": type(error).__name__,
-        "message": message[:2000],
-        "at": dt.datetime.now(dt.UTC).isoformat(),
-    }
-    with contextlib.suppress(OSError):  # the marker is informational; the original error matters
-        io.write_atomic(writer.fs, failure_marker(writer.path), json.dumps(record).encode())
-
-
-def _clear_failed(writer: io.ArtifactWriter) -> None:
-    marker = failure_marker(writer.path)
-    if writer.fs.exists(marker):
-        writer.fs.rm(marker)
-
-
-def rerun_hint(store: io.Store, uri: str) -> str:
-    """How to go on after a build of ``uri`` died: rerun, and what the rerun resumes from."""
-    resumes = _resumes(store, uri).removeprefix("; ")
-    return f"rerun the same command: it {resumes}" if resumes else "rerun the same command to build it again"
-
-
-def _resumes(store: io.Store, uri: str) -> str:
-    """What a rebuild of ``uri`` resumes from: ``checkpoint N`` (training), else its checkpoints."""
-    fs, folder = io.filesystem(store.checkpoint_uri(uri), store.settings)
-    if not fs.exists(folder):
-        return ""
-    states = fs.glob(posixpath.join(folder, "checkpoint-*", "trainer_state.json")) + fs.glob(
-        posixpath.join(folder, "*", "checkpoint-*", "trainer_state.json")
-    )
-    steps = [
-        int(n)
-        for n in (posixpath.basename(posixpath.dirname(p)).split("-")[-1] for p in states)
-        if n.isdigit()
-    ]
-    if steps:
-        return f"; resumes from checkpoint {max(steps)}"
-    return "; resumes from its checkpoints" if fs.ls(folder, detail=False) else ""
-
-
-# -- planning views ---------------------------------------------------------------------------------
-
-
-@dataclasses.dataclass(frozen=True)
-class PlannedStep:
-    """What ``coa run --dry-run`` prints for a step."""
-
-    name: str
-    kind: str
-    key: str | None
-    status: str
-    uri: str | None
-
-
-def preview(steps: Sequence[Step], store: io.Store | None = None) -> list[PlannedStep]:
-    """For each step: its key and whether a committed artifact will be reused.
-
-    A step whose inputs are not all committed yet cannot have a key (it hashes their contents): it
-    will be built.
-    """
-    store = store or io.Store()
-    done: dict[str, StepResult] = {}
-    out = []
-    for step in steps:
-        try:
-            inputs = resolve(step, done)
-        except UserError:
-            out.append(PlannedStep(step.name, step.kind, None, "build (after its inputs)", None))
-            continue
-        uri, key = address(step, inputs, store)
-        ref = io.lookup(uri, store.settings)
-        damaged = io.size_mismatch(ref, store.settings) if ref is not None else None
-        if ref is not None and damaged:
-            status = f"damaged ({damaged} differs from its manifest): the run stops on it, the next rebuilds"
-            out.append(PlannedStep(step.name, step.kind, key, status, uri))
-            continue
-        if ref is not None:
-            record = io.read_lineage(ref).get("result", {})
-            status = "reuse (check failed: " + record["failure"] + ")" if record.get("failure") else "reuse"
-            done[step.name] = StepResult(step.name, ref, True, record.get("summary", {}))
-        else:
-            fs, path = io.filesystem(uri, store.settings)
-            failed = failure_marker(path)
-            status = "build"
-            if fs.exists(failed):
-                with fs.open(failed, "rb") as fh:
-                    record = json.loads(fh.read())
-                reason = (record.get("message") or record.get("error") or "unknown")[:80]
-                status = f"build (last attempt failed: {reason}{_resumes(store, uri)})"
-        out.append(PlannedStep(step.name, step.kind, key, status, uri))
-    return out
-
-
-def select(steps: Sequence[Step], only: Sequence[str] | None) -> list[tuple[Step, bool]]:
-    """``(step, run_it)`` for the steps named in ``only`` and those they read.
-
-    A stage name selects its sub-steps (``evaluate`` covers ``evaluate.after``). The steps in front
-    that the selection reads come with ``run_it=False``: they are only reused, never built, so
-    ``--only`` runs exactly the slice asked for.
-    """
-    if not only:
-        return [(s, True) for s in steps]
-    names = {s.name for s in steps}
-    wanted = {s.name for s in steps if any(s.name == o or s.name.startswith(o + ".") for o in only)}
-    unknown = [o for o in only if not any(n == o or n.startswith(o + ".") for n in names)]
-    if unknown:
-        raise UserError(
-            f"--only {','.join(unknown)}: no such stage in the plan ({', '.join(s.name for s in steps)})"
-        )
-    by_name = {s.name: s for s in steps}
-    needed: set[str] = set()
-
-    def need(name: str) -> None:
-        if name in needed:
-            return
-        needed.add(name)
-        for value in by_name[name].inputs.values():
-            if isinstance(value, Upstream):
-                need(value.step)
-
-    for name in wanted:
-        need(name)
-    return [(s, s.name in wanted) for s in steps if s.name in needed]

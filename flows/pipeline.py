@@ -33,7 +33,8 @@ from coa.evaluate.summary import TrainingReportSummary
 from coa.execution import ShardExecutor
 from coa.lineage import to_markdown, trace
 from coa.plan import PipelineConfig, load_pipeline_config, not_planned, plan
-from coa.steps import Step, StepResult, Upstream, select
+from coa.plan.preview import select
+from coa.steps import Step, StepResult, Upstream
 from tasks.dispatch import run_on_pool
 from tasks.fanout import executor
 from tasks.outcome import failed, quiet_failed_states

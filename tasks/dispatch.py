@@ -29,9 +29,10 @@ from prefect.states import Completed
 from prefect.utilities.engine import link_state_to_result
 
 from coa import io, tracking
+from coa.attempts import rerun_hint
 from coa.errors import InfraError, describe
 from coa.plan.spec import spec_of
-from coa.steps import Step, StepResult, rerun_hint, resolve
+from coa.steps import Step, StepResult, resolve
 from tasks.steps import run_step_task
 
 

@@ -26,7 +26,8 @@ import schemas
 from coa import io
 from coa.cli import app
 from coa.model import init_model, sft_corpus
-from coa.steps import ModelInput, TableInput, preview, run_step
+from coa.plan.preview import preview
+from coa.steps import ModelInput, TableInput, run_step
 from coa.train import step as sft_step
 from coa.train.config import SFTStageConfig
 from tests.train.conftest import TINY

@@ -9,8 +9,10 @@ import pytest
 
 import schemas
 from coa import io
+from coa.attempts import failure_marker
 from coa.errors import UserError
 from coa.plan import load_pipeline_config, plan
+from coa.plan.preview import preview, select
 from coa.steps import (
     Build,
     ModelInput,
@@ -20,10 +22,7 @@ from coa.steps import (
     TableInput,
     Upstream,
     accepted_contracts,
-    failure_marker,
-    preview,
     run_step,
-    select,
 )
 from tests import storage_cases as cases
 

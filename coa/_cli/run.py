@@ -31,7 +31,7 @@ def run(
 ) -> None:
     """Run the pipeline flow (Prefect) on a config profile with optional overrides."""
     from coa.plan import not_planned, plan
-    from coa.steps import preview, select
+    from coa.plan.preview import preview, select
 
     cfg = _config(config, overrides)
     chosen = [o.strip() for o in only.split(",") if o.strip()] if only else None

@@ -155,7 +155,8 @@ def test_a_failed_build_leaves_its_marker_before_an_identical_run_gets_the_lock(
     import threading
     import time
 
-    from coa.steps import Build, Step, failure_marker, run_step
+    from coa.attempts import failure_marker
+    from coa.steps import Build, Step, run_step
 
     store = io.Store(str(tmp_path / "store"))
     building = threading.Event()
