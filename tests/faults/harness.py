@@ -9,6 +9,7 @@ import fcntl
 import hashlib
 import json
 import os
+import random
 import shutil
 import subprocess
 import sys
@@ -128,6 +129,25 @@ def kill_during(root: Path, stage: Stage, delay: float, timeout: float = 120.0) 
         if proc.poll() is None:
             proc.kill()
             proc.wait(timeout=30)
+
+
+KILLS = 3
+"""SIGKILLs per stage at seeded moments (:func:`kill_at_seeded_moments`)."""
+
+
+def kill_at_seeded_moments(root: Path, stage: Stage, seed: str) -> tuple[int, Path]:
+    """SIGKILL the stage :data:`KILLS` times at seeded moments over the first half of the reference's
+    build window (a resumed run has less left to do), one per sixth, then run it to the end; the
+    kills that landed inside the build and the artifact the last run committed."""
+    rng = random.Random(seed)
+    injected = 0
+    with in_repo():
+        for k in range(KILLS):
+            delay = stage.seconds * (k + rng.random()) / (2 * KILLS)
+            injected += kill_during(root, stage, delay)
+        code, out, err = cli(root, *stage.args)
+    assert code == 0, err[-3000:]
+    return injected, Path(uri_of(stage, out))
 
 
 def move_aside(uri: str, dest: Path) -> Path:

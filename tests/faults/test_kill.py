@@ -24,21 +24,20 @@ import pytest
 from tests.faults.conftest import record
 from tests.faults.harness import (
     CONFIG,
+    KILLS,
     REPO,
     TASKS,
     Stage,
     cli,
     exactly_the_manifest,
     in_repo,
-    kill_during,
+    kill_at_seeded_moments,
     leftovers,
     move_aside,
     run_reference,
     table_digests,
-    uri_of,
 )
 
-KILLS = 3
 DETERMINISTIC = {"tasks", "curate", "convert"}
 """Stages whose tables are byte-identical from run to run (collection records wall-clock times)."""
 
@@ -89,17 +88,7 @@ def test_sigkill_then_rerun_commits_the_reference(chain: tuple[Path, dict[str, S
     root, stages = chain
     stage = stages[name]
     reference = move_aside(stage.uri, root.parent / "references" / stage.folder)
-    rng = random.Random(f"sigkill-{name}")
-    injected = 0
-    with in_repo():
-        for k in range(KILLS):
-            # seeded moments over the first half of the reference's build window (a resumed run has
-            # less left to do), one per sixth
-            delay = stage.seconds * (k + rng.random()) / (2 * KILLS)
-            injected += kill_during(root, stage, delay)
-        code, out, err = cli(root, *stage.args)
-    assert code == 0, err[-3000:]
-    new = Path(uri_of(stage, out))
+    injected, new = kill_at_seeded_moments(root, stage, f"sigkill-{name}")
     checks = {
         "same content key": new == Path(stage.uri),
         "same contents": _same_content(stage, reference, new),

@@ -24,6 +24,7 @@ import pytest
 from tests.faults.conftest import record
 from tests.faults.harness import (
     CONFIG,
+    KILLS,
     REPO,
     TASKS,
     Stage,
@@ -31,15 +32,13 @@ from tests.faults.harness import (
     command,
     exactly_the_manifest,
     in_repo,
-    kill_during,
+    kill_at_seeded_moments,
     leftovers,
     move_aside,
     run_reference,
     subprocess_env,
-    uri_of,
 )
 
-KILLS = 3
 EVAL_LIMITS = ["--samples", "1", "evaluate.max_turns=2", "evaluate.max_new_tokens=8",
                "evaluate.max_total_tokens=16", "evaluate.prompt_style=brief"]  # fmt: skip
 SCORES = ["eval_id", "task_id", "sample_index", "prediction", "correct", "score", "format_valid", "n_turns",
@@ -81,15 +80,7 @@ def test_sigkill_evaluate_then_rerun_commits_the_same_scores(inputs: tuple[Path,
     with in_repo():
         run_reference(root, stage)
     reference = move_aside(stage.uri, root.parent / "references" / stage.folder)
-    rng = random.Random("sigkill-evaluate")
-    injected = 0
-    with in_repo():
-        for k in range(KILLS):
-            delay = stage.seconds * (k + rng.random()) / (2 * KILLS)
-            injected += kill_during(root, stage, delay)
-        code, out, err = cli(root, *stage.args)
-    assert code == 0, err[-3000:]
-    new = Path(uri_of(stage, out))
+    injected, new = kill_at_seeded_moments(root, stage, "sigkill-evaluate")
 
     def scores(folder: Path) -> list[dict[str, object]]:
         rows = pq.read_table(folder / "eval.parquet", columns=SCORES).to_pylist()

@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-import torch
 
 from coa.rl.config import RLParams
 from coa.rl.grpo import _policy
@@ -15,18 +13,9 @@ from coa.rollout.policies.hf import HFPolicy
 from coa.rollout.policies.hf_batched import HFBatchedPolicy
 from tests.rollout.helpers import SpyToolBox
 from tests.rollout.test_hf_batched import question, scripted_student  # noqa: F401 (fixture)
+from tests.torch_threads import one_torch_thread  # noqa: F401 (autouse fixture)
 
 from .helpers import math_prompt
-
-
-@pytest.fixture(autouse=True)
-def one_torch_thread() -> Iterator[None]:
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(threads)
 
 
 def test_hf_batched_gives_rl_the_same_greedy_episodes_as_hf(scripted_student: Path) -> None:  # noqa: F811

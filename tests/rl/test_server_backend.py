@@ -29,21 +29,11 @@ from coa.rollout.policies.endpoint import EndpointPolicy
 from coa.tools.config import ToolsConfig
 from coa.train.kit.run import CHECKPOINTS_DIR
 from tests.serve.conftest import REPO, ServeProcess
+from tests.torch_threads import one_torch_thread  # noqa: F401 (autouse fixture)
 
 from .helpers import prompts_table
 
 FIXED = [3, 41, 97, 5, 260, 18, 77, 301, 12, 9, 150, 44]
-
-
-@pytest.fixture(autouse=True)
-def one_torch_thread() -> Iterator[None]:
-    """One intra-op thread beside the server's (two on a shared 2-core host: many times slower)."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(threads)
 
 
 @pytest.fixture(scope="module")

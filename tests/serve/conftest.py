@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from tests.rollout.conftest import codec, tiny_model  # noqa: F401 (fixtures)
+from tests.torch_threads import one_torch_thread  # noqa: F401 (autouse fixture)
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -56,19 +57,6 @@ class ServeProcess:
         except subprocess.TimeoutExpired:
             self.process.kill()
             return self.process.wait()
-
-
-@pytest.fixture(autouse=True)
-def one_torch_thread() -> Iterator[None]:
-    """One intra-op thread for the in-process models (two on a shared 2-core host: ~40x slower)."""
-    import torch
-
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(threads)
 
 
 @pytest.fixture(scope="module")
