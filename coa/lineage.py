@@ -301,7 +301,7 @@ def figure(graph: Graph) -> Any:
 
 def write_html(graph: Graph, out: str) -> str:
     """Write a self-contained page (picture, tree, node table) to ``out`` (local or remote)."""
-    from coa import reporting
+    from coa import pages
 
     rows = [
         [
@@ -314,17 +314,15 @@ def write_html(graph: Graph, out: str) -> str:
         for n in graph.walk()
     ]
     body = [
-        reporting.figure(
-            reporting.png(figure(graph)), "Lineage DAG: inputs on the left, the artifact on the right"
-        ),
-        "<h2>Tree</h2><pre>" + reporting.escape(format_tree(graph)) + "</pre>",
+        pages.figure(pages.png(figure(graph)), "Lineage DAG: inputs on the left, the artifact on the right"),
+        "<h2>Tree</h2><pre>" + pages.escape(format_tree(graph)) + "</pre>",
         "<h2>Artifacts</h2>",
-        reporting.table(["step", "kind", "artifact", "rows", "code version"], rows),
+        pages.table(["step", "kind", "artifact", "rows", "code version"], rows),
     ]
     fs, path = io.filesystem(out)
     parent = path.rsplit("/", 1)[0]
     if parent:
         fs.makedirs(parent, exist_ok=True)
     with fs.open(path, "wb") as fh:
-        fh.write(reporting.page(f"Lineage of {graph.nodes[graph.root].label}", body).encode())
+        fh.write(pages.page(f"Lineage of {graph.nodes[graph.root].label}", body).encode())
     return out

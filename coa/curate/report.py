@@ -17,7 +17,7 @@ from typing import Any
 
 import matplotlib
 
-from coa import reporting
+from coa import pages
 from coa.curate.summary import CurationStats, DriftRow, Histogram, Metrics, ToolStats
 
 matplotlib.use("Agg")
@@ -100,7 +100,7 @@ def _metric(metrics: Metrics, name: str) -> int | float | None:
 
 # -- plots ---------------------------------------------------------------------------------------
 def _png(fig: Figure) -> str:
-    return reporting.png(fig)
+    return pages.png(fig)
 
 
 def _bin_labels(edges: Sequence[int]) -> list[str]:
@@ -202,11 +202,11 @@ def _reasons_plot(reasons: Mapping[str, int]) -> str | None:
 def _table(
     headers: Sequence[str], rows: Sequence[Sequence[Any]], row_class: Sequence[str] | None = None
 ) -> str:
-    return reporting.table(headers, rows, _fmt, row_class)
+    return pages.table(headers, rows, _fmt, row_class)
 
 
 def _figure(png: str | None, caption: str, anchor: str) -> str:
-    return reporting.figure(png, caption, anchor)
+    return pages.figure(png, caption, anchor)
 
 
 def render_report(
@@ -378,7 +378,7 @@ def render_report(
                     normalize=True,
                 )
                 parts.append(_figure(png, f"drift of {HIST_TITLES[metric]}", f"plot-drift-{metric}"))
-    return reporting.page(title, parts)
+    return pages.page(title, parts)
 
 
 def headline_markdown(summary: CurationStats, report_path: str | None = None) -> str:

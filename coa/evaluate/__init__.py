@@ -15,7 +15,7 @@
   (``coa score``, ``coa evaluate --predictions``);
 * :mod:`~coa.evaluate.step`: the evaluation step (→ ``eval`` artifact; also from prediction
   files) and the training-report step;
-* :mod:`~coa.evaluate.report`: the training report (before/after SFT beside the teacher).
+* :mod:`~coa.evaluate.training_report`: the training report (before/after SFT beside the teacher).
 """
 
 from coa.evaluate.config import EvalConfig

@@ -19,7 +19,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from coa import reporting
+from coa import pages
 from coa.evaluate.metrics import ALL, cell
 
 Z95 = 1.96
@@ -108,7 +108,7 @@ def accuracy_plot(student: Mapping[str, Any], teacher: Mapping[str, Any] | None)
     ax.grid(True, axis="y", alpha=0.3)
     ax.legend(fontsize=8)
     fig.tight_layout()
-    return reporting.png(fig, dpi=100)
+    return pages.png(fig, dpi=100)
 
 
 def pass_at_k_plot(student: Mapping[str, Any]) -> str | None:
@@ -131,7 +131,7 @@ def pass_at_k_plot(student: Mapping[str, Any]) -> str | None:
     ax.grid(True, alpha=0.3)
     ax.legend(fontsize=8)
     fig.tight_layout()
-    return reporting.png(fig, dpi=100)
+    return pages.png(fig, dpi=100)
 
 
 def tokens_plot(student: Mapping[str, Any], teacher: Mapping[str, Any] | None) -> str | None:
@@ -165,7 +165,7 @@ def tokens_plot(student: Mapping[str, Any], teacher: Mapping[str, Any] | None) -
     ax.grid(True, alpha=0.3)
     ax.legend(fontsize=8)
     fig.tight_layout()
-    return reporting.png(fig, dpi=100)
+    return pages.png(fig, dpi=100)
 
 
 def comparison_table(rows: Sequence[Mapping[str, Any]]) -> str:
@@ -184,7 +184,7 @@ def comparison_table(rows: Sequence[Mapping[str, Any]]) -> str:
         ]
         for r in rows
     ]
-    return reporting.table(header, body)
+    return pages.table(header, body)
 
 
 def baseline_table(deltas: Mapping[str, Any]) -> str:
@@ -204,7 +204,7 @@ def baseline_table(deltas: Mapping[str, Any]) -> str:
                 verdict,
             ]  # fmt: skip
         )
-    return reporting.table(header, body)
+    return pages.table(header, body)
 
 
 def headline(
@@ -259,26 +259,26 @@ def render_eval_report(
     document, for the scoring, coverage and tools sections (:func:`scoring_sections`)."""
     parts = [
         "<h2>Accuracy per benchmark</h2>",
-        reporting.table(BENCHMARK_HEADER, benchmark_rows(student)),
-        reporting.figure(accuracy_plot(student, teacher), "pass@1 per benchmark with 95% intervals"),
-        reporting.figure(pass_at_k_plot(student), "unbiased pass@k against the number of samples k"),
+        pages.table(BENCHMARK_HEADER, benchmark_rows(student)),
+        pages.figure(accuracy_plot(student, teacher), "pass@1 per benchmark with 95% intervals"),
+        pages.figure(pass_at_k_plot(student), "unbiased pass@k against the number of samples k"),
         "<h2>Accuracy against tokens</h2>",
-        reporting.figure(tokens_plot(student, teacher), "pass@1 against tokens per task, student vs teacher"),
+        pages.figure(tokens_plot(student, teacher), "pass@1 against tokens per task, student vs teacher"),
     ]
     if comparison:
         parts += ["<h2>Student vs teacher</h2>", comparison_table(comparison)]
     if teacher:
         parts += [
             "<h3>Teacher per benchmark</h3>",
-            reporting.table(BENCHMARK_HEADER, benchmark_rows(teacher)),
+            pages.table(BENCHMARK_HEADER, benchmark_rows(teacher)),
         ]
     if deltas:
         parts += ["<h2>Against the baseline (paired)</h2>", baseline_table(deltas)]
     if document:
         parts += scoring_sections(document)
     if facts:
-        parts += ["<h2>Run</h2>", reporting.facts(list(facts.items()))]
-    return reporting.page(title, parts)
+        parts += ["<h2>Run</h2>", pages.facts(list(facts.items()))]
+    return pages.page(title, parts)
 
 
 def scoring_sections(document: Mapping[str, Any]) -> list[str]:
@@ -304,7 +304,7 @@ def scoring_sections(document: Mapping[str, Any]) -> list[str]:
                 )
         parts += [
             "<h2>Scoring</h2>",
-            reporting.table(["benchmark", "scorer", "benchmark's published rule", "rule", "note"], body),
+            pages.table(["benchmark", "scorer", "benchmark's published rule", "rule", "note"], body),
         ]
     coverage = document.get("coverage") or {}
     benchmarks = document.get("benchmarks") or {}
@@ -322,15 +322,15 @@ def scoring_sections(document: Mapping[str, Any]) -> list[str]:
         ]
         parts += [
             "<h3>Tasks scored</h3>",
-            reporting.table(["benchmark", "tasks in set", "tasks scored", "runs", "K", "coverage"], body),
+            pages.table(["benchmark", "tasks in set", "tasks scored", "runs", "K", "coverage"], body),
         ]
     computation = document.get("computation") or {}
     if computation:
-        parts += ["<h3>How each figure is computed</h3>", reporting.facts(list(computation.items()))]
+        parts += ["<h3>How each figure is computed</h3>", pages.facts(list(computation.items()))]
     tools = document.get("tools")
     if tools:
         parts += [
-            f"<h3>Tools: {reporting.escape(tools['mode'])}</h3>",
-            reporting.facts([(k, "null" if v is None else v) for k, v in tools.items()]),
+            f"<h3>Tools: {pages.escape(tools['mode'])}</h3>",
+            pages.facts([(k, "null" if v is None else v) for k, v in tools.items()]),
         ]
     return parts

@@ -403,7 +403,7 @@ def round_inputs(inputs: Mapping[str, Any]) -> dict[int, tuple[Any, Any]]:
 
 
 def _build_report(b: Build) -> None:
-    from coa.evaluate.report import write_training_report
+    from coa.evaluate.training_report import write_training_report
 
     comparison = write_training_report(b)
     b.report(TrainingReportSummary(comparison=tuple(comparison), report=io.join(b.writer.uri, "report.html")))

@@ -82,7 +82,7 @@ def test_plan_puts_rl_after_sft_and_evaluates_after_it() -> None:
 
 
 def test_the_report_shows_after_rl_columns_only_after_an_rl_phase() -> None:
-    from coa.evaluate.report import comparison_plot, comparison_rows, format_comparison
+    from coa.evaluate.training_report import comparison_plot, comparison_rows, format_comparison
 
     before: dict[str, dict[str, float]] = {
         "code": {"n": 50, "format_valid": 0.5, "accuracy": 0.0},

@@ -23,7 +23,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from coa import reporting
+from coa import pages
 from coa.evaluate.metrics import aligned_table, cell, percent_by_family
 
 ALL = "all"
@@ -238,7 +238,7 @@ def comparison_plot(rows: Sequence[Mapping[str, Any]]) -> str:
     handles, labels = fig.axes[-1].get_legend_handles_labels()
     fig.legend(handles, labels, loc="lower center", ncol=len(series), fontsize=9, frameon=False)
     fig.tight_layout(rect=(0, 0.08, 1, 1))
-    return reporting.png(fig, dpi=100)
+    return pages.png(fig, dpi=100)
 
 
 def render_report(
@@ -257,31 +257,29 @@ def render_report(
     header = [label for _, label, _ in shown]
     body = [[cell(r.get(key), fmt) for key, _, fmt in shown] for r in rows]
     loss = (
-        reporting.figure(reporting.png_bytes(loss_png), "SFT loss curve")
+        pages.figure(pages.png_bytes(loss_png), "SFT loss curve")
         if loss_png
         else "<p>No loss curve (no SFT run).</p>"
     )
-    return reporting.page(
+    return pages.page(
         title,
         [
             "<h2>Student before and after SFT, on held-out tasks</h2>",
-            reporting.table(header, body),
-            reporting.figure(comparison_plot(rows), "format-valid rate, accuracy and tokens per task"),
+            pages.table(header, body),
+            pages.figure(comparison_plot(rows), "format-valid rate, accuracy and tokens per task"),
             "<h2>SFT</h2>",
             loss,
-            reporting.facts(list(facts.items())),
+            pages.facts(list(facts.items())),
             *(
                 [
                     "<h2>RL (GRPO/DAPO on tool rollouts)</h2>",
-                    reporting.figure(
-                        reporting.png_bytes(rl_png), "reward per term, entropy, zero-variance groups"
-                    ),
-                    reporting.facts(list((rl_facts or {}).items())),
+                    pages.figure(pages.png_bytes(rl_png), "reward per term, entropy, zero-variance groups"),
+                    pages.facts(list((rl_facts or {}).items())),
                 ]
                 if rl_png
                 else []
             ),
-            "<h2>Notes</h2><ul>" + "".join(f"<li>{reporting.escape(n)}</li>" for n in notes) + "</ul>",
+            "<h2>Notes</h2><ul>" + "".join(f"<li>{pages.escape(n)}</li>" for n in notes) + "</ul>",
         ],
     )
 
