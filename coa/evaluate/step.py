@@ -34,14 +34,11 @@ from coa.evaluate.metrics import coverage_of, metrics_document, scorers_used
 from coa.evaluate.replay import LedgerToolBox
 from coa.evaluate.stage import EVAL_TABLE, METRICS_FILE, evaluate_tasks, open_generator, select_tasks
 from coa.evaluate.summary import EvalReportSummary, EvalSummary, TrainingReportSummary
+from coa.evaluate.training_report import ROUND_EVAL, ROUND_MODEL, write_training_report
 from coa.steps import Build, ModelInput, Step, StepInput, TableInput
 from coa.tools.config import ToolsConfig, build_toolbox
 
 BENCHMARK_INPUT = "benchmark{}"
-ROUND_EVAL = "after_r"
-"""Prefix of the training report's input of round r's held-out evaluation (``after_r2``…)."""
-ROUND_MODEL = "sft_r"
-"""Prefix of the training report's input of round r's SFT model (``sft_r2``…)."""
 REPORT_FILE = "report.html"
 
 
@@ -392,18 +389,6 @@ def report_step(
     )
 
 
-def round_inputs(inputs: Mapping[str, Any]) -> dict[int, tuple[Any, Any]]:
-    """Round → (its evaluation, its SFT model) among a training report's inputs (``after_r2``…)."""
-    out = {}
-    for role, value in inputs.items():
-        number = role.removeprefix(ROUND_EVAL)
-        if role.startswith(ROUND_EVAL) and number.isdigit():
-            out[int(number)] = (value, inputs[f"{ROUND_MODEL}{number}"])
-    return out
-
-
 def _build_report(b: Build) -> None:
-    from coa.evaluate.training_report import write_training_report
-
     comparison = write_training_report(b)
     b.report(TrainingReportSummary(comparison=tuple(comparison), report=io.join(b.writer.uri, "report.html")))

@@ -26,6 +26,22 @@ import pyarrow as pa
 from coa import pages
 from coa.evaluate.metrics import aligned_table, cell, percent_by_family
 
+ROUND_EVAL = "after_r"
+"""Prefix of the training report's input of round r's held-out evaluation (``after_r2``…)."""
+ROUND_MODEL = "sft_r"
+"""Prefix of the training report's input of round r's SFT model (``sft_r2``…)."""
+
+
+def round_inputs(inputs: Mapping[str, Any]) -> dict[int, tuple[Any, Any]]:
+    """Round → (its evaluation, its SFT model) among a training report's inputs (``after_r2``…)."""
+    out = {}
+    for role, value in inputs.items():
+        number = role.removeprefix(ROUND_EVAL)
+        if role.startswith(ROUND_EVAL) and number.isdigit():
+            out[int(number)] = (value, inputs[f"{ROUND_MODEL}{number}"])
+    return out
+
+
 ALL = "all"
 METRIC_LABELS = {
     "format_valid": "format-valid",
@@ -316,8 +332,6 @@ def write_training_report(b: Any) -> list[dict[str, Any]]:
     def with_cost(ref: Any) -> dict[str, dict[str, Any]]:
         tokens = cost(ref)
         return {f: {**m, "tokens_per_task": tokens.get(f)} for f, m in read_metrics(ref).items()}
-
-    from coa.evaluate.step import round_inputs
 
     rounds = round_inputs(b.inputs)
     round_evals = {n: evaluation.ref for n, (evaluation, _) in rounds.items()}

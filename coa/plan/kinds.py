@@ -21,6 +21,7 @@ from coa.curate import step as curate
 from coa.curate.config import CurateConfig
 from coa.evaluate import step as evaluate
 from coa.evaluate.config import EvalConfig
+from coa.evaluate.training_report import round_inputs
 from coa.model import step as student
 from coa.model.config import StudentConfig
 from coa.model.tiny import TinyModelConfig
@@ -70,7 +71,7 @@ def _evaluate(p: Parts) -> Step:
 
 def _report(p: Parts) -> Step:
     i = p.inputs
-    rounds = evaluate.round_inputs(i)
+    rounds = round_inputs(i)
     return evaluate.report_step(
         p.config["run_name"], i["tasks"], i["before"], i.get("after"), i.get("sft"), i.get("teacher"),
         name=p.name, after_rl=i.get("after_rl"), rl=i.get("rl"), rounds=rounds or None,
