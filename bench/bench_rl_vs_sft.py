@@ -6,7 +6,7 @@ question: did the RL phase beat simply training the SFT model longer on the same
 1. **The run's artifacts.** The config (``configs/demo.yaml`` + overrides) gives the plan
    (:func:`coa.plan.pipeline.plan`); its committed ``synthetic``, ``convert``, ``sft`` and ``rl``
    artifacts are found by content key exactly as ``coa run --dry-run`` does
-   (:func:`coa.steps.preview`). Nothing is rebuilt: a missing or failed step is a user error. The
+   (:func:`coa.plan.preview.preview`). Nothing is rebuilt: a missing or failed step is a user error. The
    keys hash the code (``coa/``, ``schemas/``): run the bench from the checkout that made the run, or
    name the RL artifact (``--rl URI``) and the rest is found through its lineage. The stage settings
    used below (synthetic seed, SFT, RL) are the ones recorded in the artifacts' lineage.
@@ -63,8 +63,9 @@ from coa import io
 from coa.errors import CheckFailed, UserError
 from coa.plan import PipelineConfig, load_pipeline_config, plan
 from coa.plan.choices import eval_tools
+from coa.plan.preview import preview
 from coa.rl.config import RLStageConfig
-from coa.steps import ModelInput, preview
+from coa.steps import ModelInput
 from coa.synthetic import SyntheticConfig
 from coa.train.config import SFTStageConfig
 

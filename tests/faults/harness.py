@@ -14,6 +14,7 @@ import shutil
 import subprocess
 import sys
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
 from typer.testing import CliRunner
@@ -148,6 +149,31 @@ def kill_at_seeded_moments(root: Path, stage: Stage, seed: str) -> tuple[int, Pa
         code, out, err = cli(root, *stage.args)
     assert code == 0, err[-3000:]
     return injected, Path(uri_of(stage, out))
+
+
+def kill_after_first_checkpoint(
+    root: Path, args: Sequence[str], pattern: str, seed: str, timeout: float
+) -> Path:
+    """Start a training command in a subprocess and SIGKILL it at a seeded moment (< 0.2 s) after its
+    first checkpoint (``pattern``: the glob of its ``trainer_state.json`` under ``root``); the path of
+    that checkpoint's state. Fails when the run ended before a checkpoint could be killed."""
+    proc = subprocess.Popen(command(*args), cwd=REPO, env=subprocess_env(root),
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
+    deadline = time.monotonic() + timeout
+    states: list[Path] = []
+    try:
+        while not states:
+            states = list(root.glob(pattern))
+            if proc.poll() is not None or time.monotonic() > deadline:
+                break
+            time.sleep(0.01)
+        time.sleep(random.Random(seed).random() * 0.2)  # a seeded moment right after the checkpoint
+        injected = proc.poll() is None
+    finally:
+        proc.kill()  # SIGKILL: no finally, no atexit, no flush
+        proc.wait(timeout=30)
+    assert injected and states, f"the {args[0]} run ended before a checkpoint could be killed"
+    return states[0]
 
 
 def move_aside(uri: str, dest: Path) -> Path:

@@ -12,9 +12,6 @@ checkpoint is in tests/test_failures.py. S3 writers killed mid-request: tests/fa
 from __future__ import annotations
 
 import json
-import random
-import subprocess
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -25,12 +22,12 @@ from tests.faults.conftest import record
 from tests.faults.harness import (
     CONFIG,
     KILLS,
-    REPO,
     TASKS,
     Stage,
     cli,
     exactly_the_manifest,
     in_repo,
+    kill_after_first_checkpoint,
     kill_at_seeded_moments,
     leftovers,
     move_aside,
@@ -109,7 +106,6 @@ def test_sigkill_sft_after_a_checkpoint_resumes_with_the_planned_steps(tmp_path:
     import schemas
     from coa import io
     from coa.model import init_model, sft_corpus
-    from tests.faults.harness import command, subprocess_env
     from tests.train.conftest import TINY
     from tests.train.rows import arith_rows
 
@@ -121,26 +117,15 @@ def test_sigkill_sft_after_a_checkpoint_resumes_with_the_planned_steps(tmp_path:
     args = ["sft", "--data", data, "--model", str(model), "-c", CONFIG, "sft.max_steps=40",
             "sft.save_steps=2", "sft.batch_size=8", "sft.max_length=256", "sft.logging_steps=1",
             "sft.launcher=in_process"]  # fmt: skip
-    proc = subprocess.Popen(command(*args), cwd=REPO, env=subprocess_env(root),
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
-    deadline = time.monotonic() + 180
-    states: list[Path] = []
-    while not states:
-        states = list(root.glob("checkpoints/model/*/checkpoints/checkpoint-*/trainer_state.json"))
-        if proc.poll() is not None or time.monotonic() > deadline:
-            break
-        time.sleep(0.01)
-    time.sleep(random.Random("sigkill-sft").random() * 0.2)  # a seeded moment right after the checkpoint
-    injected = proc.poll() is None
-    proc.kill()
-    proc.wait(timeout=30)
-    assert injected and states, "the SFT run ended before a checkpoint could be killed"
+    state = kill_after_first_checkpoint(
+        root, args, "checkpoints/model/*/checkpoints/checkpoint-*/trainer_state.json", "sigkill-sft", 180
+    )
     # 40 planned steps: on a fast quiet machine 6 steps ran to the commit inside the 0.2 s window, and
     # the "rerun" then only reused a finished artifact; the kill must land in the middle of training
     assert not list(root.glob("model/*/_COMMITTED")), (
         "the SFT run committed before the kill: not a mid-run fault"
     )
-    killed_at = Path(states[0]).parents[2].name  # the address the killed run was building
+    killed_at = state.parents[2].name  # the address the killed run was building
     with in_repo():
         code, out, err = cli(root, *args)
     assert code == 0, err[-3000:]

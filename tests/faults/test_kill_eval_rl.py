@@ -12,9 +12,6 @@
 from __future__ import annotations
 
 import json
-import random
-import subprocess
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -25,18 +22,16 @@ from tests.faults.conftest import record
 from tests.faults.harness import (
     CONFIG,
     KILLS,
-    REPO,
     TASKS,
     Stage,
     cli,
-    command,
     exactly_the_manifest,
     in_repo,
+    kill_after_first_checkpoint,
     kill_at_seeded_moments,
     leftovers,
     move_aside,
     run_reference,
-    subprocess_env,
 )
 
 EVAL_LIMITS = ["--samples", "1", "evaluate.max_turns=2", "evaluate.max_new_tokens=8",
@@ -107,23 +102,10 @@ def test_sigkill_rl_after_a_checkpoint_resumes_with_the_planned_steps(
 
     root, model, _, data = inputs
     args = ["rl", "--data", data, "--model", str(model), "-c", CONFIG, *RL_ARGS]
-    proc = subprocess.Popen(command(*args), cwd=REPO, env=subprocess_env(root),
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
-    deadline = time.monotonic() + 240
-    states: list[Path] = []
-    try:
-        while not states:
-            states = list(root.glob("checkpoints/model/*/**/checkpoint-*/trainer_state.json"))
-            if proc.poll() is not None or time.monotonic() > deadline:
-                break
-            time.sleep(0.01)
-        time.sleep(random.Random("sigkill-rl").random() * 0.2)  # a seeded moment right after it
-        injected = proc.poll() is None
-    finally:
-        proc.kill()
-        proc.wait(timeout=30)
-    assert injected and states, "the RL run ended before a checkpoint could be killed"
-    killed_at = next(p for p in states[0].parents if p.parent.name == "model").name
+    state = kill_after_first_checkpoint(
+        root, args, "checkpoints/model/*/**/checkpoint-*/trainer_state.json", "sigkill-rl", 240
+    )
+    killed_at = next(p for p in state.parents if p.parent.name == "model").name
     assert not (root / "model" / killed_at / io.MANIFEST).exists(), "the RL run committed before the kill"
     with in_repo():
         code, out, err = cli(root, *args)

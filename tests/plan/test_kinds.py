@@ -65,7 +65,9 @@ def _imports(path: Path) -> set[str]:
 def test_the_runner_stays_at_the_bottom() -> None:
     """coa.steps imports no stage, no registry, no plan (anywhere in the file)."""
     above = {i for i in _imports(REPO / "coa" / "steps.py") if i.startswith("coa.")}
-    assert above <= {"coa.io", "coa.errors", "coa.execution"}, above
+    assert above <= {"coa.io", "coa.errors", "coa.execution", "coa.attempts"}, above
+    below = {i for i in _imports(REPO / "coa" / "attempts.py") if i.startswith("coa.")}
+    assert below <= {"coa.io"}, below  # its failure markers: storage only
 
 
 def test_only_the_plans_know_the_plans_and_the_registry_knows_none() -> None:
