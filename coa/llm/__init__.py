@@ -9,7 +9,8 @@ Typical use::
         result = await llm.chat("teacher", [{"role": "user", "content": "2+2?"}], sample_id=rollout)
         if result.truncated: ...
 
-Modules: :mod:`~coa.llm.config` (typed config), :mod:`~coa.llm.client` (client, router, result),
+Modules: :mod:`~coa.llm.config` (typed config), :mod:`~coa.llm.client` (client, result),
+:mod:`~coa.llm.router` (the clients of a run, by role),
 :mod:`~coa.llm.transport` (responses, retries, proxies), :mod:`~coa.llm.cache` (response cache),
 :mod:`~coa.llm.limits` (token buckets, budget), :mod:`~coa.llm.tokens` (token counting),
 :mod:`~coa.llm.secrets` (API keys, scrubbing), :mod:`~coa.llm.errors`. Nothing here imports Prefect:
@@ -18,12 +19,7 @@ Modules: :mod:`~coa.llm.config` (typed config), :mod:`~coa.llm.client` (client, 
 """
 
 from coa.llm.cache import ResponseCache, cache_key
-from coa.llm.client import (
-    ChatResult,
-    ClientStats,
-    LLMClient,
-    LLMRouter,
-)
+from coa.llm.client import ChatResult, ClientStats, LLMClient
 from coa.llm.config import ROLES, EndpointConfig, LLMConfig, Role
 from coa.llm.errors import (
     BudgetExhausted,
@@ -33,6 +29,7 @@ from coa.llm.errors import (
     LLMRetriesExhausted,
 )
 from coa.llm.limits import AsyncTokenBucket, Budget, Reservation
+from coa.llm.router import LLMRouter
 from coa.llm.secrets import Scrubber, resolve_api_key, set_secret_block_reader
 from coa.llm.tokens import TokenCounter, approx_token_count, estimate_prompt_tokens, hf_token_counter
 from coa.llm.transport import is_context_length_error, parse_retry_after

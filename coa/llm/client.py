@@ -1,8 +1,8 @@
 """Async client for OpenAI-compatible ``POST {base_url}/chat/completions`` endpoints.
 
-One :class:`LLMClient` per endpoint; :class:`LLMRouter` builds them from an :class:`LLMConfig`, one
-per endpoint name (roles sharing an endpoint share its limits), with one run-wide :class:`Budget`
-and one :class:`ResponseCache`. A call goes:
+One :class:`LLMClient` per endpoint; :class:`~coa.llm.router.LLMRouter` builds them from an
+:class:`LLMConfig`, one per endpoint name (roles sharing an endpoint share its limits), with one
+run-wide :class:`Budget` and one :class:`ResponseCache`. A call goes:
 
 1. **cache**: the request's content hash is looked up; a hit is returned with ``cached=True``,
    costs nothing and sends nothing;
@@ -50,7 +50,7 @@ import aiohttp
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from coa.llm.cache import ResponseCache, cache_key
-from coa.llm.config import EndpointConfig, LLMConfig
+from coa.llm.config import EndpointConfig
 from coa.llm.errors import ContextLengthExceeded, LLMError, LLMRequestError, LLMRetriesExhausted
 from coa.llm.limits import AsyncTokenBucket, Budget
 from coa.llm.secrets import Scrubber, resolve_api_key
@@ -471,47 +471,3 @@ class LLMClient:
     def _log(self, level: int, fmt: str, *args: Any) -> None:
         if log.isEnabledFor(level):
             log.log(level, "%s", self._scrubber.text(fmt % args))
-
-
-class LLMRouter:
-    """The clients of a run: one per endpoint, shared by the roles using it, one budget, one cache."""
-
-    def __init__(
-        self,
-        config: LLMConfig,
-        *,
-        cache: ResponseCache | None = None,
-        budget: Budget | None = None,
-        token_counter: TokenCounter | None = None,
-    ) -> None:
-        self.config = config
-        self.budget = budget or Budget(config.budget_tokens, config.budget_usd)
-        self.cache = (cache or ResponseCache(config.cache_root)) if config.cache else None
-        self.clients = {
-            e.name: LLMClient(e, budget=self.budget, cache=self.cache, token_counter=token_counter)
-            for e in config.endpoints
-        }
-
-    def client(self, role_or_name: str) -> LLMClient:
-        """The client of an endpoint, by role (teacher/judge/summariser) or endpoint name."""
-        return self.clients[self.config.endpoint(role_or_name).name]
-
-    async def chat(self, role_or_name: str, messages: Sequence[Message], **kwargs: Any) -> ChatResult:
-        """:meth:`LLMClient.chat` on the endpoint of a role (or an endpoint name)."""
-        return await self.client(role_or_name).chat(messages, **kwargs)
-
-    def summary(self) -> dict[str, Any]:
-        """Budget and per-endpoint counters."""
-        return {
-            "budget": self.budget.summary(),
-            "endpoints": {name: dataclasses.asdict(c.stats) for name, c in self.clients.items()},
-        }
-
-    async def aclose(self) -> None:
-        await asyncio.gather(*(c.aclose() for c in self.clients.values()))
-
-    async def __aenter__(self) -> LLMRouter:
-        return self
-
-    async def __aexit__(self, *_: Any) -> None:
-        await self.aclose()

@@ -4,6 +4,7 @@
 * :mod:`~coa.rl.rewards`: the reward terms per family (correct, format, efficiency, overlong);
 * :mod:`~coa.rl.judge`: the LLM judge of web answers, audited against a labelled set first;
 * :mod:`~coa.rl.rollouts`: a generation batch from the rollout engine, with dynamic sampling;
+* :mod:`~coa.rl.rollout_hook`: TRL's rollout hook over it (backends, weight push, async), the rows on disk;
 * :mod:`~coa.rl.callbacks` / :mod:`~coa.rl.curves`: entropy guard, refill deadline; the logged curves;
 * :mod:`~coa.rl.grpo`: TRL's ``GRPOTrainer`` driven by those rollouts (``run_rl``, ``python -m``), a
   recipe of the trainer kit (:mod:`coa.train.kit`) beside SFT's;

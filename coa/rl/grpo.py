@@ -5,13 +5,13 @@ the RL recipe of the trainer kit (:mod:`coa.train.kit`), beside SFT's (:mod:`coa
 ``rl_prompt.v1`` table and returns :class:`RLResult`. ``python -m coa.rl.grpo --config X.yaml``
 runs the same from a file, so a GPU worker runs it under ``accelerate launch``.
 
-**Rollouts.** TRL's ``rollout_func`` hook hands us the prompt ids of a generation batch (each
-repeated ``group_size`` times); :class:`~coa.rl.rollouts.RolloutSource` runs the episodes through
-the rollout engine, scores them, applies dynamic sampling and returns the kept groups. Where the
-episodes are generated is ``rl.rollout.backend``: ``hf`` (HF ``generate`` on the trainer's own
-weights, eval mode, no gradient checkpointing: rl-feasibility.md pitfall 1), ``hf_batched``
-(continuous batching in process on the same weights) or ``server`` (a completions server speaking
-vLLM's token-id protocol, ``python -m coa.serve``; the trainer's weights are pushed to it before
+**Rollouts.** TRL's ``rollout_func`` hook (:mod:`coa.rl.rollout_hook`) hands us the prompt ids of
+a generation batch (each repeated ``group_size`` times); :class:`~coa.rl.rollouts.RolloutSource`
+runs the episodes through the rollout engine, scores them, applies dynamic sampling and returns
+the kept groups. Where the episodes are generated is ``rl.rollout.backend``: ``hf`` (HF ``generate``
+on the trainer's own weights, eval mode, no gradient checkpointing: rl-feasibility.md pitfall 1),
+``hf_batched`` (continuous batching in process on the same weights) or ``server`` (a completions server
+speaking vLLM's token-id protocol, ``python -m coa.serve``; the trainer's weights are pushed to it before
 each generation batch, :mod:`coa.rl.server`, versioned by the global step). With ``rl.mode:
 async`` (server only) a producer thread keeps generating groups while the trainer trains, and each
 batch takes finished groups within ``max_staleness`` versions (:mod:`coa.rl.producer`; queued
@@ -46,8 +46,7 @@ import logging
 import math
 import os
 import sys
-import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -58,18 +57,24 @@ from coa.rl.config import RL, EntropyCollapse, RLError, RLResult, RLRunConfig
 from coa.rl.curves import CURVE_KEYS, curves, plot_curves
 from coa.rl.heldout import HeldoutEval, split_prompts
 from coa.rl.rewards import TERMS
-from coa.rl.rollouts import RolloutSource, train_mask
-from coa.rollout import Policy
+from coa.rl.rollout_hook import (
+    ROLLOUTS_DIR,
+    PolicyFactory,
+    Rollouts,
+    RolloutWriter,
+    drop_rollouts_after,
+    policy_on_weights,
+    read_rollouts,
+)
+from coa.rl.rollouts import RolloutSource
 from coa.train.kit import entry
 from coa.train.kit import run as kit
 from coa.train.kit.callbacks import StepCounter
 from coa.train.kit.run import CHECKPOINTS_DIR
 
-PolicyFactory = Callable[[Any, Any], Policy]
 log = logging.getLogger(RL.logger)
 
 MODEL_DIR = kit.MODEL_DIR
-ROLLOUTS_DIR = "rollouts"
 ROLLOUTS_FILE = "rollouts.parquet"
 PLAN_FILE = RL.plan_file
 RESULT_FILE = RL.result_file
@@ -107,7 +112,7 @@ def run_rl(
     the trainer with scripted episodes through it).
     """
     start = kit.open_run(RL, config, output_dir, resume)
-    _drop_rollouts_after(start.out / ROLLOUTS_DIR, start.start_step)
+    drop_rollouts_after(start.out / ROLLOUTS_DIR, start.start_step)
     trainer, guard, counter, budget = build_trainer(prompts, config, start.out, callbacks, policy_factory)
     kit.write_plan(RL, trainer, start, {"max_steps": config.planned_steps}, config)
     try:
@@ -195,7 +200,7 @@ def build_trainer(
     toolbox = build_toolbox(config.tools, config.observation_root)
     judge, audit = open_judge(config, out)
     source = RolloutSource(rows, config, toolbox, judge)
-    rollouts = Rollouts(source, _RolloutWriter(out / ROLLOUTS_DIR), config, out, policy_factory)
+    rollouts = Rollouts(source, RolloutWriter(out / ROLLOUTS_DIR), config, out, policy_factory)
     counter, guard = (
         StepCounter(),
         EntropyGuard(config.entropy_floor, config.entropy_grace_steps, config.entropy_window),
@@ -223,7 +228,7 @@ def build_trainer(
         heldout = HeldoutEval(
             RolloutSource(heldout_rows, config, toolbox, judge, greedy=True),
             config,
-            lambda m, tok: _policy(m, tok, config, policy_factory),
+            lambda m, tok: policy_on_weights(m, tok, config, policy_factory),
             out,
         )
         heldout.trainer = trainer
@@ -262,161 +267,6 @@ def open_judge(config: RLRunConfig, out: Path) -> tuple[Any, dict[str, Any] | No
     return judge, audit
 
 
-class Rollouts:
-    """TRL's rollout hook: one completion per received prompt, in groups of ``group_size``.
-
-    It generates on ``rl.rollout.backend`` (sync), or takes the async producer's groups, writes
-    every episode's rows and hands TRL the kept groups' sampled ids, env mask and behaviour
-    logprobs. ``stats`` totals the time the trainer spent in it (its idle time), weight pushes and
-    stale drops over this call of the run.
-    """
-
-    def __init__(
-        self,
-        source: RolloutSource,
-        writer: _RolloutWriter,
-        config: RLRunConfig,
-        out: Path,
-        policy_factory: PolicyFactory | None,
-    ) -> None:
-        self.source, self.writer, self.config = source, writer, config
-        self.policy_factory = policy_factory
-        self.sync: Any = None
-        self.endpoint: Any = None
-        self.producer: Any = None
-        self.stats: dict[str, float] = {"hook_s": 0.0, "batches": 0.0, "stale_dropped": 0.0}
-        self.stats |= {"groups_trained": 0.0, "staleness_max": 0.0, "staleness_sum": 0.0}
-        if config.rollout.backend == "server":
-            from coa.rl.server import WeightSync, server_endpoint
-
-            self.endpoint = server_endpoint(config)
-            folder = Path(config.rollout.sync_dir) if config.rollout.sync_dir else out / "weight_sync"
-            self.sync = WeightSync(self.endpoint, folder, config.rollout.pause_mode)
-            self.sync.check()
-
-    def __call__(self, prompts: list[Any], trainer: Any) -> dict[str, Any]:
-        start = time.perf_counter()
-        step = int(trainer.state.global_step)
-        deadline = getattr(trainer, "coa_deadline", None)
-        model = trainer.accelerator.unwrap_model(trainer.model)
-        if self.sync is not None:
-            if trainer.accelerator.num_processes > 1:
-                raise RLError(
-                    "rl.rollout.backend: server runs single-process (one trainer pushes the weights)"
-                )
-            if self.sync.version != step:
-                self.sync.push(model, step)
-        if self.config.mode == "async":
-            if self.producer is None:
-                from coa.rl.producer import GroupProducer
-
-                self.producer = GroupProducer(self.source, self._server_policy(trainer), step)
-                self.producer.start()
-            batch = self.producer.take(step, deadline)
-        else:
-            batch = self._sync_batch(prompts, trainer, model, step, deadline)
-        if trainer.is_world_process_zero():
-            self.writer.write(step, batch.rows)
-        for key, value in batch.stats.items():
-            trainer._metrics["train"][key].append(value)
-        out = self._trl_batch(batch)
-        elapsed = time.perf_counter() - start
-        trainer._metrics["train"]["rollout/hook_s"].append(elapsed)
-        self._count(batch, step, elapsed)
-        return out
-
-    def _sync_batch(self, prompts: list[Any], trainer: Any, model: Any, step: int, deadline: Any) -> Any:
-        if self.sync is not None and self.policy_factory is None:
-            return self.source.batch([str(p) for p in prompts], self._server_policy(trainer), step, deadline)
-        policy = _policy(model, trainer.processing_class, self.config, self.policy_factory, version=step)
-        was_training = model.training
-        model.eval()
-        try:
-            return self.source.batch([str(p) for p in prompts], policy, step, deadline)
-        finally:
-            model.train(was_training)
-
-    def _server_policy(self, trainer: Any) -> Policy:
-        from coa.rollout import Codec
-        from coa.rollout.policies.endpoint import EndpointPolicy
-
-        if self.policy_factory is not None:
-            model = trainer.accelerator.unwrap_model(trainer.model)
-            return self.policy_factory(model, trainer.processing_class)
-        eos = trainer.accelerator.unwrap_model(trainer.model).generation_config.eos_token_id
-        codec = Codec(trainer.processing_class, eos if isinstance(eos, list) else [eos])
-        return EndpointPolicy(self.endpoint, codec, max_connections=self.endpoint.max_concurrency)
-
-    def _trl_batch(self, batch: Any) -> dict[str, Any]:
-        out: dict[str, list[Any]] = {k: [] for k in ("prompt_ids", "completion_ids", "logprobs", "env_mask")}
-        for name in TERMS:
-            out[f"reward_{name}"] = []
-        for group in batch.groups:
-            for episode, reward in zip(group.episodes, group.rewards, strict=True):
-                out["prompt_ids"].append(list(episode.prompt_ids))
-                out["completion_ids"].append(list(episode.completion_ids))
-                # behaviour logprobs; None (NaN to TRL) on environment ids: no TIS weight there
-                out["logprobs"].append([None if lp is None else float(lp) for lp in episode.logprobs])
-                out["env_mask"].append(train_mask(episode, self.config.mask_truncated))
-                for name in TERMS:
-                    out[f"reward_{name}"].append(reward.term(name))
-        return out
-
-    def _count(self, batch: Any, step: int, elapsed: float) -> None:
-        from coa.rl.producer import staleness
-
-        self.stats["hook_s"] += elapsed
-        self.stats["batches"] += 1
-        self.stats["stale_dropped"] += batch.stats.get("async/stale_dropped", 0.0)
-        ages = [staleness(g, step, self.config.steps_per_generation) for g in batch.groups]
-        self.stats["groups_trained"] += len(ages)
-        self.stats["staleness_sum"] += sum(ages)
-        self.stats["staleness_max"] = max(self.stats["staleness_max"], float(max(ages, default=0)))
-
-    def close(self) -> None:
-        """Stop the async producer (if any); remove the weight files pushed (the server has loaded them)."""
-        if self.producer is not None:
-            self.producer.stop()
-            self.producer = None
-        if self.sync is not None:
-            self.sync.clean()
-
-    def summary(self, runtime: float) -> dict[str, float]:
-        """What RL's result reports about the rollouts of this call."""
-        s = self.stats
-        groups = max(1.0, s["groups_trained"])
-        return {
-            "trainer_idle_s": round(s["hook_s"], 3),
-            "trainer_idle_share": round(s["hook_s"] / runtime, 4) if runtime > 0 else 0.0,
-            "staleness_mean": round(s["staleness_sum"] / groups, 4),
-            "staleness_max": s["staleness_max"],
-            "stale_dropped_groups": s["stale_dropped"],
-            "stale_dropped_share": round(s["stale_dropped"] / (s["stale_dropped"] + groups), 4),
-            "groups_trained": s["groups_trained"],
-            "weight_syncs": float(self.sync.pushes) if self.sync is not None else 0.0,
-            "weight_sync_s": round(self.sync.seconds, 3) if self.sync is not None else 0.0,
-        }
-
-
-def _policy(
-    model: Any, tokenizer: Any, config: RLRunConfig, policy_factory: PolicyFactory | None, version: int = 0
-) -> Policy:
-    """The policy on the trainer's weights: the test's factory, else ``hf_batched`` continuous batching
-    when configured (reporting ``version``, the trainer's step), else HF generate (also the held-out
-    score's policy under backend=server)."""
-    if policy_factory is not None:
-        return policy_factory(model, tokenizer)
-    if config.rollout.backend == "hf_batched":
-        from coa.rollout.policies.hf_batched import HFBatchedPolicy
-
-        batched = HFBatchedPolicy.from_model(model, tokenizer, max_batch=config.generation_batch)
-        batched.batcher.set_version(version)
-        return batched
-    from coa.rollout.policies.hf import HFPolicy
-
-    return HFPolicy.from_model(model, tokenizer, max_batch=config.generation_batch)
-
-
 def _term_reward(term: str) -> Any:
     """A TRL reward function returning the precomputed ``term`` of each completion."""
 
@@ -425,43 +275,6 @@ def _term_reward(term: str) -> Any:
 
     reward.__name__ = term
     return reward
-
-
-class _RolloutWriter:
-    """Each generation batch's ``rollout.v1`` rows to ``step-NNNNNN.parquet`` (written atomically)."""
-
-    def __init__(self, folder: Path) -> None:
-        self.folder = folder
-
-    def write(self, step: int, rows: list[dict[str, Any]]) -> None:
-        import pyarrow.parquet as pq
-
-        import schemas
-
-        self.folder.mkdir(parents=True, exist_ok=True)
-        path = self.folder / f"step-{step:06d}.parquet"
-        tmp = path.with_name(f".{path.name}.tmp")
-        pq.write_table(schemas.ROLLOUT.from_rows(rows), tmp)
-        tmp.replace(path)
-
-
-def read_rollouts(folder: Path) -> pa.Table:
-    """Every chunk of a run's rollout rows, in step order, as one ``rollout.v1`` table."""
-    import pyarrow.parquet as pq
-
-    import schemas
-
-    chunks = sorted(folder.glob("step-*.parquet"))
-    if not chunks:
-        return schemas.ROLLOUT.empty_table()
-    return schemas.ROLLOUT.conform(pa.concat_tables([pq.read_table(c) for c in chunks]))
-
-
-def _drop_rollouts_after(folder: Path, step: int) -> None:
-    """Remove the rollout chunks generated at or after ``step`` (a resumed run makes them again)."""
-    for chunk in folder.glob("step-*.parquet") if folder.is_dir() else []:
-        if int(chunk.stem.split("-")[1]) >= step:
-            chunk.unlink()
 
 
 def _rl_result(

@@ -78,7 +78,7 @@ def step(
 
 def _build(b: Build, callbacks: Sequence[Any]) -> None:
     import schemas
-    from coa.rl.grpo import ROLLOUTS_DIR, read_rollouts
+    from coa.rl.rollout_hook import ROLLOUTS_DIR, read_rollouts
 
     config: RLStageConfig = b.step.config
     base, prompts = b.model("base"), b.table("prompts")

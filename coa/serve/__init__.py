@@ -7,6 +7,7 @@ version on every answer. On GPU workers the real vLLM takes its place (``infra/R
 
 * :mod:`~coa.serve.engine`: :class:`ContinuousBatcher`, the step loop requests join and leave
   (also what the in-process ``hf_batched`` policy runs on the trainer's weights);
+* :mod:`~coa.serve.weights`: a pushed state dict read and copied into the running model;
 * :mod:`~coa.serve.app`: the routes (FastAPI);
 * :mod:`~coa.serve.__main__`: the command line (uvicorn on 127.0.0.1).
 """

@@ -40,7 +40,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from coa.serve.engine import ContinuousBatcher, GenRequest, assign_weights, load_state_dict_file
+from coa.serve.engine import ContinuousBatcher, GenRequest
+from coa.serve.weights import assign_weights, load_state_dict_file
 
 
 class CompletionRequest(BaseModel):

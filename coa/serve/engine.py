@@ -23,9 +23,10 @@ top-p cut: ``log_softmax(logits / T)``, the raw ``log_softmax(logits)`` when gre
 of :class:`~coa.rollout.policies.hf.HFPolicy`; at T = 1 these are vLLM's default raw logprobs).
 
 Weights: :meth:`ContinuousBatcher.pause` (``wait`` lets the running rows finish first, ``keep``
-freezes them mid-generation), then :meth:`load_state_dict` / adapters, then :meth:`resume`. The
-weight ``version`` is recorded per request: the version of its first and of its last token (equal
-unless a ``keep`` pause updated the weights under it).
+freezes them mid-generation), then new weights copied in (:mod:`coa.serve.weights`) or adapters
+loaded, then :meth:`resume`. The weight ``version`` is recorded per request:
+the version of its first and of its last token (equal unless a ``keep`` pause updated the weights
+under it).
 """
 
 from __future__ import annotations
@@ -34,7 +35,7 @@ import dataclasses
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, Literal
 
 Finish = Literal["stop", "length", "abort"]
@@ -459,62 +460,3 @@ def _ranked(logprobs: Any, actual: Any, n: int) -> list[list[tuple[int, float]] 
             ][:n]
         out.append(entry)
     return out
-
-
-def load_state_dict_file(path: str) -> Mapping[str, Any]:
-    """Tensors of a safetensors file, a folder of them (sharded or not) or a ``torch.save`` state dict."""
-    import os
-
-    import torch
-    from safetensors.torch import load_file
-
-    if os.path.isdir(path):
-        files = sorted(f for f in os.listdir(path) if f.endswith(".safetensors"))
-        if not files:
-            raise FileNotFoundError(f"no .safetensors file in {path}")
-        state: dict[str, Any] = {}
-        for name in files:
-            state.update(load_file(os.path.join(path, name)))
-        return state
-    if path.endswith(".safetensors"):
-        return load_file(path)
-    loaded = torch.load(path, map_location="cpu", weights_only=True)
-    if not isinstance(loaded, Mapping):
-        raise ValueError(f"{path} holds a {type(loaded).__name__}, not a state dict")
-    return loaded
-
-
-def assign_weights(model: Any, state: Mapping[str, Any]) -> int:
-    """Copy ``state`` into ``model``'s parameters and buffers in place; the number of tensors copied.
-
-    Keys are the base model's names (what ``save_pretrained`` writes); under peft LoRA wrapping a
-    ``x.weight`` lives at ``x.base_layer.weight`` and is found there. Every key must match a tensor
-    of the same shape: a mismatch raises before anything is copied.
-    """
-    import torch
-
-    own = dict(model.named_parameters(remove_duplicate=False)) | dict(model.named_buffers())
-    plain = {_strip_peft(k): k for k in own}
-    targets: dict[str, Any] = {}
-    for key, value in state.items():
-        name = key if key in own else plain.get(key) or plain.get(f"model.{key}")
-        if name is None:
-            raise KeyError(f"the model has no tensor {key!r}")
-        if tuple(own[name].shape) != tuple(value.shape):
-            raise ValueError(f"{key}: shape {tuple(value.shape)} != the model's {tuple(own[name].shape)}")
-        targets[name] = value
-    with torch.no_grad():
-        for name, value in targets.items():
-            own[name].copy_(value.to(own[name].dtype))
-    tied = getattr(model.config, "tie_word_embeddings", False) if hasattr(model, "config") else False
-    if tied and hasattr(model, "tie_weights"):
-        model.tie_weights()
-    return len(targets)
-
-
-def _strip_peft(name: str) -> str:
-    """A parameter name under peft (``base_model.model.x.base_layer.weight``) as the base model names it."""
-    for prefix in ("base_model.model.",):
-        if name.startswith(prefix):
-            name = name[len(prefix) :]
-    return name.replace(".base_layer.", ".")

@@ -24,7 +24,7 @@ from coa.cli import app
 from coa.evaluate.metrics import metrics_document
 from coa.model import TinyModelConfig, init_model, sft_corpus
 from coa.registry import Registry
-from coa.registry.model_export import Z95
+from coa.registry.model_card import Z95
 from tests.registry import helpers
 from tests.train.rows import arith_rows
 

@@ -12,7 +12,8 @@ from transformers import AutoModelForCausalLM, TrainerCallback
 
 import schemas
 from coa.rl.config import EntropyCollapse, RLError, RLRunConfig, RLStepCountError
-from coa.rl.grpo import ROLLOUTS_DIR, run_rl
+from coa.rl.grpo import run_rl
+from coa.rl.rollout_hook import ROLLOUTS_DIR
 from coa.rollout import Codec
 from coa.tools.config import ToolsConfig
 from coa.train.kit.run import CHECKPOINTS_DIR, last_checkpoint

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from coa.rl.config import RLParams
-from coa.rl.grpo import _policy
+from coa.rl.rollout_hook import policy_on_weights
 from coa.rl.rollouts import RolloutSource
 from coa.rollout.policies.hf import HFPolicy
 from coa.rollout.policies.hf_batched import HFBatchedPolicy
@@ -36,7 +36,7 @@ def test_hf_batched_gives_rl_the_same_greedy_episodes_as_hf(scripted_student: Pa
             prompts_per_step=2, group_size=2, max_turns=3, max_new_tokens=64, max_total_tokens=160,
             rollout={"backend": backend},
         )  # fmt: skip
-        policy = _policy(model, tokenizer, params, None)
+        policy = policy_on_weights(model, tokenizer, params, None)
         assert isinstance(policy, HFBatchedPolicy if backend == "hf_batched" else HFPolicy)
         source = RolloutSource(prompts, params, SpyToolBox(), greedy=True)
         runs[backend], _ = source.episodes(source.order, policy, 1)

@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from coa.serve.engine import ContinuousBatcher, GenRequest, _filtered_probs, assign_weights
+from coa.serve.engine import ContinuousBatcher, GenRequest, _filtered_probs
+from coa.serve.weights import assign_weights
 
 
 def run(batcher: ContinuousBatcher, request: GenRequest) -> threading.Event:
