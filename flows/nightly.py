@@ -40,9 +40,9 @@ from coa.registry import Registry
 from coa.registry.gate import Verdict, apply
 from coa.steps import ModelInput, StepResult
 from flows.pipeline import fail, publish_lineage, publish_summary, run_planned_step
-from tasks.fanout import executor
-from tasks.outcome import failed, quiet_failed_states
-from tasks.publish import artifact_key, scope_of, verdict_markdown
+from orchestration.fanout import executor
+from orchestration.outcome import failed, quiet_failed_states
+from orchestration.publish import artifact_key, scope_of, verdict_markdown
 
 
 def run_name() -> str:

@@ -2,7 +2,7 @@
 
 * :mod:`~coa.rl.config`: :class:`RLParams` / :class:`RLStageConfig` / :class:`RLResult`, the errors;
 * :mod:`~coa.rl.rewards`: the reward terms per family (correct, format, efficiency, overlong);
-* :mod:`~coa.rl.judge`: the LLM judge of web answers, audited against a labelled set first;
+* :mod:`~coa.rl.judge_audit`: the audit of the LLM judge of web answers against a labelled set, before a run;
 * :mod:`~coa.rl.rollouts`: a generation batch from the rollout engine, with dynamic sampling;
 * :mod:`~coa.rl.rollout_hook`: TRL's rollout hook over it (backends, weight push, async), the rows on disk;
 * :mod:`~coa.rl.callbacks` / :mod:`~coa.rl.curves`: entropy guard, refill deadline; the logged curves;

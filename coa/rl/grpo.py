@@ -255,7 +255,7 @@ def open_judge(config: RLRunConfig, out: Path) -> tuple[Any, dict[str, Any] | No
     """The web-answer judge and its audit (written to ``judge_audit.json``); (None, None) without one."""
     if config.judge is None:
         return None, None
-    from coa.rl.judge import checked_judge
+    from coa.rl.judge_audit import checked_judge
     from coa.scoring.judge import LLMJudge
 
     assert config.judge_audit_set is not None

@@ -4,7 +4,7 @@
   math-verify for math, every test passing in the sandbox for code (LiveCodeBench functional tests
   through the ``fn_name`` harness; all the batch's programs in a few warm sandboxes:
   :func:`coa.tools.code.run_tests_batch`), web answers by exact match, else the LLM judge when one
-  is given (:mod:`coa.rl.judge`), else token F1;
+  is given (:mod:`coa.rl.judge_audit`), else token F1;
 * ``format``: 1 when the trajectory is valid under its variant's grammar (:mod:`coa.format`);
 * ``efficiency``: minus one per tool call beyond ``free_tool_calls``, on correct episodes only;
 * ``overlong``: DAPO's soft penalty, 0 up to ``max_total_tokens - overlong_buffer`` generated

@@ -1,4 +1,4 @@
-"""tasks/outcome.py in process: the engine's crash record for a flow run ended Failed by its own
+"""orchestration/outcome.py in process: the engine's crash record for a flow run ended Failed by its own
 state is dropped; a flow that raises a bug keeps it (the worker path is tests/flows/test_failed_step.py).
 
 ``run_flow(..., error_logger=...)`` is how Prefect's engine runs a worker's flow run."""
@@ -15,7 +15,7 @@ from prefect.flow_engine import run_flow
 from prefect.testing.utilities import prefect_test_harness
 
 from coa.errors import UserError
-from tasks.outcome import ENGINE_LINE, failed, quiet_failed_states
+from orchestration.outcome import ENGINE_LINE, failed, quiet_failed_states
 
 
 @pytest.fixture(scope="module")

@@ -33,7 +33,7 @@ from coa.attempts import rerun_hint
 from coa.errors import InfraError, describe
 from coa.plan.spec import spec_of
 from coa.steps import Step, StepResult, resolve
-from tasks.steps import run_step_task
+from orchestration.steps import run_step_task
 
 
 def committed(uri: str, step: str, store: io.Store) -> StepResult | None:

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from coa.rl.config import RLParams
-from coa.rl.judge import JudgeAuditFailed, audit_judge, checked_judge, load_audit_set
+from coa.rl.judge_audit import JudgeAuditFailed, audit_judge, checked_judge, load_audit_set
 from coa.rl.rewards import score_episodes
 from coa.scoring.judge import LLMJudge
 from tests.llm.fake_server import FakeLLMServer, Reply, completion

@@ -1,4 +1,4 @@
-"""The LLM judge of web answers in RL rewards, audited before the run may use it.
+"""The audit of the LLM judge of web answers in RL rewards: it must agree with a labelled set first.
 
 The judge is :class:`coa.scoring.judge.LLMJudge` (AFM's ``{rationale, judgement}`` JSON reply; its
 verdicts are cached in the LLM layer's response cache, so a rerun replays them). Before a run trains
