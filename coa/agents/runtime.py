@@ -1,9 +1,10 @@
 """The multi-agent teacher: plan → delegate (search / code agents) → reflect → verify → answer.
 
 One :class:`MultiAgentTeacher` solves one task at a time (many concurrently under asyncio) and
-returns a ``trajectory.v1`` row. Steps are recorded in order with the agent, the role, the model's
-text, the tool call and its observation, tokens, latency and errors. Limits: manager steps, steps
-per delegation, and wall time per task. Nothing here knows which model answers: that is the
+returns a ``trajectory.v1`` row. Each agent turn is recorded in order (a row of the schema's
+``steps``) with the agent, the role, the model's text, the tool call and its observation, tokens,
+latency and errors. Limits: manager turns (``max_steps``), turns per delegation
+(``max_agent_steps``), and wall time per task. Nothing here knows which model answers: that is the
 :class:`~coa.agents.backend.ModelBackend`.
 """
 
@@ -40,17 +41,17 @@ class TeacherConfig(StrictModel):
 
     name: str = Field(default="oagents-style", description="Teacher name recorded in every trajectory.")
     max_steps: int = Field(
-        default=10, ge=1, description="Manager steps per task before giving up (step_limit)."
+        default=10, ge=1, description="Manager turns per task before giving up (status step_limit)."
     )
     max_agent_steps: int = Field(
-        default=6, ge=1, description="Steps a search/code agent may take per delegation."
+        default=6, ge=1, description="Turns a search/code agent may take per delegation."
     )
     wall_time_s: float = Field(default=600.0, gt=0, description="Wall-clock limit per task (time_limit).")
     reflect_every: int = Field(
-        default=2, ge=0, description="Reflect after every N manager steps (0 = never)."
+        default=2, ge=0, description="Reflect after every N manager turns (0 = never)."
     )
     replan_every: int = Field(
-        default=0, ge=0, description="Re-plan every N manager steps (0 = only when needed)."
+        default=0, ge=0, description="Re-plan every N manager turns (0 = only when needed)."
     )
     min_verification_score: int = Field(
         default=3, ge=1, le=4, description="Verification score needed to answer."
@@ -61,8 +62,8 @@ class TeacherConfig(StrictModel):
     )
 
 
-class StepLimit(CoaError, RuntimeError):
-    pass
+class TurnLimit(CoaError, RuntimeError):
+    """The manager used its ``max_steps`` turns without a verified answer (the run's status: step_limit)."""
 
 
 @dataclasses.dataclass
@@ -160,7 +161,7 @@ class MultiAgentTeacher:
             answer = await asyncio.wait_for(self._run(task["question"], rec), self.config.wall_time_s)
         except TimeoutError:
             status, error = "time_limit", f"TimeLimit: task exceeded {self.config.wall_time_s:.0f} s"
-        except StepLimit as e:
+        except TurnLimit as e:  # recorded as trajectory.v1 has always recorded it (status and error label)
             status, error = "step_limit", f"StepLimit: {e}"
         except ModelError as e:
             status, error = "error", str(e)
@@ -195,7 +196,7 @@ class MultiAgentTeacher:
         cfg = self.config
         plan = await self._plan(question, rec, reason=None)
         messages = self._manager_messages(question, plan)
-        for step in range(cfg.max_steps):
+        for turn in range(cfg.max_steps):
             action, reply = await self._ask(
                 "manager", messages, ("search_agent", "code_agent", "final_answer"), rec
             )
@@ -236,7 +237,7 @@ class MultiAgentTeacher:
                 {"role": "assistant", "content": reply.text},
                 {"role": "user", "content": f"Observation from {action.name}:\n{report}"},
             ]
-            done = step + 1
+            done = turn + 1
             poor = False
             if cfg.reflect_every and done % cfg.reflect_every == 0:
                 poor = await self._reflect(question, rec)
@@ -245,7 +246,7 @@ class MultiAgentTeacher:
                     question, rec, reason="a poor reflection grade" if poor else "scheduled re-plan"
                 )
                 messages = [*self._manager_messages(question, plan), *messages[2:]]
-        raise StepLimit(f"no verified answer after {cfg.max_steps} manager steps")
+        raise TurnLimit(f"no verified answer after {cfg.max_steps} manager steps")
 
     async def _finish(
         self, messages: list[Message], reply: ModelReply, proposed: str, verdict: int, rec: Recorder
