@@ -107,7 +107,7 @@ def nightly(
         description=f"Promotion gate of night {night}: {outcome}",
     )
     publish_lineage(scope, done)
-    result = publish_summary(scope, cfg, steps, done)
+    result = publish_summary(scope, cfg, steps, done).model_dump(mode="json")
     result.update(
         night=night,
         outcome=outcome,

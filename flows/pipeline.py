@@ -24,16 +24,15 @@ from prefect import flow, get_run_logger
 from prefect.artifacts import create_markdown_artifact, create_table_artifact
 from prefect.events import emit_event
 from prefect.runtime import flow_run
-from prefect.states import Failed
+from prefect.states import Failed, State
 
 from coa import tracking
-from coa.curate.step import CurateSummary
 from coa.errors import CoaError, describe
-from coa.evaluate.summary import TrainingReportSummary
 from coa.execution import ShardExecutor
 from coa.lineage import to_markdown, trace
-from coa.plan import PipelineConfig, load_pipeline_config, not_planned, plan
+from coa.plan import PipelineConfig, load_pipeline_config, plan
 from coa.plan.preview import select
+from coa.plan.run_result import RunResult, run_result
 from coa.steps import Step, StepResult, Upstream
 from orchestration.dispatch import run_on_pool
 from orchestration.fanout import executor
@@ -51,8 +50,11 @@ def run_name() -> str:
 @flow(name="pipeline", flow_run_name=run_name, log_prints=True)
 def pipeline(
     config_path: str = "configs/demo.yaml", overrides: list[str] | None = None, only: list[str] | None = None
-) -> Any:
-    """Run the plan of the profile ``config_path`` with dotted ``overrides`` (``only``: a slice)."""
+) -> RunResult | State[Any]:
+    """Run the plan of the profile ``config_path`` with dotted ``overrides`` (``only``: a slice).
+
+    Returns the run's :class:`~coa.plan.run_result.RunResult`; a failed step or a bad profile ends
+    the run Failed with its one-line reason."""
     quiet_failed_states()  # a failed step fails this run with its reason, not as a crash
     logger = get_run_logger()
     try:
@@ -144,34 +146,24 @@ def publish_lineage(scope: str, done: dict[str, StepResult]) -> None:
     )
 
 
-def stage_rows(cfg: PipelineConfig, steps: list[Step], done: dict[str, StepResult]) -> list[dict[str, Any]]:
-    """One row per step and per table it wrote (rows, artifact), then the stages without a step."""
-    out: list[dict[str, Any]] = []
-    for step in steps:
-        result = done.get(step.name)
-        if result is None:
-            out.append({"stage": step.name, "status": "not run", "rows": "", "artifact": ""})
-            continue
-        status = "reused" if result.reused else "built"
-        primary = result.ref.primary
-        tables = ([primary] if primary else []) + sorted(t for t in result.ref.tables if t != primary)
-        for i, table in enumerate(tables or [""]):
-            name = step.name if i == 0 else f"{step.name}.{table}"
-            rows = result.ref.rows(table) if table else ""
-            out.append({"stage": name, "status": status, "rows": rows, "artifact": result.ref.uri})
-    for stage, why in not_planned(cfg, steps).items():
-        out.append({"stage": stage, "status": why, "rows": "", "artifact": ""})
-    return out
-
-
 def publish_summary(
     scope: str,
     cfg: PipelineConfig,
     steps: list[Step],
     done: dict[str, StepResult],
     failed: tuple[str, str] | None = None,
-) -> dict[str, Any]:
-    rows = stage_rows(cfg, steps, done)
+) -> RunResult:
+    """The run's stage table and summary as Prefect artifacts; the run's typed result."""
+    result = run_result(cfg, steps, done)
+    rows = [
+        {
+            "stage": r.stage,
+            "status": r.status,
+            "rows": "" if r.rows is None else r.rows,
+            "artifact": r.artifact or "",
+        }
+        for r in result.stages
+    ]
     create_table_artifact(
         key=artifact_key(scope, "row-counts"), table=rows, description="Rows per stage of this run"
     )
@@ -185,12 +177,4 @@ def publish_summary(
         markdown="\n".join(lines),
         description=f"Pipeline summary: {scope}",
     )
-    refs = {name: result.ref.model_dump(mode="json") for name, result in done.items()}
-    out: dict[str, Any] = {"stages": rows, "refs": refs}
-    if "curate" in done:
-        out["report"] = CurateSummary.from_dict(done["curate"].summary).report
-    if "report" in done:
-        report = TrainingReportSummary.from_dict(done["report"].summary)
-        out["training_report"] = report.report
-        out["comparison"] = list(report.comparison)
-    return out
+    return result

@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.table import Table
 
 from coa._cli.common import _config, _fail, console
 from coa.errors import UserError
+
+if TYPE_CHECKING:
+    from coa.plan.run_result import RunResult, StageRow
 
 
 def run(
@@ -49,17 +53,17 @@ def run(
     )
     if state.is_failed():
         raise _failed_run(state.message or "the pipeline run failed")
-    result = state.result()
-    _print_stage_table(result["stages"])
-    if result.get("comparison"):
-        from coa.evaluate.report import format_comparison
+    result: RunResult = state.result()
+    _print_stage_table(result.stages)
+    if result.comparison:
+        from coa.evaluate.training_report import format_comparison
 
         typer.echo("\nstudent on held-out tasks, before and after SFT, beside the teacher:")
-        typer.echo(format_comparison(result["comparison"]))  # plain: a rich console would wrap it
-    if result.get("report"):
-        console.print(f"curation report: {result['report']}")
-    if result.get("training_report"):
-        console.print(f"training report: {result['training_report']}")
+        typer.echo(format_comparison(result.comparison))  # plain: a rich console would wrap it
+    if result.report:
+        console.print(f"curation report: {result.report}")
+    if result.training_report:
+        console.print(f"training report: {result.training_report}")
 
 
 def _failed_run(message: str) -> typer.Exit:
@@ -84,10 +88,10 @@ def _print_plan(planned: list[Any], only: list[str] | None, skipped: dict[str, s
     console.print(table)
 
 
-def _print_stage_table(stages: list[dict[str, Any]]) -> None:
+def _print_stage_table(stages: Sequence[StageRow]) -> None:
     table = Table(title="pipeline stages")
     for col in ("stage", "status", "rows", "artifact"):
         table.add_column(col)
     for s in stages:
-        table.add_row(s["stage"], s["status"], str(s.get("rows", "")), s.get("artifact") or s.get("note", ""))
+        table.add_row(s.stage, s.status, "" if s.rows is None else str(s.rows), s.artifact or "")
     console.print(table)

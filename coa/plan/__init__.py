@@ -6,6 +6,7 @@
   SFT starts from, RL after an evaluation, the student's tools);
 * :mod:`coa.plan.pipeline`: the pipeline plan (``coa run``, the ``pipeline`` flow);
 * :mod:`coa.plan.nightly`: the nightly plan and the ledger of nights (the ``nightly`` flow);
+* :mod:`coa.plan.run_result`: what a run of a plan did, typed (the ``pipeline`` flow's result);
 * :mod:`coa.plan.kinds` and :mod:`coa.plan.spec`: a step as a spec that another machine rebuilds
   (the GPU pool's ``run-one-step`` flow), never re-plans.
 

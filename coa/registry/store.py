@@ -48,6 +48,19 @@ class RegistryError(UserError):
     """A registry operation that cannot be done (unknown name, nothing to roll back, a bad name)."""
 
 
+class VerdictRecord(BaseModel):
+    """A history entry's verdict, read typed: what the registry and its readers use of the record.
+
+    The entry stores the verdict as the gate wrote it (:class:`coa.registry.gate.Verdict`, its
+    ``to_dict()``: per-benchmark deltas included); this reads the decision back. A manual record
+    (an operator's note, a test's) may lack the gate's keys: they take their defaults."""
+
+    model_config = ConfigDict(frozen=True, extra="ignore")
+    promote: bool = Field(default=False, description="Whether the gate passed the candidate.")
+    reasons: tuple[str, ...] = Field(default=(), description="Why, one line per deciding check.")
+    checks: dict[str, bool] = Field(default_factory=dict, description="Check -> passed.")
+
+
 class Entry(BaseModel):
     """One event in a model's history (never rewritten)."""
 
@@ -70,6 +83,10 @@ class Entry(BaseModel):
         default=(), description="Why (the gate's reasons, or the operator's note)."
     )
     previous: str | None = Field(default=None, description="The champion's model URI before this event.")
+
+    def decision(self) -> VerdictRecord | None:
+        """The verdict, typed (None when the event carries none: a rollback, a manual promotion)."""
+        return VerdictRecord.model_validate(self.verdict) if self.verdict is not None else None
 
 
 class Champion(BaseModel):
@@ -157,7 +174,7 @@ class Registry:
             reasons,
             current.model_uri if current else None,
         )
-        mirror_event("candidate", name, model_uri, verdict, reasons)
+        mirror_event("candidate", name, model_uri, entry.decision(), reasons)
         return entry
 
     def promote(
@@ -186,7 +203,7 @@ class Registry:
             previous = current.previous + ((current.model_uri, current.entry),) if current else ()
             new = Champion(name=name, model_uri=model_uri, entry=entry.id, since=entry.at, previous=previous)
             self._write_alias(new)
-        mirror_event("promote", name, model_uri, verdict, reasons)  # after the lock: best effort
+        mirror_event("promote", name, model_uri, entry.decision(), reasons)  # after the lock: best effort
         return new
 
     def rollback(self, name: str, reason: str = "rollback") -> Champion:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, Protocol
 
 from coa.tracking import QUICK, _environ, _safe_uri, current, experiment_id, mlflow_client
 
@@ -21,11 +21,23 @@ log = logging.getLogger(__name__)
 ALIAS = "champion"
 
 
+class Decision(Protocol):
+    """What the mirror reads of a registry event's verdict (the registry's typed
+    :class:`~coa.registry.store.VerdictRecord`; this layer sits below the registry and names only the
+    fields it tags)."""
+
+    @property
+    def promote(self) -> bool: ...
+
+    @property
+    def checks(self) -> Mapping[str, bool]: ...
+
+
 def mirror_event(
     event: str,
     name: str,
     model_uri: str,
-    verdict: Mapping[str, Any] | None,
+    verdict: Decision | None,
     reasons: Sequence[str],
 ) -> str | None:
     """Mirror one registry event; the model version it concerns, or None (no mirror, or it failed)."""
@@ -54,7 +66,7 @@ def _mirror(
     event: str,
     name: str,
     model_uri: str,
-    verdict: Mapping[str, Any] | None,
+    verdict: Decision | None,
     reasons: Sequence[str],
 ) -> str:
     from mlflow.exceptions import MlflowException
@@ -72,8 +84,8 @@ def _mirror(
         version = str(created.version)
     tags = {"coa.event": event}
     if verdict is not None:
-        tags["coa.verdict"] = "promote" if verdict.get("promote") else "refuse"
-        tags["coa.checks"] = json.dumps(verdict.get("checks", {}), sort_keys=True)[:4000]
+        tags["coa.verdict"] = "promote" if verdict.promote else "refuse"
+        tags["coa.checks"] = json.dumps(dict(verdict.checks), sort_keys=True)[:4000]
     if reasons:
         tags["coa.reasons"] = "; ".join(reasons)[:4000]
     for key, value in tags.items():

@@ -55,41 +55,41 @@ def test_pipeline_runs_built_stages_and_reports_the_rest(
 
     monkeypatch.chdir(REPO)
     result = pipeline(config_path="configs/demo.yaml", overrides=SMALL)
-    refs = result["refs"]
-    stages = {s["stage"]: s for s in result["stages"]}
-    assert stages["synthetic"]["rows"] == 15 and stages["collect"]["rows"] == 15
-    assert stages["curate"]["rows"] + stages["curate.quarantine"]["rows"] == 15
-    assert stages["convert"]["rows"] + stages["convert.quarantine"]["rows"] >= stages["curate"]["rows"]
-    assert all(stages[name]["status"].startswith("not built yet") for name in NOT_BUILT)
-    assert all(s["status"] == "built" for s in result["stages"] if s["artifact"])
-    curated = io.open_artifact(refs["curate"]["uri"])
-    assert result["report"] == f"{curated.uri}/report.html"
+    refs = result.refs
+    stages = {s.stage: s for s in result.stages}
+    assert stages["synthetic"].rows == 15 and stages["collect"].rows == 15
+    assert stages["curate"].rows + stages["curate.quarantine"].rows == 15
+    assert stages["convert"].rows + stages["convert.quarantine"].rows >= stages["curate"].rows
+    assert all(stages[name].status.startswith("not built yet") for name in NOT_BUILT)
+    assert all(s.status == "built" for s in result.stages if s.artifact)
+    curated = io.open_artifact(refs["curate"].uri)
+    assert result.report == f"{curated.uri}/report.html"
     assert {"report.html", "summary.json"} <= set(curated.files) and "task_stats" in curated.tables
     assert any(f.startswith("data_docs/") for f in curated.files)
-    lineage = io.read_lineage(refs["convert"]["uri"])
+    lineage = io.read_lineage(refs["convert"].uri)
     assert [u["kind"] for u in lineage["upstream"]] == ["curated", "tasks"]
     assert lineage["step"] == "convert" and set(lineage["inputs"]) == {"curated", "tasks"}
-    sft = io.open_artifact(refs["sft"]["uri"])
+    sft = io.open_artifact(refs["sft"].uri)
     assert io.read_lineage(sft)["steps_run"] == 4 and "model/config.json" in sft.files
-    assert stages["evaluate.before"]["rows"] == stages["evaluate.after"]["rows"] == 5
-    assert stages["evaluate.after_rl"]["rows"] == 5 and io.read_lineage(refs["rl"]["uri"])["steps_run"] == 2
-    assert stages["collect.heldout"]["rows"] == 5
-    assert Path(result["training_report"]).is_file()
-    families = [row["family"] for row in result["comparison"]]
+    assert stages["evaluate.before"].rows == stages["evaluate.after"].rows == 5
+    assert stages["evaluate.after_rl"].rows == 5 and io.read_lineage(refs["rl"].uri)["steps_run"] == 2
+    assert stages["collect.heldout"].rows == 5
+    assert Path(result.training_report or "").is_file()
+    families = [row["family"] for row in result.comparison]
     assert families[-1] == "all" and set(families) == {"math", "mhqa", "code", "all"}
     assert all(
         0 <= row["accuracy_after"] <= 1
         and 0 <= row["accuracy_after_rl"] <= 1
         and row["teacher_tokens_per_task"] > 0
-        for row in result["comparison"]
+        for row in result.comparison
     )
 
     again = pipeline(config_path="configs/demo.yaml", overrides=SMALL)
-    assert again["refs"] == refs  # same inputs: the same artifacts
-    assert all(s["status"] == "reused" for s in again["stages"] if s["artifact"])  # every step reused
+    assert again.refs == refs  # same inputs: the same artifacts
+    assert all(s.status == "reused" for s in again.stages if s.artifact)  # every step reused
     assert (
-        io.read_lineage(refs["collect"]["uri"])["created_at"]
-        == io.read_lineage(again["refs"]["collect"]["uri"])["created_at"]
+        io.read_lineage(refs["collect"].uri)["created_at"]
+        == io.read_lineage(again.refs["collect"].uri)["created_at"]
     )
 
 
@@ -103,8 +103,8 @@ def test_import_only_profile(
         config_path="configs/base.yaml",
         overrides=["tasks.sources=[{path: configs/data/sample_tasks.jsonl, family: math, limit: 5}]"],
     )
-    stages = {s["stage"]: s for s in result["stages"]}
-    assert stages["tasks"]["rows"] == 5 and stages["collect"]["status"] == "not configured"
+    stages = {s.stage: s for s in result.stages}
+    assert stages["tasks"].rows == 5 and stages["collect"].status == "not configured"
     # the CLI runs the same step: the same artifact for the same input, reused
     from typer.testing import CliRunner
 
@@ -114,7 +114,7 @@ def test_import_only_profile(
         app, ["tasks", "import", "configs/data/sample_tasks.jsonl", "--family", "math", "--limit", "5"]
     )
     assert cli.exit_code == 0, cli.output
-    assert cli.stdout.strip().splitlines()[-1] == result["refs"]["tasks"]["uri"]
+    assert cli.stdout.strip().splitlines()[-1] == result.refs["tasks"].uri
     assert "reused committed artifact" in cli.output
 
 

@@ -92,3 +92,31 @@ def test_registry_on_s3_uses_the_same_layout(monkeypatch: pytest.MonkeyPatch) ->
     assert memory.exists("/coa-test-registry/registry/agent/champion.json")
     assert len(reg.history("agent")) == 3
     memory.rm("/coa-test-registry", recursive=True)
+
+
+def test_the_verdict_reads_back_typed_and_the_mirror_gets_it_typed(
+    storage_root: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The history keeps the verdict as the gate wrote it; readers (the MLflow mirror) read it typed."""
+    from coa.registry import store
+    from coa.registry.gate import Verdict
+
+    mirrored: list[tuple[str, object]] = []
+    monkeypatch.setattr(store, "mirror_event", lambda event, n, uri, v, reasons: mirrored.append((event, v)))
+    reg = Registry()
+    verdict = Verdict(promote=False, reasons=("no gain",), checks={"lineage": True, "gain": False})
+    reg.record("agent", "file:///m1", verdict=verdict.to_dict(), reasons=verdict.reasons)
+    reg.promote("agent", "file:///m2", verdict={"run": "manual"})  # a record without the gate's keys
+    first, second = reg.history("agent")
+    assert first.verdict == verdict.to_dict()  # stored as written
+    decision = first.decision()
+    assert (
+        decision is not None
+        and decision.promote is False
+        and decision.checks == {"lineage": True, "gain": False}
+    )
+    assert decision.reasons == ("no gain",)
+    manual = second.decision()
+    assert manual is not None and manual.promote is False and manual.checks == {}
+    assert [e for e, _ in mirrored] == ["candidate", "promote"]
+    assert mirrored[0][1] == decision and mirrored[1][1] == manual

@@ -1,0 +1,124 @@
+"""The typed result of a run (:mod:`coa.plan.run_result`) and ``coa run`` reading it by field.
+
+No step is built: the plan is the demo's, the finished steps are hand-made results, and ``coa run``
+is given the flow's state, so this checks the reading (rows, statuses, the reports' paths and the
+training report's comparison), not the stages.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+from typer.testing import CliRunner
+
+from coa.io import ArtifactRef, TableInfo
+from coa.plan import load_pipeline_config, plan
+from coa.plan.run_result import RunResult, run_result
+from coa.steps import StepResult
+
+REPO = Path(__file__).resolve().parents[2]
+DEMO = REPO / "configs" / "demo.yaml"
+COMPARISON = {
+    "family": "all",
+    "tasks": 5,
+    "format_valid_before": 0.0,
+    "format_valid_after": 1.0,
+    "accuracy_before": 0.0,
+    "accuracy_after": 0.6,
+    "student_tokens_per_task": 200.0,
+    "teacher_accuracy": 1.0,
+    "teacher_tokens_per_task": 2000.0,
+}
+
+
+def _ref(kind: str, tables: dict[str, int], primary: str | None = None) -> ArtifactRef:
+    return ArtifactRef(
+        uri=f"file:///store/{kind}/x-1",
+        kind=kind,
+        name="x",
+        key="1",
+        content_hash="h",
+        tables={t: TableInfo(schema_id="s", rows=n, files=()) for t, n in tables.items()},
+        primary=primary,
+    )
+
+
+def _done() -> dict[str, StepResult]:
+    return {
+        "synthetic": StepResult("synthetic", _ref("tasks", {"train": 12, "heldout": 5}, "train"), False, {}),
+        "collect": StepResult("collect", _ref("trajectories", {"trajectories": 12}), True, {}),
+        "curate": StepResult(
+            "curate",
+            _ref("curated", {"trajectories": 9, "quarantine": 3}, "trajectories"),
+            False,
+            {
+                "rows_in": 12,
+                "rows_kept": 9,
+                "rows_quarantined": 3,
+                "report": "file:///store/curated/x-1/report.html",
+            },
+        ),
+        "report": StepResult(
+            "report",
+            _ref("report", {}),
+            False,
+            {"report": "/tmp/training_report.html", "comparison": [COMPARISON]},
+        ),
+    }
+
+
+def test_the_result_of_a_run_is_read_from_the_steps_and_their_typed_summaries() -> None:
+    cfg = load_pipeline_config(DEMO, [])
+    steps = plan(cfg)
+    result = run_result(cfg, steps, _done())
+    by = {row.stage: row for row in result.stages}
+    assert [r.stage for r in result.stages][:4] == ["synthetic", "synthetic.heldout", "collect", "curate"]
+    assert (by["synthetic"].rows, by["synthetic.heldout"].rows, by["synthetic"].status) == (12, 5, "built")
+    assert (by["collect"].status, by["curate.quarantine"].rows) == ("reused", 3)
+    assert by["report"].rows is None and by["report"].artifact == "file:///store/report/x-1"
+    assert by["convert"].status == "not run" and by["convert"].artifact is None
+    assert set(result.refs) == {"synthetic", "collect", "curate", "report"}
+    assert result.refs["curate"].rows("quarantine") == 3
+    assert result.report == "file:///store/curated/x-1/report.html"
+    assert result.training_report == "/tmp/training_report.html"
+    assert result.comparison == (COMPARISON,)
+    # what the flow returns survives Prefect's result store and reads back equal
+    assert RunResult.model_validate_json(result.model_dump_json()) == result
+
+
+class _Done:
+    """A finished flow run's state, as ``pipeline(..., return_state=True)`` gives it."""
+
+    def __init__(self, result: RunResult) -> None:
+        self._result, self.message = result, None
+
+    def is_failed(self) -> bool:
+        return False
+
+    def result(self) -> RunResult:
+        return self._result
+
+
+def test_coa_run_prints_the_typed_result(monkeypatch: pytest.MonkeyPatch) -> None:
+    import flows.pipeline
+    from coa.cli import app
+
+    cfg = load_pipeline_config(DEMO, [])
+    result = run_result(cfg, plan(cfg), _done())
+    seen: dict[str, Any] = {}
+
+    def pipeline(**kwargs: Any) -> _Done:
+        seen.update(kwargs)
+        return _Done(result)
+
+    monkeypatch.setattr(flows.pipeline, "pipeline", pipeline)
+    monkeypatch.chdir(REPO)
+    out = CliRunner().invoke(app, ["run", "--config", "configs/demo.yaml"], terminal_width=200)
+    assert out.exit_code == 0, out.output
+    assert seen["config_path"] == "configs/demo.yaml" and seen["return_state"] is True
+    assert "synthetic.heldout" in out.output and "not run" in out.output
+    assert "student on held-out tasks, before and after SFT" in out.output
+    assert "curation report: file:///store/curated/x-1/report.html" in out.output
+    assert "training report: /tmp/training_report.html" in out.output
