@@ -22,7 +22,6 @@ from prefect.artifacts import create_markdown_artifact
 from prefect.runtime import flow_run
 
 from coa import tracking
-from coa.errors import CoaError
 from coa.plan import PromotionConfig, load_pipeline_config
 from coa.plan.nightly import (
     CANDIDATE_EVAL,
@@ -41,7 +40,7 @@ from coa.registry.gate import Verdict, apply
 from coa.steps import ModelInput, StepResult
 from flows.pipeline import fail, publish_lineage, publish_summary, run_planned_step
 from orchestration.fanout import executor
-from orchestration.outcome import failed, quiet_failed_states
+from orchestration.outcome import project_errors_fail
 from orchestration.publish import artifact_key, scope_of, verdict_markdown
 
 
@@ -53,16 +52,13 @@ def run_name() -> str:
 
 
 @flow(name="nightly", flow_run_name=run_name, log_prints=True)
+@project_errors_fail
 def nightly(
     config_path: str = "configs/nightly.yaml", overrides: list[str] | None = None, night: str | None = None
 ) -> Any:
     """Retrain on tonight's new tasks and put the candidate through the promotion gate."""
-    quiet_failed_states()  # a failed step fails this run with its reason, not as a crash
     logger = get_run_logger()
-    try:
-        cfg = load_pipeline_config(config_path, overrides or [])
-    except CoaError as e:  # a bad profile or override: one line, no traceback
-        return failed(e)
+    cfg = load_pipeline_config(config_path, overrides or [])  # a bad profile: one line (project_errors_fail)
     tracking.use(cfg.tracking)  # the night's steps and the registry mirror report to the profile's tracker
     promotion = cfg.promotion or PromotionConfig()
     night = night or tonight()

@@ -36,7 +36,7 @@ from coa.plan.run_result import RunResult, run_result
 from coa.steps import Step, StepResult, Upstream
 from orchestration.dispatch import run_on_pool
 from orchestration.fanout import executor
-from orchestration.outcome import failed, quiet_failed_states
+from orchestration.outcome import project_errors_fail
 from orchestration.publish import artifact_key, scope_of
 from orchestration.steps import run_step_task
 
@@ -48,20 +48,17 @@ def run_name() -> str:
 
 
 @flow(name="pipeline", flow_run_name=run_name, log_prints=True)
+@project_errors_fail
 def pipeline(
     config_path: str = "configs/demo.yaml", overrides: list[str] | None = None, only: list[str] | None = None
 ) -> RunResult | State[Any]:
     """Run the plan of the profile ``config_path`` with dotted ``overrides`` (``only``: a slice).
 
-    Returns the run's :class:`~coa.plan.run_result.RunResult`; a failed step or a bad profile ends
-    the run Failed with its one-line reason."""
-    quiet_failed_states()  # a failed step fails this run with its reason, not as a crash
+    Returns the run's :class:`~coa.plan.run_result.RunResult`; a failed step, a bad profile or any
+    other project error ends the run Failed with its one-line reason."""
     logger = get_run_logger()
-    try:
-        cfg = load_pipeline_config(config_path, overrides or [])
-        steps = plan(cfg)
-    except CoaError as e:  # a bad profile or override: one line, no traceback
-        return failed(e)
+    cfg = load_pipeline_config(config_path, overrides or [])  # a bad profile: one line (project_errors_fail)
+    steps = plan(cfg)
     scope = scope_of("pipeline", config_path)
     logger.info("pipeline %r: %s", cfg.run_name, " → ".join(s.name for s in steps))
     done: dict[str, StepResult] = {}

@@ -22,11 +22,12 @@ from coa.errors import CoaError, describe
 from coa.plan.spec import SPEC_VERSION, StepSpec, accept
 from coa.steps import StepResult
 from coa.tracking.config import TrackingConfig
-from orchestration.outcome import quiet_failed_states
+from orchestration.outcome import project_errors_fail
 from orchestration.steps import run_step_task
 
 
 @flow(name="run-one-step", log_prints=True)
+@project_errors_fail
 def run_one_step(
     spec: dict[str, Any],
     scope: str = "",
@@ -36,7 +37,6 @@ def run_one_step(
     """Rebuild and run the step of ``spec``; ``scope`` prefixes its Prefect artifact keys;
     ``upstream``: the artifacts it reads (the same as the spec's inputs; they give the parent's run
     graph its edges); ``tracking``: the parent's tracking config (not part of the step's key)."""
-    quiet_failed_states()  # a Failed state returned here is the step's reason, not a crash
     logger = get_run_logger()
     coa_tracking.use(TrackingConfig.model_validate(tracking) if tracking else None)
     try:

@@ -9,12 +9,19 @@ record is dropped when its exception is the ``FailedRun`` of a state the flow re
 exception is a bug and keeps its traceback). :func:`failed` is how a flow stops on a project error of
 its own (a bad override): the same one-line Failed state, not Prefect's "Encountered exception
 during execution" traceback.
+
+Every flow body is wrapped in :func:`project_errors_fail` (under ``@flow``): it installs the filter,
+and a project error (:class:`~coa.errors.CoaError`) raised anywhere in the body (a bad profile, a
+registry whose champion moved, a plan that cannot be made, a store that cannot be read) ends the run
+through :func:`failed`; any other exception is a bug and stays a crash with its traceback.
 """
 
 from __future__ import annotations
 
+import functools
 import logging
-from typing import Any
+from collections.abc import Callable
+from typing import Any, ParamSpec, TypeVar
 
 from prefect import get_run_logger
 from prefect.client.schemas.objects import State
@@ -22,6 +29,9 @@ from prefect.exceptions import FailedRun
 from prefect.states import Failed
 
 from coa.errors import CoaError, describe
+
+P = ParamSpec("P")
+R = TypeVar("R")
 
 ENGINE_LINE = "Engine execution exited with unexpected exception"
 """What Prefect's engine logs, with a traceback, for a worker's flow run that did not complete."""
@@ -51,3 +61,20 @@ def failed(error: CoaError) -> State[Any]:
     reason = " ".join(describe(error).split())  # a config error lists its problems on lines
     get_run_logger().error("%s", reason)
     return Failed(message=reason)
+
+
+def project_errors_fail(body: Callable[P, R]) -> Callable[P, R | State[Any]]:
+    """A flow body whose project errors end its run Failed with the one-line reason (put under ``@flow``).
+
+    The wrapper keeps the body's name, signature and type hints (``functools.wraps``), so Prefect
+    sees the body's parameters (the deployment's parameter schema, their validation)."""
+
+    @functools.wraps(body)
+    def run(*args: P.args, **kwargs: P.kwargs) -> R | State[Any]:
+        quiet_failed_states()  # a Failed state returned by the body is its reason, not a crash
+        try:
+            return body(*args, **kwargs)
+        except CoaError as e:
+            return failed(e)
+
+    return run
