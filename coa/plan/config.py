@@ -43,8 +43,9 @@ class DispatchConfig(StrictModel):
         description="The deployment ('flow-name/deployment-name') that runs one step on the GPU pool.",
     )
     gpu_steps: tuple[str, ...] = Field(
-        default=("sft", "rl"),
-        description="Stages dispatched to the deployment (a stage covers its sub-steps, e.g. rl.*).",
+        default=("sft", "sample", "rl"),
+        description="Stages dispatched to the deployment (a stage covers its sub-steps, e.g. rl.*, "
+        "sample.r1): the ones that run the student (training, and the self-improvement rounds' sampling).",
     )
     timeout_s: float | None = Field(
         default=None, gt=0, description="Longest wait for a dispatched step's flow run; None = no limit."

@@ -136,3 +136,9 @@ def test_a_night_runs_its_rounds_on_the_merged_data_before_rl() -> None:
     )  # rl.families: auto judges the last round
     one = [s.name for s in nightly_plan(load_pipeline_config(REPO / "configs" / "nightly.yaml"), None)]
     assert not any(n.startswith(("sample", "sft.r")) for n in one)
+
+
+def test_the_round_steps_that_run_the_student_go_to_the_gpu_pool_by_default() -> None:
+    cfg = load_pipeline_config(DEMO, ["rounds=2", "dispatch.mode=deployment"])
+    sent = {s.name for s in plan(cfg) if cfg.dispatch.dispatches(s.name)}
+    assert sent == {"sft", "sample.r1", "sft.r2", "rl"}
