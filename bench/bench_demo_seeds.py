@@ -10,7 +10,10 @@ rerun reuses every committed artifact (only new seeds cost time).
 
 The table: held-out accuracy and format-valid share per family for each seed, then the mean, the
 sample standard deviation, min and max over seeds, and the SFT steps per minute each run measured
-(``sft_result.json``: steps run / training-loop wall time). ``--out`` writes it as JSON.
+(``sft_result.json``: steps run / training-loop wall time). Below it, where each seed's held-out
+*math* misses come from (:func:`math_misses`): the expression restated wrongly (an operator or an
+operand not copied from the question), the printed value miscopied into the answer, no program.
+``--out`` writes it all as JSON.
 
 ``--quick`` is a smoke run on tiny sizes (a few tasks per family, a 1-layer student, 4 SFT steps,
 8-token generations): it checks the machinery and prints a table whose numbers mean nothing.
@@ -24,9 +27,11 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import re
 import statistics
 import time
-from collections.abc import Sequence
+from collections import Counter
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -35,6 +40,20 @@ from coa.plan import load_pipeline_config, plan
 from coa.steps import StepResult, run_step
 
 LAST = "evaluate.after"
+EXPRESSION = re.compile(r"-?\d+(?: [-+*/] -?\d+)+")
+PRINTED = re.compile(r"\[STDOUT:BEGIN\]\n(.*?)\n\[STDOUT:END\]", re.S)
+BOXED = re.compile(r"\\boxed\{([^}]*)\}")
+MISS_KINDS = (
+    "operator miscopied",
+    "operand miscopied",
+    "expression otherwise wrong",
+    "printed value miscopied",
+    "no program",
+    "other",
+)
+"""Kinds of a wrong held-out arithmetic answer, in the order the student writes: the expression the
+code computes (copied from the question: operators, operands), then the answer (copied from what
+the program printed)."""
 QUICK = [
     "synthetic.train={arithmetic: 6, multihop: 6, programming: 3}",
     "synthetic.heldout={arithmetic: 3, multihop: 2, programming: 2}",
@@ -49,6 +68,36 @@ QUICK = [
     "evaluate.max_new_tokens=8",
     "evaluate.max_total_tokens=16",
 ]
+
+
+def classify_math_miss(question: str, text: str, prediction: str | None) -> str:
+    """Why a wrong arithmetic answer is wrong (one of :data:`MISS_KINDS`), read from the episode."""
+    code = text.split("<code>", 1)[1].split("</code>", 1)[0] if "<code>" in text else ""
+    asked, computed = EXPRESSION.search(question), EXPRESSION.search(code)
+    if computed is None:
+        return "no program"
+    if asked is not None and asked.group(0) != computed.group(0):
+        a, c = asked.group(0).split(), computed.group(0).split()
+        if len(a) == len(c) and a[0::2] == c[0::2]:
+            return "operator miscopied"
+        if len(a) == len(c) and a[1::2] == c[1::2]:
+            return "operand miscopied"
+        return "expression otherwise wrong"
+    printed, boxed = PRINTED.search(text), BOXED.search(prediction or "")
+    if printed is not None and (boxed is None or boxed.group(1).strip() != printed.group(1).strip()):
+        return "printed value miscopied"
+    return "other"
+
+
+def math_misses(rows: Iterable[dict[str, Any]], questions: dict[str, str]) -> dict[str, int]:
+    """Counts of :data:`MISS_KINDS` over the wrong ``math`` rows of ``eval.v1`` (``questions``: task_id
+    → question)."""
+    kinds: Counter[str] = Counter()
+    for row in rows:
+        if row["family"] == "math" and not row["correct"]:
+            question = questions.get(row["task_id"], "")
+            kinds[classify_math_miss(question, row["text"] or "", row["prediction"])] += 1
+    return {k: kinds[k] for k in MISS_KINDS if kinds[k]}
 
 
 def seed_overrides(seed: int, fixed_data: bool) -> list[str]:
@@ -75,6 +124,8 @@ def run_seed(config: Path, overrides: Sequence[str], log: Any = print) -> dict[s
         raise SystemExit(f"the plan of {config} has no {LAST} step (it needs sft and evaluate sections)")
     sft = json.loads(io.read_file(done["sft"].ref, "sft_result.json"))
     metrics = done[LAST].summary["metrics"]
+    held_out = io.read_table(done["synthetic"].ref, "heldout").to_pylist()
+    rows = io.read_table(done[LAST].ref, "eval").to_pylist()
     return {
         "metrics": {
             f: {"accuracy": m["accuracy"], "format_valid": m["format_valid"], "n": m["n"]}
@@ -85,6 +136,7 @@ def run_seed(config: Path, overrides: Sequence[str], log: Any = print) -> dict[s
         if sft["train_runtime_s"]
         else math.nan,
         "sft_train_s": sft["train_runtime_s"],
+        "math_misses": math_misses(rows, {t["task_id"]: t["question"] for t in held_out}),
         "evaluation": done[LAST].ref.uri,
     }
 
@@ -122,7 +174,11 @@ def table(runs: dict[int, dict[str, Any]]) -> tuple[str, dict[str, Any]]:
     )
     widths = [max(len(row[i]) for row in lines) for i in range(len(header))]
     text = "\n".join("  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)) for row in lines)
-    return text, summary
+    misses = [
+        f"seed {s}: " + (", ".join(f"{k} {n}" for k, n in runs[s].get("math_misses", {}).items()) or "none")
+        for s in seeds
+    ]
+    return text + "\n\nheld-out math misses by kind\n" + "\n".join(misses), summary
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -47,4 +47,55 @@ def test_quick_run_trains_one_student_per_seed(
     runs = result["runs"]
     assert set(runs) == {"0", "1"} and runs["0"]["evaluation"] != runs["1"]["evaluation"]
     assert all(r["sft_steps"] == 4 and r["sft_steps_per_min"] > 0 for r in runs.values())
+    assert all(set(r["math_misses"]) <= set(load_bench().MISS_KINDS) for r in runs.values())
     assert set(result["spread"]["all.accuracy"]["per_seed"]) == {"0", "1"}
+
+
+def _episode(expression: str, printed: str) -> str:
+    return (
+        f"<plan>\n1. Expression: {expression}.\n</plan>\n"
+        f"<code>\n```py\nresult = {expression}\nprint(result)\n```\n</code>\n"
+        f"<observation>\n[STDOUT:BEGIN]\n{printed}\n[STDOUT:END]\n</observation>\n"
+    )
+
+
+@pytest.mark.parametrize(
+    ("written", "printed", "answer", "kind"),
+    [
+        ("451 - 730 - 84", "-363", "\\boxed{-363}", "operator miscopied"),
+        ("451 + 703 - 84", "1070", "\\boxed{1070}", "operand miscopied"),
+        ("451 + 730", "1181", "\\boxed{1181}", "expression otherwise wrong"),
+        ("451 + 730 - 84", "1097", "\\boxed{1079}", "printed value miscopied"),
+        ("451 + 730 - 84", "1097", None, "printed value miscopied"),
+        ("451 + 730 - 84", "1097", "\\boxed{1097}", "other"),
+    ],
+)
+def test_a_math_miss_is_told_by_where_the_copy_went_wrong(
+    written: str, printed: str, answer: str | None, kind: str
+) -> None:
+    bench = load_bench()
+    question = "Find the value of 451 + 730 - 84."
+    assert bench.classify_math_miss(question, _episode(written, printed), answer) == kind
+    assert bench.classify_math_miss(question, "<think>\nno code\n</think>", answer) == "no program"
+
+
+def test_math_misses_count_only_the_wrong_math_rows() -> None:
+    bench = load_bench()
+    questions = {"t1": "Evaluate 1 + 2 * 3.", "t2": "Evaluate 4 - 5 - 6.", "t3": "Evaluate 7 * 8 + 9."}
+
+    def row(task: str, family: str, correct: bool, written: str, printed: str) -> dict[str, object]:
+        text = _episode(written, printed)
+        return {"task_id": task, "family": family, "correct": correct, "text": text, "prediction": printed}
+
+    rows = [
+        row("t1", "math", False, "1 + 2 + 3", "6"),
+        row("t2", "math", False, "4 + 5 - 6", "3"),
+        row("t3", "math", True, "7 * 8 + 9", "65"),
+        row("c1", "code", False, "", ""),
+    ]
+    assert bench.math_misses(rows, questions) == {"operator miscopied": 2}
+    text, _ = bench.table(
+        {0: {"metrics": {"math": {"accuracy": 0.5, "format_valid": 1.0}}, "sft_steps_per_min": 1.0,
+             "math_misses": {"operator miscopied": 2}}}
+    )  # fmt: skip
+    assert "seed 0: operator miscopied 2" in text
