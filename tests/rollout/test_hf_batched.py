@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -13,22 +12,9 @@ from coa.format.codec import render_segment
 from coa.rollout import Codec, EpisodeSpec, RolloutConfig, rollout
 from coa.rollout.policies.hf import HFPolicy
 from coa.rollout.policies.hf_batched import HFBatchedPolicy
+from tests.torch_threads import one_torch_thread  # noqa: F401 (autouse: two threads made these rollouts ~40x slower)
 
 from .helpers import ANSWER, CHATML, SpyToolBox, code_turn
-
-
-@pytest.fixture(autouse=True)
-def one_torch_thread() -> Iterator[None]:
-    """One intra-op thread: on a shared 2-core host two threads made these tiny-model rollouts ~40x
-    slower (27 s against 0.6 s, measured 2026-11-25)."""
-    import torch
-
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(threads)
 
 
 def question(i: int) -> str:
