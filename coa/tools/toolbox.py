@@ -22,6 +22,7 @@ from coa.config import canonical_json
 from coa.errors import UserError
 from coa.io import filesystem, write_atomic
 from coa.settings import scrub
+from coa.tools.sandbox import SandboxUnavailable
 
 ToolFn = Callable[[str], str]
 StoreMode = Literal["record", "replay", "auto"]
@@ -123,6 +124,8 @@ class FunctionToolBox:
             error = None
         except TimeoutError:
             observation, error = f"Error: {name} timed out after {self.timeout_s:.0f} s", "ToolTimeout"
+        except SandboxUnavailable:  # this machine cannot run code at all: no run can react to that
+            raise
         except Exception as e:  # a tool failure is an observation the agent can react to
             observation, error = f"Error: {name} failed: {scrub(str(e))}", f"ToolError: {type(e).__name__}"
         if self.store is not None and error is None:

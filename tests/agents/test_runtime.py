@@ -12,6 +12,7 @@ import pytest
 import schemas
 from coa.agents.backend import BudgetStop, Message, ModelError, ModelReply
 from coa.agents.runtime import MultiAgentTeacher, TeacherConfig
+from coa.tools.sandbox import SandboxUnavailable
 from coa.tools.toolbox import FunctionToolBox, ObservationStore, ReplayMiss
 
 TASK = {"task_id": "t:0", "family": "mhqa", "question": "Who founded Zorvak?", "gold_answers": ["Mira Tolen"]}
@@ -191,6 +192,17 @@ def test_tool_failure_is_an_observation() -> None:
     row = solve(ScriptedBackend(happy_script()), FunctionToolBox({"web_search": broken}))
     call = next(s for s in row["steps"] if s["role"] == "tool_call")
     assert call["error"] == "ToolError: ConnectionError" and "search backend down" in call["observation"]
+
+
+def test_missing_sandbox_stops_the_run_instead_of_becoming_an_observation() -> None:
+    """Without a sandbox every code call would fail the same way: a run (and a collection) of such
+    observations is garbage, so the teacher stops with the install hint instead."""
+
+    def no_sandbox(q: str) -> str:
+        raise SandboxUnavailable("refusing to run code without a sandbox: apt-get install bubblewrap")
+
+    with pytest.raises(SandboxUnavailable, match="apt-get install bubblewrap"):
+        solve(ScriptedBackend(happy_script()), FunctionToolBox({"web_search": no_sandbox}))
 
 
 def test_record_then_replay_offline(tmp_path: Path) -> None:
