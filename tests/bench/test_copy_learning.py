@@ -2,26 +2,17 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import sys
 from pathlib import Path
 from types import ModuleType
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[2]
+from tests.bench.scripts import REPO, load_script
 
 
 def load_bench() -> ModuleType:
-    spec = importlib.util.spec_from_file_location(
-        "bench_copy_learning", REPO / "bench" / "bench_copy_learning.py"
-    )
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
+    return load_script("bench_copy_learning")
 
 
 def test_copy_positions_are_the_copied_characters() -> None:

@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import sys
 from pathlib import Path
 from types import ModuleType
 
@@ -15,9 +13,9 @@ from coa import io
 from coa.errors import UserError
 from coa.plan import load_pipeline_config, plan
 from coa.steps import StepResult, run_step
+from tests.bench.scripts import REPO, load_script
 from tests.flows.test_pipeline_flow import TINY_TRAINING
 
-REPO = Path(__file__).resolve().parents[2]
 OVERRIDES = [
     "synthetic.train={arithmetic: 6, multihop: 0, programming: 6}",
     "synthetic.heldout={arithmetic: 2, programming: 2}",
@@ -29,12 +27,7 @@ BUILT = ("synthetic", "collect", "curate", "convert", "student", "sft", "rl", "e
 
 
 def load_bench() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("bench_rl_vs_sft", REPO / "bench" / "bench_rl_vs_sft.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up
-    spec.loader.exec_module(module)
-    return module
+    return load_script("bench_rl_vs_sft")
 
 
 def weights(folder: Path) -> dict[str, object]:

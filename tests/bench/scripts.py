@@ -1,0 +1,20 @@
+"""Loading a ``bench/`` script (not a package) as a module, for its tests."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+from types import ModuleType
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def load_script(name: str) -> ModuleType:
+    """``bench/<name>.py`` imported as the module ``name`` (registered in ``sys.modules``)."""
+    spec = importlib.util.spec_from_file_location(name, REPO / "bench" / f"{name}.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
