@@ -11,8 +11,9 @@ baseline; ``untied``: its own LM head) and seed, a fresh student (:func:`coa.mod
 the profile's ``student.tiny`` with ``tie_word_embeddings`` and ``seed`` set) trains with
 :func:`coa.train.sft_trainer.build_trainer` (the profile's ``sft`` settings; ``--steps`` steps) on the
 profile's SFT examples minus ``--heldout`` math tasks. Every ``--every`` steps a probe measures the
-teacher-forced next-token accuracy on those held-out tasks at the three copies: operators and
-operand digits restated in the plan, and the printed value's digits in ``\\boxed{}``.
+teacher-forced next-token accuracy on those held-out tasks at four copies: the operators and the
+operand digits restated in the plan, and the printed value's digits where the reflection quotes it
+and in ``\\boxed{}``.
 
 Reported: per variant and seed the first probed step at which each copy reaches ``--target``
 (95%), ``>N`` when it did not within the run, and per copy the ratio of the mean such step of
@@ -44,6 +45,7 @@ import pyarrow.compute as pc
 from coa import io
 from coa.plan import load_pipeline_config, plan
 from coa.steps import StepResult, run_step
+from coa.train.step import select_examples
 
 COPIES = ("operators", "operand digits", "printed value, reflection", "printed value, answer")
 REGIONS = {
@@ -101,10 +103,7 @@ def demo_examples(config: Path, overrides: Sequence[str]) -> tuple[Any, pa.Table
         print(f"  {step.name}: {'reused' if done[step.name].reused else 'built'}", flush=True)
         if step.name == "convert":
             break
-    examples = io.read_table(done["convert"].ref, "sft")
-    if cfg.sft.families is not None:
-        examples = examples.filter(pc.is_in(examples["family"], pa.array(list(cfg.sft.families))))
-    return cfg, examples
+    return cfg, select_examples(io.read_table(done["convert"].ref, "sft"), cfg.sft.families)
 
 
 def split(examples: pa.Table, n_heldout: int) -> tuple[pa.Table, pa.Table]:
