@@ -41,6 +41,7 @@ from coa.attempts import clear_failed, mark_failed
 from coa.errors import CheckFailed, CoaError, UserError
 from coa.execution import ShardExecutor
 from coa.io import ArtifactRef
+from coa.resources import BuildResources, measure
 
 Progress = Callable[[int, int], None]
 
@@ -229,6 +230,8 @@ class StepResult:
     ref: ArtifactRef
     reused: bool
     summary: Mapping[str, Any]
+    resources: BuildResources | None = None
+    """Wall time and peak memory of the build (None when the artifact was reused)."""
 
 
 class StepCheckFailed(CheckFailed):
@@ -372,7 +375,8 @@ def _build_and_commit(
     try:
         upstream = [u.uri for u in writer.upstream]
         with tracking.step_run(step.name, writer.uri, upstream, store.root) as tracker:
-            step.build(build)
+            with measure() as meter:
+                step.build(build)
             summary = build.summary_json()
             if tracker is not None:  # the lineage names the tracker run; the run gets the summary
                 writer.extra_lineage["tracker"] = tracker.lineage()
@@ -392,6 +396,9 @@ def _build_and_commit(
         writer.abort()
         raise RuntimeError(f"step {step.name} did not write {missing} (wrote {written}): a bug in its build")
     writer.extra_lineage["result"] = {"summary": summary, "failure": build.failure}
+    resources = meter.result
+    if resources is not None:
+        writer.extra_lineage["resources"] = resources.to_json()
     try:
         ref = writer.commit()
     except BaseException as e:
@@ -408,7 +415,7 @@ def _build_and_commit(
         done_with()
     if build.failure:
         raise StepCheckFailed(step.name, ref.uri, build.failure)
-    return StepResult(step.name, ref, False, summary)
+    return StepResult(step.name, ref, False, summary, resources)
 
 
 def check_inputs(step: Step, inputs: Mapping[str, TableInput | ModelInput]) -> None:

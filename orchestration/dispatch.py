@@ -17,6 +17,7 @@ the step and how to go on: rerun, which resumes from the step's last checkpoint.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections.abc import Mapping
 from typing import Any
@@ -32,6 +33,7 @@ from coa import io, tracking
 from coa.attempts import rerun_hint
 from coa.errors import InfraError, describe
 from coa.plan.spec import spec_of
+from coa.resources import BuildResources
 from coa.steps import Step, StepResult, resolve
 from orchestration.steps import run_step_task
 
@@ -42,9 +44,9 @@ def committed(uri: str, step: str, store: io.Store) -> StepResult | None:
     ref = io.lookup(uri, store.settings)
     if ref is None:
         return None
-    return StepResult(
-        step, ref, True, io.read_lineage(ref, store.settings).get("result", {}).get("summary", {})
-    )
+    lineage = io.read_lineage(ref, store.settings)
+    summary = lineage.get("result", {}).get("summary", {})
+    return StepResult(step, ref, True, summary, BuildResources.from_json(lineage.get("resources")))
 
 
 def run_on_pool(
@@ -101,7 +103,7 @@ def run_on_pool(
             )
         )
     logger.info("%s: %s committed %s", step.name, child.name, result.ref.uri)
-    built = StepResult(step.name, result.ref, False, result.summary)
+    built = dataclasses.replace(result, reused=False)  # built by the pool's worker: its resources
     if child.parent_task_run_id is not None:  # later steps draw their edge from the dispatch node
         node: State[Any] = Completed(state_details=StateDetails(task_run_id=child.parent_task_run_id))
         link_state_to_result(node, built, RunType.TASK_RUN)

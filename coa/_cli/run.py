@@ -90,8 +90,18 @@ def _print_plan(planned: list[Any], only: list[str] | None, skipped: dict[str, s
 
 def _print_stage_table(stages: Sequence[StageRow]) -> None:
     table = Table(title="pipeline stages")
-    for col in ("stage", "status", "rows", "artifact"):
-        table.add_column(col)
+    for col in ("stage", "status", "rows", "time", "peak RSS", "artifact"):
+        table.add_column(col, justify="right" if col in ("rows", "time", "peak RSS") else "left")
     for s in stages:
-        table.add_row(s.stage, s.status, "" if s.rows is None else str(s.rows), s.artifact or "")
+        took = "" if s.wall_s is None else _duration(s.wall_s)
+        peak = "" if s.peak_rss_mib is None else f"{s.peak_rss_mib / 1024:.2f} GiB"
+        table.add_row(s.stage, s.status, "" if s.rows is None else str(s.rows), took, peak, s.artifact or "")
     console.print(table)
+
+
+def _duration(seconds: float) -> str:
+    """``42 s``, ``14:13`` (minutes:seconds)."""
+    if seconds < 60:
+        return f"{seconds:.0f} s"
+    minutes, secs = divmod(round(seconds), 60)
+    return f"{minutes}:{secs:02d}"

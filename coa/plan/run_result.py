@@ -34,6 +34,14 @@ class StageRow(StrictModel):
     )
     rows: int | None = Field(default=None, description="Rows of the table; None for a stage without one.")
     artifact: str | None = Field(default=None, description="The artifact's URI; None where nothing ran.")
+    wall_s: float | None = Field(
+        default=None, description="Seconds the build took; None unless built in this run."
+    )
+    peak_rss_mib: float | None = Field(
+        default=None,
+        description="Peak resident memory of the process that built it, during the build (MiB); None unless "
+        "built in this run (coa.resources).",
+    )
 
 
 class RunResult(StrictModel):
@@ -61,15 +69,20 @@ def stage_rows(
             out.append(StageRow(stage=step.name, status="not run"))
             continue
         status = "reused" if result.reused else "built"
+        used = result.resources if not result.reused else None
+        spent = {} if used is None else {"wall_s": round(used.wall_s, 1), "peak_rss_mib": used.peak_rss_mib}
         primary = result.ref.primary
         tables = ([primary] if primary else []) + sorted(t for t in result.ref.tables if t != primary)
+        first = StageRow(stage=step.name, status=status, artifact=result.ref.uri).model_copy(update=spent)
         if not tables:
-            out.append(StageRow(stage=step.name, status=status, artifact=result.ref.uri))
-        for i, table in enumerate(tables):
-            name = step.name if i == 0 else f"{step.name}.{table}"
-            out.append(
-                StageRow(stage=name, status=status, rows=result.ref.rows(table), artifact=result.ref.uri)
+            out.append(first)
+        for i, table in enumerate(tables):  # the build's figures once, on the step's first row
+            row = (
+                first
+                if i == 0
+                else StageRow(stage=f"{step.name}.{table}", status=status, artifact=first.artifact)
             )
+            out.append(row.model_copy(update={"rows": result.ref.rows(table)}))
     out += [StageRow(stage=stage, status=why) for stage, why in not_planned(config, steps).items()]
     return out
 

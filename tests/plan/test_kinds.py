@@ -65,7 +65,9 @@ def _imports(path: Path) -> set[str]:
 def test_the_runner_stays_at_the_bottom() -> None:
     """coa.steps imports no stage, no registry, no plan (anywhere in the file)."""
     above = {i for i in _imports(REPO / "coa" / "steps.py") if i.startswith("coa.")}
-    assert above <= {"coa.io", "coa.errors", "coa.execution", "coa.attempts"}, above
+    assert above <= {"coa.io", "coa.errors", "coa.execution", "coa.attempts", "coa.resources"}, above
+    metered = {i for i in _imports(REPO / "coa" / "resources.py") if i.startswith("coa.")}
+    assert not metered, metered  # the build meter: the standard library only
     below = {i for i in _imports(REPO / "coa" / "attempts.py") if i.startswith("coa.")}
     assert below <= {"coa.io"}, below  # its failure markers: storage only
 

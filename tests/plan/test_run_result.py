@@ -16,6 +16,7 @@ from typer.testing import CliRunner
 from coa.io import ArtifactRef, TableInfo
 from coa.plan import load_pipeline_config, plan
 from coa.plan.run_result import RunResult, run_result
+from coa.resources import BuildResources
 from coa.steps import StepResult
 
 REPO = Path(__file__).resolve().parents[2]
@@ -47,7 +48,13 @@ def _ref(kind: str, tables: dict[str, int], primary: str | None = None) -> Artif
 
 def _done() -> dict[str, StepResult]:
     return {
-        "synthetic": StepResult("synthetic", _ref("tasks", {"train": 12, "heldout": 5}, "train"), False, {}),
+        "synthetic": StepResult(
+            "synthetic",
+            _ref("tasks", {"train": 12, "heldout": 5}, "train"),
+            False,
+            {},
+            BuildResources(75.4, 512.0),
+        ),
         "collect": StepResult("collect", _ref("trajectories", {"trajectories": 12}), True, {}),
         "curate": StepResult(
             "curate",
@@ -77,6 +84,9 @@ def test_the_result_of_a_run_is_read_from_the_steps_and_their_typed_summaries() 
     assert [r.stage for r in result.stages][:4] == ["synthetic", "synthetic.heldout", "collect", "curate"]
     assert (by["synthetic"].rows, by["synthetic.heldout"].rows, by["synthetic"].status) == (12, 5, "built")
     assert (by["collect"].status, by["curate.quarantine"].rows) == ("reused", 3)
+    # what a build used, once per step (its first table's row); nothing for a reuse
+    assert (by["synthetic"].wall_s, by["synthetic"].peak_rss_mib) == (75.4, 512.0)
+    assert by["synthetic.heldout"].peak_rss_mib is None and by["collect"].wall_s is None
     assert by["report"].rows is None and by["report"].artifact == "file:///store/report/x-1"
     assert by["convert"].status == "not run" and by["convert"].artifact is None
     assert set(result.refs) == {"synthetic", "collect", "curate", "report"}
@@ -119,6 +129,7 @@ def test_coa_run_prints_the_typed_result(monkeypatch: pytest.MonkeyPatch) -> Non
     assert out.exit_code == 0, out.output
     assert seen["config_path"] == "configs/demo.yaml" and seen["return_state"] is True
     assert "synthetic.heldout" in out.output and "not run" in out.output
+    assert "peak RSS" in out.output and "0.50 GiB" in out.output and "1:15" in out.output
     assert "student on held-out tasks, before and after SFT" in out.output
     assert "curation report: file:///store/curated/x-1/report.html" in out.output
     assert "training report: /tmp/training_report.html" in out.output

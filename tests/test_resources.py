@@ -1,0 +1,58 @@
+"""What a build used (:mod:`coa.resources`): the meter sees memory the block allocates, in the process
+and in a child it waits for, and its record survives lineage's JSON."""
+
+from __future__ import annotations
+
+import resource
+import subprocess
+import sys
+from pathlib import Path
+
+from coa import io
+from coa.resources import BuildResources, measure
+from coa.steps import run_step
+from tests.test_steps import _tasks_step
+
+
+def test_the_meter_sees_a_peak_the_block_allocated_and_released() -> None:
+    with measure() as meter:
+        ballast = bytearray(300 * 1024 * 1024)  # touched pages: resident
+        ballast[::4096] = b"x" * len(ballast[::4096])
+        del ballast
+    used = meter.result
+    assert used is not None and used.wall_s > 0
+    with measure() as quiet:
+        pass
+    assert quiet.result is not None and quiet.result.peak_rss_mib is not None
+    assert used.peak_rss_mib is not None and used.peak_rss_mib >= quiet.result.peak_rss_mib + 250
+
+
+def test_a_child_that_sets_a_new_high_is_reported_apart() -> None:
+    before = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss // 1024  # MiB
+    size = before + 200
+    with measure() as meter:
+        subprocess.run(
+            [sys.executable, "-c", f"b = bytearray({size} * 1024 * 1024); b[::4096] = b'x' * len(b[::4096])"],
+            check=True,
+        )
+    assert meter.result is not None and meter.result.children_peak_rss_mib is not None
+    assert meter.result.children_peak_rss_mib >= size
+    with measure() as again:  # no child this time: nothing to report for children
+        pass
+    assert again.result is not None and again.result.children_peak_rss_mib is None
+
+
+def test_the_record_reads_back_and_old_lineage_has_none() -> None:
+    used = BuildResources(wall_s=1.23456, peak_rss_mib=512.3456, children_peak_rss_mib=None)
+    assert BuildResources.from_json(used.to_json()) == BuildResources(1.23, 512.35, None)
+    assert BuildResources.from_json(None) is None and BuildResources.from_json({}) is None
+
+
+def test_the_runner_records_a_built_step_and_a_reuse_reports_none(tmp_path: Path) -> None:
+    store = io.Store(str(tmp_path))
+    built = run_step(_tasks_step(3), store)
+    reused = run_step(_tasks_step(3), store)
+    assert built.resources is not None and built.resources.peak_rss_mib is not None
+    assert reused.reused and reused.resources is None
+    recorded = BuildResources.from_json(io.read_lineage(built.ref)["resources"])
+    assert recorded == BuildResources.from_json(built.resources.to_json())
