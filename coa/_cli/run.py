@@ -97,6 +97,10 @@ def _print_stage_table(stages: Sequence[StageRow]) -> None:
         peak = "" if s.peak_rss_mib is None else f"{s.peak_rss_mib / 1024:.2f} GiB"
         table.add_row(s.stage, s.status, "" if s.rows is None else str(s.rows), took, peak, s.artifact or "")
     console.print(table)
+    metered = [s for s in stages if s.peak_rss_mib is not None]
+    if metered:
+        top = max(metered, key=lambda s: s.peak_rss_mib or 0.0)
+        console.print(f"peak memory of the steps built: {top.peak_rss_mib or 0.0:,.0f} MiB, in {top.stage}")
 
 
 def _duration(seconds: float) -> str:

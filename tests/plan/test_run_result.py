@@ -130,6 +130,7 @@ def test_coa_run_prints_the_typed_result(monkeypatch: pytest.MonkeyPatch) -> Non
     assert seen["config_path"] == "configs/demo.yaml" and seen["return_state"] is True
     assert "synthetic.heldout" in out.output and "not run" in out.output
     assert "peak RSS" in out.output and "0.50 GiB" in out.output and "1:15" in out.output
+    assert "peak memory of the steps built: 512 MiB, in synthetic" in out.output
     assert "student on held-out tasks, before and after SFT" in out.output
     assert "curation report: file:///store/curated/x-1/report.html" in out.output
     assert "training report: /tmp/training_report.html" in out.output
