@@ -69,20 +69,21 @@ def stage_rows(
             out.append(StageRow(stage=step.name, status="not run"))
             continue
         status = "reused" if result.reused else "built"
-        used = result.resources if not result.reused else None
-        spent = {} if used is None else {"wall_s": round(used.wall_s, 1), "peak_rss_mib": used.peak_rss_mib}
+        used = None if result.reused else result.resources
         primary = result.ref.primary
         tables = ([primary] if primary else []) + sorted(t for t in result.ref.tables if t != primary)
-        first = StageRow(stage=step.name, status=status, artifact=result.ref.uri).model_copy(update=spent)
-        if not tables:
-            out.append(first)
-        for i, table in enumerate(tables):  # the build's figures once, on the step's first row
-            row = (
-                first
-                if i == 0
-                else StageRow(stage=f"{step.name}.{table}", status=status, artifact=first.artifact)
+        for i, table in enumerate(tables or [None]):
+            metered = used if i == 0 else None  # the build's figures once, on the step's first row
+            out.append(
+                StageRow(
+                    stage=step.name if i == 0 else f"{step.name}.{table}",
+                    status=status,
+                    rows=None if table is None else result.ref.rows(table),
+                    artifact=result.ref.uri,
+                    wall_s=None if metered is None else round(metered.wall_s, 1),
+                    peak_rss_mib=None if metered is None else metered.peak_rss_mib,
+                )
             )
-            out.append(row.model_copy(update={"rows": result.ref.rows(table)}))
     out += [StageRow(stage=stage, status=why) for stage, why in not_planned(config, steps).items()]
     return out
 
