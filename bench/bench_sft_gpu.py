@@ -8,7 +8,14 @@ it costs in Qwen2.5), then runs ``accelerate launch --config_file infra/accelera
 (the baseline) and padding-free packing. It reports tokens/s, seconds per step and peak GPU
 memory of each, and packing's speed as a ratio of the baseline measured in the same command.
 
+With ``--profile configs/demo-gpu.yaml`` it sizes that profile's SFT instead: the profile's own
+student (``student.tiny``, tokenizer trained on the examples), its ``sft`` settings (batch,
+length, learning rate, packing, precision) on its ``sft.families``, one run of ``--steps`` steps,
+and the minutes its ``sft.max_steps`` and ``round_sft.max_steps`` would take at the measured rate.
+
     python bench/bench_sft_gpu.py --data sft.parquet --out /tmp/bench [--steps 60]
+    python bench/bench_sft_gpu.py --data sft.parquet --out /tmp/bench \\
+        --profile configs/demo-gpu.yaml --steps 300
 """
 
 from __future__ import annotations
@@ -21,6 +28,7 @@ import sys
 import time
 from pathlib import Path
 
+import pyarrow as pa
 import pyarrow.parquet as pq
 import yaml
 
@@ -110,6 +118,45 @@ def launch(model: Path, data: Path, out: Path, steps: int, **overrides: object) 
     }
 
 
+def profile_run(profile: Path, data: Path, out: Path, steps: int) -> dict[str, object]:
+    """The profile's student and SFT settings, ``steps`` steps; the profile's step counts priced."""
+    import pyarrow.compute as pc
+
+    from coa.config import load_yaml_layers
+    from coa.model.tiny import MODEL_CARD, TinyModelConfig, init_model, sft_corpus
+    from coa.train.config import SFTParams
+
+    layers = load_yaml_layers(profile)
+    sft = dict(layers.get("sft") or {})
+    families = sft.get("families")
+    table = pq.read_table(data)
+    if families:
+        table = table.filter(pc.is_in(table.column("family"), pa.array(list(families))))
+    selected = out / "profile-sft.parquet"
+    out.mkdir(parents=True, exist_ok=True)
+    pq.write_table(table, selected)
+    student = TinyModelConfig(**(layers.get("student") or {}).get("tiny", {}))
+    model = init_model(sft_corpus(table), student, out / "profile-student")
+    parameters = json.loads((model / MODEL_CARD).read_text())["n_params"]
+    unplanned = ("max_steps", "save_steps")
+    params = {k: v for k, v in sft.items() if k in SFTParams.model_fields and k not in unplanned}
+    params.update(warmup_steps=min(int(params.get("warmup_steps", 0)), steps // 10))
+    run = launch(model, selected, out / "profile", steps, **params)
+    s_per_step = float(run["s_per_step"])  # type: ignore[arg-type]
+    planned = {
+        "sft": int(sft.get("max_steps") or 0),
+        "round_sft": int(((layers.get("round_sft") or {}).get("max_steps")) or 0),
+    }
+    return {
+        "profile": str(profile),
+        "examples": table.num_rows,
+        "families": families,
+        "student_parameters": parameters,
+        "run": run,
+        "planned_minutes": {k: round(v * s_per_step / 60, 1) for k, v in planned.items()},
+    }
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--data", type=Path, required=True, help="sft.v1 Parquet file")
@@ -121,9 +168,20 @@ def main() -> None:
         default=989.0,
         help="the GPU's dense bf16 peak for MFU (H100 SXM: 989; H200: 989; the measured 8192^3 matmul: ~790)",
     )
+    parser.add_argument("--profile", type=Path, help="size this profile's student SFT instead (see above)")
     ns = parser.parse_args()
     import torch
 
+    if ns.profile is not None:
+        report = profile_run(ns.profile, ns.data, ns.out, ns.steps)
+        run = report["run"]
+        assert isinstance(run, dict)
+        parameters = int(report["student_parameters"])  # type: ignore[call-overload]
+        run["mfu"] = round(mfu(float(run["tokens_per_s"]), parameters, ns.peak_tflops), 4)
+        report["gpu"] = torch.cuda.get_device_name(0) if torch.cuda.is_available() else None
+        (ns.out / "bench_sft_gpu_profile.json").write_text(json.dumps(report, indent=2))
+        print(json.dumps(report, indent=2))
+        return
     model = build_model(ns.data, ns.out)
     padded = launch(model, ns.data, ns.out / "padded", ns.steps)
     print(json.dumps({"padded": padded}), flush=True)

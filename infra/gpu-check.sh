@@ -5,10 +5,14 @@
 #   3. SFT throughput and MFU on the Qwen2.5-0.5B shape (random init): padded vs packed
 #   4. one RL run on the same shape with the in-process batched policy: rollout tokens/s and the
 #      generation / tools / training split of a step
+#   5. the GPU demo's student (configs/demo-gpu.yaml): its SFT steps/s and the minutes its plan's SFT
+#      and round-2 SFT take, then one RL run of that student (rollout tokens/s of the demo's size)
+# Parts can be named to run fewer or in another order (device time is scarce): env always runs first.
+#   bash infra/gpu-check.sh rl profile tests sft
 # Figures go to $OUT (the device tool's folder) or /tmp/gpu-check; paste them into infra/README.md.
 #
 # Here (with PyPI):      bash infra/gpu-prepare.sh
-# There (device tool):   run(command="bash infra/gpu-check.sh", carry=[".whl", ".gpu"], timeout_s=600)
+# There (device tool):   run(command="bash infra/gpu-check.sh [PART ...]", carry=[".whl", ".gpu"], timeout_s=600)
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-/tmp/gpu-check}
@@ -19,7 +23,7 @@ step() { echo; echo "=== $* ($(date -u +%H:%M:%S))"; }
 [ -d .whl ] && [ -f .gpu/sft.parquet ] || {
   echo "error: .whl/ or .gpu/ missing: run \`bash infra/gpu-prepare.sh\` here and carry both" >&2; exit 2; }
 
-step "1/4 environment"
+step "env: environment"
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
   || { echo "error: installing the carried wheels failed" >&2; exit 3; }
 export PYTHONPATH=/tmp/site:$PWD
@@ -36,15 +40,29 @@ for module in ("coa.train.sft", "coa.rl.grpo", "coa.rollout.policies.hf_batched"
 print("imports: ok on", torch.cuda.get_device_name(0))
 PY
 
-step "2/4 CUDA tests"
-timeout 180 python3 -m pytest -q -p no:cacheprovider -m cuda tests/train tests/rl 2>&1 | tail -15
-
-step "3/4 SFT throughput + MFU (Qwen2.5-0.5B shape)"
-timeout 240 python3 bench/bench_sft_gpu.py --data .gpu/sft.parquet --out "$WORK" --steps 40 2>&1 | tail -45
-
-step "4/4 RL run, hf_batched (Qwen2.5-0.5B shape)"
 backend=(rollout.backend=hf_batched)  # rl.rollout.backend (coa/rl/config.py)
-timeout 180 python3 bench/bench_rl_gpu.py --prompts .gpu/rl.parquet --sft-data .gpu/sft.parquet \
-  --out "$WORK" --steps 4 "${backend[@]}" 2>&1 | tail -30
-cp -f "$WORK"/bench_*.json "$OUT"/ 2>/dev/null
+part() {
+  case "$1" in
+    tests) step "tests: CUDA-marked tests"
+      timeout 150 python3 -m pytest -q -p no:cacheprovider -m cuda tests/train tests/rl 2>&1 | tail -15 ;;
+    sft) step "sft: SFT throughput + MFU (Qwen2.5-0.5B shape)"
+      timeout 200 python3 bench/bench_sft_gpu.py --data .gpu/sft.parquet --out "$WORK" --steps 30 2>&1 | tail -45 ;;
+    rl) step "rl: RL run, hf_batched (Qwen2.5-0.5B shape)"
+      timeout 180 python3 bench/bench_rl_gpu.py --prompts .gpu/rl.parquet --sft-data .gpu/sft.parquet \
+        --out "$WORK" --steps 3 "${backend[@]}" 2>&1 | tail -30 ;;
+    profile) step "profile: the GPU demo's student (configs/demo-gpu.yaml): SFT, then RL"
+      timeout 120 python3 bench/bench_sft_gpu.py --data .gpu/sft.parquet --out "$WORK/demo-gpu" \
+        --profile configs/demo-gpu.yaml --steps 300 2>&1 | tail -40
+      timeout 90 python3 bench/bench_rl_gpu.py --prompts .gpu/rl.parquet --sft-data .gpu/sft.parquet \
+        --out "$WORK/demo-gpu" --model "$WORK/demo-gpu/profile-student" --steps 3 "${backend[@]}" 2>&1 | tail -30 ;;
+    *) echo "error: unknown part '$1' (env tests sft rl profile)" >&2; return 2 ;;
+  esac
+}
+parts=("$@")
+[ ${#parts[@]} -gt 0 ] || parts=(tests sft rl profile)
+for name in "${parts[@]}"; do
+  [ "$name" = env ] && continue
+  part "$name"
+  find "$WORK" -maxdepth 2 -name 'bench_*.json' -exec sh -c 'cp -f "$1" "$OUT/$(basename "$(dirname "$1")")-$(basename "$1")"' _ {} \;
+done
 step "done"
