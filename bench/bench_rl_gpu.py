@@ -31,7 +31,7 @@ import yaml
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from bench_sft_gpu import build_model  # noqa: E402  (the same model as the SFT bench)
+from bench_sft_gpu import build_model, profile_student  # noqa: E402  (the same models as the SFT bench)
 
 
 def launch(model: Path, prompts: Path, out: Path, steps: int, overrides: list[str]) -> tuple[dict, float]:
@@ -80,18 +80,27 @@ def main() -> None:
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--steps", type=int, default=6)
     parser.add_argument("--model", type=Path, help="an HF model folder instead of the Qwen2.5-0.5B shape")
+    parser.add_argument(
+        "--profile", type=Path, help="a profile's random-init student (e.g. configs/demo-gpu.yaml)"
+    )
     parser.add_argument("overrides", nargs="*", help="k=v for the run config")
     ns = parser.parse_args()
     import torch
 
     folder = ns.out / "qwen2.5-0.5b-arch"
-    model = ns.model or (folder if (folder / "config.json").exists() else build_model(ns.sft_data, ns.out))
+    if ns.profile is not None:
+        model = ns.model or profile_student(ns.profile, ns.sft_data, ns.out)[0]
+    else:
+        model = ns.model or (
+            folder if (folder / "config.json").exists() else build_model(ns.sft_data, ns.out)
+        )
     result, wall = launch(model, ns.prompts, ns.out / "rl", ns.steps, ns.overrides)
     rollouts = pq.read_table(result["rollouts_file"], columns=["completion_ids"])
     generated = int(pc.sum(pc.list_value_length(rollouts.column("completion_ids"))).as_py() or 0)
     times = split(result)
     report = {
         "gpu": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None,
+        "model": str(ns.profile or ns.model or "qwen2.5-0.5b-arch"),
         "overrides": ns.overrides,
         "steps": result["global_step"],
         "episodes": result["rollouts"],

@@ -118,25 +118,34 @@ def launch(model: Path, data: Path, out: Path, steps: int, **overrides: object) 
     }
 
 
-def profile_run(profile: Path, data: Path, out: Path, steps: int) -> dict[str, object]:
-    """The profile's student and SFT settings, ``steps`` steps; the profile's step counts priced."""
+def profile_student(profile: Path, data: Path, out: Path) -> tuple[Path, pa.Table, dict]:
+    """The profile's student (``student.tiny``, tokenizer trained on its ``sft.families`` examples):
+    its folder, the examples it trains on (also written to ``out``), and the profile's merged layers."""
     import pyarrow.compute as pc
 
     from coa.config import load_yaml_layers
-    from coa.model.tiny import MODEL_CARD, TinyModelConfig, init_model, sft_corpus
-    from coa.train.config import SFTParams
+    from coa.model.tiny import TinyModelConfig, init_model, sft_corpus
 
     layers = load_yaml_layers(profile)
-    sft = dict(layers.get("sft") or {})
-    families = sft.get("families")
+    families = (layers.get("sft") or {}).get("families")
     table = pq.read_table(data)
     if families:
         table = table.filter(pc.is_in(table.column("family"), pa.array(list(families))))
-    selected = out / "profile-sft.parquet"
     out.mkdir(parents=True, exist_ok=True)
-    pq.write_table(table, selected)
+    pq.write_table(table, out / "profile-sft.parquet")
     student = TinyModelConfig(**(layers.get("student") or {}).get("tiny", {}))
-    model = init_model(sft_corpus(table), student, out / "profile-student")
+    return init_model(sft_corpus(table), student, out / "profile-student"), table, layers
+
+
+def profile_run(profile: Path, data: Path, out: Path, steps: int) -> dict[str, object]:
+    """The profile's student and SFT settings, ``steps`` steps; the profile's step counts priced."""
+    from coa.model.tiny import MODEL_CARD
+    from coa.train.config import SFTParams
+
+    model, table, layers = profile_student(profile, data, out)
+    sft = dict(layers.get("sft") or {})
+    families = sft.get("families")
+    selected = out / "profile-sft.parquet"
     parameters = json.loads((model / MODEL_CARD).read_text())["n_params"]
     unplanned = ("max_steps", "save_steps")
     params = {k: v for k, v in sft.items() if k in SFTParams.model_fields and k not in unplanned}

@@ -8,7 +8,7 @@
 #   5. the GPU demo's student (configs/demo-gpu.yaml): its SFT steps/s and the minutes its plan's SFT
 #      and round-2 SFT take, then one RL run of that student (rollout tokens/s of the demo's size)
 # Parts can be named to run fewer or in another order (device time is scarce): env always runs first.
-#   bash infra/gpu-check.sh rl profile tests sft
+#   bash infra/gpu-check.sh rl profile-rl tests
 # Figures go to $OUT (the device tool's folder) or /tmp/gpu-check; paste them into infra/README.md.
 #
 # Here (with PyPI):      bash infra/gpu-prepare.sh
@@ -44,22 +44,23 @@ backend=(rollout.backend=hf_batched)  # rl.rollout.backend (coa/rl/config.py)
 part() {
   case "$1" in
     tests) step "tests: CUDA-marked tests"
-      timeout 150 python3 -m pytest -q -p no:cacheprovider -m cuda tests/train tests/rl 2>&1 | tail -15 ;;
+      timeout 150 python3 -m pytest -q -p no:cacheprovider -m cuda tests/train/test_sft.py tests/rl/test_grpo.py tests/serve/test_engine.py 2>&1 | tail -15 ;;
     sft) step "sft: SFT throughput + MFU (Qwen2.5-0.5B shape)"
       timeout 200 python3 bench/bench_sft_gpu.py --data .gpu/sft.parquet --out "$WORK" --steps 30 2>&1 | tail -45 ;;
     rl) step "rl: RL run, hf_batched (Qwen2.5-0.5B shape)"
       timeout 180 python3 bench/bench_rl_gpu.py --prompts .gpu/rl.parquet --sft-data .gpu/sft.parquet \
         --out "$WORK" --steps 3 "${backend[@]}" 2>&1 | tail -30 ;;
-    profile) step "profile: the GPU demo's student (configs/demo-gpu.yaml): SFT, then RL"
+    profile) step "profile: the GPU demo's student (configs/demo-gpu.yaml): SFT steps/s and the plan's minutes"
       timeout 120 python3 bench/bench_sft_gpu.py --data .gpu/sft.parquet --out "$WORK/demo-gpu" \
-        --profile configs/demo-gpu.yaml --steps 300 2>&1 | tail -40
-      timeout 90 python3 bench/bench_rl_gpu.py --prompts .gpu/rl.parquet --sft-data .gpu/sft.parquet \
-        --out "$WORK/demo-gpu" --model "$WORK/demo-gpu/profile-student" --steps 3 "${backend[@]}" 2>&1 | tail -30 ;;
-    *) echo "error: unknown part '$1' (env tests sft rl profile)" >&2; return 2 ;;
+        --profile configs/demo-gpu.yaml --steps 300 2>&1 | tail -40 ;;
+    profile-rl) step "profile-rl: RL of the GPU demo's (random-init) student, hf_batched"
+      timeout 120 python3 bench/bench_rl_gpu.py --prompts .gpu/rl.parquet --sft-data .gpu/sft.parquet \
+        --out "$WORK/demo-gpu-rl" --profile configs/demo-gpu.yaml --steps 3 "${backend[@]}" 2>&1 | tail -30 ;;
+    *) echo "error: unknown part '$1' (env tests sft rl profile profile-rl)" >&2; return 2 ;;
   esac
 }
 parts=("$@")
-[ ${#parts[@]} -gt 0 ] || parts=(tests sft rl profile)
+[ ${#parts[@]} -gt 0 ] || parts=(tests sft rl profile profile-rl)
 for name in "${parts[@]}"; do
   [ "$name" = env ] && continue
   part "$name"

@@ -18,7 +18,7 @@ PY=${PY:-.venv/bin/python}
 # What the GPU image lacks (or holds at another version than the project pins), at the versions this
 # environment resolved from pyproject.toml. --no-deps: the rest is in the image.
 NEEDED="transformers trl datasets dill multiprocess pydantic pydantic_core annotated-types typing-inspection
-fastapi starlette uvicorn annotated-doc"
+fastapi starlette uvicorn annotated-doc opentelemetry-api bm25s"
 mkdir -p .whl
 specs=()
 for name in $NEEDED; do

@@ -252,8 +252,9 @@ class ContinuousBatcher:
 
         old = len(self._rows)
         if old:
-            positions = torch.tensor([[row.length] for row in self._rows])
-            mask = torch.cat([self._mask, torch.ones((old, 1), dtype=torch.long)], dim=1)
+            device = self._device()
+            positions = torch.tensor([[row.length] for row in self._rows], device=device)
+            mask = torch.cat([self._mask, torch.ones((old, 1), dtype=torch.long, device=device)], dim=1)
             logits = self._forward(
                 self._next.view(old, 1), mask, positions, self._cache, [r.request for r in self._rows]
             )[:, -1]
@@ -289,17 +290,23 @@ class ContinuousBatcher:
 
         request.version_first = request.version_last = self.version
         n = len(request.prompt)
-        ids = torch.tensor([request.prompt])
+        device = self._device()
+        ids = torch.tensor([request.prompt], device=device)
         cache = DynamicCache(config=self._config())
-        logits = self._forward(
-            ids, torch.ones((1, n), dtype=torch.long), torch.arange(n).view(1, n), cache, [request]
-        )[0].float()
+        ones = torch.ones((1, n), dtype=torch.long, device=device)
+        logits = self._forward(ids, ones, torch.arange(n, device=device).view(1, n), cache, [request])[
+            0
+        ].float()
         if request.prompt_logprobs is not None:
             ranked = _ranked(torch.log_softmax(logits[:-1], dim=-1), ids[0, 1:], request.prompt_logprobs)
             request.prompt_logprob_values = [None, *ranked]
         row = _Row(request, n)
         self._sample([row], logits[-1:])
         self._merge(row, cache)
+
+    def _device(self) -> Any:
+        """Where the model's weights are: every tensor the batcher builds is made there."""
+        return next(self.model.parameters()).device
 
     def _config(self) -> Any:
         config = self.model.config
@@ -311,9 +318,10 @@ class ContinuousBatcher:
         from transformers import DynamicCache
 
         new_len = cache.layers[0].keys.shape[-2]
+        device = self._device()
         if not self._rows:
-            self._cache, self._mask = cache, torch.ones((1, new_len), dtype=torch.long)
-            self._next = torch.tensor([row.request.ids[-1]])
+            self._cache, self._mask = cache, torch.ones((1, new_len), dtype=torch.long, device=device)
+            self._next = torch.tensor([row.request.ids[-1]], device=device)
             self._rows.append(row)
             return
         old_len = self._mask.shape[1]
@@ -324,9 +332,9 @@ class ContinuousBatcher:
             values = torch.cat([_left_pad(a.values, width), _left_pad(b.values, width)], dim=0)
             merged.update(keys, values, layer)
         self._cache = merged
-        new_mask = torch.ones((1, new_len), dtype=torch.long)
+        new_mask = torch.ones((1, new_len), dtype=torch.long, device=device)
         self._mask = torch.cat([_left_pad(self._mask, width), _left_pad(new_mask, width)], dim=0)
-        self._next = torch.cat([self._next, torch.tensor([row.request.ids[-1]])])
+        self._next = torch.cat([self._next, torch.tensor([row.request.ids[-1]], device=device)])
         self._rows.append(row)
 
     def _retire(self) -> None:
@@ -339,7 +347,7 @@ class ContinuousBatcher:
             if not keep:
                 self._rows, self._cache, self._mask, self._next = [], None, None, None
             else:
-                index = torch.tensor(keep)
+                index = torch.tensor(keep, device=self._mask.device)
                 self._rows = [self._rows[i] for i in keep]
                 self._mask = self._mask.index_select(0, index)
                 self._next = self._next.index_select(0, index)
@@ -357,12 +365,14 @@ class ContinuousBatcher:
         import torch
 
         requests = [row.request for row in rows]
-        temps = torch.tensor([r.temperature if not r.greedy else 1.0 for r in requests]).view(-1, 1)
+        temps = torch.tensor(
+            [r.temperature if not r.greedy else 1.0 for r in requests], device=logits.device
+        ).view(-1, 1)
         logprobs_all = torch.log_softmax(logits / temps, dim=-1)
         chosen = torch.argmax(logits, dim=-1)
         sampled = [i for i, r in enumerate(requests) if not r.greedy]
         if sampled:
-            index = torch.tensor(sampled)
+            index = torch.tensor(sampled, device=logits.device)
             probs = _filtered_probs(
                 logprobs_all.index_select(0, index),
                 [requests[i].top_k for i in sampled],
@@ -375,7 +385,8 @@ class ContinuousBatcher:
                     chosen[sampled[j]] = draw
             for j, i in enumerate(sampled):
                 if rows[i].generator is not None:
-                    chosen[i] = int(torch.multinomial(probs[j], 1, generator=rows[i].generator))
+                    # a seeded row draws on the CPU, where its generator lives: the same draw on any device
+                    chosen[i] = int(torch.multinomial(probs[j].cpu(), 1, generator=rows[i].generator))
         picked = logprobs_all.gather(1, chosen.view(-1, 1)).view(-1).tolist()
         ids = chosen.tolist()
         tops: dict[int, list[tuple[int, float]]] = {}
@@ -406,7 +417,7 @@ class ContinuousBatcher:
             elif len(request.ids) >= request.max_tokens:
                 request.finish = "length"
         if self._next is not None and len(self._rows) == len(rows) and rows is self._rows:
-            self._next = torch.tensor(ids)
+            self._next = torch.tensor(ids, device=logits.device)
 
 
 def _left_pad(t: Any, width: int) -> Any:
@@ -437,7 +448,7 @@ def _filtered_probs(logprobs: Any, top_k: Sequence[int], top_p: Sequence[float])
         order = torch.argsort(scores, dim=-1, descending=True)
         sorted_probs = torch.softmax(scores.gather(1, order), dim=-1)
         before = torch.cumsum(sorted_probs, dim=-1) - sorted_probs  # mass strictly above each id
-        limit = torch.tensor(list(top_p)).view(-1, 1)
+        limit = torch.tensor(list(top_p), device=scores.device).view(-1, 1)
         drop_sorted = before >= limit
         drop_sorted[:, 0] = False
         drop = torch.zeros_like(drop_sorted).scatter(1, order, drop_sorted)

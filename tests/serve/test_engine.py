@@ -40,6 +40,47 @@ def test_a_request_joins_the_running_batch_and_leaves_first(tiny_model: Path) ->
         batcher.stop()
 
 
+@pytest.mark.cuda
+def test_the_batcher_runs_on_the_models_device(tiny_model: Path) -> None:
+    """On a GPU every tensor the batcher builds sits beside the weights: rows join and leave a
+    running batch (the retire index), sampled rows cut by top-k/top-p, seeded rows (drawn on the
+    CPU, where their generator lives) repeat, and prompt logprobs come back."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    if not torch.cuda.is_available():
+        pytest.skip("needs a CUDA GPU")
+    model = AutoModelForCausalLM.from_pretrained(str(tiny_model)).to("cuda").eval()
+    batcher = ContinuousBatcher(model)
+    batcher.start()
+    try:
+
+        def requests() -> list[GenRequest]:
+            return [
+                GenRequest(prompt=[5, 6, 7], max_tokens=40, temperature=0),
+                GenRequest(prompt=[9, 8, 7, 6], max_tokens=7, temperature=1.0, top_p=0.9, top_k=20),
+                GenRequest(prompt=[4, 4], max_tokens=12, temperature=0.8, seed=3, prompt_logprobs=2),
+                GenRequest(prompt=[3, 1, 4, 1, 5], max_tokens=25, temperature=0.7, seed=7, logprobs=1),
+            ]
+
+        runs = []
+        for _ in range(2):
+            batch = requests()
+            events = [run(batcher, r) for r in batch]
+            assert all(e.wait(60) for e in events)
+            assert [r.error for r in batch] == [None] * 4
+            assert [len(r.ids) for r in batch] == [r.max_tokens for r in batch] or all(
+                r.finish for r in batch
+            )
+            runs.append(batch)
+        first, second = runs
+        assert first[0].ids == second[0].ids  # greedy
+        assert first[2].ids == second[2].ids and first[3].ids == second[3].ids  # seeded
+        assert len(first[2].prompt_logprob_values) == 2 and len(first[3].token_logprobs) == len(first[3].ids)
+    finally:
+        batcher.stop()
+
+
 def test_top_k_and_top_p_cuts_per_row() -> None:
     import torch
 
