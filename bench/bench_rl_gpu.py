@@ -39,6 +39,9 @@ def launch(model: Path, prompts: Path, out: Path, steps: int, overrides: list[st
         "base_model": str(model), "prompts": str(prompts), "output_dir": str(out), "max_steps": steps,
         "learning_rate": 1e-6, "save_steps": 10_000, "logging_steps": 1, "prompts_per_step": 8,
         "group_size": 8, "max_total_tokens": 1024, "heldout_eval_steps": None,
+        # a random-init student earns no reward: every group has zero variance, and dynamic sampling
+        # would refill each batch (5x the episodes a step on CPU, 2026-11-27); the bench times one batch
+        "max_refill_rounds": 0,
     }  # fmt: skip
     shutil.rmtree(out, ignore_errors=True)  # a fresh run each time (never a resume of the last bench)
     out.mkdir(parents=True)
