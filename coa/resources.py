@@ -11,11 +11,20 @@ interval). Child processes the step started and waited for (the sandbox's progra
 launched as a subprocess) are reported apart, when one of them set a new high for the process's
 children. The figures never reset the kernel's high-water marks, so an outer ``/usr/bin/time -v``
 still reads the whole run's peak.
+
+After each build the runner hands the heap's free pages back to the system
+(:func:`release_free_memory`): glibc keeps what a step freed (many small blocks, per-thread arenas)
+mapped, so without it the next step starts at the last one's high-water mark. Measured on the
+evaluation of the demo's trained student (200 held-out tasks): 844 MiB after the evaluation, 840
+after ``gc.collect``, 600 after ``malloc_trim`` (``bench/README.md``, 2026-11-27).
 """
 
 from __future__ import annotations
 
+import ctypes
+import ctypes.util
 import dataclasses
+import gc
 import os
 import resource
 import sys
@@ -50,6 +59,29 @@ class BuildResources:
         if not data or "wall_s" not in data:
             return None
         return cls(float(data["wall_s"]), data.get("peak_rss_mib"), data.get("children_peak_rss_mib"))
+
+
+_libc: Any = None
+
+
+def release_free_memory() -> bool:
+    """Collect garbage, then return the C heap's free pages to the system (glibc's ``malloc_trim``).
+
+    Returns whether anything could be handed back (False where the C library has no
+    ``malloc_trim``: musl, macOS). Frees nothing that is in use: only pages glibc already holds free.
+    """
+    global _libc
+    gc.collect()
+    if _libc is None:
+        name = ctypes.util.find_library("c")
+        try:
+            _libc = ctypes.CDLL(name) if name else False
+        except OSError:
+            _libc = False
+    trim = getattr(_libc, "malloc_trim", None) if _libc else None
+    if trim is None:
+        return False
+    return bool(trim(0))
 
 
 def _maxrss_mib(who: int) -> float:

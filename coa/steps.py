@@ -41,7 +41,7 @@ from coa.attempts import clear_failed, mark_failed
 from coa.errors import CheckFailed, CoaError, UserError
 from coa.execution import ShardExecutor
 from coa.io import ArtifactRef
-from coa.resources import BuildResources, measure
+from coa.resources import BuildResources, measure, release_free_memory
 
 Progress = Callable[[int, int], None]
 
@@ -377,6 +377,7 @@ def _build_and_commit(
         with tracking.step_run(step.name, writer.uri, upstream, store.root) as tracker:
             with measure() as meter:
                 step.build(build)
+            release_free_memory()  # the next step starts from what this one holds, not its high-water mark
             summary = build.summary_json()
             if tracker is not None:  # the lineage names the tracker run; the run gets the summary
                 writer.extra_lineage["tracker"] = tracker.lineage()

@@ -9,6 +9,8 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
 from coa import io
 from coa.resources import SAMPLE_INTERVAL_S, BuildResources, measure
 from coa.steps import run_step
@@ -44,6 +46,29 @@ def test_a_child_that_sets_a_new_high_is_reported_apart() -> None:
     with measure() as again:  # no child this time: nothing to report for children
         pass
     assert again.result is not None and again.result.children_peak_rss_mib is None
+
+
+FREED_HEAP = """
+import os, sys
+from coa.resources import release_free_memory
+def rss():
+    return int(open("/proc/self/statm").read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
+blocks = [b"x" * 4000 + bytes([i % 256]) for i in range(60000)]  # ~240 MiB of small heap blocks
+pin = bytearray(4001)  # allocated last: the heap's top stays in use, so free() alone cannot shrink it
+del blocks
+held = rss()
+released = release_free_memory()
+print(held, rss(), released)
+"""
+
+
+def test_freed_heap_goes_back_to_the_system_after_a_build() -> None:
+    """What a step freed stays resident until the runner trims the heap (glibc)."""
+    out = subprocess.run([sys.executable, "-c", FREED_HEAP], check=True, capture_output=True, text=True)
+    held, after, released = out.stdout.split()
+    if released != "True":
+        pytest.skip("this C library has no malloc_trim")
+    assert float(held) - float(after) >= 150, out.stdout
 
 
 def test_the_record_reads_back_and_old_lineage_has_none() -> None:
