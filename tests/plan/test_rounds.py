@@ -100,8 +100,8 @@ def test_dry_run_lists_the_round_steps(storage_root: Path, monkeypatch: pytest.M
 def test_the_gpu_demo_profile_loads_and_plans_its_round(
     storage_root: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """configs/demo-gpu.yaml (its SFT sized on an H100; not yet run end to end): the demo's data, a larger student, every
-    family in SFT, a second round before RL; `coa run --dry-run` plans it."""
+    """configs/demo-gpu.yaml (its SFT sized on an H100; not yet run end to end): the demo's data, a
+    larger student, every family in SFT, a second round before RL; `coa run --dry-run` plans it."""
     from typer.testing import CliRunner
 
     from coa.cli import app
