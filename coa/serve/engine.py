@@ -294,9 +294,8 @@ class ContinuousBatcher:
         ids = torch.tensor([request.prompt], device=device)
         cache = DynamicCache(config=self._config())
         ones = torch.ones((1, n), dtype=torch.long, device=device)
-        logits = self._forward(ids, ones, torch.arange(n, device=device).view(1, n), cache, [request])[
-            0
-        ].float()
+        positions = torch.arange(n, device=device).view(1, n)
+        logits = self._forward(ids, ones, positions, cache, [request])[0].float()
         if request.prompt_logprobs is not None:
             ranked = _ranked(torch.log_softmax(logits[:-1], dim=-1), ids[0, 1:], request.prompt_logprobs)
             request.prompt_logprob_values = [None, *ranked]
