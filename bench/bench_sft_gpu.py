@@ -118,6 +118,9 @@ def launch(model: Path, data: Path, out: Path, steps: int, **overrides: object) 
     }
 
 
+PROFILE_SFT = "profile-sft.parquet"  # the examples the profile's student trains on, beside it
+
+
 def profile_student(profile: Path, data: Path, out: Path) -> tuple[Path, pa.Table, dict]:
     """The profile's student (``student.tiny``, tokenizer trained on its ``sft.families`` examples):
     its folder, the examples it trains on (also written to ``out``), and the profile's merged layers."""
@@ -132,7 +135,7 @@ def profile_student(profile: Path, data: Path, out: Path) -> tuple[Path, pa.Tabl
     if families:
         table = table.filter(pc.is_in(table.column("family"), pa.array(list(families))))
     out.mkdir(parents=True, exist_ok=True)
-    pq.write_table(table, out / "profile-sft.parquet")
+    pq.write_table(table, out / PROFILE_SFT)
     student = TinyModelConfig(**(layers.get("student") or {}).get("tiny", {}))
     return init_model(sft_corpus(table), student, out / "profile-student"), table, layers
 
@@ -145,7 +148,7 @@ def profile_run(profile: Path, data: Path, out: Path, steps: int) -> dict[str, o
     model, table, layers = profile_student(profile, data, out)
     sft = dict(layers.get("sft") or {})
     families = sft.get("families")
-    selected = out / "profile-sft.parquet"
+    selected = out / PROFILE_SFT
     parameters = json.loads((model / MODEL_CARD).read_text())["n_params"]
     unplanned = ("max_steps", "save_steps")
     params = {k: v for k, v in sft.items() if k in SFTParams.model_fields and k not in unplanned}
