@@ -38,6 +38,8 @@ from collections import deque
 from collections.abc import Callable, Sequence
 from typing import Any, Literal
 
+from coa.resources import generation_heap
+
 Finish = Literal["stop", "length", "abort"]
 BASE_ADAPTER = "__base__"
 """peft's name for "no adapter" in a mixed-adapter batch."""
@@ -207,7 +209,8 @@ class ContinuousBatcher:
                         self._busy = True
                     try:
                         start = time.perf_counter()
-                        self._step(admit)
+                        with generation_heap():
+                            self._step(admit)
                         self._admitting = []
                         if self.delay_per_token_s > 0:
                             time.sleep(max(0.0, self.delay_per_token_s - (time.perf_counter() - start)))

@@ -20,6 +20,7 @@ from collections import deque
 from collections.abc import Sequence
 from typing import Any
 
+from coa.resources import generation_heap
 from coa.rollout.policy import STOP_TAGS, Codec, Generation, Sampling
 
 
@@ -173,6 +174,9 @@ class HFPolicy:
             "pad_token_id": codec.pad_id,
             "return_dict_in_generate": True,
             "output_logits": True,
+            # One cache of prompt + max_new_tokens positions per call, not a cache re-allocated a
+            # position larger at every decode step (the heap's holes: coa.resources.generation_heap).
+            "cache_implementation": "static",
         }
         if not codec.single_token_stops:
             kwargs |= {"stop_strings": list(STOP_TAGS), "tokenizer": codec.tokenizer}
@@ -181,7 +185,7 @@ class HFPolicy:
         else:
             kwargs |= {"do_sample": True, "temperature": sampling.temperature}
             kwargs |= {"top_p": sampling.top_p, "top_k": sampling.top_k}  # 0 = no top-k cut
-        with torch.inference_mode():
+        with torch.inference_mode(), generation_heap():
             out = self.model.generate(
                 input_ids=input_ids.to(self.device), attention_mask=attention.to(self.device), **kwargs
             )
