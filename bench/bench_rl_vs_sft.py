@@ -1,7 +1,11 @@
-"""RL beside continued SFT for the same wall time, on fresh held-out tasks of the RL family.
+"""RL or a self-improvement round beside continued SFT for the same time, on fresh held-out tasks.
 
 Given a store holding a finished pipeline run (the demo by default), this answers issue 15's
 question: did the RL phase beat simply training the SFT model longer on the same family's data?
+``--candidate sft.r2`` asks it of the second round instead (``rounds: 2``: the round-1 model's
+verified-correct samples curated beside the teacher's runs, then SFT from the round-1 model): its
+cost is the sampling, curation and conversion steps' wall time plus the round's training time, and
+its family the one the round sampled (``sampling.families``).
 
 1. **The run's artifacts.** The config (``configs/demo.yaml`` + overrides) gives the plan
    (:func:`coa.plan.pipeline.plan`); its committed ``synthetic``, ``convert``, ``sft`` and ``rl``
@@ -65,11 +69,15 @@ from coa.plan import PipelineConfig, load_pipeline_config, plan
 from coa.plan.choices import eval_tools
 from coa.plan.preview import preview
 from coa.rl.config import RLStageConfig
+from coa.sample.config import SampleConfig
 from coa.steps import ModelInput
 from coa.synthetic import SyntheticConfig
 from coa.train.config import SFTStageConfig
 
 NEEDED = ("synthetic", "convert", "sft", "rl")
+CANDIDATES = ("rl", "sft.r2")
+ROUND_STEPS = ("sample.r1", "curate.r2", "convert.r2")
+"""The steps between the round-1 model and ``sft.r2``, whose wall time the round's cost counts."""
 CHECK_STEP = "evaluate.after"
 QUICK_HELDOUT = 8
 QUICK_BUDGET_S = 10.0
@@ -86,43 +94,67 @@ class Located:
     refs: dict[str, io.ArtifactRef]
     synthetic: SyntheticConfig
     sft: SFTStageConfig
-    rl: RLStageConfig
+    rl: RLStageConfig | None
+    candidate: str = "rl"
+    """The step compared with continued SFT: ``rl``, or ``sft.r2`` (the second round's model)."""
+    sampling: SampleConfig | None = None
+    """The round's sampling settings (``sft.r2`` only)."""
 
     def __getitem__(self, name: str) -> io.ArtifactRef:
         return self.refs[name]
 
 
-def locate(config: PipelineConfig, store: io.Store, rl_uri: str | None = None) -> Located:
-    """The run's committed ``synthetic``, ``convert``, ``sft`` and ``rl`` artifacts.
+def needed(candidate: str) -> tuple[str, ...]:
+    """The committed steps the comparison of ``candidate`` reads."""
+    if candidate == "rl":
+        return NEEDED
+    return (*NEEDED[:-1], *ROUND_STEPS, candidate)
+
+
+def locate(
+    config: PipelineConfig, store: io.Store, rl_uri: str | None = None, candidate: str = "rl"
+) -> Located:
+    """The run's committed ``synthetic``, ``convert``, ``sft`` and candidate (``rl`` or ``sft.r2``, with
+    the round's sampling, curation and conversion) artifacts.
 
     By the plan's content keys, as ``coa run --dry-run`` finds them (the keys hash the code version:
     run from the checkout that made the run); or, with ``rl_uri``, by that RL artifact's lineage (its
     base model and prompts, the prompts' task set), whatever code made it.
     """
-    if config.synthetic is None or config.sft is None or config.rl is None or config.evaluate is None:
-        raise UserError(
-            "the config needs `synthetic`, `sft`, `rl` and `evaluate` sections (configs/demo.yaml)"
-        )
-    refs = _by_lineage(rl_uri, store) if rl_uri is not None else _by_plan(config, store)
-    base = io.read_lineage(refs["rl"]).get("base_model")
+    if candidate not in CANDIDATES:
+        raise UserError(f"--candidate {candidate!r}: one of {', '.join(CANDIDATES)}")
+    if config.synthetic is None or config.sft is None or config.evaluate is None:
+        raise UserError("the config needs `synthetic`, `sft` and `evaluate` sections (configs/demo.yaml)")
+    if candidate == "rl" and config.rl is None:
+        raise UserError("the config has no `rl` section: compare a round with --candidate sft.r2")
+    if candidate != "rl" and (config.rounds < 2 or rl_uri is not None):
+        raise UserError(f"--candidate {candidate} needs a run with `rounds: 2` or more (and no --rl)")
+    refs = _by_lineage(rl_uri, store) if rl_uri is not None else _by_plan(config, store, needed(candidate))
+    base = io.read_lineage(refs[candidate]).get("inputs", {}).get("base", {}).get("uri")
     if base != refs["sft"].uri:
-        raise UserError(f"the RL model started from {base}, not from the SFT model {refs['sft'].uri}")
+        raise UserError(
+            f"the {candidate} model started from {base}, not from the SFT model {refs['sft'].uri}"
+        )
+    rl = _recorded(refs["rl"], RLStageConfig, config.rl) if candidate == "rl" else None
+    sampling = None if candidate == "rl" else _recorded(refs["sample.r1"], SampleConfig, config.sampling)
     return Located(
         refs,
         _recorded(refs["synthetic"], SyntheticConfig, config.synthetic),
         _recorded(refs["sft"], SFTStageConfig, config.sft),
-        _recorded(refs["rl"], RLStageConfig, config.rl),
+        rl,
+        candidate,
+        sampling,
     )
 
 
-def _by_plan(config: PipelineConfig, store: io.Store) -> dict[str, io.ArtifactRef]:
+def _by_plan(config: PipelineConfig, store: io.Store, names: Sequence[str]) -> dict[str, io.ArtifactRef]:
     planned = {p.name: p for p in preview(plan(config), store)}
     refs: dict[str, io.ArtifactRef] = {}
-    for name in (*NEEDED, CHECK_STEP):
+    for name in (*names, CHECK_STEP):
         p = planned.get(name)
         ref = io.lookup(p.uri, store.settings) if p is not None and p.uri else None
         failed = p is not None and "check failed" in p.status
-        if name in NEEDED and (ref is None or failed):
+        if name in names and (ref is None or failed):
             why = p.status if p is not None else "not in the plan"
             raise UserError(
                 f"step {name!r} has no usable committed artifact in {store.root} ({why}): run the pipeline "
@@ -163,15 +195,44 @@ def _recorded(ref: io.ArtifactRef, model: type[Any], fallback: Any) -> Any:
         return fallback
 
 
-def rl_family(located: Located, family: str | None) -> str:
-    """The task family to compare on: ``family``, else the one family the RL run trained on (the
-    lineage's ``families``: the pick of ``rl.families: auto``, else the configured ones)."""
+def candidate_family(located: Located, family: str | None) -> str:
+    """The task family to compare on: ``family``, else the one family the candidate trained on: RL's
+    (the lineage's ``families``: the pick of ``rl.families: auto``, else the configured ones), or the
+    one the round sampled (``sampling.families``)."""
     if family is not None:
         return family
-    families = io.read_lineage(located["rl"]).get("families") or located.rl.families
+    if located.candidate == "rl":
+        assert located.rl is not None
+        families = io.read_lineage(located["rl"]).get("families") or located.rl.families
+        key = "rl.families"
+    else:
+        assert located.sampling is not None
+        families, key = located.sampling.families, "sampling.families"
     if not families or len(families) != 1:
-        raise UserError(f"rl.families is {families}: name the family to compare on with --family")
+        raise UserError(f"{key} is {families}: name the family to compare on with --family")
     return families[0]
+
+
+def candidate_cost(located: Located) -> dict[str, float]:
+    """What the candidate cost, in seconds: RL's training time (generation, tools and optimizer
+    steps); a round's sampling, curation and conversion steps (their builds' wall time) and its
+    training time. ``total`` is continued SFT's budget."""
+    from coa.resources import BuildResources
+    from coa.rl.step import read_result as read_rl_result
+    from coa.train.step import read_result as read_sft_result
+
+    if located.candidate == "rl":
+        train = read_rl_result(located["rl"]).train_runtime_s
+        return {"rl": train, "total": train}
+    cost: dict[str, float] = {}
+    for name in ROUND_STEPS:
+        used = BuildResources.from_json(io.read_lineage(located[name]).get("resources"))
+        if used is None:
+            raise UserError(f"{located[name].uri} records no build time: rebuild it with this checkout")
+        cost[name] = used.wall_s
+    cost[located.candidate] = read_sft_result(located[located.candidate]).train_runtime_s
+    cost["total"] = sum(cost.values())
+    return cost
 
 
 def heldout_tasks(located: Located, family: str, n: int) -> pa.Table:
@@ -339,22 +400,32 @@ def run_bench(
     quick: bool = False,
     work_dir: str | Path | None = None,
     rl_uri: str | None = None,
+    candidate: str = "rl",
 ) -> dict[str, Any]:
     """The comparison (see the module docstring) as a JSON-ready document."""
     from coa.rl.step import read_result as read_rl_result
     from coa.train.step import read_result as read_sft_result
 
     store = store or io.Store()
-    located = locate(config, store, rl_uri)
-    fam = rl_family(located, family)
+    located = locate(config, store, rl_uri, candidate)
+    fam = candidate_family(located, family)
     tasks = heldout_tasks(located, fam, heldout)
-    rl_result = read_rl_result(located["rl"])
+    cost = candidate_cost(located)
     sft_result = read_sft_result(located["sft"])
-    budget = rl_result.train_runtime_s if not quick else min(rl_result.train_runtime_s, QUICK_BUDGET_S)
+    budget = cost["total"] if not quick else min(cost["total"], QUICK_BUDGET_S)
     lr = learning_rate if learning_rate is not None else final_learning_rate(located.sft)
     families = list(sft_families) if sft_families else [fam]
     sft_dir = ModelInput(ref=located["sft"]).local_path()
-    rl_dir = ModelInput(ref=located["rl"]).local_path()
+    cand_dir = ModelInput(ref=located[candidate]).local_path()
+    if candidate == "rl":
+        assert located.rl is not None
+        rl_result = read_rl_result(located["rl"])
+        cand = {"steps": rl_result.global_step, "learning_rate": located.rl.learning_rate,
+                "resumed_from_step": rl_result.start_step}  # fmt: skip
+    else:
+        round_result = read_sft_result(located[candidate])
+        cand = {"steps": round_result.global_step, "final_loss": round_result.final_loss,
+                "examples": round_result.n_examples, "resumed_from_step": 0}  # fmt: skip
 
     with tempfile.TemporaryDirectory(prefix="coa-bench-rlsft-") as tmp:
         out = Path(work_dir) if work_dir is not None else Path(tmp)
@@ -364,7 +435,7 @@ def run_bench(
         cont_wall = time.perf_counter() - t0
         evals = {}
         timings = {}
-        for name, model_dir in (("sft", sft_dir), ("rl", rl_dir), ("continued_sft", cont.model_dir)):
+        for name, model_dir in (("sft", sft_dir), (candidate, cand_dir), ("continued_sft", cont.model_dir)):
             t0 = time.perf_counter()
             evals[name] = evaluate(config, model_dir, tasks, store)
             timings[name] = round(time.perf_counter() - t0, 1)
@@ -372,19 +443,21 @@ def run_bench(
     rows = [
         model_row("sft", evals["sft"], None, train_s=sft_result.train_runtime_s, steps=sft_result.global_step,
                   weight_change=0.0, uri=located["sft"].uri),
-        model_row("rl", evals["rl"], evals["sft"], train_s=rl_result.train_runtime_s,
-                  steps=rl_result.global_step, weight_change=weight_change(rl_dir, sft_dir),
-                  learning_rate=located.rl.learning_rate, uri=located["rl"].uri),
+        model_row(candidate, evals[candidate], evals["sft"], train_s=cost["total"], steps=cand["steps"],
+                  weight_change=weight_change(cand_dir, sft_dir), uri=located[candidate].uri,
+                  **{k: v for k, v in cand.items() if k not in ("steps", "resumed_from_step")}),
         model_row("continued_sft", evals["continued_sft"], evals["sft"], train_s=cont.train_runtime_s,
                   steps=cont.global_step, weight_change=cont_change, learning_rate=lr,
                   families=families, examples=cont.n_examples, final_loss=cont.final_loss),
     ]  # fmt: skip
     return {
+        "candidate": candidate,
         "family": fam,
         "heldout": tasks.num_rows,
         "quick": quick,
         "time_budget_s": budget,
-        "rl_resumed_from_step": rl_result.start_step,  # > 0: train_runtime_s covers the resumed part only
+        "candidate_cost_s": cost,
+        "rl_resumed_from_step": cand["resumed_from_step"],  # > 0: RL's time covers the resumed part only
         "continued_sft_wall_s": round(cont_wall, 1),
         "eval_wall_s": timings,
         "store": store.root,
@@ -430,6 +503,9 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     )
     parser.add_argument("--lr", type=float, default=None, help="continued SFT's learning rate")
     parser.add_argument("--rl", default=None, help="the RL artifact URI (else found by the plan's keys)")
+    parser.add_argument(
+        "--candidate", default="rl", choices=CANDIDATES, help="compare RL (default) or round 2's model"
+    )
     parser.add_argument("--work-dir", default=None, help="keep the continued-SFT model here (default: temp)")
     parser.add_argument("--out", default=None, help="write the table as JSON here")
     parser.add_argument("--quick", action="store_true", help="smoke run: few tasks, <= 10 s of training")
@@ -446,9 +522,11 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
         quick=args.quick,
         work_dir=args.work_dir,
         rl_uri=args.rl,
+        candidate=args.candidate,
     )
+    spent = "the RL run's training time" if args.candidate == "rl" else "the round's sampling and training"
     print(f"\n{result['family']}: {result['heldout']} held-out tasks, continued SFT for "
-          f"{result['time_budget_s']:.0f} s (the RL run's training time)")  # fmt: skip
+          f"{result['time_budget_s']:.0f} s ({spent})")  # fmt: skip
     print(format_table(result))
     if result["rl_resumed_from_step"]:
         print(f"note: the RL run was resumed at step {result['rl_resumed_from_step']}: its training time "

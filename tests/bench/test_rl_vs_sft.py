@@ -100,3 +100,54 @@ def test_final_learning_rate_follows_the_sft_schedule() -> None:
     assert bench.final_learning_rate(cosine) == pytest.approx(2e-4)
     assert bench.final_learning_rate(cosine.model_copy(update={"min_lr_ratio": 0.0})) == pytest.approx(2e-4)
     assert bench.final_learning_rate(cosine.model_copy(update={"lr_scheduler": "constant"})) == 2e-3
+
+
+ROUND_OVERRIDES = [
+    *OVERRIDES[:3],
+    *TINY_TRAINING,
+    "rl=null",
+    "rounds=2",
+    "round_sft={max_steps: 2}",
+    "sampling={families: [code], samples: 2, max_turns: 2, max_new_tokens: 8, max_total_tokens: 2048}",
+]
+ROUND_BUILT = ("synthetic", "collect", "curate", "convert", "student", "sft", "evaluate.after",
+               "sample.r1", "curate.r2", "convert.r2", "sft.r2")  # fmt: skip
+
+
+@pytest.mark.sandbox  # the programming tasks are scored by running the model's program
+def test_round_two_against_continued_sft_for_the_rounds_sampling_and_training_time(
+    storage_root: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from coa.train.step import read_result
+
+    monkeypatch.chdir(REPO)
+    bench = load_bench()
+    config = load_pipeline_config("configs/demo.yaml", ROUND_OVERRIDES)
+    with pytest.raises(UserError, match="no `rl` section"):
+        bench.locate(config, io.Store())  # the default candidate is RL, which this run has not
+    with pytest.raises(UserError, match="rounds: 2"):
+        bench.locate(load_pipeline_config("configs/demo.yaml", OVERRIDES), io.Store(), candidate="sft.r2")
+    store, done = io.Store(), dict[str, StepResult]()
+    for step in plan(config):
+        if step.name in ROUND_BUILT:
+            done[step.name] = run_step(step, store, done)
+
+    result = bench.main([*ROUND_OVERRIDES, "--candidate", "sft.r2", "--quick", "--heldout", "4"])
+
+    assert (result["candidate"], result["family"], result["heldout"]) == ("sft.r2", "code", 4)
+    rows = {r["model"]: r for r in result["models"]}
+    assert list(rows) == ["sft", "sft.r2", "continued_sft"]
+    d = rows["sft.r2"]["delta_accuracy"]
+    assert d["pairs"] == 4 and d["delta"] == pytest.approx(
+        rows["sft.r2"]["accuracy"] - rows["sft"]["accuracy"]
+    )
+    # the round's cost: its sampling, curation and conversion builds plus its training time
+    cost = result["candidate_cost_s"]
+    assert set(cost) == {"sample.r1", "curate.r2", "convert.r2", "sft.r2", "total"}
+    assert cost["sft.r2"] == pytest.approx(read_result(done["sft.r2"].ref).train_runtime_s)
+    assert cost["sample.r1"] > 0 and cost["total"] == pytest.approx(
+        sum(v for k, v in cost.items() if k != "total")
+    )
+    assert result["time_budget_s"] == pytest.approx(min(cost["total"], bench.QUICK_BUDGET_S))
+    assert rows["sft.r2"]["steps"] == 2 and rows["sft.r2"]["uri"] == done["sft.r2"].ref.uri
+    assert rows["continued_sft"]["families"] == ["code"] and rows["continued_sft"]["steps"] >= 1
