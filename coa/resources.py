@@ -114,7 +114,7 @@ def generation_heap(threshold: int = GENERATION_MMAP_THRESHOLD) -> Iterator[bool
     values a little larger and frees the old ones. glibc serves such blocks from its heaps once its
     dynamic mmap threshold has risen (it rises to the largest block freed, up to 32 MiB), and the
     freed, ever-smaller-than-needed holes stay resident: the demo's evaluation of 200 held-out tasks
-    raised the process's memory by 0.8-1.6 GiB from run to run (``bench/README.md``, "The heap of a
+    raised the process's memory by 0.8-2.5 GiB from run to run (``bench/README.md``, "The heap of a
     generation", 2026-11-27). Mapped blocks go back to the system when freed. On leaving (the last of
     concurrent users), the threshold is set to glibc's dynamic ceiling, where training's steady state
     puts it anyway (below it, a training step's large tensors would be mapped and unmapped every step:

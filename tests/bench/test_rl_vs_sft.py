@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 from types import ModuleType
+from typing import Any
 
 import pytest
 from safetensors.torch import load_file
@@ -37,6 +38,15 @@ def weights(folder: Path) -> dict[str, object]:
     return out
 
 
+def build(config: Any, names: tuple[str, ...]) -> tuple[io.Store, dict[str, StepResult]]:
+    """The plan's steps ``names`` built in process, in plan order."""
+    store, done = io.Store(), dict[str, StepResult]()
+    for step in plan(config):
+        if step.name in names:
+            done[step.name] = run_step(step, store, done)
+    return store, done
+
+
 @pytest.mark.sandbox  # the programming tasks are scored by running the model's program
 def test_three_models_on_fresh_heldout_tasks_with_continued_sft_for_the_rl_time(
     storage_root: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
@@ -48,10 +58,7 @@ def test_three_models_on_fresh_heldout_tasks_with_continued_sft_for_the_rl_time(
     config = load_pipeline_config("configs/demo.yaml", OVERRIDES)
     with pytest.raises(UserError, match="no usable committed artifact"):
         bench.locate(config, io.Store())  # nothing built yet: a clear error, not a rebuild
-    store, done = io.Store(), dict[str, StepResult]()
-    for step in plan(config):
-        if step.name in BUILT:
-            done[step.name] = run_step(step, store, done)
+    store, done = build(config, BUILT)
 
     out, work = tmp_path / "table.json", tmp_path / "work"
     result = bench.main([*OVERRIDES, "--quick", "--heldout", "4", "--out", str(out), "--work-dir", str(work)])
@@ -127,10 +134,7 @@ def test_round_two_against_continued_sft_for_the_rounds_sampling_and_training_ti
         bench.locate(config, io.Store())  # the default candidate is RL, which this run has not
     with pytest.raises(UserError, match="rounds: 2"):
         bench.locate(load_pipeline_config("configs/demo.yaml", OVERRIDES), io.Store(), candidate="sft.r2")
-    store, done = io.Store(), dict[str, StepResult]()
-    for step in plan(config):
-        if step.name in ROUND_BUILT:
-            done[step.name] = run_step(step, store, done)
+    store, done = build(config, ROUND_BUILT)
 
     result = bench.main([*ROUND_OVERRIDES, "--candidate", "sft.r2", "--quick", "--heldout", "4"])
 
