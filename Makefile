@@ -45,8 +45,13 @@ pgdeps:
 demo: $(STAMP) sysdeps
 	$(BIN)/coa run --config configs/demo.yaml
 
+# The suite on TEST_WORKERS pytest-xdist workers (each with one torch thread: tests/conftest.py), then the
+# `serial` tier alone (tests that time themselves or scan the machine's processes). Both always run.
+TEST_WORKERS ?= 2
 test: $(STAMP) sysdeps uideps pgdeps lint typecheck
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) -m "not serial"; parallel=$$?; \
+	$(BIN)/python -m pytest -q -m serial; serial=$$?; \
+	test $$parallel = 0 && test $$serial = 0
 
 # Development: skip the slow end-to-end tier (Prefect server + worker, CLI subprocess runs).
 test-fast: $(STAMP)

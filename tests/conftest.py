@@ -15,6 +15,11 @@ import pytest
 
 from tests.llm.fake_server import FakeLLMServer
 
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    # `make test` runs two workers on two cores: one intra-op thread each (and in the processes they
+    # start), or their OpenMP threads contend for the cores (two threads each ran many times slower).
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+
 _SESSION_HOME = tempfile.mkdtemp(prefix="coa-test-prefect-")
 atexit.register(shutil.rmtree, _SESSION_HOME, ignore_errors=True)
 os.environ.setdefault("PREFECT_HOME", _SESSION_HOME)

@@ -5,9 +5,11 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from rich.console import Console
 from typer.testing import CliRunner
 
 from coa import io
+from coa._cli import models as models_cli
 from coa.cli import app
 from coa.lineage import EXTERNAL, format_tree, to_markdown, trace
 from coa.plan import load_pipeline_config, plan
@@ -82,9 +84,11 @@ def test_lineage_from_the_fine_tuned_model_to_the_task_sets(
     eval_uri = evaluated.stdout.split("eval: ", 1)[1].split()[0]
     assert io.read_lineage(eval_uri)["inputs"]["model"]["uri"] == sft  # the champion's artifact
     assert runner.invoke(app, ["models", "rollback", "agent"]).exit_code == 2  # nothing before it
-    listing = runner.invoke(app, ["models", "list"], env={"COLUMNS": "400"})
+    # the CLI's console was sized when first imported: a wide one here, so no URI is folded
+    monkeypatch.setattr(models_cli, "console", Console(width=400))
+    listing = runner.invoke(app, ["models", "list"])
     assert "agent" in listing.stdout and sft in listing.stdout
-    shown = runner.invoke(app, ["models", "show", "agent"], env={"COLUMNS": "400"})
+    shown = runner.invoke(app, ["models", "show", "agent"])
     assert "manual promotion" in shown.stdout and "promote" in shown.stdout
     missing = runner.invoke(
         app, ["evaluate", "--model", "champion:nobody", "--tasks", done["synthetic"].ref.uri]

@@ -20,7 +20,7 @@ def models_list() -> None:
     reg = Registry()
     table = Table(title=f"models in {reg.uri}")
     for col in ("name", "champion", "since", "entries"):
-        table.add_column(col)
+        table.add_column(col, overflow="fold")  # a URI is copied from here: folded, never elided
     for name in reg.names():
         current = reg.champion(name)
         table.add_row(
@@ -46,7 +46,7 @@ def models_show(name: Annotated[str, typer.Argument(help="Registered model name"
             console.print(f"  before: {uri}", highlight=False)
     table = Table(title=f"history of {name}")
     for col in ("when", "event", "model", "reasons"):
-        table.add_column(col)
+        table.add_column(col, overflow="fold")
     for e in history:
         table.add_row(e.at, e.event, e.model_uri, "\n".join(e.reasons))
     console.print(table)

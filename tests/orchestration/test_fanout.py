@@ -87,6 +87,7 @@ def test_ray_collection_and_curation_give_the_local_artifacts(tmp_path: Path, cl
     assert sharded["convert"].ref.rows("sft") == local["convert"].ref.rows("sft") > 0
 
 
+@pytest.mark.serial  # the kill must land after a checkpoint
 def test_killing_a_shard_worker_loses_and_duplicates_nothing(tmp_path: Path, cluster: None) -> None:
     cfg = demo_config(multihop=80)
     cfg = cfg.model_copy(update={"collect": cfg.collect.model_copy(update={"concurrency": 1})})

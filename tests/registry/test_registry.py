@@ -120,3 +120,25 @@ def test_the_verdict_reads_back_typed_and_the_mirror_gets_it_typed(
     assert manual is not None and manual.promote is False and manual.checks == {}
     assert [e for e, _ in mirrored] == ["candidate", "promote"]
     assert mirrored[0][1] == decision and mirrored[1][1] == manual
+
+
+def test_the_cli_prints_every_uri_whole_on_a_narrow_console(
+    storage_root: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from rich.console import Console
+    from typer.testing import CliRunner
+
+    from coa._cli import models as models_cli
+    from coa.cli import app
+
+    uri = "file:///" + "/".join(f"folder-{i:02d}" for i in range(12)) + "/model/sft-143857e493c9a281"
+    Registry().promote("agent", uri, reasons=["first"])
+    monkeypatch.setattr(models_cli, "console", Console(width=80))
+    for command in (["models", "list"], ["models", "show", "agent"]):
+        out = CliRunner().invoke(app, command)
+        assert out.exit_code == 0, out.output
+        # folded over the table's lines, never cut with an ellipsis: the cells read back to the URI
+        cells = [line.split("│") for line in out.stdout.splitlines() if line.count("│") > 2]
+        assert "…" not in out.stdout
+        columns = ["".join(c.strip() for c in column) for column in zip(*cells, strict=False)]
+        assert any(uri in column for column in columns), out.stdout

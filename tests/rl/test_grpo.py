@@ -181,6 +181,7 @@ def test_accelerate_launch_runs_the_rl_stage_on_a_gpu(tiny_model: Path, tmp_path
     assert schemas.ROLLOUT.check(pq.read_table(result.rollouts_file)).ok
 
 
+@pytest.mark.serial  # plans from measured step times
 @pytest.mark.sandbox
 def test_a_time_budget_ends_the_run_on_a_refitted_plan(tiny_model: Path, tmp_path: Path) -> None:
     cfg = config(tiny_model, max_steps=40, time_budget_s=0.5)

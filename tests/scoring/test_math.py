@@ -189,6 +189,7 @@ def test_aime_golds(afm_fixtures: Path) -> None:
 # Timeouts and threads
 
 
+@pytest.mark.serial  # asserts wall-clock time
 def test_pathological_answer_times_out_in_main_thread() -> None:
     assert threading.current_thread() is threading.main_thread()
     start = time.monotonic()

@@ -36,6 +36,10 @@ from coa.tools.sandbox import (
 )
 from tests.tools.support import FAST, requires_sandbox
 
+# The leftover-process checks scan every process of the sandbox uid range on the machine, and the limits
+# tests time their sandboxes: alone, after the parallel part of `make test`.
+pytestmark = pytest.mark.serial
+
 REPO = Path(__file__).resolve().parents[2]
 
 Run = Callable[..., SandboxResult]

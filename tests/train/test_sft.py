@@ -142,6 +142,7 @@ def test_step_guard_refuses_a_short_run(tiny_model: Path, sft_rows: pa.Table, tm
     assert not (tmp_path / "model").exists() and not (tmp_path / RESULT_FILE).exists()
 
 
+@pytest.mark.serial  # plans from measured step times
 def test_time_budget_plans_the_steps(tiny_model: Path, sft_rows: pa.Table, tmp_path: Path) -> None:
     config = _config(tiny_model, max_steps=None, time_budget_s=1.5, calibration_steps=2, save_steps=1000)
     result = run_sft(sft_rows, config, tmp_path)
@@ -173,6 +174,7 @@ class SlowDown(TrainerCallback):
             time.sleep(self.seconds)
 
 
+@pytest.mark.serial  # plans from measured step times
 def test_time_budget_re_plans_a_run_that_slows_down(
     tiny_model: Path, sft_rows: pa.Table, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -191,6 +193,7 @@ def test_time_budget_re_plans_a_run_that_slows_down(
     assert last_lr < 0.5 * config.learning_rate  # built for more steps, the decay still ended on time
 
 
+@pytest.mark.serial  # plans from measured step times
 def test_time_budget_run_resumes_with_the_plan_of_its_checkpoint(
     tiny_model: Path, sft_rows: pa.Table, tmp_path: Path
 ) -> None:
