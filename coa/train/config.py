@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from coa.config import StrictModel
 from coa.errors import CheckFailed
@@ -208,6 +208,19 @@ class SFTStageConfig(SFTParams, TrainStage):
     families: tuple[str, ...] | None = Field(
         default=None, description="Train only on examples of these task families; null = all."
     )
+    repeat: dict[str, int] = Field(
+        default_factory=dict,
+        description="Times each example of a family appears in the training set, e.g. {code: 4}: "
+        "a family short of examples gets more of the steps without collecting more (others once).",
+    )
+
+    @field_validator("repeat")
+    @classmethod
+    def _repeat_at_least_once(cls, value: dict[str, int]) -> dict[str, int]:
+        low = {family: n for family, n in value.items() if n < 1}
+        if low:
+            raise ValueError(f"sft repeat counts must be >= 1 (got {low}); drop a family with `families`")
+        return value
 
 
 SFT = Recipe(
