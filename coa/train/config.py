@@ -109,6 +109,20 @@ class SFTParams(TrainLoop):
         description="Order of examples: group_by_length batches examples of similar length (shuffled "
         "mega-batches; far less padding when lengths vary), random shuffles them one by one.",
     )
+    repeat: dict[str, int] = Field(
+        default_factory=dict,
+        description="Times each example of a family appears in the training set, e.g. {code: 4}: "
+        "a family short of examples gets more of the steps without collecting more (others once; "
+        "the held-out loss's examples are not repeated).",
+    )
+
+    @field_validator("repeat")
+    @classmethod
+    def _repeat_at_least_once(cls, value: dict[str, int]) -> dict[str, int]:
+        low = {family: n for family, n in value.items() if n < 1}
+        if low:
+            raise ValueError(f"sft repeat counts must be >= 1 (got {low}); drop a family with `families`")
+        return value
     packing: bool = Field(
         default=False,
         description="Pack whole examples into rows of max_length (TRL best-fit decreasing; padding-free, "
@@ -208,19 +222,6 @@ class SFTStageConfig(SFTParams, TrainStage):
     families: tuple[str, ...] | None = Field(
         default=None, description="Train only on examples of these task families; null = all."
     )
-    repeat: dict[str, int] = Field(
-        default_factory=dict,
-        description="Times each example of a family appears in the training set, e.g. {code: 4}: "
-        "a family short of examples gets more of the steps without collecting more (others once).",
-    )
-
-    @field_validator("repeat")
-    @classmethod
-    def _repeat_at_least_once(cls, value: dict[str, int]) -> dict[str, int]:
-        low = {family: n for family, n in value.items() if n < 1}
-        if low:
-            raise ValueError(f"sft repeat counts must be >= 1 (got {low}); drop a family with `families`")
-        return value
 
 
 SFT = Recipe(

@@ -19,6 +19,7 @@ left with no trained token (a prompt that fills ``max_length``) is dropped. Both
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Mapping
 from typing import Any
 
 import pyarrow as pa
@@ -76,13 +77,23 @@ def encode_example(tokenizer: Any, row: dict[str, Any]) -> tuple[list[int], list
     return label_chat(tokenizer, text, start)
 
 
-def encode_examples(examples: pa.Table, tokenizer: Any, max_length: int | None) -> EncodedExamples:
-    """Encode an ``sft.v1`` table (checked against the contract) for training."""
+def encode_examples(
+    examples: pa.Table, tokenizer: Any, max_length: int | None, repeat: Mapping[str, int] | None = None
+) -> EncodedExamples:
+    """Encode an ``sft.v1`` table (checked against the contract) for training; each example of a
+    family in ``repeat`` comes that many times (``sft.repeat``), the others once."""
     import schemas
 
     table = schemas.SFT.conform(examples)
+    repeat = repeat or {}
+    missing = sorted(set(repeat) - set(table.column("family").to_pylist()))
+    if missing:
+        raise ExampleError(
+            f"sft.repeat names families with no example to train on: {missing}; set sft.repeat to "
+            f"families of the data ({sorted(set(table.column('family').to_pylist()))})"
+        )
     out = EncodedExamples([], [], [], n_rows=table.num_rows, n_truncated=0, n_dropped=0)
-    for row in table.select(["example_id", "messages", "observation_spans"]).to_pylist():
+    for row in table.select(["example_id", "family", "messages", "observation_spans"]).to_pylist():
         ids, labels = encode_example(tokenizer, row)
         if max_length is not None and len(ids) > max_length:
             ids, labels = ids[:max_length], labels[:max_length]
@@ -90,9 +101,10 @@ def encode_examples(examples: pa.Table, tokenizer: Any, max_length: int | None) 
         if all(t == IGNORE_INDEX for t in labels):
             out.n_dropped += 1
             continue
-        out.input_ids.append(ids)
-        out.labels.append(labels)
-        out.example_ids.append(row["example_id"])
+        for _ in range(repeat.get(row["family"], 1)):
+            out.input_ids.append(ids)
+            out.labels.append(labels)
+            out.example_ids.append(row["example_id"])
     if not out.input_ids:
         raise ExampleError(
             f"no trainable example among {out.n_rows} rows ({out.n_dropped} dropped: nothing trained "

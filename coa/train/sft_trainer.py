@@ -120,7 +120,7 @@ def build_trainer(
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
     train_rows, heldout_rows = split_heldout(examples, config.heldout_fraction, config.heldout_max_examples)
-    encoded = encode_examples(train_rows, tokenizer, config.max_length)
+    encoded = encode_examples(train_rows, tokenizer, config.max_length, config.repeat)
     heldout = encode_examples(heldout_rows, tokenizer, config.max_length) if heldout_rows.num_rows else None
     model = AutoModelForCausalLM.from_pretrained(
         config.base_model, dtype=torch.float32, attn_implementation=config.attn_implementation

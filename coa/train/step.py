@@ -15,7 +15,7 @@ removed once the artifact is committed.
 from __future__ import annotations
 
 import shutil
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import pyarrow as pa
@@ -57,35 +57,22 @@ def step(
     )
 
 
-def select_examples(
-    examples: pa.Table, families: Sequence[str] | None, repeat: Mapping[str, int] | None = None
-) -> pa.Table:
-    """The rows of the configured families (all when ``families`` is None), each row of a family in
-    ``repeat`` that many times (next to its first copy; the trainer's sampler shuffles); none left, or
-    a repeated family with no row, is an error."""
-    chosen = examples
-    present = sorted(set(examples.column("family").to_pylist()))
-    if families is not None:
-        chosen = examples.filter(pc.is_in(examples["family"], pa.array(list(families))))
-        if chosen.num_rows == 0:
-            raise SFTError(f"no SFT example of families {list(families)}; the data holds {present}")
-    if not repeat:
-        return chosen
-    kept = set(chosen.column("family").to_pylist())
-    missing = sorted(set(repeat) - kept)
-    if missing:
-        raise SFTError(
-            f"sft.repeat names families with no example to train on: {missing}; training on {sorted(kept)}"
-        )
-    rows = chosen.column("family").to_pylist()
-    return chosen.take(pa.array([i for i, f in enumerate(rows) for _ in range(repeat.get(f, 1))], pa.int64()))
+def select_examples(examples: pa.Table, families: Sequence[str] | None) -> pa.Table:
+    """The rows of the configured families (all when ``families`` is None); none left is an error."""
+    if families is None:
+        return examples
+    chosen = examples.filter(pc.is_in(examples["family"], pa.array(list(families))))
+    if chosen.num_rows == 0:
+        present = sorted(set(examples.column("family").to_pylist()))
+        raise SFTError(f"no SFT example of families {list(families)}; the data holds {present}")
+    return chosen
 
 
 def _build(b: Build, callbacks: Sequence[Any]) -> None:
     config: SFTStageConfig = b.step.config
     base, data = b.model("base"), b.table("data")
     out = work_dir(b.store.root, b.writer.uri)
-    examples = select_examples(data.read(), config.families, config.repeat)
+    examples = select_examples(data.read(), config.families)
     params = config.model_dump(include=set(SFTParams.model_fields))
     run_config = SFTRunConfig(**params, base_model=base.local_path(), output_dir=str(out))
     if resolve_launcher(config) == "in_process":

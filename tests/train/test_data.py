@@ -80,3 +80,39 @@ def test_corrupt_spans_and_bad_roles_are_rejected(tokenizer: Any) -> None:
     swapped = dict(row, messages=[row["messages"][1], row["messages"][0], row["messages"][2]])
     with pytest.raises(ExampleError, match=r"messages must be \[system, user, assistant\]"):
         encode_examples(schemas.SFT.from_rows([swapped]), tokenizer, None)
+
+
+def test_repeat_gives_a_family_more_of_the_examples(tokenizer: Any) -> None:
+    rows = arith_rows(6)
+    families = ["code" if i % 3 == 0 else "math" for i in range(rows.num_rows)]
+    rows = rows.set_column(rows.schema.get_field_index("family"), "family", pa.array(families))
+    once = encode_examples(rows, tokenizer, None)
+    repeated = encode_examples(rows, tokenizer, None, {"code": 3})
+    ids = rows.column("example_id").to_pylist()
+    assert repeated.example_ids == [
+        i for i, f in zip(ids, families, strict=True) for _ in range(3 if f == "code" else 1)
+    ]
+    assert repeated.n_rows == once.n_rows == 6  # the table's rows; the examples trained per epoch: 10
+    first = {e: ids for e, ids in zip(repeated.example_ids, repeated.input_ids, strict=True)}
+    assert [first[e] for e in once.example_ids] == once.input_ids
+    with pytest.raises(
+        ExampleError, match=r"sft.repeat names families with no example to train on: \['mhqa'\]"
+    ):
+        encode_examples(rows, tokenizer, None, {"mhqa": 2})
+    with pytest.raises(ValueError, match="sft repeat counts must be >= 1"):
+        SFTRunConfig(base_model="m", repeat={"code": 0})
+
+
+def test_the_trainer_trains_on_the_repeated_examples(
+    tiny_model: Path, sft_rows: pa.Table, tmp_path: Path
+) -> None:
+    families = ["code" if i % 4 == 0 else "math" for i in range(sft_rows.num_rows)]
+    rows = sft_rows.set_column(sft_rows.schema.get_field_index("family"), "family", pa.array(families))
+    config = SFTRunConfig(base_model=str(tiny_model), max_steps=1, batch_size=4, repeat={"code": 5})
+    built = build_trainer(rows, config, tmp_path)
+    trained = built.encoded.example_ids
+    held = set(rows.column("example_id").to_pylist()) - set(trained)
+    code = {e for e, f in zip(rows.column("example_id").to_pylist(), families, strict=True) if f == "code"}
+    assert len(built.trainer.train_dataset) == len(trained)
+    assert all(trained.count(e) == (5 if e in code else 1) for e in set(trained))
+    assert built.n_heldout == len(held)  # held-out examples are never repeated

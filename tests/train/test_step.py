@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -102,20 +101,3 @@ def test_family_selection(sft_rows: pa.Table) -> None:
     assert select_examples(sft_rows, ["math", "code"]).num_rows == sft_rows.num_rows
     with pytest.raises(SFTError, match=r"no SFT example of families \['mhqa'\]; the data holds \['math'\]"):
         select_examples(sft_rows, ["mhqa"])
-
-
-def test_repeat_gives_a_family_more_of_the_rows(sft_rows: pa.Table) -> None:
-    n = sft_rows.num_rows
-    families = ["code" if i % 3 == 0 else "math" for i in range(n)]
-    rows = sft_rows.set_column(sft_rows.schema.get_field_index("family"), "family", pa.array(families))
-    rows = rows.append_column("row", pa.array(range(n)))
-    code = families.count("code")
-    repeated = select_examples(rows, None, {"code": 3})
-    assert repeated.num_rows == n + 2 * code
-    counts = Counter(zip(repeated["row"].to_pylist(), repeated["family"].to_pylist(), strict=True))
-    assert counts == Counter({k: 3 if k[1] == "code" else 1 for k in counts})
-    assert select_examples(rows, ["math"], None).num_rows == n - code
-    with pytest.raises(SFTError, match=r"sft.repeat names families with no example to train on: \['code'\]"):
-        select_examples(rows, ["math"], {"code": 2})
-    with pytest.raises(ValueError, match="sft repeat counts must be >= 1"):
-        SFTStageConfig(repeat={"code": 0})
