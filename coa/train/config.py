@@ -116,13 +116,6 @@ class SFTParams(TrainLoop):
         "the held-out loss's examples are not repeated).",
     )
 
-    @field_validator("repeat")
-    @classmethod
-    def _repeat_at_least_once(cls, value: dict[str, int]) -> dict[str, int]:
-        low = {family: n for family, n in value.items() if n < 1}
-        if low:
-            raise ValueError(f"sft repeat counts must be >= 1 (got {low}); drop a family with `families`")
-        return value
     packing: bool = Field(
         default=False,
         description="Pack whole examples into rows of max_length (TRL best-fit decreasing; padding-free, "
@@ -151,6 +144,14 @@ class SFTParams(TrainLoop):
         description="DeepSpeed JSON config (e.g. infra/accelerate/zero3.json); not needed when `accelerate "
         "launch` is given a DeepSpeed config.",
     )
+
+    @field_validator("repeat")
+    @classmethod
+    def _repeat_at_least_once(cls, value: dict[str, int]) -> dict[str, int]:
+        low = {family: n for family, n in value.items() if n < 1}
+        if low:
+            raise ValueError(f"sft repeat counts must be >= 1 (got {low}); drop a family with `families`")
+        return value
 
     @model_validator(mode="after")
     def _one_plan(self) -> SFTParams:
