@@ -115,7 +115,6 @@ class SFTParams(TrainLoop):
         "a family short of examples gets more of the steps without collecting more (others once; "
         "the held-out loss's examples are not repeated).",
     )
-
     packing: bool = Field(
         default=False,
         description="Pack whole examples into rows of max_length (TRL best-fit decreasing; padding-free, "

@@ -86,11 +86,11 @@ def encode_examples(
 
     table = schemas.SFT.conform(examples)
     repeat = repeat or {}
-    missing = sorted(set(repeat) - set(table.column("family").to_pylist()))
-    if missing:
+    present = set(table.column("family").to_pylist())
+    if missing := sorted(set(repeat) - present):
         raise ExampleError(
             f"sft.repeat names families with no example to train on: {missing}; set sft.repeat to "
-            f"families of the data ({sorted(set(table.column('family').to_pylist()))})"
+            f"families of the data ({sorted(present)})"
         )
     out = EncodedExamples([], [], [], n_rows=table.num_rows, n_truncated=0, n_dropped=0)
     for row in table.select(["example_id", "family", "messages", "observation_spans"]).to_pylist():
