@@ -93,7 +93,7 @@ def test_repeat_gives_a_family_more_of_the_examples(tokenizer: Any) -> None:
         i for i, f in zip(ids, families, strict=True) for _ in range(3 if f == "code" else 1)
     ]
     assert repeated.n_rows == once.n_rows == 6  # the table's rows; the examples trained per epoch: 10
-    first = {e: ids for e, ids in zip(repeated.example_ids, repeated.input_ids, strict=True)}
+    first = {e: enc for e, enc in zip(repeated.example_ids, repeated.input_ids, strict=True)}
     assert [first[e] for e in once.example_ids] == once.input_ids
     with pytest.raises(
         ExampleError, match=r"sft.repeat names families with no example to train on: \['mhqa'\]"
@@ -108,11 +108,13 @@ def test_the_trainer_trains_on_the_repeated_examples(
 ) -> None:
     families = ["code" if i % 4 == 0 else "math" for i in range(sft_rows.num_rows)]
     rows = sft_rows.set_column(sft_rows.schema.get_field_index("family"), "family", pa.array(families))
-    config = SFTRunConfig(base_model=str(tiny_model), max_steps=1, batch_size=4, repeat={"code": 5})
+    config = SFTRunConfig(
+        base_model=str(tiny_model), max_steps=1, batch_size=4, repeat={"code": 5}, heldout_fraction=0.25
+    )
     built = build_trainer(rows, config, tmp_path)
     trained = built.encoded.example_ids
     held = set(rows.column("example_id").to_pylist()) - set(trained)
     code = {e for e, f in zip(rows.column("example_id").to_pylist(), families, strict=True) if f == "code"}
     assert len(built.trainer.train_dataset) == len(trained)
     assert all(trained.count(e) == (5 if e in code else 1) for e in set(trained))
-    assert built.n_heldout == len(held)  # held-out examples are never repeated
+    assert held and built.n_heldout == len(held)  # held-out examples are never repeated
