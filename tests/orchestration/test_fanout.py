@@ -24,8 +24,8 @@ from prefect.testing.utilities import prefect_test_harness
 
 from coa import io
 from coa.collect import step as collect_step
-from coa.collect.runs import plan_runs
-from coa.execution import ExecutionConfig
+from coa.collect.runs import CheckpointFolder, plan_runs
+from coa.execution import ExecutionConfig, shard_ranges
 from coa.steps import StepResult, Upstream, address, resolve, run_step
 from coa.synthetic import step as synthetic_step
 from orchestration.fanout import RayExecutor
@@ -59,6 +59,14 @@ def shard_runs(expected: dict[str, str], wait_s: float = 20.0) -> dict[str, str]
         if found == expected or time.monotonic() > deadline:
             return found
         time.sleep(0.5)
+
+
+def checkpointed(folder: Path) -> set[str]:
+    """Run ids in the collection's checkpoint folder now (none while it does not exist yet)."""
+    try:
+        return CheckpointFolder(str(folder)).done()
+    except FileNotFoundError:  # a file replaced while it was read: look again on the next poll
+        return set()
 
 
 def test_ray_collection_and_curation_give_the_local_artifacts(tmp_path: Path, cluster: None) -> None:
@@ -105,13 +113,16 @@ def test_killing_a_shard_worker_loses_and_duplicates_nothing(tmp_path: Path, clu
         except BaseException as e:  # noqa: BLE001 - reported by the assertion below
             outcome["error"] = e
 
+    planned = [p.run_id for p in plan_runs(io.read_table(done["synthetic"].ref, "train"), 1)]
+    ranges = [planned[start:stop] for start, stop in shard_ranges(len(planned), executor.shards)]
     thread = threading.Thread(target=collect_on_ray, daemon=True)
     thread.start()
     killed: int | None = None
     deadline = time.monotonic() + 90
     try:
         while thread.is_alive() and killed is None and time.monotonic() < deadline:
-            if folder.is_dir() and len(list(folder.glob("*.parquet"))) >= 6:
+            # every shard has flushed runs, so whichever worker dies, its re-run has some to resume
+            if all(len(checkpointed(folder) & set(ids)) >= 2 for ids in ranges):
                 for proc in psutil.process_iter(["pid", "cmdline"]):
                     if " ".join(proc.info["cmdline"] or []).startswith("ray::shard"):
                         proc.kill()  # the worker process running a collection shard
@@ -125,7 +136,6 @@ def test_killing_a_shard_worker_loses_and_duplicates_nothing(tmp_path: Path, clu
     assert "error" not in outcome, outcome.get("error")
     assert killed is not None, "no shard worker was found running to kill"
     result: StepResult = outcome["result"]
-    planned = [p.run_id for p in plan_runs(io.read_table(done["synthetic"].ref, "train"), 1)]
     run_ids = io.read_table(result.ref, "trajectories").column("run_id").to_pylist()
     assert run_ids == planned  # every planned run exactly once, in plan order
     assert result.summary["collect"]["resumed"] > 0  # the re-run shard resumed from its checkpoints
