@@ -12,7 +12,9 @@ The table: held-out accuracy and format-valid share per family for each seed, th
 sample standard deviation, min and max over seeds, and the SFT steps per minute each run measured
 (``sft_result.json``: steps run / training-loop wall time). Below it, where each seed's held-out
 *math* misses come from (:func:`math_misses`): the expression restated wrongly (an operator or an
-operand not copied from the question), the printed value miscopied into the answer, no program.
+operand not copied from the question), the printed value miscopied into the answer, no program;
+and where its *multi-hop* misses come from (:func:`multihop_misses`): a hop's object that is the
+hop's subject again or a name not in the observation, an answer that is not the chain's last object.
 ``--out`` writes it all as JSON.
 
 ``--quick`` is a smoke run on tiny sizes (a few tasks per family, a 1-layer student, 4 SFT steps,
@@ -89,6 +91,53 @@ def classify_math_miss(question: str, text: str, prediction: str | None) -> str:
     return "other"
 
 
+HOP = re.compile(r"So the [a-z ]+? (?:of|by) (.+?) is (.+?)\.\n")
+OBSERVATION = re.compile(r"<observation>(.*?)</observation>", re.S)
+HOP_MISS_KINDS = (
+    "no answer",
+    "no search",
+    "subject restated as the object",
+    "object not in the observation",
+    "answer not the chain's last object",
+    "other",
+)
+"""Kinds of a wrong held-out multi-hop answer, in the order the student writes: a search, then per
+hop ``So <relation> of <subject> is <object>.`` (the object copied out of the observation before
+it), then the answer (the last hop's object)."""
+
+
+def classify_multihop_miss(text: str, prediction: str | None) -> str:
+    """Why a wrong multi-hop answer is wrong (one of :data:`HOP_MISS_KINDS`), read from the episode:
+    the first hop whose object is the hop's own subject, or a name the observation before it does
+    not hold; else an answer that is not the chain's last object."""
+    if prediction is None:
+        return "no answer"
+    if "<web_search>" not in text:
+        return "no search"
+    last = None
+    for hop in HOP.finditer(text):
+        subject, obj = hop.group(1), hop.group(2)
+        seen = OBSERVATION.findall(text[: hop.start()])
+        if obj == subject:
+            return "subject restated as the object"
+        if not seen or obj not in seen[-1]:
+            return "object not in the observation"
+        last = obj
+    if last is not None and prediction.strip() != last:
+        return "answer not the chain's last object"
+    return "other"
+
+
+def multihop_misses(rows: Iterable[dict[str, Any]]) -> dict[str, int]:
+    """Counts of :data:`HOP_MISS_KINDS` over the wrong ``mhqa`` rows of ``eval.v1``."""
+    kinds = Counter(
+        classify_multihop_miss(row["text"] or "", row["prediction"])
+        for row in rows
+        if row["family"] == "mhqa" and not row["correct"]
+    )
+    return {k: kinds[k] for k in HOP_MISS_KINDS if kinds[k]}
+
+
 def math_misses(rows: Iterable[dict[str, Any]], questions: dict[str, str]) -> dict[str, int]:
     """Counts of :data:`MISS_KINDS` over the wrong ``math`` rows of ``eval.v1`` (``questions``: task_id
     → question)."""
@@ -137,6 +186,7 @@ def run_seed(config: Path, overrides: Sequence[str], log: Any = print) -> dict[s
         else math.nan,
         "sft_train_s": sft["train_runtime_s"],
         "math_misses": math_misses(rows, {t["task_id"]: t["question"] for t in held_out}),
+        "multihop_misses": multihop_misses(rows),
         "evaluation": done[LAST].ref.uri,
     }
 
@@ -174,11 +224,21 @@ def table(runs: dict[int, dict[str, Any]]) -> tuple[str, dict[str, Any]]:
     )
     widths = [max(len(row[i]) for row in lines) for i in range(len(header))]
     text = "\n".join("  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)) for row in lines)
-    misses = [
-        f"seed {s}: " + (", ".join(f"{k} {n}" for k, n in runs[s].get("math_misses", {}).items()) or "none")
-        for s in seeds
-    ]
-    return text + "\n\nheld-out math misses by kind\n" + "\n".join(misses), summary
+    return (
+        text
+        + "\n\nheld-out math misses by kind\n"
+        + by_kind(runs, "math_misses")
+        + "\n\nheld-out multi-hop misses by kind\n"
+        + by_kind(runs, "multihop_misses")
+    ), summary
+
+
+def by_kind(runs: dict[int, dict[str, Any]], key: str) -> str:
+    """A line per seed: the counts of its misses by kind (``runs[seed][key]``), or "none"."""
+    return "\n".join(
+        f"seed {s}: " + (", ".join(f"{k} {n}" for k, n in runs[s].get(key, {}).items()) or "none")
+        for s in sorted(runs)
+    )
 
 
 def main(argv: Sequence[str] | None = None) -> int:

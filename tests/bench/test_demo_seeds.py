@@ -41,6 +41,7 @@ def test_quick_run_trains_one_student_per_seed(
     assert set(runs) == {"0", "1"} and runs["0"]["evaluation"] != runs["1"]["evaluation"]
     assert all(r["sft_steps"] == 4 and r["sft_steps_per_min"] > 0 for r in runs.values())
     assert all(set(r["math_misses"]) <= set(load_bench().MISS_KINDS) for r in runs.values())
+    assert all(set(r["multihop_misses"]) <= set(load_bench().HOP_MISS_KINDS) for r in runs.values())
     assert set(result["spread"]["all.accuracy"]["per_seed"]) == {"0", "1"}
 
 
@@ -92,3 +93,63 @@ def test_math_misses_count_only_the_wrong_math_rows() -> None:
              "math_misses": {"operator miscopied": 2}}}
     )  # fmt: skip
     assert "seed 0: operator miscopied 2" in text
+
+
+def _hops(*hops: tuple[str, str, str]) -> str:
+    """A multi-hop episode: per hop a search, its observation, and the hop's statement."""
+    return "".join(
+        f"<web_search>\nWho was the mentor of {s}?\n</web_search>\n<observation>\n{doc}\n</observation>\n"
+        f"<think>\nThe result states: ... So the mentor of {s} is {o}.\nHop 2 of 2.\n</think>\n"
+        for s, o, doc in hops
+    )
+
+
+DOC_RIGE = "Rige Nugi was mentored by Rite Fozi. Rige Nugi attended Tobu University."
+DOC_RITE = "The mentor of Rite Fozi was Dedo Veki."
+
+
+@pytest.mark.parametrize(
+    ("text", "prediction", "kind"),
+    [
+        (_hops(("Rige Nugi", "Rite Fozi", DOC_RIGE)), None, "no answer"),
+        ("<think>\nThe chain ends at Rite Fozi.\n</think>", "Rite Fozi", "no search"),
+        (_hops(("Rige Nugi", "Rige Nugi", DOC_RIGE)), "Rige Nugi", "subject restated as the object"),
+        (_hops(("Rige Nugi", "Pela River", DOC_RIGE)), "Pela River", "object not in the observation"),
+        (
+            _hops(("Rige Nugi", "Rite Fozi", DOC_RIGE), ("Rite Fozi", "Rige Nugi", DOC_RITE)),
+            "Rige Nugi",
+            "object not in the observation",
+        ),
+        (
+            _hops(("Rige Nugi", "Rite Fozi", DOC_RIGE), ("Rite Fozi", "Dedo Veki", DOC_RITE)),
+            "Zipe",
+            "answer not the chain's last object",
+        ),
+        (
+            _hops(("Rige Nugi", "Rite Fozi", DOC_RIGE), ("Rite Fozi", "Dedo Veki", DOC_RITE)),
+            "Dedo Veki",
+            "other",
+        ),
+    ],
+)
+def test_a_multihop_miss_is_told_by_the_first_hop_that_went_wrong(
+    text: str, prediction: str | None, kind: str
+) -> None:
+    assert load_bench().classify_multihop_miss(text, prediction) == kind
+
+
+def test_multihop_misses_count_only_the_wrong_multihop_rows() -> None:
+    bench = load_bench()
+    restated = _hops(("Rige Nugi", "Rige Nugi", DOC_RIGE))
+    rows = [
+        {"family": "mhqa", "correct": False, "text": restated, "prediction": "Rige Nugi"},
+        {"family": "mhqa", "correct": True, "text": restated, "prediction": "Rige Nugi"},
+        {"family": "math", "correct": False, "text": restated, "prediction": "Rige Nugi"},
+        {"family": "mhqa", "correct": False, "text": None, "prediction": None},
+    ]
+    assert bench.multihop_misses(rows) == {"no answer": 1, "subject restated as the object": 1}
+    text, _ = bench.table(
+        {0: {"metrics": {"mhqa": {"accuracy": 0.0, "format_valid": 1.0}}, "sft_steps_per_min": 1.0,
+             "multihop_misses": {"no answer": 1}}}
+    )  # fmt: skip
+    assert "held-out multi-hop misses by kind\nseed 0: no answer 1" in text
