@@ -25,7 +25,7 @@ import json
 import re
 from collections.abc import Iterable, Iterator
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 import pyarrow as pa
 from pydantic import Field, model_validator
@@ -74,20 +74,11 @@ class TinyModelConfig(StrictModel):
     )
     rope_theta: float = Field(default=10_000.0, gt=0, description="RoPE base frequency.")
     tie_word_embeddings: bool = Field(default=True, description="Share input embedding and LM head.")
-    head_init: Literal["random", "embedding"] = Field(
-        default="random",
-        description="Start of an untied LM head: its own random draw, or a copy of the input embedding "
-        "(each token's output row starts as its input row, then both train apart).",
-    )
     initializer_range: float = Field(default=0.02, gt=0, description="Std of the normal weight init.")
     seed: int = Field(default=0, description="Seed of the weight initialisation.")
 
     @model_validator(mode="after")
-    def _consistent(self) -> TinyModelConfig:
-        if self.tie_word_embeddings and self.head_init != "random":
-            raise ValueError(
-                "head_init applies to an untied LM head: set tie_word_embeddings: false, or drop head_init"
-            )
+    def _heads_divide(self) -> TinyModelConfig:
         if self.hidden_size % self.num_heads:
             raise ValueError(f"hidden_size {self.hidden_size} is not divisible by num_heads {self.num_heads}")
         if self.num_heads % self.num_kv_heads:
@@ -171,9 +162,6 @@ def build_model(config: TinyModelConfig, tokenizer: Any) -> Any:
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(config.seed)
         model = Qwen2ForCausalLM(model_config)
-    if config.head_init == "embedding":
-        with torch.no_grad():
-            model.lm_head.weight.copy_(model.model.embed_tokens.weight)
     model.generation_config = GenerationConfig(
         eos_token_id=[ids[IM_END], ids[ENDOFTEXT]], pad_token_id=ids[ENDOFTEXT], bos_token_id=None
     )

@@ -113,19 +113,6 @@ def test_same_config_same_weights(tmp_path: Path, model_dir: Path) -> None:
     assert (model_dir / "tokenizer.json").read_bytes() == (again / "tokenizer.json").read_bytes()
 
 
-@pytest.mark.parametrize("head_init", ["random", "embedding"])
-def test_an_untied_head_starts_random_or_as_a_copy_of_the_embedding(tmp_path: Path, head_init: str) -> None:
-    config = SMALL.model_copy(update={"tie_word_embeddings": False, "head_init": head_init})
-    model: Any = AutoModelForCausalLM.from_pretrained(
-        init_model(sft_corpus(arith_rows(50)), config, tmp_path)
-    )
-    head, embedding = model.lm_head.weight, model.model.embed_tokens.weight
-    assert not model.config.tie_word_embeddings and head.data_ptr() != embedding.data_ptr()
-    assert torch.equal(head, embedding) == (head_init == "embedding")
-    with pytest.raises(ValueError, match="head_init applies to an untied LM head"):
-        TinyModelConfig(head_init="embedding")
-
-
 def test_default_config_is_the_feasibility_model(tmp_path: Path) -> None:
     config = TinyModelConfig()
     assert (config.vocab_size, config.hidden_size, config.num_layers, config.num_heads) == (2048, 128, 4, 4)
