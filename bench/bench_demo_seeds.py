@@ -13,8 +13,9 @@ sample standard deviation, min and max over seeds, and the SFT steps per minute 
 (``sft_result.json``: steps run / training-loop wall time). Below it, where each seed's held-out
 *math* misses come from (:func:`math_misses`): the expression restated wrongly (an operator or an
 operand not copied from the question), the printed value miscopied into the answer, no program;
-and where its *multi-hop* misses come from (:func:`multihop_misses`): a hop's object that is the
-hop's subject again or a name not in the observation, an answer that is not the chain's last object.
+and where its *multi-hop* misses come from (:func:`multihop_misses`): a first search without the
+question's start entity, a hop's object that is the hop's subject again or a name not in the
+observation, an answer that is not the chain's last object.
 ``--out`` writes it all as JSON.
 
 ``--quick`` is a smoke run on tiny sizes (a few tasks per family, a 1-layer student, 4 SFT steps,
@@ -40,6 +41,7 @@ from typing import Any
 from coa import io
 from coa.plan import load_pipeline_config, plan
 from coa.steps import StepResult, run_step
+from coa.synthetic import multihop
 
 LAST = "evaluate.after"
 EXPRESSION = re.compile(r"-?\d+(?: [-+*/] -?\d+)+")
@@ -96,6 +98,7 @@ OBSERVATION = re.compile(r"<observation>(.*?)</observation>", re.S)
 HOP_MISS_KINDS = (
     "no answer",
     "no search",
+    "start entity miscopied",
     "subject restated as the object",
     "object not in the observation",
     "answer not the chain's last object",
@@ -106,14 +109,22 @@ hop ``So <relation> of <subject> is <object>.`` (the object copied out of the ob
 it), then the answer (the last hop's object)."""
 
 
-def classify_multihop_miss(text: str, prediction: str | None) -> str:
+def classify_multihop_miss(question: str, text: str, prediction: str | None) -> str:
     """Why a wrong multi-hop answer is wrong (one of :data:`HOP_MISS_KINDS`), read from the episode:
-    the first hop whose object is the hop's own subject, or a name the observation before it does
-    not hold; else an answer that is not the chain's last object."""
+    a first search without the question's start entity, the first hop whose object is the hop's own
+    subject or a name the observation before it does not hold; else an answer that is not the
+    chain's last object."""
     if prediction is None:
         return "no answer"
     if "<web_search>" not in text:
         return "no search"
+    try:
+        start = multihop.parse_question(question)["start"]
+    except ValueError:
+        start = None
+    first_search = text.split("<web_search>", 1)[1].split("</web_search>", 1)[0]
+    if start is not None and start not in first_search:
+        return "start entity miscopied"
     last = None
     for hop in HOP.finditer(text):
         subject, obj = hop.group(1), hop.group(2)
@@ -128,10 +139,11 @@ def classify_multihop_miss(text: str, prediction: str | None) -> str:
     return "other"
 
 
-def multihop_misses(rows: Iterable[dict[str, Any]]) -> dict[str, int]:
-    """Counts of :data:`HOP_MISS_KINDS` over the wrong ``mhqa`` rows of ``eval.v1``."""
+def multihop_misses(rows: Iterable[dict[str, Any]], questions: dict[str, str]) -> dict[str, int]:
+    """Counts of :data:`HOP_MISS_KINDS` over the wrong ``mhqa`` rows of ``eval.v1`` (``questions``:
+    task_id → question)."""
     kinds = Counter(
-        classify_multihop_miss(row["text"] or "", row["prediction"])
+        classify_multihop_miss(questions.get(row["task_id"], ""), row["text"] or "", row["prediction"])
         for row in rows
         if row["family"] == "mhqa" and not row["correct"]
     )
@@ -173,7 +185,9 @@ def run_seed(config: Path, overrides: Sequence[str], log: Any = print) -> dict[s
         raise SystemExit(f"the plan of {config} has no {LAST} step (it needs sft and evaluate sections)")
     sft = json.loads(io.read_file(done["sft"].ref, "sft_result.json"))
     metrics = done[LAST].summary["metrics"]
-    held_out = io.read_table(done["synthetic"].ref, "heldout").to_pylist()
+    questions = {
+        t["task_id"]: t["question"] for t in io.read_table(done["synthetic"].ref, "heldout").to_pylist()
+    }
     rows = io.read_table(done[LAST].ref, "eval").to_pylist()
     return {
         "metrics": {
@@ -185,8 +199,8 @@ def run_seed(config: Path, overrides: Sequence[str], log: Any = print) -> dict[s
         if sft["train_runtime_s"]
         else math.nan,
         "sft_train_s": sft["train_runtime_s"],
-        "math_misses": math_misses(rows, {t["task_id"]: t["question"] for t in held_out}),
-        "multihop_misses": multihop_misses(rows),
+        "math_misses": math_misses(rows, questions),
+        "multihop_misses": multihop_misses(rows, questions),
         "evaluation": done[LAST].ref.uri,
     }
 

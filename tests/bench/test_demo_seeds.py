@@ -135,19 +135,24 @@ DOC_RITE = "The mentor of Rite Fozi was Dedo Veki."
 def test_a_multihop_miss_is_told_by_the_first_hop_that_went_wrong(
     text: str, prediction: str | None, kind: str
 ) -> None:
-    assert load_bench().classify_multihop_miss(text, prediction) == kind
+    question = "Who was the mentor of the mentor of Rige Nugi?"
+    assert load_bench().classify_multihop_miss(question, text, prediction) == kind
+    if kind not in ("no answer", "no search"):  # the question asks about another start entity
+        other = "Who was the mentor of the mentor of Tula Works?"
+        assert load_bench().classify_multihop_miss(other, text, prediction) == "start entity miscopied"
 
 
 def test_multihop_misses_count_only_the_wrong_multihop_rows() -> None:
     bench = load_bench()
     restated = _hops(("Rige Nugi", "Rige Nugi", DOC_RIGE))
     rows = [
-        {"family": "mhqa", "correct": False, "text": restated, "prediction": "Rige Nugi"},
-        {"family": "mhqa", "correct": True, "text": restated, "prediction": "Rige Nugi"},
-        {"family": "math", "correct": False, "text": restated, "prediction": "Rige Nugi"},
-        {"family": "mhqa", "correct": False, "text": None, "prediction": None},
+        {"task_id": "t1", "family": "mhqa", "correct": False, "text": restated, "prediction": "Rige Nugi"},
+        {"task_id": "t1", "family": "mhqa", "correct": True, "text": restated, "prediction": "Rige Nugi"},
+        {"task_id": "m1", "family": "math", "correct": False, "text": restated, "prediction": "Rige Nugi"},
+        {"task_id": "t2", "family": "mhqa", "correct": False, "text": None, "prediction": None},
     ]
-    assert bench.multihop_misses(rows) == {"no answer": 1, "subject restated as the object": 1}
+    questions = {"t1": "Who was the mentor of Rige Nugi?", "t2": "Who was the mentor of Tula Works?"}
+    assert bench.multihop_misses(rows, questions) == {"no answer": 1, "subject restated as the object": 1}
     text, _ = bench.table(
         {0: {"metrics": {"mhqa": {"accuracy": 0.0, "format_valid": 1.0}}, "sft_steps_per_min": 1.0,
              "multihop_misses": {"no answer": 1}}}
