@@ -91,3 +91,17 @@ def test_fingerprint_is_stable_and_sensitive() -> None:
     a = build_config({"run_name": "a"}, PipelineConfig)
     assert a.fingerprint() == build_config({"run_name": "a"}, PipelineConfig).fingerprint()
     assert a.fingerprint() != build_config({"run_name": "b"}, PipelineConfig).fingerprint()
+
+
+def test_the_search_must_serve_the_encyclopedia_the_questions_are_about() -> None:
+    demo = REPO / "configs" / "demo.yaml"
+    with pytest.raises(ConfigError, match=r"collect\.tools searches the one of encyclopedia_seed=0, "
+                       r"encyclopedia_entities=300.*collect\.tools\.encyclopedia_entities=1200"):  # fmt: skip
+        load_pipeline_config(demo, ["synthetic.encyclopedia_size=1200"])
+    with pytest.raises(ConfigError, match=r"evaluate\.tools searches"):
+        load_pipeline_config(demo, ["evaluate.tools={encyclopedia_seed: 5}"])
+    both = ["synthetic.encyclopedia_size=1200", "collect.tools.encyclopedia_entities=1200"]
+    assert load_pipeline_config(demo, both).collect.tools.encyclopedia_entities == 1200
+    # no multi-hop questions, or a search that is not the local encyclopedia: nothing to match
+    assert load_pipeline_config(demo, [*both[:1], "synthetic.train={arithmetic: 5}", "synthetic.heldout={}"])
+    assert load_pipeline_config(demo, [*both[:1], "collect.tools.enabled=[code]"])
