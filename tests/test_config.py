@@ -101,7 +101,8 @@ def test_the_search_must_serve_the_encyclopedia_the_questions_are_about() -> Non
     with pytest.raises(ConfigError, match=r"evaluate\.tools searches"):
         load_pipeline_config(demo, ["evaluate.tools={encyclopedia_seed: 5}"])
     both = ["synthetic.encyclopedia_size=1200", "collect.tools.encyclopedia_entities=1200"]
-    assert load_pipeline_config(demo, both).collect.tools.encyclopedia_entities == 1200
+    aligned = load_pipeline_config(demo, both).collect
+    assert aligned is not None and aligned.tools.encyclopedia_entities == 1200
     # no multi-hop questions, or a search that is not the local encyclopedia: nothing to match
     assert load_pipeline_config(demo, [*both[:1], "synthetic.train={arithmetic: 5}", "synthetic.heldout={}"])
     assert load_pipeline_config(demo, [*both[:1], "collect.tools.enabled=[code]"])
