@@ -122,7 +122,8 @@ def test_killing_a_shard_worker_loses_and_duplicates_nothing(tmp_path: Path, clu
     try:
         while thread.is_alive() and killed is None and time.monotonic() < deadline:
             # every shard has flushed runs, so whichever worker dies, its re-run has some to resume
-            if all(len(checkpointed(folder) & set(ids)) >= 2 for ids in ranges):
+            flushed = checkpointed(folder)
+            if all(len(flushed.intersection(ids)) >= 2 for ids in ranges):
                 for proc in psutil.process_iter(["pid", "cmdline"]):
                     if " ".join(proc.info["cmdline"] or []).startswith("ray::shard"):
                         proc.kill()  # the worker process running a collection shard
