@@ -167,8 +167,10 @@ class PipelineConfig(StrictModel):
         syn = self.synthetic
         if syn is None or not (syn.train.get("multihop") or syn.heldout.get("multihop")):
             return self
-        sections = [("collect.tools", self.collect.tools if self.collect else None)]
-        sections.append(("evaluate.tools", self.evaluate.tools if self.evaluate else None))
+        sections = (
+            ("collect.tools", self.collect.tools if self.collect else None),
+            ("evaluate.tools", self.evaluate.tools if self.evaluate else None),
+        )
         for where, tools in sections:
             if tools is None:
                 continue
