@@ -8,13 +8,14 @@ no step: the plan passes it on as an external :class:`~coa.steps.ModelInput`.
 
 from __future__ import annotations
 
+import json
 import tempfile
 from pathlib import Path
 
 from pydantic import Field
 
 from coa.model.config import StudentConfig
-from coa.model.tiny import init_model, sft_corpus
+from coa.model.tiny import MODEL_CARD, init_model, sft_corpus
 from coa.steps import Build, Step, StepInput, StepSummary
 
 MODEL_FOLDER = "model"
@@ -24,6 +25,9 @@ class StudentSummary(StepSummary):
     """What the student step built the tiny student's tokenizer on."""
 
     examples: int = Field(description="SFT examples whose texts trained the tokenizer.")
+    pretrain_steps: int = Field(default=0, description="Causal-LM steps on those texts (0: left random).")
+    pretrain_loss_first: float | None = Field(default=None, description="Loss of the first pretraining step.")
+    pretrain_loss_last: float | None = Field(default=None, description="Loss of the last pretraining step.")
 
 
 def step(config: StudentConfig, converted: StepInput, name: str = "student") -> Step:
@@ -38,7 +42,8 @@ def step(config: StudentConfig, converted: StepInput, name: str = "student") -> 
         config=config.tiny,
         build=_build,
         inputs={"data": converted},
-        describe="tiny random-init Qwen2 student + tokenizer trained on the data",
+        describe="tiny Qwen2 student + tokenizer trained on the data"
+        + (f", pretrained {config.tiny.pretrain_steps} steps on it" if config.tiny.pretrain_steps else ""),
         expects={"data": "sft.v1"},
     )
 
@@ -47,6 +52,15 @@ def _build(b: Build) -> None:
     examples = b.table("data").read()
     with tempfile.TemporaryDirectory(prefix="coa-model-init-") as tmp:
         init_model(sft_corpus(examples), b.step.config, tmp)
+        card = json.loads((Path(tmp) / MODEL_CARD).read_text())
         for path in sorted(Path(tmp).iterdir()):
             b.writer.write_file(f"{MODEL_FOLDER}/{path.name}", path.read_bytes())
-    b.report(StudentSummary(examples=examples.num_rows))
+    loss = card["pretrain_loss"] or {}
+    b.report(
+        StudentSummary(
+            examples=examples.num_rows,
+            pretrain_steps=card["config"]["pretrain_steps"],
+            pretrain_loss_first=loss.get("first"),
+            pretrain_loss_last=loss.get("last"),
+        )
+    )

@@ -14,6 +14,11 @@ any Hugging Face checkpoint (``AutoTokenizer`` / ``AutoModelForCausalLM.from_pre
   texts first, so no merges are spent on their pieces. The chat template is plain ChatML.
 * **Model.** ``Qwen2ForCausalLM`` with random weights (seeded), tied embeddings, SDPA attention,
   ``vocab_size == len(tokenizer)``; eos = ``<|im_end|>``, pad = ``<|endoftext|>``.
+* **Pretraining** (``pretrain_steps`` > 0, :func:`pretrain`): next-token loss on every token of the same
+  texts, observations included, before the model is saved. SFT trains only what the student writes;
+  a name it has only read (an entity that is never a hop's answer) would otherwise be a token whose
+  output it was never trained to produce. A pretrained model has written its whole corpus, as a
+  hub model has written the web.
 
 :func:`sft_corpus` gives the texts to train the tokenizer on from an ``sft.v1`` table, and
 :func:`init_model_artifact` writes the folder as a content-addressed artifact (``model/<name>``).
@@ -75,7 +80,17 @@ class TinyModelConfig(StrictModel):
     rope_theta: float = Field(default=10_000.0, gt=0, description="RoPE base frequency.")
     tie_word_embeddings: bool = Field(default=True, description="Share input embedding and LM head.")
     initializer_range: float = Field(default=0.02, gt=0, description="Std of the normal weight init.")
-    seed: int = Field(default=0, description="Seed of the weight initialisation.")
+    seed: int = Field(default=0, description="Seed of the weight initialisation (and the pretraining order).")
+    pretrain_steps: int = Field(
+        default=0,
+        ge=0,
+        description="Steps of causal-LM pretraining on the tokenizer's texts (every token, observations "
+        "included) before the model is saved; 0 leaves it random. A pretrained model has written every "
+        "name of its corpus; a random one only what SFT targets.",
+    )
+    pretrain_block_size: int = Field(default=256, ge=16, description="Tokens per pretraining sequence.")
+    pretrain_batch_size: int = Field(default=4, ge=1, description="Sequences per pretraining step.")
+    pretrain_learning_rate: float = Field(default=2e-3, gt=0, description="Peak AdamW rate of pretraining.")
 
     @model_validator(mode="after")
     def _heads_divide(self) -> TinyModelConfig:
@@ -168,12 +183,72 @@ def build_model(config: TinyModelConfig, tokenizer: Any) -> Any:
     return model
 
 
+def pretrain(model: Any, tokenizer: Any, texts: Iterable[str], config: TinyModelConfig) -> list[float]:
+    """``config.pretrain_steps`` AdamW steps of next-token loss on ``texts`` packed into blocks; the losses.
+
+    Every text is encoded, followed by ``<|endoftext|>``, and the stream cut into
+    ``pretrain_block_size`` blocks visited in a seeded random order (again once all are seen). The rate
+    warms up over the first 5% of the steps and decays along a cosine to a tenth.
+    """
+    import math
+
+    import torch
+
+    eos = tokenizer.convert_tokens_to_ids(ENDOFTEXT)
+    stream: list[int] = []
+    for text in texts:
+        stream.extend(tokenizer(text, verbose=False)["input_ids"])
+        stream.append(eos)
+    block, n_steps = config.pretrain_block_size, config.pretrain_steps
+    n_blocks = len(stream) // block
+    if n_blocks < config.pretrain_batch_size:
+        raise ValueError(
+            f"the corpus holds {len(stream)} tokens, fewer than one pretraining batch "
+            f"({config.pretrain_batch_size} x {block}); lower student.tiny.pretrain_block_size"
+        )
+    blocks = torch.tensor(stream[: n_blocks * block]).view(n_blocks, block)
+    generator = torch.Generator().manual_seed(config.seed)
+    optimizer = torch.optim.AdamW(
+        model.parameters(), lr=config.pretrain_learning_rate, betas=(0.9, 0.98), weight_decay=0.01
+    )
+    warmup = max(1, n_steps // 20)
+
+    def rate(step: int) -> float:
+        if step < warmup:
+            return (step + 1) / warmup
+        progress = (step - warmup) / max(1, n_steps - warmup)
+        return 0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * progress))
+
+    schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, rate)
+    order, at, losses = torch.randperm(n_blocks, generator=generator), 0, []
+    model.train()
+    for _ in range(n_steps):
+        if at + config.pretrain_batch_size > n_blocks:
+            order, at = torch.randperm(n_blocks, generator=generator), 0
+        batch = blocks[order[at : at + config.pretrain_batch_size]]
+        at += config.pretrain_batch_size
+        loss = model(input_ids=batch, labels=batch).loss
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        optimizer.step()
+        schedule.step()
+        optimizer.zero_grad(set_to_none=True)
+        losses.append(float(loss.detach()))
+    model.eval()
+    return losses
+
+
 def init_model(texts: Iterable[str], config: TinyModelConfig, out_dir: str | Path) -> Path:
-    """Train the tokenizer on ``texts``, build the random model, save both to ``out_dir``; return it."""
+    """Train the tokenizer on ``texts``, build the model, pretrain it on them if asked, save.
+
+    Returns ``out_dir``.
+    """
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
+    texts = list(texts)
     tokenizer = train_tokenizer(texts, config)
     model = build_model(config, tokenizer)
+    losses = pretrain(model, tokenizer, texts, config) if config.pretrain_steps else []
     model.save_pretrained(out)
     tokenizer.save_pretrained(out)
     card = {
@@ -183,6 +258,7 @@ def init_model(texts: Iterable[str], config: TinyModelConfig, out_dir: str | Pat
         "vocab_size": len(tokenizer),
         "special_tokens": list(SPECIAL_TOKENS),
         "tag_tokens": list(TAG_TOKENS),
+        "pretrain_loss": {"first": losses[0], "last": losses[-1]} if losses else None,
     }
     (out / MODEL_CARD).write_text(json.dumps(card, indent=2, sort_keys=True))
     return out

@@ -139,3 +139,31 @@ def test_student_step_is_content_addressed(tmp_path: Path) -> None:
     assert AutoTokenizer.from_pretrained(local)("12")["input_ids"] == [
         AutoTokenizer.from_pretrained(local).convert_tokens_to_ids(d) for d in "12"
     ]
+
+
+def _mean_loss(model: Any, tokenizer: Any, texts: list[str]) -> float:
+    with torch.no_grad():
+        encoded = [tokenizer(text, return_tensors="pt").input_ids for text in texts]
+        losses = [model(input_ids=ids, labels=ids).loss for ids in encoded]
+    return float(torch.stack(losses).mean())
+
+
+def test_pretraining_teaches_the_corpus_and_is_recorded(tmp_path: Path, model_dir: Path, auto: Any) -> None:
+    config = SMALL.model_copy(update={"pretrain_steps": 40, "pretrain_block_size": 64})
+    pretrained = init_model(sft_corpus(arith_rows(200)), config, tmp_path / "pre")
+    question, trajectory = arith_trajectory(321, "-", 54, "+", 7)
+    texts = [chat_text(auto, SYSTEM, question, render(trajectory))[0]]
+    random_loss = _mean_loss(AutoModelForCausalLM.from_pretrained(model_dir), auto, texts)
+    assert _mean_loss(AutoModelForCausalLM.from_pretrained(pretrained), auto, texts) < random_loss - 1.0
+    card = json.loads((pretrained / MODEL_CARD).read_text())
+    assert card["pretrain_loss"]["last"] < card["pretrain_loss"]["first"]
+    assert json.loads((model_dir / MODEL_CARD).read_text())["pretrain_loss"] is None
+    again = init_model(sft_corpus(arith_rows(200)), config, tmp_path / "again")
+    a, b = (AutoModelForCausalLM.from_pretrained(d).state_dict() for d in (pretrained, again))
+    assert all(torch.equal(a[k], b[k]) for k in a)  # the same corpus, config and seed: the same weights
+
+
+def test_pretraining_refuses_a_corpus_smaller_than_one_batch(tmp_path: Path) -> None:
+    config = SMALL.model_copy(update={"pretrain_steps": 5, "pretrain_block_size": 2048})
+    with pytest.raises(ValueError, match="lower student.tiny.pretrain_block_size"):
+        init_model(sft_corpus(arith_rows(3)), config, tmp_path / "m")
