@@ -51,7 +51,7 @@ def step(config: StudentConfig, converted: StepInput, name: str = "student") -> 
 def _build(b: Build) -> None:
     examples = b.table("data").read()
     with tempfile.TemporaryDirectory(prefix="coa-model-init-") as tmp:
-        init_model(sft_corpus(examples), b.step.config, tmp)
+        init_model(sft_corpus(examples), b.step.config, tmp, b.progress)
         card = json.loads((Path(tmp) / MODEL_CARD).read_text())
         for path in sorted(Path(tmp).iterdir()):
             b.writer.write_file(f"{MODEL_FOLDER}/{path.name}", path.read_bytes())

@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -183,12 +183,20 @@ def build_model(config: TinyModelConfig, tokenizer: Any) -> Any:
     return model
 
 
-def pretrain(model: Any, tokenizer: Any, texts: Iterable[str], config: TinyModelConfig) -> list[float]:
+def pretrain(
+    model: Any,
+    tokenizer: Any,
+    texts: Iterable[str],
+    config: TinyModelConfig,
+    progress: Callable[[int, int], None] | None = None,
+) -> list[float]:
     """``config.pretrain_steps`` AdamW steps of next-token loss on ``texts`` packed into blocks; the losses.
 
     Every text is encoded, followed by ``<|endoftext|>``, and the stream cut into
     ``pretrain_block_size`` blocks visited in a seeded random order (again once all are seen). The rate
-    warms up over the first 5% of the steps and decays along a cosine to a tenth.
+    warms up over the first 5% of the steps and decays along a cosine to a tenth. On a CUDA machine the
+    steps run on the GPU and the model comes back to the CPU. ``progress(done, total)`` is called
+    every 50 steps and at the end.
     """
     import math
 
@@ -206,7 +214,9 @@ def pretrain(model: Any, tokenizer: Any, texts: Iterable[str], config: TinyModel
             f"the corpus holds {len(stream)} tokens, fewer than one pretraining batch "
             f"({config.pretrain_batch_size} x {block}); lower student.tiny.pretrain_block_size"
         )
+    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     blocks = torch.tensor(stream[: n_blocks * block]).view(n_blocks, block)
+    model.to(device)
     generator = torch.Generator().manual_seed(config.seed)
     optimizer = torch.optim.AdamW(
         model.parameters(), lr=config.pretrain_learning_rate, betas=(0.9, 0.98), weight_decay=0.01
@@ -222,10 +232,10 @@ def pretrain(model: Any, tokenizer: Any, texts: Iterable[str], config: TinyModel
     schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, rate)
     order, at, losses = torch.randperm(n_blocks, generator=generator), 0, []
     model.train()
-    for _ in range(n_steps):
+    for step in range(1, n_steps + 1):
         if at + config.pretrain_batch_size > n_blocks:
             order, at = torch.randperm(n_blocks, generator=generator), 0
-        batch = blocks[order[at : at + config.pretrain_batch_size]]
+        batch = blocks[order[at : at + config.pretrain_batch_size]].to(device)
         at += config.pretrain_batch_size
         loss = model(input_ids=batch, labels=batch).loss
         loss.backward()
@@ -234,11 +244,19 @@ def pretrain(model: Any, tokenizer: Any, texts: Iterable[str], config: TinyModel
         schedule.step()
         optimizer.zero_grad(set_to_none=True)
         losses.append(float(loss.detach()))
+        if progress is not None and (step % 50 == 0 or step == n_steps):
+            progress(step, n_steps)
+    model.to("cpu")
     model.eval()
     return losses
 
 
-def init_model(texts: Iterable[str], config: TinyModelConfig, out_dir: str | Path) -> Path:
+def init_model(
+    texts: Iterable[str],
+    config: TinyModelConfig,
+    out_dir: str | Path,
+    progress: Callable[[int, int], None] | None = None,
+) -> Path:
     """Train the tokenizer on ``texts``, build the model, pretrain it on them if asked, save.
 
     Returns ``out_dir``.
@@ -248,7 +266,7 @@ def init_model(texts: Iterable[str], config: TinyModelConfig, out_dir: str | Pat
     texts = list(texts)
     tokenizer = train_tokenizer(texts, config)
     model = build_model(config, tokenizer)
-    losses = pretrain(model, tokenizer, texts, config) if config.pretrain_steps else []
+    losses = pretrain(model, tokenizer, texts, config, progress) if config.pretrain_steps else []
     model.save_pretrained(out)
     tokenizer.save_pretrained(out)
     card = {

@@ -149,8 +149,12 @@ def _mean_loss(model: Any, tokenizer: Any, texts: list[str]) -> float:
 
 
 def test_pretraining_teaches_the_corpus_and_is_recorded(tmp_path: Path, model_dir: Path, auto: Any) -> None:
-    config = SMALL.model_copy(update={"pretrain_steps": 40, "pretrain_block_size": 64})
-    pretrained = init_model(sft_corpus(arith_rows(200)), config, tmp_path / "pre")
+    config = SMALL.model_copy(update={"pretrain_steps": 60, "pretrain_block_size": 64})
+    reported: list[tuple[int, int]] = []
+    pretrained = init_model(
+        sft_corpus(arith_rows(200)), config, tmp_path / "pre", lambda d, t: reported.append((d, t))
+    )
+    assert reported == [(50, 60), (60, 60)]
     question, trajectory = arith_trajectory(321, "-", 54, "+", 7)
     texts = [chat_text(auto, SYSTEM, question, render(trajectory))[0]]
     random_loss = _mean_loss(AutoModelForCausalLM.from_pretrained(model_dir), auto, texts)
