@@ -39,6 +39,7 @@ from pathlib import Path
 from typing import Any
 
 from coa import io
+from coa.format.masks import observation_spans
 from coa.plan import load_pipeline_config, plan
 from coa.steps import StepResult, run_step
 from coa.synthetic import multihop
@@ -107,6 +108,8 @@ HOP_MISS_KINDS = (
 """Kinds of a wrong held-out multi-hop answer, in the order the student writes: a search, then per
 hop ``So <relation> of <subject> is <object>.`` (the object copied out of the observation before
 it), then the answer (the last hop's object)."""
+START_KINDS = ("a token never written", "every token written")
+"""A held-out start entity's name, by whether SFT ever trained the student to write each of its tokens."""
 
 
 def classify_multihop_miss(question: str, text: str, prediction: str | None) -> str:
@@ -148,6 +151,39 @@ def multihop_misses(rows: Iterable[dict[str, Any]], questions: dict[str, str]) -
         if row["family"] == "mhqa" and not row["correct"]
     )
     return {k: kinds[k] for k in HOP_MISS_KINDS if kinds[k]}
+
+
+def written_token_ids(tokenizer: Any, sft_rows: Iterable[dict[str, Any]]) -> set[int]:
+    """The token ids SFT trains the student to write: its ``sft.v1`` rows' assistant text outside the
+    observations (each piece encoded on its own)."""
+    written: set[int] = set()
+    for row in sft_rows:
+        content, at = row["messages"][-1]["content"], 0
+        for a, b in [*observation_spans(content), (len(content), len(content))]:
+            written.update(tokenizer(content[at:a], add_special_tokens=False)["input_ids"])
+            at = b
+    return written
+
+
+def start_copies(
+    rows: Iterable[dict[str, Any]], questions: dict[str, str], tokenizer: Any, written: set[int]
+) -> dict[str, dict[str, int]]:
+    """Held-out multi-hop questions split by whether the start entity's name holds a token the student
+    never wrote in training (``written``: :func:`written_token_ids`): how many, and how many of them
+    were answered with the start entity miscopied into the first search."""
+    out = {kind: {"questions": 0, "miscopied": 0} for kind in START_KINDS}
+    for row in rows:
+        question = questions.get(row["task_id"], "")
+        if row["family"] != "mhqa" or not question:
+            continue
+        start = multihop.parse_question(question)["start"]
+        ids = tokenizer(" " + start, add_special_tokens=False)["input_ids"]
+        counts = out[START_KINDS[0] if any(i not in written for i in ids) else START_KINDS[1]]
+        counts["questions"] += 1
+        counts["miscopied"] += not row["correct"] and (
+            classify_multihop_miss(question, row["text"] or "", row["prediction"]) == "start entity miscopied"
+        )
+    return out
 
 
 def math_misses(rows: Iterable[dict[str, Any]], questions: dict[str, str]) -> dict[str, int]:
@@ -201,8 +237,20 @@ def run_seed(config: Path, overrides: Sequence[str], log: Any = print) -> dict[s
         "sft_train_s": sft["train_runtime_s"],
         "math_misses": math_misses(rows, questions),
         "multihop_misses": multihop_misses(rows, questions),
+        "start_copies": _start_copies(done, rows, questions),
         "evaluation": done[LAST].ref.uri,
     }
+
+
+def _start_copies(
+    done: dict[str, StepResult], rows: list[dict[str, Any]], questions: dict[str, str]
+) -> dict[str, dict[str, int]]:
+    """:func:`start_copies` with the SFT model's tokenizer and the SFT data it was trained on."""
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(Path(done["sft"].ref.uri) / "model")
+    written = written_token_ids(tokenizer, io.read_table(done["convert"].ref, "sft").to_pylist())
+    return start_copies(rows, questions, tokenizer, written)
 
 
 def spread(values: Sequence[float]) -> dict[str, float]:
@@ -244,6 +292,15 @@ def table(runs: dict[int, dict[str, Any]]) -> tuple[str, dict[str, Any]]:
         + by_kind(runs, "math_misses")
         + "\n\nheld-out multi-hop misses by kind\n"
         + by_kind(runs, "multihop_misses")
+        + "\n\nheld-out multi-hop start entities miscopied, by whether SFT ever wrote the name's tokens\n"
+        + "\n".join(
+            f"seed {s}: "
+            + ", ".join(
+                f"{k} {c['miscopied']} of {c['questions']}"
+                for k, c in runs[s].get("start_copies", {}).items()
+            )
+            for s in sorted(runs)
+        )
     ), summary
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from types import ModuleType
 
@@ -42,6 +43,9 @@ def test_quick_run_trains_one_student_per_seed(
     assert all(r["sft_steps"] == 4 and r["sft_steps_per_min"] > 0 for r in runs.values())
     assert all(set(r["math_misses"]) <= set(load_bench().MISS_KINDS) for r in runs.values())
     assert all(set(r["multihop_misses"]) <= set(load_bench().HOP_MISS_KINDS) for r in runs.values())
+    copies = runs["0"]["start_copies"]
+    assert set(copies) == set(load_bench().START_KINDS)
+    assert sum(c["questions"] for c in copies.values()) == runs["0"]["metrics"]["mhqa"]["n"]
     assert set(result["spread"]["all.accuracy"]["per_seed"]) == {"0", "1"}
 
 
@@ -158,3 +162,44 @@ def test_multihop_misses_count_only_the_wrong_multihop_rows() -> None:
              "multihop_misses": {"no answer": 1}}}
     )  # fmt: skip
     assert "held-out multi-hop misses by kind\nseed 0: no answer 1" in text
+
+
+class WordTokenizer:
+    """One id per word (punctuation and spaces dropped)."""
+
+    def __init__(self) -> None:
+        self.ids: dict[str, int] = {}
+
+    def __call__(self, text: str, add_special_tokens: bool = False) -> dict[str, list[int]]:
+        words = re.findall(r"\w+", text)
+        return {"input_ids": [self.ids.setdefault(w, len(self.ids)) for w in words]}
+
+
+def test_a_start_entity_is_told_by_whether_sft_ever_wrote_its_tokens() -> None:
+    bench, tokenizer = load_bench(), WordTokenizer()
+    content = (
+        "<web_search>\nWho was the mentor of Rige Nugi?\n</web_search>\n"
+        "<observation>\nTula Works makes clocks. Rite Fozi founded it.\n</observation>\n"
+        "<answer>\nRite Fozi\n</answer>"
+    )
+    written = bench.written_token_ids(tokenizer, [{"messages": [{"role": "assistant", "content": content}]}])
+    assert tokenizer(" Rige Nugi")["input_ids"][0] in written  # written in the search
+    assert tokenizer("Tula")["input_ids"][0] not in written  # only read, in the observation
+    miscopied = "<web_search>\nWho was the founder of Kubu Works?\n</web_search>\n"
+    rows = [
+        {"task_id": "t1", "family": "mhqa", "correct": False, "text": miscopied, "prediction": "Rite Fozi"},
+        {"task_id": "t2", "family": "mhqa", "correct": True, "text": "", "prediction": "Rite Fozi"},
+        {"task_id": "t3", "family": "mhqa", "correct": False, "text": miscopied, "prediction": "Rite Fozi"},
+        {"task_id": "m1", "family": "math", "correct": False, "text": miscopied, "prediction": "3"},
+    ]
+    questions = {
+        "t1": "Who was the mentor of the founder of Tula Works?",
+        "t2": "Who was the mentor of the mentor of Rige Nugi?",
+        "t3": "Who was the mentor of the mentor of Rige Nugi?",
+        "m1": "What is 1 + 2?",
+    }
+    never, every = bench.START_KINDS
+    assert bench.start_copies(rows, questions, tokenizer, written) == {
+        never: {"questions": 1, "miscopied": 1},
+        every: {"questions": 2, "miscopied": 1},
+    }
