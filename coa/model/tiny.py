@@ -36,6 +36,7 @@ import pyarrow as pa
 from pydantic import Field, model_validator
 
 from coa.config import StrictModel
+from coa.errors import UserError
 from coa.format import TAGS
 
 ENDOFTEXT, IM_START, IM_END = "<|endoftext|>", "<|im_start|>", "<|im_end|>"
@@ -210,7 +211,7 @@ def pretrain(
     block, n_steps = config.pretrain_block_size, config.pretrain_steps
     n_blocks = len(stream) // block
     if n_blocks < config.pretrain_batch_size:
-        raise ValueError(
+        raise UserError(
             f"the corpus holds {len(stream)} tokens, fewer than one pretraining batch "
             f"({config.pretrain_batch_size} x {block}); lower student.tiny.pretrain_block_size"
         )

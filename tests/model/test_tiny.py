@@ -11,6 +11,7 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedTokenizerFast
 
 from coa import io
+from coa.errors import UserError
 from coa.format import TAGS, chat_text, render
 from coa.model import SPECIAL_TOKENS, TAG_TOKENS, TinyModelConfig, init_model, sft_corpus
 from coa.model.tiny import MODEL_CARD
@@ -169,5 +170,5 @@ def test_pretraining_teaches_the_corpus_and_is_recorded(tmp_path: Path, model_di
 
 def test_pretraining_refuses_a_corpus_smaller_than_one_batch(tmp_path: Path) -> None:
     config = SMALL.model_copy(update={"pretrain_steps": 5, "pretrain_block_size": 2048})
-    with pytest.raises(ValueError, match="lower student.tiny.pretrain_block_size"):
+    with pytest.raises(UserError, match="lower student.tiny.pretrain_block_size"):
         init_model(sft_corpus(arith_rows(3)), config, tmp_path / "m")
