@@ -22,8 +22,8 @@ def _steps(*overrides: str) -> dict[str, object]:
 
 
 def test_two_rounds_add_the_round_steps_with_their_inputs() -> None:
-    cfg = load_pipeline_config(DEMO, ["rounds=2", "round_sft={max_steps: 300}", "sampling.samples=3"])
-    steps = plan(cfg)
+    overrides = ["rounds=2", "round_sft={max_steps: 300}", "sampling.samples=3", "rl.families=auto"]
+    steps = plan(load_pipeline_config(DEMO, overrides))
     names = [s.name for s in steps]
     at = names.index("evaluate.after")
     assert names[at + 1 : at + 6] == ["sample.r1", "curate.r2", "convert.r2", "sft.r2", "evaluate.after_r2"]
@@ -39,7 +39,7 @@ def test_two_rounds_add_the_round_steps_with_their_inputs() -> None:
     assert by["curate.r2"].config == by["curate"].config
     assert by["convert.r2"].inputs["curated"] == Upstream("curate.r2", "trajectories")
     assert by["sft.r2"].inputs == {"base": Upstream("sft"), "data": Upstream("convert.r2", "sft")}
-    assert (by["sft"].config.max_steps, by["sft.r2"].config.max_steps) == (15000, 300)
+    assert (by["sft"].config.max_steps, by["sft.r2"].config.max_steps) == (8000, 300)
     assert by["sft.r2"].config.learning_rate == by["sft"].config.learning_rate  # only the override differs
     assert by["evaluate.after_r2"].inputs["model"] == Upstream("sft.r2")
     assert by["rl"].inputs["base"] == Upstream("sft.r2")  # RL follows the last round

@@ -64,9 +64,9 @@ def test_a_run_of_its_own_needs_the_families_named() -> None:
 
 
 def test_the_plan_evaluates_the_sft_model_before_rl_picks_its_family() -> None:
-    demo = load_pipeline_config("configs/demo.yaml", ["rl.families=[code]"])
-    auto = load_pipeline_config("configs/demo.yaml")  # the demo picks its family
-    assert auto.rl is not None and auto.rl.families == "auto"
+    demo = load_pipeline_config("configs/demo.yaml")  # the demo names its family
+    auto = load_pipeline_config("configs/demo.yaml", ["rl.families=auto"])
+    assert demo.rl is not None and demo.rl.families == ("code",)
     named = {s.name: s for s in plan(demo)}
     steps = {s.name: s for s in plan(auto)}
     order = list(steps)
