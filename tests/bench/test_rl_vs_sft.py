@@ -93,7 +93,7 @@ def test_three_models_on_fresh_heldout_tasks_with_continued_sft_for_the_rl_time(
     located = bench.locate(config, store)
     by_lineage = bench.locate(config, store, rl_uri=done["rl"].ref.uri)
     assert {k: r.uri for k, r in by_lineage.refs.items()} == {k: done[k].ref.uri for k in bench.NEEDED}
-    assert by_lineage.sft == located.sft and located.sft.families == ("math", "code")
+    assert by_lineage.sft == located.sft and located.sft.families == ("math", "code", "mhqa")
     train = set(io.read_table(done["synthetic"].ref, "train").column("question").to_pylist())
     fresh = bench.heldout_tasks(located, "code", 4)
     assert fresh.num_rows == 4 and not train & set(fresh.column("question").to_pylist())
