@@ -1,5 +1,6 @@
 # The two commands of the README. Each creates or updates .venv itself on a fresh machine.
-#   make demo   run the pipeline flow on the embedded default (configs/demo.yaml)
+#   make demo   run the pipeline flow on the embedded default (configs/demo.yaml);
+#               `make demo SEED=1` varies the tasks (synthetic.seed) and the student's init (student.tiny.seed)
 #   make test   install everything needed, then lint (ruff), type-check (mypy) and run the test suite
 #               (the suite includes the import contracts: tests/test_import_contracts.py runs lint-imports)
 PYTHON ?= python3
@@ -42,8 +43,10 @@ pgdeps:
 	    || echo "note: could not install postgresql; the Prefect server tests will fail until it is installed"; \
 	  else echo "note: PostgreSQL is missing; the Prefect server tests need it: sudo apt-get install postgresql"; fi; }
 
+# SEED (optional) overrides both of the demo's seeds; unset, the profile's own (0) hold.
+SEED ?=
 demo: $(STAMP) sysdeps
-	$(BIN)/coa run --config configs/demo.yaml
+	$(BIN)/coa run --config configs/demo.yaml $(if $(SEED),synthetic.seed=$(SEED) student.tiny.seed=$(SEED))
 
 # The suite on TEST_WORKERS pytest-xdist workers (each with one torch thread: tests/conftest.py), then the
 # `serial` tier alone (tests that time themselves or scan the machine's processes). Both always run.
