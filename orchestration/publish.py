@@ -129,7 +129,8 @@ def _family_markdown(choice: FamilyChoice | None) -> str:
     scores = percent_by_family(choice.accuracy)
     warning = f" **Warning:** {choice.warning}" if choice.warning else ""
     why = f"{choice.rule}; held-out accuracy after SFT: {scores}"
-    return f"Family: **{choice.family}** ({why}).{warning}\n\n"
+    left_out = "".join(f" Left out: {f} ({reason})." for f, reason in sorted(choice.excluded.items()))
+    return f"Family: **{choice.family}** ({why}).{left_out}{warning}\n\n"
 
 
 def _rl(step: Step, result: StepResult, key: Keys) -> None:

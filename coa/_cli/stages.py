@@ -288,6 +288,8 @@ def rl(
         typer.echo(
             f"family: {choice.family} ({choice.rule}; held-out accuracy {percent_by_family(choice.accuracy)})"
         )
+        for family, why in sorted(choice.excluded.items()):
+            typer.echo(f"left out: {family} ({why})")
     typer.echo(
         f"{s.steps_run} steps ({s.steps_planned} planned), {s.rollouts:,} rollouts in "
         f"{s.train_runtime_s:.0f} s, last reward {s.final_reward}, entropy {s.final_entropy}; "

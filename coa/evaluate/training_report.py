@@ -399,7 +399,11 @@ def write_training_report(b: Any) -> list[dict[str, Any]]:
         if rl_lineage.get("families"):
             choice = rl_lineage.get("family_choice")
             rl_facts["families"] = ", ".join(rl_lineage["families"]) + (
-                f" (auto: {choice['rule']}; after SFT {percent_by_family(choice['accuracy'])})"
+                f" (auto: {choice['rule']}; after SFT {percent_by_family(choice['accuracy'])}"
+                + "".join(
+                    f"; {f} left out: {why}" for f, why in sorted((choice.get("excluded") or {}).items())
+                )
+                + ")"
                 if choice
                 else ""
             )

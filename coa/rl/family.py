@@ -11,16 +11,22 @@ rollouts at temperature 1 may still solve a task greedy decoding missed, more li
 at least writes the format: the demo's code at 0% accuracy but 62% valid, not its untrained mhqa at
 0% valid), and when every family is solved, to the first by name; either fallback comes with a
 ``warning``.
+
+Only families the policy can act on are candidates: a family whose prompts' grammar variants call
+tools (:attr:`coa.format.grammar.Grammar.tools`) none of which ``rl.tools.enabled`` turns on is left
+out, with the reason recorded (the demo's RL enables only ``code``, so its multi-hop search prompts,
+which need ``wiki_search``, are not candidates however weak the family is).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable, Mapping
 from typing import Any
 
 import pyarrow as pa
 
 from coa.evaluate.metrics import percent_by_family
+from coa.format.grammar import grammar
 from coa.rl.config import RLError
 from coa.rl.summary import FamilyChoice
 
@@ -49,15 +55,42 @@ def accuracy_by_family(evaluation: pa.Table) -> dict[str, dict[str, Any]]:
     return dict(sorted(out.items()))
 
 
-def pick_family(evaluation: pa.Table, prompt_families: Iterable[str]) -> FamilyChoice:
-    """The family to train on, the accuracies that decided it, the rule and a warning (see the module)."""
-    available = set(prompt_families)
+def unreachable_families(
+    variants: Mapping[str, Collection[str]], enabled_tools: Collection[str]
+) -> dict[str, str]:
+    """Family → why, for the families whose prompts need tools the policy does not have.
+
+    ``variants`` maps each family of the RL prompts to the grammar variants of its prompts. A family
+    is unreachable when every one of its variants calls tools and none of them is in
+    ``enabled_tools``; a variant that calls no tool, or one enabled tool, keeps the family.
+    """
+    enabled = set(enabled_tools)
+    out: dict[str, str] = {}
+    for family, names in sorted(variants.items()):
+        needs = {name: set(grammar(name).tools) for name in sorted(set(names))}
+        if needs and all(tools and not tools & enabled for tools in needs.values()):
+            wanted = sorted(set().union(*needs.values()))
+            has = ", ".join(sorted(enabled)) or "none"
+            out[family] = f"its prompts call {', '.join(wanted)}; rl.tools.enabled has {has}"
+    return out
+
+
+def pick_family(
+    evaluation: pa.Table, prompt_families: Iterable[str], unreachable: Mapping[str, str] | None = None
+) -> FamilyChoice:
+    """The family to train on, the accuracies that decided it, the rule and a warning (see the module).
+
+    ``unreachable`` (family → why, :func:`unreachable_families`) names families that are not candidates
+    although they have prompts."""
+    skipped = dict(unreachable or {})
+    available = set(prompt_families) - set(skipped)
     scores = {f: s for f, s in accuracy_by_family(evaluation).items() if f in available}
     if not scores:
+        left_out = "".join(f"; {f} left out: {why}" for f, why in sorted(skipped.items()))
         raise RLError(
             f"rl.families: auto found no family both evaluated and among the RL prompts (evaluated: "
-            f"{sorted(accuracy_by_family(evaluation))}, prompts: {sorted(available)}); name the "
-            "families (rl.families: [math])"
+            f"{sorted(accuracy_by_family(evaluation))}, prompts: {sorted(available)}{left_out}); name the "
+            "families (rl.families: [math]) or enable the tools they call (rl.tools.enabled)"
         )
     accuracy = {f: s["accuracy"] for f, s in scores.items()}
     valid = {f: s["format_valid"] for f, s in scores.items()}
@@ -79,4 +112,5 @@ def pick_family(evaluation: pa.Table, prompt_families: Iterable[str]) -> FamilyC
             f"({percent_by_family(accuracy)}); "
             f"RL trains on {family}, where GRPO may have nothing to learn from (see the learning signal)"
         )
-    return FamilyChoice(family=family, accuracy=accuracy, rule=rule, warning=warning)
+    excluded = {f: why for f, why in skipped.items() if f in set(prompt_families)}
+    return FamilyChoice(family=family, accuracy=accuracy, rule=rule, warning=warning, excluded=excluded)

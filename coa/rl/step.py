@@ -24,7 +24,7 @@ from typing import Any
 
 from coa.errors import UserError
 from coa.rl.config import RL, EntropyCollapse, RLParams, RLResult, RLRunConfig, RLStageConfig
-from coa.rl.family import EVAL_COLUMNS, pick_family
+from coa.rl.family import EVAL_COLUMNS, pick_family, unreachable_families
 from coa.rl.signal import learning_signal
 from coa.rl.summary import RLCollapsed, RLSummary
 from coa.steps import Build, Step, StepInput
@@ -86,8 +86,12 @@ def _build(b: Build, callbacks: Sequence[Any]) -> None:
     params = config.model_dump(include=set(RLParams.model_fields))
     choice = None
     if config.families == "auto":
-        families = prompts.read(["family"]).column("family").to_pylist()
-        choice = pick_family(b.table("evaluation").read(list(EVAL_COLUMNS)), families)
+        rows = prompts.read(["family", "variant"]).to_pydict()
+        variants: dict[str, set[str]] = {}
+        for family, variant in zip(rows["family"], rows["variant"], strict=True):
+            variants.setdefault(family, set()).add(variant)
+        unreachable = unreachable_families(variants, config.tools.enabled)
+        choice = pick_family(b.table("evaluation").read(list(EVAL_COLUMNS)), variants, unreachable)
         params["families"] = (choice.family,)
         log.info("rl: families auto -> %s (%s; %s)", choice.family, choice.rule, choice.accuracy)
         if choice.warning:

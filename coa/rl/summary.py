@@ -22,6 +22,9 @@ class FamilyChoice(BaseModel):
     accuracy: dict[str, float] = Field(description="Held-out accuracy per family that decided it.")
     rule: str = Field(description="The rule that picked it, in words.")
     warning: str | None = Field(default=None, description="Set when the choice fell back.")
+    excluded: dict[str, str] = Field(
+        default_factory=dict, description="Families with prompts left out: family → why (tools not enabled)."
+    )
 
 
 class LearningSignal(BaseModel):

@@ -13,7 +13,7 @@ from coa.errors import UserError
 from coa.plan import PipelineConfig, load_pipeline_config, plan
 from coa.rl import step as rl_step
 from coa.rl.config import RLError, RLStageConfig
-from coa.rl.family import EVAL_COLUMNS, accuracy_by_family, pick_family
+from coa.rl.family import EVAL_COLUMNS, accuracy_by_family, pick_family, unreachable_families
 from coa.rl.grpo import select_prompts
 from coa.steps import ModelInput, TableInput, Upstream, run_step
 from coa.tools.config import ToolsConfig
@@ -58,6 +58,30 @@ def test_without_a_learnable_family_the_pick_falls_back_and_warns() -> None:
         pick_family(evaluation({"web": (1, 2)}), ["math"])
 
 
+def test_families_whose_tools_rl_does_not_enable_are_not_candidates() -> None:
+    # the demo: RL enables only code; multi-hop (the weakest) needs wiki_search, so it cannot be learned
+    variants = {"code": {"code_math"}, "math": {"code_math"}, "mhqa": {"mhqa"}, "web": {"web", "afm"}}
+    unreachable = unreachable_families(variants, ["code"])
+    assert unreachable == {
+        "mhqa": "its prompts call wiki_search; rl.tools.enabled has code"
+    }  # afm calls code
+    table = evaluation({"code": (0, 50), "math": (67, 100), "mhqa": (10, 50)})
+    choice = pick_family(table, variants, unreachable)
+    assert choice.family == "math" and choice.excluded == unreachable and "mhqa" not in choice.accuracy
+    assert (
+        pick_family(table, variants, unreachable_families(variants, ["code", "wiki_search"])).family == "mhqa"
+    )
+    assert unreachable_families({"web": {"web"}}, [])["web"] == (
+        "its prompts call crawl_page, web_search; rl.tools.enabled has none"
+    )
+    with pytest.raises(
+        RLError, match=r"prompts: \[\]; mhqa left out: its prompts call wiki_search.*rl.tools.enabled"
+    ):
+        pick_family(
+            evaluation({"mhqa": (1, 2)}), ["mhqa"], unreachable_families({"mhqa": {"mhqa"}}, ["code"])
+        )
+
+
 def test_a_run_of_its_own_needs_the_families_named() -> None:
     with pytest.raises(RLError, match="a run on its own needs the families named"):
         select_prompts(prompts_table(2), "auto")
@@ -85,12 +109,20 @@ def test_the_rl_step_trains_on_the_picked_family_and_records_why(
     store = io.Store(str(tmp_path / "store"))
     code = {**math_prompt(9, 1, 2), "prompt_id": "c9@code", "task_id": "c9", "family": "code"}
     writer = store.writer("converted", "coa", {"test": 1})
-    rows = [math_prompt(i, 10 + i, 20) for i in range(2)] + [code]
+    mhqa = {
+        **math_prompt(8, 1, 2),
+        "prompt_id": "q8@mhqa",
+        "task_id": "q8",
+        "family": "mhqa",
+        "variant": "mhqa",
+    }
+    rows = [math_prompt(i, 10 + i, 20) for i in range(2)] + [code, mhqa]
     writer.write_table("rl_prompts", schemas.RL_PROMPT.from_rows(rows), schemas.RL_PROMPT)
     converted = writer.commit()
     scored = [row(f"c{i}", 0, False, family="code") for i in range(3)]
     scored += [row(f"m{i}", 0, i == 0, family="math") for i in range(3)]
     scored += [row(f"q{i}", 0, False, family="code", format_valid=False) for i in range(2)]
+    scored += [row(f"h{i}", 0, i == 0, family="mhqa") for i in range(4)]  # the weakest, but needs wiki_search
     writer = store.writer("eval", "sft", {"test": 1})
     writer.write_table("eval", schemas.EVAL.from_rows(scored), schemas.EVAL)
     judged = writer.commit()
@@ -112,6 +144,9 @@ def test_the_rl_step_trains_on_the_picked_family_and_records_why(
         "code": 0.0,
         "math": 1 / 3,
     }
+    assert lineage["family_choice"]["excluded"] == {
+        "mhqa": "its prompts call wiki_search; rl.tools.enabled has code"
+    }
     assert built.summary["family_choice"]["family"] == "math"
     trained = set(io.read_table(built.ref, "rollouts").column("prompt_id").to_pylist())
     assert trained and all(p.endswith("@code_math") for p in trained)  # no code prompt was rolled out
@@ -123,6 +158,7 @@ def test_the_rl_step_trains_on_the_picked_family_and_records_why(
     publish.publish(step, built)  # the RL step's Prefect artifact names the family and why
     assert "Family: **math** (lowest held-out accuracy above 0 and below 1" in made[-1]["markdown"]
     assert "code 0%, math 33%" in made[-1]["markdown"]
+    assert "Left out: mhqa (its prompts call wiki_search; rl.tools.enabled has code)." in made[-1]["markdown"]
 
 
 def test_a_night_with_auto_families_evaluates_its_sft_model_first() -> None:
