@@ -15,7 +15,10 @@ sample standard deviation, min and max over seeds, and the SFT steps per minute 
 operand not copied from the question), the printed value miscopied into the answer, no program;
 and where its *multi-hop* misses come from (:func:`multihop_misses`): a first search without the
 question's start entity, a hop's object that is the hop's subject again or a name not in the
-observation, an answer that is not the chain's last object.
+observation, an answer that is not the chain's last object; and where its *programming* misses come
+from (:func:`code_misses`): the answer's program against the reference program of the question's
+problem, literal for literal (the right program with the words or the numbers miscopied, another
+problem's program, a program otherwise wrong, no program).
 ``--out`` writes it all as JSON.
 
 ``--quick`` is a smoke run on tiny sizes (a few tasks per family, a 1-layer student, 4 SFT steps,
@@ -28,6 +31,8 @@ observation, an answer that is not the chain's last object.
 from __future__ import annotations
 
 import argparse
+import functools
+import io as stdio
 import json
 import math
 import re
@@ -39,10 +44,12 @@ from pathlib import Path
 from typing import Any
 
 from coa import io
+from coa.format.answers import extract_code_block
 from coa.format.masks import observation_spans
 from coa.plan import load_pipeline_config, plan
 from coa.steps import StepResult, run_step
-from coa.synthetic import multihop
+from coa.synthetic import multihop, programming
+from coa.synthetic.program_specs import SPECS
 
 LAST = "evaluate.after"
 EXPRESSION = re.compile(r"-?\d+(?: [-+*/] -?\d+)+")
@@ -153,6 +160,95 @@ def multihop_misses(rows: Iterable[dict[str, Any]], questions: dict[str, str]) -
     return {k: kinds[k] for k in HOP_MISS_KINDS if kinds[k]}
 
 
+CODE_MISS_KINDS = (
+    "no program",
+    "words miscopied",
+    "numbers miscopied",
+    "words and numbers miscopied",
+    "another problem's program",
+    "program otherwise wrong",
+    "other",
+)
+"""Kinds of a wrong held-out programming answer: the answer's program read against the reference
+program of the question's problem (:mod:`coa.synthetic.programming`), with its string and number
+literals set apart: the right program whose words (string literals) or numbers were not copied from
+the question, the program of another problem (its shape is another spec's), or another shape."""
+
+
+def _shape(source: str) -> tuple[tuple[str, ...], list[str], list[str]] | None:
+    """A program's tokens with every string and number literal replaced by a placeholder, and the
+    string and number literals in order; None when it does not tokenize."""
+    import token
+    import tokenize
+
+    shape: list[str] = []
+    strings: list[str] = []
+    numbers: list[str] = []
+    try:
+        for tok in tokenize.generate_tokens(stdio.StringIO(source).readline):
+            if tok.type in (tokenize.COMMENT, tokenize.NL, tokenize.NEWLINE, tokenize.ENDMARKER):
+                continue
+            if tok.type == token.STRING:
+                strings.append(tok.string)
+                shape.append("<str>")
+            elif tok.type == token.NUMBER:
+                numbers.append(tok.string)
+                shape.append("<num>")
+            else:
+                shape.append(tok.string)
+    except (tokenize.TokenError, IndentationError, SyntaxError):
+        return None
+    return tuple(shape), strings, numbers
+
+
+@functools.lru_cache(maxsize=1)
+def _spec_shapes() -> dict[tuple[str, ...], str]:
+    """Program shape → the spec whose reference programs have it (over every spec's parameters)."""
+    out: dict[tuple[str, ...], str] = {}
+    for spec in SPECS.values():
+        for params in spec.space():
+            shaped = _shape(spec.source(params))
+            if shaped is not None:
+                out.setdefault(shaped[0], spec.id)
+    return out
+
+
+def classify_code_miss(question: str, prediction: str | None) -> str:
+    """Why a wrong programming answer is wrong (one of :data:`CODE_MISS_KINDS`), its program read
+    against the reference program of the question's problem."""
+    block = extract_code_block(prediction or "")
+    program = block if block is not None else (prediction or "").strip()
+    shaped = _shape(program) if program.strip() else None
+    if shaped is None or not shaped[0]:
+        return "no program"
+    try:
+        problem = programming.parse_question(question)
+    except ValueError:
+        return "other"
+    reference = _shape(programming.reference_solution(problem["spec"], problem["params"]))
+    assert reference is not None, "a reference program tokenizes"
+    if shaped[0] != reference[0]:
+        other = _spec_shapes().get(shaped[0])
+        return (
+            "another problem's program" if other not in (None, problem["spec"]) else "program otherwise wrong"
+        )
+    words, numbers = shaped[1] != reference[1], shaped[2] != reference[2]
+    if words and numbers:
+        return "words and numbers miscopied"
+    return "words miscopied" if words else "numbers miscopied" if numbers else "other"
+
+
+def code_misses(rows: Iterable[dict[str, Any]], questions: dict[str, str]) -> dict[str, int]:
+    """Counts of :data:`CODE_MISS_KINDS` over the wrong ``code`` rows of ``eval.v1`` (``questions``:
+    task_id → question)."""
+    kinds = Counter(
+        classify_code_miss(questions.get(row["task_id"], ""), row["prediction"])
+        for row in rows
+        if row["family"] == "code" and not row["correct"]
+    )
+    return {k: kinds[k] for k in CODE_MISS_KINDS if kinds[k]}
+
+
 def written_token_ids(tokenizer: Any, sft_rows: Iterable[dict[str, Any]]) -> set[int]:
     """The token ids SFT trains the student to write: its ``sft.v1`` rows' assistant text outside the
     observations (each piece encoded on its own)."""
@@ -237,6 +333,7 @@ def run_seed(config: Path, overrides: Sequence[str], log: Any = print) -> dict[s
         "sft_train_s": sft["train_runtime_s"],
         "math_misses": math_misses(rows, questions),
         "multihop_misses": multihop_misses(rows, questions),
+        "code_misses": code_misses(rows, questions),
         "start_copies": _start_copies(done, rows, questions),
         "evaluation": done[LAST].ref.uri,
     }
@@ -292,6 +389,8 @@ def table(runs: dict[int, dict[str, Any]]) -> tuple[str, dict[str, Any]]:
         + by_kind(runs, "math_misses")
         + "\n\nheld-out multi-hop misses by kind\n"
         + by_kind(runs, "multihop_misses")
+        + "\n\nheld-out programming misses by kind\n"
+        + by_kind(runs, "code_misses")
         + "\n\nheld-out multi-hop start entities miscopied, by whether SFT ever wrote the name's tokens\n"
         + "\n".join(
             f"seed {s}: "

@@ -203,3 +203,43 @@ def test_a_start_entity_is_told_by_whether_sft_ever_wrote_its_tokens() -> None:
         never: {"questions": 1, "miscopied": 1},
         every: {"questions": 2, "miscopied": 1},
     }
+
+
+def _fizzbuzz_question() -> tuple[str, str]:
+    """A FizzBuzz question and its reference program."""
+    from coa.synthetic import programming
+
+    params = {"a": 3, "b": 5, "word_a": "Ping", "word_b": "Zap"}
+    return programming.render_question("fizzbuzz", params, "5\n", "1\n2\nPing\n4\nZap\n"), (
+        programming.reference_solution("fizzbuzz", params)
+    )
+
+
+@pytest.mark.parametrize(
+    ("edit", "kind"),
+    [
+        (lambda p: p.replace("'Ping'", "'Pong'"), "words miscopied"),
+        (lambda p: p.replace("% 5", "% 6"), "numbers miscopied"),
+        (lambda p: p.replace("'Zap'", "'Buzz'").replace("% 3", "% 4"), "words and numbers miscopied"),
+        (lambda p: "n = int(input())\nprint(sum(i for i in range(1, n) if i % 3 == 0 or i % 5 == 0))\n",
+         "another problem's program"),
+        (lambda p: p.replace("print(i)", "print(i + 1)"), "program otherwise wrong"),
+        (lambda p: "", "no program"),
+        (lambda p: "print((", "no program"),
+        (lambda p: p, "other"),
+    ],
+)  # fmt: skip
+def test_a_programming_miss_is_told_against_the_reference_program(edit: object, kind: str) -> None:
+    bench = load_bench()
+    question, reference = _fizzbuzz_question()
+    program = edit(reference)  # type: ignore[operator]
+    assert bench.classify_code_miss(question, f"```py\n{program}```" if program else "") == kind
+    row = {
+        "task_id": "t",
+        "family": "code",
+        "correct": False,
+        "text": "",
+        "prediction": f"```py\n{program}```",
+    }
+    assert bench.code_misses([row, {**row, "correct": True}], {"t": question}) == {kind: 1}
+    assert bench.classify_code_miss("Write a poem.", f"```py\n{reference}```") == "other"
