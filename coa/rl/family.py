@@ -82,8 +82,9 @@ def pick_family(
 
     ``unreachable`` (family → why, :func:`unreachable_families`) names families that are not candidates
     although they have prompts."""
-    skipped = dict(unreachable or {})
-    available = set(prompt_families) - set(skipped)
+    families = set(prompt_families)
+    skipped = {f: why for f, why in (unreachable or {}).items() if f in families}
+    available = families - set(skipped)
     scores = {f: s for f, s in accuracy_by_family(evaluation).items() if f in available}
     if not scores:
         left_out = "".join(f"; {f} left out: {why}" for f, why in sorted(skipped.items()))
@@ -112,5 +113,4 @@ def pick_family(
             f"({percent_by_family(accuracy)}); "
             f"RL trains on {family}, where GRPO may have nothing to learn from (see the learning signal)"
         )
-    excluded = {f: why for f, why in skipped.items() if f in set(prompt_families)}
-    return FamilyChoice(family=family, accuracy=accuracy, rule=rule, warning=warning, excluded=excluded)
+    return FamilyChoice(family=family, accuracy=accuracy, rule=rule, warning=warning, excluded=skipped)
