@@ -38,6 +38,8 @@ import math
 import re
 import statistics
 import time
+import token
+import tokenize
 from collections import Counter
 from collections.abc import Iterable, Sequence
 from pathlib import Path
@@ -178,9 +180,6 @@ the question, the program of another problem (its shape is another spec's), or a
 def _shape(source: str) -> tuple[tuple[str, ...], list[str], list[str]] | None:
     """A program's tokens with every string and number literal replaced by a placeholder, and the
     string and number literals in order; None when it does not tokenize."""
-    import token
-    import tokenize
-
     shape: list[str] = []
     strings: list[str] = []
     numbers: list[str] = []
