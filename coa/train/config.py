@@ -111,9 +111,9 @@ class SFTParams(TrainLoop):
     )
     repeat: dict[str, int] = Field(
         default_factory=dict,
-        description="Times each example of a family appears in the training set, e.g. {code: 4}: "
+        description="Times each example of a family appears in the training set, e.g. {code: 3}: "
         "a family short of examples gets more of the steps without collecting more (others once; "
-        "the held-out loss's examples are not repeated).",
+        "the held-out loss's examples are not repeated; a family the data lacks repeats nothing).",
     )
     packing: bool = Field(
         default=False,
@@ -147,6 +147,10 @@ class SFTParams(TrainLoop):
     @field_validator("repeat")
     @classmethod
     def _repeat_at_least_once(cls, value: dict[str, int]) -> dict[str, int]:
+        from schemas.task import FAMILIES
+
+        if unknown := sorted(set(value) - set(FAMILIES)):
+            raise ValueError(f"sft.repeat names unknown families {unknown}; task families are {', '.join(FAMILIES)}")
         low = {family: n for family, n in value.items() if n < 1}
         if low:
             raise ValueError(f"sft repeat counts must be >= 1 (got {low}); drop a family with `families`")

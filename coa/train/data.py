@@ -81,17 +81,12 @@ def encode_examples(
     examples: pa.Table, tokenizer: Any, max_length: int | None, repeat: Mapping[str, int] | None = None
 ) -> EncodedExamples:
     """Encode an ``sft.v1`` table (checked against the contract) for training; each example of a
-    family in ``repeat`` comes that many times (``sft.repeat``), the others once."""
+    family in ``repeat`` comes that many times (``sft.repeat``), the others once (a family the data
+    lacks repeats nothing: a profile's ``sft.repeat`` also serves data of fewer families)."""
     import schemas
 
     table = schemas.SFT.conform(examples)
     repeat = repeat or {}
-    present = set(table.column("family").to_pylist())
-    if missing := sorted(set(repeat) - present):
-        raise ExampleError(
-            f"sft.repeat names families with no example to train on: {missing}; set sft.repeat to "
-            f"families of the data ({sorted(present)})"
-        )
     out = EncodedExamples([], [], [], n_rows=table.num_rows, n_truncated=0, n_dropped=0)
     for row in table.select(["example_id", "family", "messages", "observation_spans"]).to_pylist():
         ids, labels = encode_example(tokenizer, row)

@@ -120,6 +120,8 @@ def build_trainer(
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
     train_rows, heldout_rows = split_heldout(examples, config.heldout_fraction, config.heldout_max_examples)
+    if absent := sorted(set(config.repeat) - set(train_rows.column("family").to_pylist())):
+        log.info("sft.repeat names %s, which this data has no example of: nothing repeated for it", absent)
     encoded = encode_examples(train_rows, tokenizer, config.max_length, config.repeat)
     heldout = encode_examples(heldout_rows, tokenizer, config.max_length) if heldout_rows.num_rows else None
     model = AutoModelForCausalLM.from_pretrained(
