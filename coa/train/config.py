@@ -150,7 +150,8 @@ class SFTParams(TrainLoop):
         from schemas.task import FAMILIES
 
         if unknown := sorted(set(value) - set(FAMILIES)):
-            raise ValueError(f"sft.repeat names unknown families {unknown}; task families are {', '.join(FAMILIES)}")
+            known = ", ".join(FAMILIES)
+            raise ValueError(f"sft.repeat names unknown families {unknown}; task families are {known}")
         low = {family: n for family, n in value.items() if n < 1}
         if low:
             raise ValueError(f"sft repeat counts must be >= 1 (got {low}); drop a family with `families`")
