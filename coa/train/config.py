@@ -146,7 +146,7 @@ class SFTParams(TrainLoop):
 
     @field_validator("repeat")
     @classmethod
-    def _repeat_at_least_once(cls, value: dict[str, int]) -> dict[str, int]:
+    def _repeat_known_families_at_least_once(cls, value: dict[str, int]) -> dict[str, int]:
         from schemas.task import FAMILIES
 
         if unknown := sorted(set(value) - set(FAMILIES)):
