@@ -7,12 +7,18 @@
 #      generation / tools / training split of a step
 #   5. the GPU demo's student (configs/demo-gpu.yaml): its SFT steps/s and the minutes its plan's SFT
 #      and round-2 SFT take, then one RL run of that student (rollout tokens/s of the demo's size)
+#   6. demo: the GPU demo's plan end to end (infra/run_plan.py: the plan's steps in-process, no Prefect
+#      on the image) on the data gpu-prepare.sh built, each step's wall time and the training report;
+#      DEMO_OVERRIDES shrinks it to the device time at hand, DEMO_TIMEOUT bounds it (a rerun resumes)
 # Parts can be named to run fewer or in another order (device time is scarce): env always runs first.
 #   bash infra/gpu-check.sh rl profile-rl tests
 # Figures go to $OUT (the device tool's folder) or /tmp/gpu-check; paste them into infra/README.md.
 #
 # Here (with PyPI):      bash infra/gpu-prepare.sh
 # There (device tool):   run(command="bash infra/gpu-check.sh [PART ...]", carry=[".whl", ".gpu"], timeout_s=600)
+# For `demo` (it curates, and its code tool runs in bwrap), a call just before, on the same warm machine:
+#                        run(command="bash infra/gpu-check.sh extra", carry=[".gpu-extra"])
+# then, e.g., DEMO_OVERRIDES="sft.max_steps=400" DEMO_TIMEOUT=300 bash infra/gpu-check.sh demo
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-/tmp/gpu-check}
@@ -20,6 +26,14 @@ WORK=/tmp/gpu-check-work  # models and checkpoints (GBs) stay here; only the JSO
 mkdir -p "$OUT" "$WORK"
 export PYTHONUNBUFFERED=1 TOKENIZERS_PARALLELISM=false
 step() { echo; echo "=== $* ($(date -u +%H:%M:%S))"; }
+install_extra() {  # polars (curation) and bwrap (the code tool's sandbox): too big to travel beside .whl
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site-extra \
+    .gpu-extra/*.whl && install -m 755 .gpu-extra/bwrap /usr/local/bin/bwrap
+}
+if [ "${1:-}" = extra ]; then
+  [ -d .gpu-extra ] || { echo "error: .gpu-extra/ missing: run \`bash infra/gpu-prepare.sh\` here, carry it" >&2; exit 2; }
+  install_extra && echo "extra: polars in /tmp/site-extra, bwrap in /usr/local/bin"; exit
+fi
 [ -d .whl ] && [ -f .gpu/sft.parquet ] || {
   echo "error: .whl/ or .gpu/ missing: run \`bash infra/gpu-prepare.sh\` here and carry both" >&2; exit 2; }
 
@@ -27,6 +41,15 @@ step "env: environment"
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
   || { echo "error: installing the carried wheels failed" >&2; exit 3; }
 export PYTHONPATH=/tmp/site:$PWD
+[ -d .gpu-extra ] && install_extra
+[ -d /tmp/site-extra ] && export PYTHONPATH=$PYTHONPATH:/tmp/site-extra
+if [ -f .gpu/package-version ]; then  # the store's keys hold the code version (coa/version.py): the
+  # package's version as installed where gpu-prepare.sh built the data, and a hash of the source
+  version=$(cat .gpu/package-version)
+  mkdir -p "/tmp/site/coa_pipeline-$version.dist-info"
+  printf 'Metadata-Version: 2.1\nName: coa-pipeline\nVersion: %s\n' "$version" \
+    >"/tmp/site/coa_pipeline-$version.dist-info/METADATA"
+fi
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
 python3 - <<'PY' || exit 3
 import importlib, sys
@@ -44,7 +67,7 @@ backend=(rollout.backend=hf_batched)  # rl.rollout.backend (coa/rl/config.py)
 part() {
   case "$1" in
     tests) step "tests: CUDA-marked tests"
-      timeout 150 python3 -m pytest -q -p no:cacheprovider -m cuda tests/train/test_sft.py tests/rl/test_grpo.py tests/serve/test_engine.py 2>&1 | tail -15 ;;
+      timeout 150 python3 -m pytest -q -p no:cacheprovider -m cuda tests/train/test_sft.py tests/rl/test_grpo.py tests/serve/test_engine.py tests/rollout/test_hf_batched.py 2>&1 | tail -15 ;;
     sft) step "sft: SFT throughput + MFU (Qwen2.5-0.5B shape)"
       timeout 200 python3 bench/bench_sft_gpu.py --data .gpu/sft.parquet --out "$WORK" --steps 30 2>&1 | tail -45 ;;
     rl) step "rl: RL run, hf_batched (Qwen2.5-0.5B shape)"
@@ -56,7 +79,14 @@ part() {
     profile-rl) step "profile-rl: RL of the GPU demo's (random-init) student, hf_batched"
       timeout 120 python3 bench/bench_rl_gpu.py --prompts .gpu/rl.parquet --sft-data .gpu/sft.parquet \
         --out "$WORK/demo-gpu-rl" --profile configs/demo-gpu.yaml --steps 3 "${backend[@]}" 2>&1 | tail -30 ;;
-    *) echo "error: unknown part '$1' (env tests sft rl profile profile-rl)" >&2; return 2 ;;
+    demo) step "demo: configs/demo-gpu.yaml end to end ${DEMO_OVERRIDES:-}"
+      [ -d /tmp/site-extra ] || echo "warning: polars is not installed: run the part 'extra' first" >&2
+      [ -d "$WORK/store" ] || cp -r .gpu/store "$WORK/store"
+      # shellcheck disable=SC2086
+      COA_STORAGE_ROOT=$WORK/store timeout -k 20 "${DEMO_TIMEOUT:-900}" python3 infra/run_plan.py \
+        -c configs/demo-gpu.yaml ${DEMO_OVERRIDES:-} --json "$OUT/demo-gpu.json" 2>&1 \
+        | grep -v -E 'it/s\]|examples/s\]|s/it\]' | tee "$OUT/demo-gpu.log" | tail -80 ;;
+    *) echo "error: unknown part '$1' (env tests sft rl profile profile-rl demo)" >&2; return 2 ;;
   esac
 }
 parts=("$@")

@@ -96,3 +96,24 @@ def test_hf_batched_runs_on_the_callers_model_and_samples(tiny_model: Path) -> N
     episodes = rollout(samples, policy, SpyToolBox(), config)
     assert len({tuple(e.completion_ids) for e in episodes}) > 1
     assert all(lp is not None and lp <= 0 for e in episodes for lp in e.logprobs[: e.completion_tokens])
+
+
+@pytest.mark.cuda
+def test_hf_gives_the_same_greedy_episodes_on_cuda(scripted_student: Path) -> None:
+    """On a GPU the ``hf`` policy's ``generate`` (a static cache, called from the engine's worker
+    thread) runs eagerly: transformers would otherwise compile it with CUDA graphs, which failed in
+    that thread (H200, 2026-11-28: evaluation of the GPU demo stopped at its first batch)."""
+    import torch
+
+    if not torch.cuda.is_available():
+        pytest.skip("needs a CUDA GPU")
+    config = RolloutConfig(max_turns=3, max_new_tokens=64, max_total_tokens=160, concurrency=3)
+    on_gpu = HFPolicy(str(scripted_student), device="cuda", max_batch=3)
+    specs = specs_for(on_gpu, 6)
+    episodes = rollout(specs, on_gpu, SpyToolBox(), config)
+    reference = rollout(
+        specs, HFPolicy(str(scripted_student), device="cpu", max_batch=3), SpyToolBox(), config
+    )
+    assert sum(e.turns >= 2 and len(e.tool_calls) >= 1 for e in episodes) >= 3
+    assert [e.finish for e in episodes] == [e.finish for e in reference]
+    assert [e.completion_ids for e in episodes] == [e.completion_ids for e in reference]

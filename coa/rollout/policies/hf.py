@@ -177,6 +177,9 @@ class HFPolicy:
             # One cache of prompt + max_new_tokens positions per call, not a cache re-allocated a
             # position larger at every decode step (the heap's holes: coa.resources.generation_heap).
             "cache_implementation": "static",
+            # A static cache makes transformers compile the forward with CUDA graphs on a GPU, which
+            # fails in the worker thread generation runs in (and would recompile for each length).
+            "disable_compile": True,
         }
         if not codec.single_token_stops:
             kwargs |= {"stop_strings": list(STOP_TAGS), "tokenizer": codec.tokenizer}

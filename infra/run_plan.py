@@ -1,0 +1,84 @@
+"""Run a profile's plan in this process, without Prefect: for a GPU machine whose image lacks it.
+
+The lent H100/H200 image has torch, transformers and accelerate but no Prefect (and reaches no package
+registry), so ``coa run`` cannot start there. This runs the same plan (:func:`coa.plan.plan`) step by
+step with the function the pipeline's Prefect task calls (:func:`coa.steps.run_step`): every step is
+reused when its artifact is committed, else built and committed, so a run stopped at a time limit
+resumes where it stopped. It prints each step's wall time and, when the report step ran, the
+training report's comparison; ``--json`` writes the stage table and the comparison.
+
+    python3 infra/run_plan.py -c configs/demo-gpu.yaml [key=value ...] [--until convert] [--json F]
+
+``--until STEP`` stops after that step (build the CPU steps on one machine, carry the store, run the
+rest on the GPU). The store is ``COA_STORAGE_ROOT`` as for every ``coa`` command.
+"""
+
+from __future__ import annotations
+
+import argparse
+import signal
+import sys
+import time
+from pathlib import Path
+
+from coa import io
+from coa.evaluate.training_report import format_comparison
+from coa.plan import plan
+from coa.plan.config import load_pipeline_config
+from coa.plan.run_result import run_result
+from coa.steps import StepResult, run_step
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("overrides", nargs="*", help="dotted key=value overrides, as for `coa run`")
+    parser.add_argument("-c", "--config", default="configs/demo-gpu.yaml", help="YAML profile")
+    parser.add_argument("--until", help="stop after this step (its name as `coa run --dry-run` lists it)")
+    parser.add_argument("--json", type=Path, help="write the stage table and the comparison here")
+    args = parser.parse_args(argv)
+
+    cfg = load_pipeline_config(args.config, args.overrides)
+    steps = plan(cfg)
+    names = [step.name for step in steps]
+    if args.until and args.until not in names:
+        parser.error(f"--until {args.until!r} is no step of this plan: {', '.join(names)}")
+    store = io.Store()
+    print(f"plan {cfg.run_name!r} ({args.config}): {' -> '.join(names)}; store {store.root}", flush=True)
+    done: dict[str, StepResult] = {}
+    started = time.monotonic()
+    signal.signal(
+        signal.SIGTERM, _interrupted
+    )  # `timeout` stops it: the steps done so far are still reported
+    try:
+        for step in steps:
+            began = time.monotonic()
+            print(f"--- {step.name} (at {began - started:.0f} s)", flush=True)
+            done[step.name] = result = run_step(step, store, done)
+            how = "reused" if result.reused else "built"
+            print(f"--- {step.name}: {how} in {time.monotonic() - began:.1f} s: {result.ref.uri}", flush=True)
+            if args.json:
+                args.json.write_text(run_result(cfg, steps, done).model_dump_json(indent=1))
+            if step.name == args.until:
+                break
+    finally:
+        outcome = run_result(cfg, steps, done)
+        for row in outcome.stages:
+            if row.status in ("built", "reused"):
+                wall = "" if row.wall_s is None else f"{row.wall_s:8.1f} s"
+                rss = "" if row.peak_rss_mib is None else f"{row.peak_rss_mib:8.0f} MiB"
+                rows = "" if row.rows is None else row.rows
+                print(f"{row.stage:28s} {row.status:7s} {rows:>7} {wall} {rss}")
+        if outcome.comparison:
+            print(format_comparison(outcome.comparison))
+        print(f"total {time.monotonic() - started:.1f} s", flush=True)
+        if args.json:
+            args.json.write_text(outcome.model_dump_json(indent=1))
+    return 0
+
+
+def _interrupted(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt(f"signal {signum}")
+
+
+if __name__ == "__main__":
+    sys.exit(main())
