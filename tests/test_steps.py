@@ -141,7 +141,9 @@ def test_the_demo_plan_reads_as_the_list_of_stages() -> None:
     steps = plan(load_pipeline_config(REPO / "configs" / "demo.yaml"))
     assert [s.name for s in steps] == [
         "synthetic", "collect", "curate", "convert", "student", "sft",
-        "evaluate.before", "evaluate.after", "rl", "evaluate.after_rl", "collect.heldout", "report",
+        "evaluate.before", "evaluate.after",
+        "sample.r1", "curate.r2", "convert.r2", "sft.r2", "evaluate.after_r2",
+        "rl", "evaluate.after_rl", "collect.heldout", "report",
     ]  # fmt: skip
     names = {s.name for s in steps}
     for step in steps:  # every upstream reference names an earlier step

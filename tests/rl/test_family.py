@@ -88,8 +88,8 @@ def test_a_run_of_its_own_needs_the_families_named() -> None:
 
 
 def test_the_plan_evaluates_the_sft_model_before_rl_picks_its_family() -> None:
-    demo = load_pipeline_config("configs/demo.yaml")  # the demo names its family
-    auto = load_pipeline_config("configs/demo.yaml", ["rl.families=auto"])
+    demo = load_pipeline_config("configs/demo.yaml", ["rounds=1"])  # the demo names its family
+    auto = load_pipeline_config("configs/demo.yaml", ["rounds=1", "rl.families=auto"])
     assert demo.rl is not None and demo.rl.families == ("code",)
     named = {s.name: s for s in plan(demo)}
     steps = {s.name: s for s in plan(auto)}
@@ -165,7 +165,7 @@ def test_a_night_with_auto_families_evaluates_its_sft_model_first() -> None:
     from coa.plan.nightly import nightly_plan
 
     for families, has_sft_eval in (("auto", True), ("[math]", False)):
-        cfg = load_pipeline_config("configs/demo.yaml", [f"rl.families={families}"])
+        cfg = load_pipeline_config("configs/demo.yaml", ["rounds=1", f"rl.families={families}"])
         steps = {s.name: s for s in nightly_plan(cfg, champion=None)}
         assert ("evaluate.sft" in steps) == has_sft_eval
         if has_sft_eval:
