@@ -32,6 +32,7 @@ TINY_TRAINING = [
     "evaluate.max_turns=2",
     "evaluate.max_new_tokens=8",
     "evaluate.max_total_tokens=16",
+    "rounds=1",  # the demo's round trains round_sft's 1,000 steps: tests that want a round name it
 ]
 SMALL = [
     "synthetic.train={arithmetic: 6, multihop: 6, programming: 3}",
