@@ -46,9 +46,8 @@ def main(argv: list[str] | None = None) -> int:
     print(f"plan {cfg.run_name!r} ({args.config}): {' -> '.join(names)}; store {store.root}", flush=True)
     done: dict[str, StepResult] = {}
     started = time.monotonic()
-    signal.signal(
-        signal.SIGTERM, _interrupted
-    )  # `timeout` stops it: the steps done so far are still reported
+    # `timeout` stops it with SIGTERM: the steps done so far are still reported (the finally below)
+    signal.signal(signal.SIGTERM, _interrupted)
     try:
         for step in steps:
             began = time.monotonic()
