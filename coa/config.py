@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import difflib
 import json
+import re
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -93,6 +94,14 @@ def apply_overrides(data: Mapping[str, Any], overrides: Sequence[str]) -> dict[s
             value = yaml.safe_load(raw) if raw != "" else ""
         except yaml.YAMLError as e:
             raise ConfigError(f"override {key}: cannot parse value {raw!r}: {e}") from e
+        if (glued := _glued_key(value)) is not None:
+            spaced = re.sub(r"(?<=[\w-]):(?=[^/\s])", ": ", raw)
+            name, first = glued.split(":", 1)
+            raise ConfigError(
+                f"override {key}: {raw!r} parses as the key {glued!r} with no value (YAML needs a space "
+                f"after the colon in a mapping): write {key}={spaced!r} (quoted in the shell) or one "
+                f"override a key, such as {key}.{name}={first}"
+            )
         parts = key.strip().split(".")
         node: Any = out
         for depth, part in enumerate(parts):
@@ -115,6 +124,25 @@ def apply_overrides(data: Mapping[str, Any], overrides: Sequence[str]) -> dict[s
             else:
                 raise ConfigError(f"override {key}: {'.'.join(parts[:depth])} is a value, not a section")
     return out
+
+
+_GLUED = re.compile(r"[A-Za-z_][\w.-]*:[^/\s]")  # name:value, not a URL (http://…)
+
+
+def _glued_key(value: Any) -> str | None:
+    """The first mapping key in ``value`` that is ``name:value`` with no value of its own: what YAML
+    makes of ``{code:6}`` (a flow mapping whose colons lack the space after them)."""
+    if isinstance(value, dict):
+        for k, v in value.items():
+            if v is None and isinstance(k, str) and _GLUED.match(k):
+                return k
+            if (inner := _glued_key(v)) is not None:
+                return inner
+    elif isinstance(value, list):
+        for v in value:
+            if (inner := _glued_key(v)) is not None:
+                return inner
+    return None
 
 
 def build_config(data: Mapping[str, Any], model: type[StrictModel], origin: str = "config") -> Any:

@@ -61,6 +61,18 @@ def test_override_index_out_of_range() -> None:
         apply_overrides({"tasks": {"sources": []}}, ["tasks.sources.3.path=x"])
 
 
+def test_override_mapping_without_spaces_says_how_to_write_it() -> None:
+    # YAML reads {code:6} as the key "code:6" with no value: refused with the two ways that work
+    with pytest.raises(ConfigError, match=r"round_sft\.repeat\.code=6"):
+        apply_overrides({}, ["round_sft.repeat={code:6,mhqa:2}"])
+    with pytest.raises(ConfigError, match="space"):
+        apply_overrides({}, ["a=[{x:1}]"])
+    assert apply_overrides({}, ["round_sft.repeat={code: 6, mhqa: 2}"]) == {
+        "round_sft": {"repeat": {"code": 6, "mhqa": 2}}
+    }
+    assert apply_overrides({}, ["hosts={'http://x': null}"]) == {"hosts": {"http://x": None}}
+
+
 def test_override_without_equals() -> None:
     with pytest.raises(ConfigError, match="key.path=value"):
         apply_overrides({}, ["tasks.name"])
