@@ -97,10 +97,10 @@ def apply_overrides(data: Mapping[str, Any], overrides: Sequence[str]) -> dict[s
         if (glued := _glued_key(value)) is not None:
             spaced = re.sub(r"(?<=[\w-]):(?=[^/\s])", ": ", raw)
             name, first = glued.split(":", 1)
+            one_key = f" or one override a key, such as {key}.{name}={first}" if glued in value else ""
             raise ConfigError(
                 f"override {key}: {raw!r} parses as the key {glued!r} with no value (YAML needs a space "
-                f"after the colon in a mapping): write {key}={spaced!r} (quoted in the shell) or one "
-                f"override a key, such as {key}.{name}={first}"
+                f"after the colon in a mapping): write {key}={spaced!r} (quoted in the shell){one_key}"
             )
         parts = key.strip().split(".")
         node: Any = out
