@@ -219,10 +219,18 @@ class CoaSFTTrainer(SFTTrainer):
 
 class HeldoutLoss(TrainerCallback):
     """Every ``every`` optimizer steps (and at the last), the mean loss per trained token on the
-    held-out examples, appended to the trainer's log history (so it survives a resume)."""
+    held-out examples, appended to the trainer's log history (so it survives a resume).
+
+    The examples are batched in order of length (``batch_size`` at a time), so a batch pads to a
+    length close to its own examples' instead of to the longest of a random four: the loss is a sum
+    over trained tokens, which the order does not change. The pass runs under ``no_grad`` in eval
+    mode and draws no random numbers, so how often it runs does not change the trained weights.
+    """
 
     def __init__(self, trainer: Any, heldout: EncodedExamples, every: int, batch_size: int) -> None:
         self.trainer, self.heldout, self.every, self.batch_size = trainer, heldout, every, batch_size
+        order = sorted(range(len(heldout.input_ids)), key=lambda i: len(heldout.input_ids[i]))
+        self.batches = [order[start : start + batch_size] for start in range(0, len(order), batch_size)]
 
     def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         if state.global_step % self.every and state.global_step < state.max_steps:
@@ -240,9 +248,9 @@ class HeldoutLoss(TrainerCallback):
         pad = self.trainer.processing_class.pad_token_id or 0
         total, count = 0.0, 0
         with torch.no_grad():
-            for start in range(0, len(self.heldout.input_ids), self.batch_size):
-                ids = self.heldout.input_ids[start : start + self.batch_size]
-                labels = self.heldout.labels[start : start + self.batch_size]
+            for indices in self.batches:
+                ids = [self.heldout.input_ids[i] for i in indices]
+                labels = [self.heldout.labels[i] for i in indices]
                 width = max(len(x) for x in ids)
                 batch = torch.tensor([x + [pad] * (width - len(x)) for x in ids], device=model.device)
                 target = torch.tensor([y + [-100] * (width - len(y)) for y in labels], device=model.device)

@@ -396,3 +396,41 @@ def test_heldout_loss_is_measured_and_plotted(tiny_model: Path, sft_rows: pa.Tab
     assert [s for s, _ in result.heldout_loss_curve] == [2, 4]
     assert all(0 < v < 20 for _, v in result.heldout_loss_curve)
     assert Path(result.loss_curve_png).stat().st_size > 0
+
+
+def test_heldout_loss_leaves_the_trained_weights_alone(
+    tiny_model: Path, sft_rows: pa.Table, tmp_path: Path
+) -> None:
+    # A held-out pass every step, or only at the last: the same weights, bit for bit (CPU, same threads).
+    runs = {
+        every: run_sft(
+            sft_rows, _config(tiny_model, heldout_fraction=0.1, eval_steps=every), tmp_path / str(every)
+        )
+        for every in (1, 100)
+    }
+    assert [s for s, _ in runs[1].heldout_loss_curve] == [1, 2, 3, 4, 5, 6]
+    assert [s for s, _ in runs[100].heldout_loss_curve] == [6]
+    often, once = _weights(runs[1].model_dir), _weights(runs[100].model_dir)
+    assert often.keys() == once.keys() and all(torch.equal(often[k], once[k]) for k in often)
+    assert runs[1].heldout_loss_curve[-1] == runs[100].heldout_loss_curve[-1]
+
+
+def test_heldout_loss_does_not_depend_on_how_examples_are_batched(
+    tiny_model: Path, sft_rows: pa.Table
+) -> None:
+    from types import SimpleNamespace
+
+    from coa.train.sft_trainer import HeldoutLoss
+
+    tokenizer = AutoTokenizer.from_pretrained(tiny_model)
+    encoded = encode_examples(sft_rows, tokenizer, 256)
+    lengths = {len(ids) for ids in encoded.input_ids}
+    assert len(lengths) > 1  # padding happens, so batching could matter
+    trainer = SimpleNamespace(
+        model=AutoModelForCausalLM.from_pretrained(tiny_model), processing_class=tokenizer
+    )
+    one_by_one = HeldoutLoss(trainer, encoded, every=1, batch_size=1)
+    batched = HeldoutLoss(trainer, encoded, every=1, batch_size=8)
+    widths = [max(len(encoded.input_ids[i]) for i in b) for b in batched.batches]
+    assert widths == sorted(widths)  # batched by length
+    assert batched.loss() == pytest.approx(one_by_one.loss(), rel=1e-5)
