@@ -141,6 +141,34 @@ def generation_heap(threshold: int = GENERATION_MMAP_THRESHOLD) -> Iterator[bool
                 _mmap_threshold(_DEFAULT_MMAP_THRESHOLD_MAX)
 
 
+def processor_name(cpuinfo: str = "/proc/cpuinfo") -> str:
+    """The CPU's model as the kernel names it (``lscpu``'s "Model name"), else ``platform``'s guess.
+
+    Training results record it beside their speed: the same plan's steps per minute differ ~3x between
+    CPU kinds (docs/performance.md), so a timing without its CPU cannot be compared.
+    """
+    import platform
+
+    try:
+        with open(cpuinfo, encoding="utf-8", errors="replace") as f:
+            for line in f:
+                key, _, value = line.partition(":")
+                if key.strip() in ("model name", "Processor", "cpu model") and value.strip():
+                    return value.strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine() or "unknown CPU"
+
+
+def device_name(device: str) -> str:
+    """``device``'s hardware: a CUDA device's name, else the CPU's model and the threads torch uses."""
+    import torch
+
+    if device.startswith("cuda") and torch.cuda.is_available():
+        return str(torch.cuda.get_device_name(torch.device(device)))
+    return f"{processor_name()}, {torch.get_num_threads()} threads"
+
+
 def _maxrss_mib(who: int) -> float:
     """``ru_maxrss`` in MiB (Linux reports KiB, macOS bytes)."""
     value = resource.getrusage(who).ru_maxrss

@@ -146,3 +146,17 @@ def test_the_runner_records_a_built_step_and_a_reuse_reports_none(tmp_path: Path
     assert reused.reused and reused.resources is None
     recorded = BuildResources.from_json(io.read_lineage(built.ref)["resources"])
     assert recorded == BuildResources.from_json(built.resources.to_json())
+
+
+def test_the_processor_is_named_as_the_kernel_names_it(tmp_path: Path) -> None:
+    from coa.resources import device_name, processor_name
+
+    cpuinfo = tmp_path / "cpuinfo"
+    cpuinfo.write_text(
+        "processor\t: 0\nvendor_id\t: AuthenticAMD\nmodel name\t: AMD EPYC 7B13\nflags\t: fpu\n"
+    )
+    assert processor_name(str(cpuinfo)) == "AMD EPYC 7B13"
+    assert processor_name(str(tmp_path / "absent")) != ""  # platform's guess, never empty
+    import torch
+
+    assert device_name("cpu") == f"{processor_name()}, {torch.get_num_threads()} threads"

@@ -55,6 +55,7 @@ def run(
         raise _failed_run(state.message or "the pipeline run failed")
     result: RunResult = state.result()
     _print_stage_table(result.stages)
+    _print_training_speed(result)
     if result.comparison:
         from coa.evaluate.training_report import format_comparison
 
@@ -101,6 +102,24 @@ def _print_stage_table(stages: Sequence[StageRow]) -> None:
     if metered:
         top = max(metered, key=lambda s: s.peak_rss_mib or 0.0)
         console.print(f"peak memory of the steps built: {top.peak_rss_mib or 0.0:,.0f} MiB, in {top.stage}")
+
+
+def _print_training_speed(result: RunResult) -> None:
+    """For each SFT step built in this run: its steps a minute and tokens a second, and on what."""
+    from coa import io
+    from coa.train.config import SFT, SFTResult
+
+    for row in result.stages:
+        ref = result.refs.get(row.stage)
+        if row.status != "built" or ref is None or SFT.result_file not in ref.files:
+            continue
+        r = SFTResult.model_validate_json(io.read_file(ref, SFT.result_file))
+        if r.steps_run and r.train_runtime_s > 0:
+            pace = r.steps_run / r.train_runtime_s * 60
+            typer.echo(  # plain: a rich console would wrap it
+                f"{row.stage}: {r.steps_run:,} steps at {pace:,.0f} steps/min, "
+                f"{r.tokens_per_s:,.0f} tokens/s on {r.device_name or r.device}"
+            )
 
 
 def _duration(seconds: float) -> str:

@@ -365,6 +365,11 @@ class RLResult(BaseModel):
     )
     train_runtime_s: float = Field(description="Wall time of the training loop in this call.")
     device: str
+    device_name: str | None = Field(
+        default=None,
+        description="The GPU's name, or the CPU's model and the threads torch trained with (results "
+        "written before 2026-11-28 have none).",
+    )
     time_budget_s: float | None = None
     curves_png: str = Field(description="Reward / entropy / zero-variance curves.")
     judge_audit: dict[str, object] | None = Field(

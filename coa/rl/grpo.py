@@ -52,6 +52,7 @@ from typing import Any
 
 import pyarrow as pa
 
+from coa.resources import device_name
 from coa.rl.callbacks import Deadline, EntropyGuard
 from coa.rl.config import RL, EntropyCollapse, RLError, RLResult, RLRunConfig
 from coa.rl.curves import CURVE_KEYS, curves, plot_curves
@@ -301,6 +302,7 @@ def _rl_result(
             curves=curves(trainer.state.log_history),
             train_runtime_s=round(runtime, 3),
             device=str(trainer.args.device),
+            device_name=device_name(str(trainer.args.device)),
             time_budget_s=config.time_budget_s,
             curves_png=str(out / CURVES_PNG),
             judge_audit=getattr(trainer, "coa_judge_audit", None),

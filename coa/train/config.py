@@ -211,6 +211,11 @@ class SFTResult(BaseModel):
     packing: bool
     bf16: bool
     device: str
+    device_name: str | None = Field(
+        default=None,
+        description="The GPU's name, or the CPU's model and the threads torch trained with (results "
+        "written before 2026-11-28 have none).",
+    )
     lora: bool
     time_budget_s: float | None = None
     calibrated_step_s: float | None = Field(default=None, description="Seconds per optimizer step measured.")

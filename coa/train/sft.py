@@ -46,6 +46,7 @@ from typing import Any
 
 import pyarrow as pa
 
+from coa.resources import device_name
 from coa.train import curves
 from coa.train.config import SFT, SFTResult, SFTRunConfig
 from coa.train.kit import entry
@@ -141,6 +142,7 @@ def _sft_result(
             packing=config.packing,
             bf16=built.bf16,
             device=built.device,
+            device_name=device_name(built.device),
             lora=config.lora is not None,
             time_budget_s=config.time_budget_s,
             calibrated_step_s=plan.calibrated_step_s,

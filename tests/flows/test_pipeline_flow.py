@@ -76,6 +76,8 @@ def test_pipeline_runs_built_stages_and_reports_the_rest(
     assert stages["evaluate.after_rl"].rows == 5 and io.read_lineage(refs["rl"].uri)["steps_run"] == 2
     assert stages["collect.heldout"].rows == 5
     assert Path(result.training_report or "").is_file()
+    page = Path(result.training_report or "").read_text()
+    assert "steps/min on " in page and " threads" in page  # SFT's speed, beside the CPU it ran on
     families = [row["family"] for row in result.comparison]
     assert families[-1] == "all" and set(families) == {"math", "mhqa", "code", "all"}
     assert all(

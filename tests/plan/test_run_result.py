@@ -134,3 +134,42 @@ def test_coa_run_prints_the_typed_result(monkeypatch: pytest.MonkeyPatch) -> Non
     assert "student on held-out tasks, before and after SFT" in out.output
     assert "curation report: file:///store/curated/x-1/report.html" in out.output
     assert "training report: /tmp/training_report.html" in out.output
+
+
+def test_coa_run_prints_each_built_sfts_speed_and_the_machine(monkeypatch: pytest.MonkeyPatch) -> None:
+    import flows.pipeline
+    from coa import io
+    from coa.cli import app
+    from coa.train.config import SFTResult
+
+    sft = SFTResult(
+        model_dir="m", output_dir="o", steps_planned=5000, steps_run=5000, start_step=0, global_step=5000,
+        final_loss=0.01, loss_curve=[], tokens_seen=8_255_166, session_tokens=8_255_166,
+        trained_tokens=4_794_981, train_runtime_s=786.4, tokens_per_s=10_496.8, n_examples=4350,
+        n_truncated=0, n_dropped=0, n_rows=5334, packing=False, bf16=False, device="cpu",
+        device_name="Intel(R) Xeon(R) Processor, 2 threads", lora=False, loss_curve_png="l.png",
+    )  # fmt: skip
+    ref = _ref("model", {}).model_copy(
+        update={"uri": "file:///store/model/sft-1", "files": ("sft_result.json",)}
+    )
+    done = _done() | {
+        "sft": StepResult("sft", ref, False, {}),
+        "sft.r2": StepResult("sft.r2", ref, True, {}),  # reused: not this run's speed
+    }
+    read: list[str] = []
+
+    def read_file(r: ArtifactRef, name: str) -> str:
+        read.append(name)
+        return sft.model_dump_json()
+
+    cfg = load_pipeline_config(DEMO, [])
+    monkeypatch.setattr(flows.pipeline, "pipeline", lambda **kw: _Done(run_result(cfg, plan(cfg), done)))
+    monkeypatch.setattr(io, "read_file", read_file)
+    monkeypatch.chdir(REPO)
+    out = CliRunner().invoke(app, ["run", "--config", "configs/demo.yaml"], terminal_width=200)
+    assert out.exit_code == 0, out.output
+    assert (
+        "sft: 5,000 steps at 381 steps/min, 10,497 tokens/s on Intel(R) Xeon(R) Processor, 2 threads"
+        in out.output
+    )
+    assert "sft.r2:" not in out.output and read == ["sft_result.json"]

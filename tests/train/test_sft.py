@@ -100,6 +100,7 @@ def test_short_run_changes_weights_and_lowers_loss(
     )
     assert result.tokens_seen == result.session_tokens > result.trained_tokens > 0
     assert result.tokens_per_s > 0 and result.device == "cpu" and result.bf16 is False
+    assert result.device_name is not None and result.device_name.endswith(" threads")  # the CPU it ran on
     assert (tmp_path / LOSS_PNG).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert json.loads((tmp_path / RESULT_FILE).read_text())["steps_run"] == 20
     assert last_checkpoint(tmp_path / "checkpoints") == tmp_path / "checkpoints" / "checkpoint-20"
