@@ -111,9 +111,9 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="coa-bench-heldout-") as tmp:
         for eval_steps in (args.steps, min(every)):
             config = SFTRunConfig(
-                base_model=args.model, max_steps=args.steps, save_steps=10 * args.steps,
-                eval_steps=eval_steps,
-                logging_steps=50, warmup_steps=min(30, args.steps // 10), **params,
+                base_model=args.model, max_steps=args.steps, eval_steps=eval_steps,
+                save_steps=10 * args.steps, logging_steps=50, warmup_steps=min(30, args.steps // 10),
+                **params,
             )  # fmt: skip
             runs[eval_steps] = result = run_sft(examples, config, Path(tmp) / f"every-{eval_steps}")
             model = AutoModelForCausalLM.from_pretrained(result.model_dir)
