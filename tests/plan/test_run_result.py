@@ -169,7 +169,7 @@ def test_coa_run_prints_each_built_sfts_speed_and_the_machine(monkeypatch: pytes
     out = CliRunner().invoke(app, ["run", "--config", "configs/demo.yaml"], terminal_width=200)
     assert out.exit_code == 0, out.output
     assert (
-        "sft: 5,000 steps at 381 steps/min, 10,497 tokens/s on Intel(R) Xeon(R) Processor, 2 threads"
+        "sft: 5,000 steps, 10,497 tokens/s, 381 steps/min on Intel(R) Xeon(R) Processor, 2 threads"
         in out.output
     )
     assert "sft.r2:" not in out.output and read == ["sft_result.json"]
