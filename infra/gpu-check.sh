@@ -52,7 +52,7 @@ if [ -f .gpu/package-version ]; then  # the store's keys hold the code version (
 fi
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
 python3 - <<'PY' || exit 3
-import importlib, sys
+import importlib, importlib.util, sys
 import torch, transformers, trl, accelerate, pyarrow, datasets, pydantic
 print(f"python {sys.version.split()[0]} torch {torch.__version__} cuda {torch.version.cuda} "
       f"transformers {transformers.__version__} trl {trl.__version__} accelerate {accelerate.__version__} "
@@ -61,6 +61,12 @@ assert torch.cuda.is_available(), "torch sees no CUDA device"
 for module in ("coa.train.sft", "coa.rl.grpo", "coa.rollout.policies.hf_batched"):
     importlib.import_module(module)
 print("imports: ok on", torch.cuda.get_device_name(0))
+# what only the demo's steps import (curation's gate, the math scorer, the code tool's sandbox): said
+# now, not minutes into the demo (the 2026-11-28 H200 run stopped at curate.r2 after 335 s)
+missing = [m for m in ("great_expectations", "math_verify", "bm25s", "polars") if importlib.util.find_spec(m) is None]
+if missing:
+    print(f"warning: the part 'demo' needs {', '.join(missing)}: rerun infra/gpu-prepare.sh here "
+          "(polars: run the part 'extra' first on the same warm machine)")
 PY
 
 backend=(rollout.backend=hf_batched)  # rl.rollout.backend (coa/rl/config.py)

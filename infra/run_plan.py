@@ -55,6 +55,8 @@ def main(argv: list[str] | None = None) -> int:
             done[step.name] = result = run_step(step, store, done)
             how = "reused" if result.reused else "built"
             print(f"--- {step.name}: {how} in {time.monotonic() - began:.1f} s: {result.ref.uri}", flush=True)
+            if headline := result.summary.get("headline"):  # an evaluation's accuracies, said as it ends:
+                print(f"    {headline}", flush=True)  # a run cut by the device time still reports them
             if args.json:
                 args.json.write_text(run_result(cfg, steps, done).model_dump_json(indent=1))
             if step.name == args.until:

@@ -174,13 +174,17 @@ class HFPolicy:
             "pad_token_id": codec.pad_id,
             "return_dict_in_generate": True,
             "output_logits": True,
-            # One cache of prompt + max_new_tokens positions per call, not a cache re-allocated a
-            # position larger at every decode step (the heap's holes: coa.resources.generation_heap).
-            "cache_implementation": "static",
-            # A static cache makes transformers compile the forward with CUDA graphs on a GPU, which
+            # A static cache on a GPU makes transformers compile the forward with CUDA graphs, which
             # fails in the worker thread generation runs in (and would recompile for each length).
             "disable_compile": True,
         }
+        if self.device.startswith("cpu"):
+            # One cache of prompt + max_new_tokens positions per call, not a cache re-allocated a
+            # position larger at every decode step (the heap's holes: coa.resources.generation_heap).
+            # CPU only: an RL trainer's model under bf16 mixed precision runs its forward in autocast,
+            # which gives fp32 keys (RoPE) and bf16 values, and a static cache holds one dtype (the
+            # H200's RL step failed in `index_copy_`); CUDA's caching allocator has no such holes.
+            kwargs["cache_implementation"] = "static"
         if not codec.single_token_stops:
             kwargs |= {"stop_strings": list(STOP_TAGS), "tokenizer": codec.tokenizer}
         if sampling.greedy:
