@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import signal
 import sys
+import textwrap
 import time
 from pathlib import Path
 
@@ -56,7 +57,7 @@ def main(argv: list[str] | None = None) -> int:
             how = "reused" if result.reused else "built"
             print(f"--- {step.name}: {how} in {time.monotonic() - began:.1f} s: {result.ref.uri}", flush=True)
             if headline := result.summary.get("headline"):  # an evaluation's accuracies, said as it ends:
-                print(f"    {headline}", flush=True)  # a run cut by the device time still reports them
+                print(textwrap.indent(headline, "    "), flush=True)  # a run cut short still reports them
             if args.json:
                 args.json.write_text(run_result(cfg, steps, done).model_dump_json(indent=1))
             if step.name == args.until:

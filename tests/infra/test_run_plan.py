@@ -51,3 +51,16 @@ def test_an_unknown_step_is_refused_with_the_plans_names(
     assert exit_.value.code == 2
     assert "--until 'train' is no step of this plan: synthetic, collect" in capsys.readouterr().err
     assert not (tmp_path / "store").exists() or not any((tmp_path / "store").rglob("*.parquet"))
+
+
+@pytest.mark.sandbox
+def test_each_steps_headline_is_said_as_the_step_ends(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A run cut short (the GPU's device time) still shows what its finished steps measured."""
+    monkeypatch.setenv("COA_STORAGE_ROOT", str(tmp_path / "store"))
+    tiny = "synthetic.train={arithmetic: 12, multihop: 4, programming: 4}"
+    assert load_runner().main(["-c", str(ROOT / "configs/demo.yaml"), tiny, "--until", "curate"]) == 0
+    out = capsys.readouterr().out
+    said = out[out.index("--- curate: built") :].splitlines()[1:]
+    assert said and said[0].startswith("    ") and said[0].strip()  # the curation's headline, indented
