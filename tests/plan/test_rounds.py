@@ -39,7 +39,7 @@ def test_two_rounds_add_the_round_steps_with_their_inputs() -> None:
     assert by["curate.r2"].config == by["curate"].config
     assert by["convert.r2"].inputs["curated"] == Upstream("curate.r2", "trajectories")
     assert by["sft.r2"].inputs == {"base": Upstream("sft"), "data": Upstream("convert.r2", "sft")}
-    assert (by["sft"].config.max_steps, by["sft.r2"].config.max_steps) == (3000, 300)
+    assert (by["sft"].config.max_steps, by["sft.r2"].config.max_steps) == (5000, 300)
     assert by["sft.r2"].config.learning_rate == by["sft"].config.learning_rate  # only the override differs
     assert by["evaluate.after_r2"].inputs["model"] == Upstream("sft.r2")
     assert by["rl"].inputs["base"] == Upstream("sft.r2")  # RL follows the last round
