@@ -174,8 +174,9 @@ class HFPolicy:
             "pad_token_id": codec.pad_id,
             "return_dict_in_generate": True,
             "output_logits": True,
-            # A static cache on a GPU makes transformers compile the forward with CUDA graphs, which
-            # fails in the worker thread generation runs in (and would recompile for each length).
+            # Never compiled: with a static cache transformers would compile the forward with CUDA
+            # graphs on a GPU, which fail in the worker thread generation runs in (and recompile for
+            # each length).
             "disable_compile": True,
         }
         if self.device.startswith("cpu"):
