@@ -9,7 +9,8 @@
 #      and round-2 SFT take, then one RL run of that student (rollout tokens/s of the demo's size)
 #   6. demo: the GPU demo's plan end to end (infra/run_plan.py: the plan's steps in-process, no Prefect
 #      on the image) on the data gpu-prepare.sh built, each step's wall time and the training report;
-#      DEMO_OVERRIDES shrinks it to the device time at hand, DEMO_TIMEOUT bounds it (a rerun resumes)
+#      DEMO_OVERRIDES shrinks it to the device time at hand, DEMO_TIMEOUT bounds it (a rerun resumes);
+#      it stops at once (exit 4) when the carried store was built for other code (DEMO_REBUILD=1: go on)
 # Parts can be named to run fewer or in another order (device time is scarce): env always runs first.
 #   bash infra/gpu-check.sh rl profile-rl tests
 # Figures go to $OUT (the device tool's folder) or /tmp/gpu-check; paste them into infra/README.md.
@@ -88,9 +89,12 @@ part() {
     demo) step "demo: configs/demo-gpu.yaml end to end ${DEMO_OVERRIDES:-}"
       [ -d /tmp/site-extra ] || echo "warning: polars is not installed: run the part 'extra' first" >&2
       [ -d "$WORK/store" ] || cp -r .gpu/store "$WORK/store"
+      # the carried store must hold the steps up to convert for this code (their keys hold its hash):
+      # else the run stops at once instead of collecting on device time (DEMO_REBUILD=1: build them)
+      reuse=(--expect-reused convert); [ "${DEMO_REBUILD:-0}" = 1 ] && reuse=()
       # shellcheck disable=SC2086
       COA_STORAGE_ROOT=$WORK/store timeout -k 20 "${DEMO_TIMEOUT:-900}" python3 infra/run_plan.py \
-        -c configs/demo-gpu.yaml ${DEMO_OVERRIDES:-} --json "$OUT/demo-gpu.json" 2>&1 \
+        -c configs/demo-gpu.yaml ${DEMO_OVERRIDES:-} "${reuse[@]}" --json "$OUT/demo-gpu.json" 2>&1 \
         | grep -v -E 'it/s\]|examples/s\]|s/it\]' | tee "$OUT/demo-gpu.log" | tail -80 ;;
     *) echo "error: unknown part '$1' (env tests sft rl profile profile-rl demo)" >&2; return 2 ;;
   esac

@@ -10,7 +10,11 @@ training report's comparison; ``--json`` writes the stage table and the comparis
     python3 infra/run_plan.py -c configs/demo-gpu.yaml [key=value ...] [--until convert] [--json F]
 
 ``--until STEP`` stops after that step (build the CPU steps on one machine, carry the store, run the
-rest on the GPU). The store is ``COA_STORAGE_ROOT`` as for every ``coa`` command.
+rest on the GPU). ``--expect-reused STEP`` is the other end of that: before anything runs, every step
+up to STEP must be committed in the store, else it stops (exit 4) naming the steps it would build:
+a store carried for other code or another config has none of this plan's keys (they hold the source
+hash, ``coa/version.py``), and rebuilding them would spend the GPU's minutes on CPU work. The store
+is ``COA_STORAGE_ROOT`` as for every ``coa`` command.
 """
 
 from __future__ import annotations
@@ -26,8 +30,9 @@ from coa import io
 from coa.evaluate.training_report import format_comparison
 from coa.plan import plan
 from coa.plan.config import load_pipeline_config
+from coa.plan.preview import preview
 from coa.plan.run_result import run_result
-from coa.steps import StepResult, run_step
+from coa.steps import Step, StepResult, run_step
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -36,15 +41,29 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("-c", "--config", default="configs/demo-gpu.yaml", help="YAML profile")
     parser.add_argument("--until", help="stop after this step (its name as `coa run --dry-run` lists it)")
     parser.add_argument("--json", type=Path, help="write the stage table and the comparison here")
+    parser.add_argument(
+        "--expect-reused", metavar="STEP", help="stop (exit 4) unless every step up to STEP is in the store"
+    )
     args = parser.parse_args(argv)
 
     cfg = load_pipeline_config(args.config, args.overrides)
     steps = plan(cfg)
     names = [step.name for step in steps]
-    if args.until and args.until not in names:
-        parser.error(f"--until {args.until!r} is no step of this plan: {', '.join(names)}")
+    for option, name in (("--until", args.until), ("--expect-reused", args.expect_reused)):
+        if name and name not in names:
+            parser.error(f"{option} {name!r} is no step of this plan: {', '.join(names)}")
     store = io.Store()
     print(f"plan {cfg.run_name!r} ({args.config}): {' -> '.join(names)}; store {store.root}", flush=True)
+    if args.expect_reused and (missing := not_in_store(steps, store, args.expect_reused)):
+        print(
+            f"error: {', '.join(missing)} would be built, not reused: the store at {store.root} holds no "
+            f"artifact of this plan's keys for them (built for other code, see coa/version.py, or another "
+            f"config). Rebuild it where the CPU is cheap (bash infra/gpu-prepare.sh) and carry it again, "
+            f"or drop --expect-reused to build them here",
+            file=sys.stderr,
+            flush=True,
+        )
+        return 4
     done: dict[str, StepResult] = {}
     started = time.monotonic()
     # `timeout` stops it with SIGTERM: the steps done so far are still reported (the finally below)
@@ -76,6 +95,13 @@ def main(argv: list[str] | None = None) -> int:
         if args.json:
             args.json.write_text(outcome.model_dump_json(indent=1))
     return 0
+
+
+def not_in_store(steps: list[Step], store: io.Store, last: str) -> list[str]:
+    """The steps up to ``last`` (included) that running the plan would build rather than reuse."""
+    names = [step.name for step in steps]
+    upto = steps[: names.index(last) + 1]
+    return [planned.name for planned in preview(upto, store) if not planned.status.startswith("reuse")]
 
 
 def _interrupted(signum: int, frame: object) -> None:

@@ -64,3 +64,25 @@ def test_each_steps_headline_is_said_as_the_step_ends(
     out = capsys.readouterr().out
     said = out[out.index("--- curate: built") :].splitlines()[1:]
     assert said and said[0].startswith("    ") and said[0].strip()  # the curation's headline, indented
+
+
+def test_a_store_without_the_plans_first_steps_is_refused_before_anything_runs(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A store carried to the GPU for other code or config is said at once, not rebuilt on device time."""
+    monkeypatch.setenv("COA_STORAGE_ROOT", str(tmp_path / "store"))
+    runner = load_runner()
+    tiny = "synthetic.train={arithmetic: 20, multihop: 10, programming: 10}"
+    config = ["-c", str(ROOT / "configs/demo.yaml"), tiny]
+    assert runner.main([*config, "--until", "synthetic"]) == 0
+    built = sorted(p.parent.name for p in (tmp_path / "store").rglob("_COMMITTED"))
+    capsys.readouterr()
+
+    other = [*config, "synthetic.seed=7", "--until", "collect", "--expect-reused", "synthetic"]
+    assert runner.main(other) == 4
+    err = capsys.readouterr().err
+    assert "error: synthetic would be built, not reused" in err and "infra/gpu-prepare.sh" in err
+    assert sorted(p.parent.name for p in (tmp_path / "store").rglob("_COMMITTED")) == built  # nothing ran
+
+    assert runner.main([*config, "--until", "synthetic", "--expect-reused", "synthetic"]) == 0
+    assert "--- synthetic: reused" in capsys.readouterr().out
