@@ -122,8 +122,13 @@ PROFILE_SFT = "profile-sft.parquet"  # the examples the profile's student trains
 
 
 def profile_student(profile: Path, data: Path, out: Path) -> tuple[Path, pa.Table, dict]:
-    """The profile's student (``student.tiny``, tokenizer trained on its ``sft.families`` examples):
-    its folder, the examples it trains on (also written to ``out``), and the profile's merged layers."""
+    """The profile's student (``student.tiny``, tokenizer trained on its ``sft.families`` examples),
+    left random: its folder, the examples it trains on (also written to ``out``), and the profile's
+    merged layers.
+
+    The profile's ``pretrain_steps`` are not run: the benches time steps, which the weights do not
+    change, and the GPU demo's 4,000 pretraining steps (~130 s on an H200) alone outlasted the
+    ``profile`` and ``profile-rl`` parts' 120 s in ``infra/gpu-check.sh`` (no figure, 2026-11-27/28)."""
     import pyarrow.compute as pc
 
     from coa.config import load_yaml_layers
@@ -136,7 +141,7 @@ def profile_student(profile: Path, data: Path, out: Path) -> tuple[Path, pa.Tabl
         table = table.filter(pc.is_in(table.column("family"), pa.array(list(families))))
     out.mkdir(parents=True, exist_ok=True)
     pq.write_table(table, out / PROFILE_SFT)
-    student = TinyModelConfig(**(layers.get("student") or {}).get("tiny", {}))
+    student = TinyModelConfig(**{**(layers.get("student") or {}).get("tiny", {}), "pretrain_steps": 0})
     return init_model(sft_corpus(table), student, out / "profile-student"), table, layers
 
 
