@@ -41,6 +41,11 @@ its family the one the round sampled (``sampling.families``).
    (:func:`coa.evaluate.compare.compare`), training time, steps, and how far each model's weights
    moved from the SFT model's (relative L2). ``--out`` writes it as JSON.
 
+5. **Where the points come from**: the same tasks by kind (the generator's spec or template, e.g.
+   ``fizzbuzz``), each model's correct count per kind (:func:`by_kind`), and for a round the correct
+   share of its own samples of that kind (what the round could train on): a round gains on the
+   kinds its samples solve, so this says why one gains and another does not.
+
 ``--quick`` is a smoke run: 8 tasks unless ``--heldout`` says otherwise, the continued SFT capped at
 10 s with a 5-step calibration. The full run on the demo store takes about the RL budget plus three
 evaluations of N tasks (a few CPU minutes).
@@ -361,6 +366,54 @@ def model_row(name: str, table: pa.Table, baseline: pa.Table | None, **extra: An
     return row | extra
 
 
+def task_kind(metadata: str | None) -> str:
+    """A synthetic task's kind from its ``metadata``: the spec or template that generated it."""
+    try:
+        meta = json.loads(metadata or "{}")
+    except ValueError:
+        return "?"
+    structure = meta.get("structure") or {}
+    return str(structure.get("spec") or structure.get("template") or meta.get("template") or "?")
+
+
+def by_kind(
+    tasks: pa.Table, evals: dict[str, pa.Table], samples: pa.Table | None = None
+) -> list[dict[str, Any]]:
+    """Per task kind (most tasks first): the held-out tasks, each model's correct count on them and,
+    given the round's samples (``rollout.v1`` with each task's ``metadata``), how many of that kind's
+    samples were correct, of how many."""
+    held = tasks.select(["task_id", "metadata"]).to_pylist()
+    kinds = {r["task_id"]: task_kind(r["metadata"]) for r in held}
+    rows: dict[str, dict[str, Any]] = {}
+
+    def row(kind: str) -> dict[str, Any]:
+        return rows.setdefault(kind, {"kind": kind, "tasks": 0, "correct": dict.fromkeys(evals, 0)})
+
+    for kind in kinds.values():
+        row(kind)["tasks"] += 1
+    for name, table in evals.items():
+        for r in table.select(["task_id", "correct"]).to_pylist():
+            if r["task_id"] in kinds:
+                row(kinds[r["task_id"]])["correct"][name] += bool(r["correct"])
+    for r in samples.to_pylist() if samples is not None else []:
+        got = row(task_kind(r["metadata"])).setdefault("samples", {"correct": 0, "n": 0})
+        got["correct"] += bool(r["correct"])
+        got["n"] += 1
+    return sorted(rows.values(), key=lambda r: (-r["tasks"], r["kind"]))
+
+
+def round_samples(located: Located) -> pa.Table | None:
+    """The round's samples (``sample.r1``) with each task's metadata; None when the candidate is RL."""
+    ref = located.refs.get("sample.r1")
+    if located.candidate != "sft.r2" or ref is None:
+        return None
+    samples = io.read_table(ref, "rollouts", columns=["task_id", "correct"])
+    train = io.read_table(located["synthetic"], "train", columns=["task_id", "metadata"])
+    meta = dict(zip(train.column("task_id").to_pylist(), train.column("metadata").to_pylist(), strict=True))
+    ids = samples.column("task_id").to_pylist()
+    return samples.append_column("metadata", pa.array([meta.get(t) for t in ids], pa.string()))
+
+
 def agreement_check(
     located: Located, tasks: pa.Table, sft_eval: pa.Table, family: str
 ) -> dict[str, Any] | None:
@@ -464,6 +517,7 @@ def run_bench(
         "models": rows,
         "artifacts": {name: ref.uri for name, ref in located.refs.items()},
         "check_vs_evaluate_after": agreement_check(located, tasks, evals["sft"], fam),
+        "by_kind": by_kind(tasks, evals, round_samples(located)),
     }
 
 
@@ -486,6 +540,22 @@ def format_table(result: dict[str, Any]) -> str:
              cell(r["format_valid"], "{:.1%}"), delta(r, "format_valid"),
              cell(r["tokens_per_task"], "{:,.0f}"), cell(r["train_s"], "{:,.0f}"), str(r["steps"]),
              cell(r["weight_change"], "{:.3f}")]
+        )  # fmt: skip
+    return aligned_table(lines)
+
+
+def format_kinds(result: dict[str, Any]) -> str:
+    """``by_kind`` as an aligned table: correct / tasks per model, and the round's samples' share."""
+    from coa.evaluate.metrics import aligned_table
+
+    names = [r["model"] for r in result["models"]]
+    with_samples = any("samples" in row for row in result["by_kind"])
+    lines = [["kind", "tasks", *names, *(["round's samples correct"] if with_samples else [])]]
+    for row in result["by_kind"]:
+        got = row.get("samples")
+        lines.append(
+            [row["kind"], str(row["tasks"]), *(str(row["correct"].get(n, 0)) for n in names),
+             *([f"{got['correct']}/{got['n']}" if got else "-"] if with_samples else [])]
         )  # fmt: skip
     return aligned_table(lines)
 
@@ -528,6 +598,8 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     print(f"\n{result['family']}: {result['heldout']} held-out tasks, continued SFT for "
           f"{result['time_budget_s']:.0f} s ({spent})")  # fmt: skip
     print(format_table(result))
+    print("\nby task kind (correct of the held-out tasks):")
+    print(format_kinds(result))
     if result["rl_resumed_from_step"]:
         print(f"note: the RL run was resumed at step {result['rl_resumed_from_step']}: its training time "
               "(the budget above) covers the resumed part only")  # fmt: skip

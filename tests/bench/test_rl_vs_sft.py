@@ -155,3 +155,46 @@ def test_round_two_against_continued_sft_for_the_rounds_sampling_and_training_ti
     assert result["time_budget_s"] == pytest.approx(min(cost["total"], bench.QUICK_BUDGET_S))
     assert rows["sft.r2"]["steps"] == 2 and rows["sft.r2"]["uri"] == done["sft.r2"].ref.uri
     assert rows["continued_sft"]["families"] == ["code"] and rows["continued_sft"]["steps"] >= 1
+    # where the points come from: the 4 tasks by kind, each model's correct counts, the round's samples
+    kinds = result["by_kind"]
+    assert sum(k["tasks"] for k in kinds) == 4 and all(k["kind"] != "?" for k in kinds)
+    for name, row in rows.items():
+        assert sum(k["correct"][name] for k in kinds) == round(row["accuracy"] * 4)
+    sampled = (
+        io.read_table(done["sample.r1"].ref, "rollouts", columns=["correct"]).column("correct").to_pylist()
+    )
+    assert sum(k["samples"]["n"] for k in kinds if "samples" in k) == len(sampled)
+    assert sum(k["samples"]["correct"] for k in kinds if "samples" in k) == sum(sampled)
+
+
+def test_by_kind_counts_each_models_correct_tasks_and_the_rounds_samples_per_kind() -> None:
+    import pyarrow as pa
+
+    bench = load_bench()
+
+    def meta(spec: str) -> str:
+        return json.dumps({"structure": {"spec": spec, "params": {}}, "template": spec})
+
+    tasks = pa.table(
+        {"task_id": ["a", "b", "c"], "metadata": [meta("fizzbuzz"), meta("fizzbuzz"), meta("rle")]}
+    )
+    evals = {
+        "sft": pa.table({"task_id": ["a", "b", "c"], "correct": [False, False, True]}),
+        "sft.r2": pa.table({"task_id": ["a", "b", "c"], "correct": [True, True, False]}),
+    }
+    samples = pa.table(
+        {
+            "task_id": ["x", "x", "y"],
+            "correct": [True, False, True],
+            "metadata": [meta("fizzbuzz")] * 2 + ["{}"],
+        }
+    )
+    rows = bench.by_kind(tasks, evals, samples)
+    assert [(r["kind"], r["tasks"], r["correct"]) for r in rows] == [
+        ("fizzbuzz", 2, {"sft": 0, "sft.r2": 2}),
+        ("rle", 1, {"sft": 1, "sft.r2": 0}),
+        ("?", 0, {"sft": 0, "sft.r2": 0}),  # a sampled kind with no held-out task
+    ]
+    assert rows[0]["samples"] == {"correct": 1, "n": 2} and "samples" not in rows[1]
+    table = bench.format_kinds({"models": [{"model": "sft"}, {"model": "sft.r2"}], "by_kind": rows})
+    assert table.splitlines()[2].split() == ["fizzbuzz", "2", "0", "2", "1/2"]
