@@ -134,6 +134,7 @@ def calibrate_step_time(trainer: Any, config: SFTRunConfig) -> float:
         probe.remove_callback(PrinterCallback)
         probe.coa_step_tokens = timer.tokens
         probe.coa_fused_lm_head = trainer.coa_fused_lm_head
+        probe.coa_trained_positions_head = trainer.coa_trained_positions_head
         probe.train()
         del probe
     set_seed(config.seed)

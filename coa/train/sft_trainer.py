@@ -5,7 +5,8 @@
 loss (:func:`split_heldout`, :class:`HeldoutLoss`), loads the model and returns the trainer with
 the kit's callbacks (:mod:`coa.train.kit.callbacks`), not yet trained. :class:`CoaSFTTrainer`
 counts the tokens it trains on, follows a time budget's plan in its schedule, and uses TRL's fused
-LM head or the model's own loss (``fused_lm_head``).
+LM head or the model's own loss (``fused_lm_head``); without the fused head, the LM head runs only at
+the positions whose next token is trained (``head_positions``, :func:`trained_positions_loss`).
 
 **Packing** (``packing: true``) uses TRL's best-fit-decreasing packing (``bfd``) of whole examples
 (already cut to ``max_length``), which is padding-free: each packed row keeps the ``labels`` of its
@@ -31,6 +32,7 @@ from transformers import Trainer, TrainerCallback
 from transformers.trainer_callback import PrinterCallback
 from trl import SFTTrainer
 
+from coa.format import IGNORE_INDEX
 from coa.train.budget import StepPlan, follow_plan
 from coa.train.config import SFT, LoraSettings, SFTError, SFTRunConfig
 from coa.train.data import EncodedExamples, encode_examples
@@ -139,6 +141,7 @@ def build_trainer(
     )
     trainer.remove_callback(PrinterCallback)  # logs go to the `coa.train.sft` logger instead
     trainer.coa_fused_lm_head = fused_lm_head
+    trainer.coa_trained_positions_head = config.head_positions == "trained" and peft_config is None
     if heldout is not None and heldout.input_ids:
         trainer.add_callback(HeldoutLoss(trainer, heldout, config.eval_steps, config.batch_size))
     n_heldout = len(heldout.input_ids) if heldout is not None else 0
@@ -188,13 +191,16 @@ def peft_config_of(lora: LoraSettings) -> Any:
 class CoaSFTTrainer(SFTTrainer):
     """``SFTTrainer`` that counts the tokens it trains on (labels other than -100); fused head optional.
 
-    Without the fused LM head (``coa_fused_lm_head`` false) the loss is ``transformers.Trainer``'s:
-    the model's own causal-LM loss over the same labels (no entropy / token-accuracy metrics).
+    Without the fused LM head (``coa_fused_lm_head`` false) the loss is the model's own causal-LM
+    loss over the same labels (no entropy / token-accuracy metrics): with
+    ``coa_trained_positions_head`` (full fine-tuning, one process) computed by
+    :func:`trained_positions_loss`, else by ``transformers.Trainer``.
     """
 
     coa_trained_tokens: Any = 0  # a device tensor once counting starts (no host sync per step)
     coa_step_tokens: list[int] | None = None  # calibration: computed tokens added to the last entry
     coa_fused_lm_head: bool = True
+    coa_trained_positions_head: bool = False
     coa_step_plan: StepPlan | None = None  # a time budget's plan: the schedule follows it
 
     def create_scheduler(self, num_training_steps: int, optimizer: Any = None) -> Any:
@@ -213,8 +219,43 @@ class CoaSFTTrainer(SFTTrainer):
             if self.coa_step_tokens is not None:
                 self.coa_step_tokens[-1] += int(inputs["labels"].numel())
         if not self.coa_fused_lm_head:
+            if (
+                self.coa_trained_positions_head
+                and model.training
+                and "labels" in inputs
+                and not args
+                and not kwargs.get("return_outputs")
+                and self.accelerator.num_processes == 1
+                and self.model_accepts_loss_kwargs  # the Trainer then leaves its scale as it is
+                and hasattr(model, "lm_head")
+                and hasattr(model, "model")
+            ):
+                return trained_positions_loss(model, inputs, kwargs.get("num_items_in_batch"))
             return Trainer.compute_loss(self, model, inputs, *args, **kwargs)
         return super().compute_loss(model, inputs, *args, **kwargs)
+
+
+def trained_positions_loss(model: Any, inputs: dict[str, Any], num_items_in_batch: Any = None) -> Any:
+    """The causal-LM loss of ``inputs`` with the LM head applied only where a label is trained.
+
+    Equal to the model's own loss (``model(**inputs).loss``: the labels shifted by one, ``-100``
+    ignored, summed over ``num_items_in_batch`` when given, else averaged): a position whose next token
+    is ``-100`` adds nothing to it, so its logits (a ``vocab_size``-wide projection and softmax, in
+    forward and backward) are never computed. The decoder runs as usual (``model.model``).
+    """
+    labels = inputs["labels"]
+    features = {k: v for k, v in inputs.items() if k != "labels"}
+    hidden = model.model(**features).last_hidden_state[:, :-1]
+    targets = labels[:, 1:]
+    trained = targets != IGNORE_INDEX
+    logits = model.lm_head(hidden[trained])
+    return model.loss_function(
+        logits=logits,
+        labels=None,
+        vocab_size=logits.shape[-1],
+        num_items_in_batch=num_items_in_batch,
+        shift_labels=targets[trained],
+    )
 
 
 class HeldoutLoss(TrainerCallback):

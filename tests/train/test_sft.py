@@ -82,6 +82,59 @@ def test_fused_and_plain_lm_head_train_the_same_loss(
     assert runs[True].trained_tokens == runs[False].trained_tokens > 0
 
 
+def test_head_at_trained_positions_only_is_the_models_own_loss_and_gradients(tiny_model: Path) -> None:
+    """The LM head skipped where no label is trained: the same loss and gradients as the full head."""
+    from coa.train.sft_trainer import trained_positions_loss
+
+    torch.manual_seed(0)
+    model = AutoModelForCausalLM.from_pretrained(tiny_model, dtype=torch.float32)
+    model.train()
+    ids = torch.randint(3, model.config.vocab_size, (3, 12))
+    mask = torch.ones_like(ids)
+    mask[1, 9:] = 0  # right padding, as the collator pads
+    labels = ids.clone()
+    labels[:, :4] = -100  # the prompt
+    labels[0, 6:8] = -100  # an observation
+    labels[mask == 0] = -100
+    inputs = {"input_ids": ids, "attention_mask": mask, "labels": labels}
+    for items in (None, torch.tensor(50)):  # averaged, or summed over a larger accumulated batch
+        model.zero_grad()
+        expected = model(**inputs, **({} if items is None else {"num_items_in_batch": items})).loss
+        expected.backward()
+        reference = {n: p.grad.clone() for n, p in model.named_parameters()}
+        model.zero_grad()
+        got = trained_positions_loss(model, inputs, items)
+        got.backward()
+        assert got.item() == pytest.approx(expected.item(), rel=1e-6)
+        for name, param in model.named_parameters():
+            assert torch.allclose(param.grad, reference[name], rtol=1e-4, atol=1e-7), name
+
+
+def test_sft_with_the_head_at_trained_positions_trains_as_with_the_full_head(
+    tiny_model: Path, sft_rows: pa.Table, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from coa.train import sft_trainer
+
+    calls: list[str] = []
+    real = sft_trainer.trained_positions_loss
+
+    def spy(*args: Any, **kwargs: Any) -> Any:
+        calls.append(where)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(sft_trainer, "trained_positions_loss", spy)
+    runs = {}
+    for where in ("trained", "all"):
+        config = _config(tiny_model, max_steps=3, save_steps=100, fused_lm_head=False, head_positions=where)
+        runs[where] = run_sft(sft_rows, config, tmp_path / where)
+    assert calls == ["trained"] * 3  # one optimizer step, one batch: one call a step, none with "all"
+    for (_, a), (_, b) in zip(runs["trained"].loss_curve, runs["all"].loss_curve, strict=True):
+        assert a == pytest.approx(b, rel=1e-4)
+    trained, full = _weights(runs["trained"].model_dir), _weights(runs["all"].model_dir)
+    assert all(torch.allclose(trained[k], full[k], atol=1e-5) for k in full)
+    assert runs["trained"].trained_tokens == runs["all"].trained_tokens > 0
+
+
 def test_short_run_changes_weights_and_lowers_loss(
     tiny_model: Path, sft_rows: pa.Table, tmp_path: Path
 ) -> None:
