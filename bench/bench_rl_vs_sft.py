@@ -43,8 +43,8 @@ its family the one the round sampled (``sampling.families``).
 
 5. **Where the points come from**: the same tasks by kind (the generator's spec or template, e.g.
    ``fizzbuzz``), each model's correct count per kind (:func:`by_kind`), and for a round the correct
-   share of its own samples of that kind (what the round could train on): a round gains on the
-   kinds its samples solve, so this says why one gains and another does not.
+   share of its own samples of that kind (what the round could train on beside the teacher's runs):
+   which kinds a gain or a loss comes from, and whether the round's samples had solved them.
 
 ``--quick`` is a smoke run: 8 tasks unless ``--heldout`` says otherwise, the continued SFT capped at
 10 s with a 5-step calibration. The full run on the demo store takes about the RL budget plus three
