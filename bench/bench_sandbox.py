@@ -15,7 +15,12 @@ Then the code tool: ``cold`` (a sandbox started per call, as before) against ``p
 sandbox from a ``SandboxPool``, discarded after the call), timed per call, after waiting for the
 pool to be warm. Ratios are against the old path in the same process.
 
-Run: ``python bench/bench_sandbox.py [--runs N] [--calls N] [--workers 2] [--quick]``.
+Last, the code tool under load, as collection calls it (``--threads`` callers at once, ``--load``
+calls in all): ``one-use`` (``programs_per_sandbox=1``: each call's sandbox is discarded and a new
+one started) against ``reused`` (the code tool's default, ``PROGRAMS_PER_SANDBOX``), by wall time
+and by the machine's CPU time per call (``/proc/stat``, so the sandboxes' own CPU counts).
+
+Run: ``python bench/bench_sandbox.py [--runs N] [--calls N] [--workers 2] [--load N] [--quick]``.
 """
 
 from __future__ import annotations
@@ -39,7 +44,7 @@ from coa.tools.code import (
     run_tests,
     run_tests_batch,
 )
-from coa.tools.harness_pool import SandboxPool
+from coa.tools.harness_pool import PROGRAMS_PER_SANDBOX, SandboxPool
 from coa.tools.sandbox import SandboxConfig, run_python, sandbox_available
 
 IO_PROGRAM = """\
@@ -175,15 +180,51 @@ def bench_tool(calls: int, config: SandboxConfig) -> dict[str, float]:
     return out
 
 
+def _machine_cpu_s() -> float:
+    """CPU seconds the whole machine spent busy so far (every process: the sandboxes too)."""
+    with open("/proc/stat") as f:
+        ticks = [int(v) for v in f.readline().split()[1:]]
+    return (sum(ticks) - ticks[3] - ticks[4]) / os.sysconf("SC_CLK_TCK")  # less idle and iowait
+
+
+def bench_tool_load(calls: int, threads: int, config: SandboxConfig) -> dict[str, float]:
+    print(f"code tool under load: {calls} calls from {threads} threads at once, a pool of 2")
+    payloads = [TOOL_PAYLOAD.replace("10000", str(10000 + i)) for i in range(calls)]
+    expected = [code_tool(p, config) for p in payloads[:3]]
+    out: dict[str, float] = {}
+    for label, per_sandbox in (("one-use", 1), ("reused", PROGRAMS_PER_SANDBOX)):
+        with SandboxPool(config, size=2, programs_per_sandbox=per_sandbox) as pool:
+            if not pool.wait_ready():
+                raise SystemExit(f"pool did not warm up: {pool.last_error}")
+            start, cpu = time.perf_counter(), _machine_cpu_s()
+            with ThreadPoolExecutor(threads) as ex:
+                seen = list(ex.map(lambda p: code_tool(p, pool=pool), payloads))
+            wall, cpu = time.perf_counter() - start, _machine_cpu_s() - cpu
+        if seen[:3] != expected:
+            raise SystemExit(f"{label}: observations differ from a sandbox of their own")
+        out[label], out[f"{label}_cpu"] = wall / calls * 1000, cpu / calls * 1000
+        print(
+            f"  {label:<8} {out[label]:6.1f} ms wall, {out[f'{label}_cpu']:6.1f} ms CPU per call "
+            f"(sandboxes started in callers' threads: {pool.misses}, calls in a used one: {pool.reuses})"
+        )
+    print(
+        f"  reused: {out['one-use'] / out['reused']:.1f}x the calls per second, "
+        f"{out['one-use_cpu'] / out['reused_cpu']:.1f}x less CPU per call than one-use"
+    )
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n")[0])
     parser.add_argument("--runs", type=int, default=200, help="code-scoring runs (5 tests each)")
     parser.add_argument("--calls", type=int, default=40, help="code-tool calls per mode")
     parser.add_argument("--workers", type=int, default=2, help="runs scored in parallel")
-    parser.add_argument("--quick", action="store_true", help="60 runs, 15 calls (well under a minute)")
+    parser.add_argument("--load", type=int, default=1000, help="code-tool calls under load, per mode")
+    parser.add_argument("--threads", type=int, default=8, help="callers at once under load")
+    parser.add_argument("--quick", action="store_true", help="60 runs, 15 calls, 300 under load (~1 minute)")
     args = parser.parse_args(argv)
     if args.quick:
-        args.runs, args.calls = 60, 15
+        args.runs, args.calls, args.load = 60, 15, 300
     ok, message = sandbox_available()
     if not ok:
         print(f"no sandbox here: {message}", file=sys.stderr)
@@ -191,6 +232,7 @@ def main(argv: list[str] | None = None) -> int:
     print(message)
     bench_scoring(args.runs, args.workers, TEST_CONFIG)
     bench_tool(args.calls, SandboxConfig())
+    bench_tool_load(args.load, args.threads, SandboxConfig())
     return 0
 
 

@@ -10,7 +10,8 @@
   ``max_chars`` (default 1536 = AFM's ``512 * 3``) with AFM's marker.
 * :func:`code_tool` / :func:`make_code_tool`: payload in, observation out (``str -> str``, the
   shape :class:`coa.tools.toolbox.FunctionToolBox` expects). ``make_code_tool`` runs each call in
-  a warm sandbox of a :class:`~coa.tools.harness_pool.SandboxPool` (started ahead, used once). They
+  a warm sandbox of a :class:`~coa.tools.harness_pool.SandboxPool` (started ahead, then reused for
+  up to ``programs_per_sandbox`` calls, each program a fresh process with a clean ``/tmp``). They
   raise :class:`~coa.tools.sandbox.SandboxUnavailable` rather than ever running code unconfined.
 * :func:`run_tests`: code-test scoring. stdin/expected-stdout cases (:class:`IOTest`, compared as
   stripped lines) and functional cases (:class:`AssertTest`: the code with an assert snippet
@@ -29,7 +30,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Literal
 
 from coa.format.code import extract_code
-from coa.tools.harness_pool import ProgramRunner, SandboxPool, shared_pool
+from coa.tools.harness_pool import PROGRAMS_PER_SANDBOX, ProgramRunner, SandboxPool, shared_pool
 from coa.tools.sandbox import SandboxConfig, SandboxResult, run_python
 
 __all__ = [
@@ -141,9 +142,9 @@ def code_tool(
 ) -> str:
     """Run the code of a ``<code>`` payload in the sandbox and return the observation string.
 
-    With ``pool`` the code runs in one of its warm sandboxes (discarded after this call), else in a
-    sandbox started for it. Raises :class:`~coa.tools.sandbox.SandboxUnavailable` when no sandbox
-    works here.
+    With ``pool`` the code runs in one of its warm sandboxes (a fresh process there, nothing left
+    from an earlier call), else in a sandbox started for it. Raises
+    :class:`~coa.tools.sandbox.SandboxUnavailable` when no sandbox works here.
     """
     extracted = extract_code(payload)
     if extracted is None:
@@ -158,20 +159,24 @@ def code_tool(
 
 
 def make_code_tool(
-    config: SandboxConfig | None = None, max_chars: int | None = DEFAULT_MAX_CHARS, pool_size: int = 2
+    config: SandboxConfig | None = None,
+    max_chars: int | None = DEFAULT_MAX_CHARS,
+    pool_size: int = 2,
+    programs_per_sandbox: int = PROGRAMS_PER_SANDBOX,
 ) -> Callable[[str], str]:
     """A ``str -> str`` code tool with fixed limits, for :class:`coa.tools.toolbox.FunctionToolBox`.
 
     ``pool_size > 0``: calls run in warm sandboxes of the process-wide pool for ``config``
-    (:func:`~coa.tools.harness_pool.shared_pool`, whose sandboxes start now, in the background;
-    one sandbox per call, never reused); ``0``: every call starts its own sandbox.
+    (:func:`~coa.tools.harness_pool.shared_pool`, whose sandboxes start now, in the background),
+    each sandbox reused for up to ``programs_per_sandbox`` calls (1: a fresh sandbox per call);
+    ``0``: every call starts its own sandbox.
     """
     config = config or SandboxConfig()
     if pool_size > 0:
-        shared_pool(config, pool_size)  # start warming up before the first call
+        shared_pool(config, pool_size, programs_per_sandbox)  # start warming up before the first call
 
     def code(payload: str) -> str:
-        pool = shared_pool(config, pool_size) if pool_size > 0 else None
+        pool = shared_pool(config, pool_size, programs_per_sandbox) if pool_size > 0 else None
         return code_tool(payload, config, max_chars, pool)
 
     return code

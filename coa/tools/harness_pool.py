@@ -6,9 +6,15 @@ isolates and what it costs) runs many programs per sandbox start.
 * :class:`ProgramRunner`: programs one after another (the tests of one code-scoring run) in one
   sandbox, replaced by a fresh one whenever the harness is lost (a program killed it, it hung, or
   it could not restore a clean state); used by :func:`coa.tools.code.run_tests`.
-* :class:`SandboxPool`: ``size`` sandboxes started ahead by a background thread; a call takes one,
-  runs ONE program and discards it (no state carries over between calls) while a new one starts.
-  :func:`shared_pool` gives one pool per process and config (the ``code`` tool's).
+* :class:`SandboxPool`: ``size`` sandboxes started ahead by a background thread; a call takes one
+  and runs ONE program in it. With ``programs_per_sandbox=1`` the sandbox is then discarded while a
+  new one starts; with more (the ``code`` tool's pools) it goes back to the pool for the next call
+  until it has run that many programs. No state carries over between calls either way: each program
+  is a fresh process, and the harness kills whatever it started and empties ``/tmp`` and
+  ``/dev/shm`` before it reports (:mod:`coa.tools.sandbox_harness`), which is what already lets one
+  sandbox score many candidate programs (:func:`coa.tools.code.run_tests_batch`). A sandbox start
+  costs ~50 ms of CPU against ~6 ms for a program in a started one (``bench/bench_sandbox.py``).
+  :func:`shared_pool` gives one pool per process, config and reuse (the ``code`` tool's).
 
 Results are :class:`~coa.tools.sandbox.SandboxResult` as from :func:`~coa.tools.sandbox.run_python`,
 except that ``duration_s`` counts from the program's own start (the sandbox is already up).
@@ -21,11 +27,18 @@ import collections
 import os
 import threading
 import time
+import weakref
 
 from coa.tools.harness_host import START_TIMEOUT_S, HarnessLost, HarnessSandbox
 from coa.tools.sandbox import SandboxConfig, SandboxResult, SandboxUnavailable
 
-__all__ = ["ProgramRunner", "SandboxPool", "close_shared_pools", "shared_pool"]
+__all__ = ["PROGRAMS_PER_SANDBOX", "ProgramRunner", "SandboxPool", "close_shared_pools", "shared_pool"]
+
+PROGRAMS_PER_SANDBOX = 256
+"""Calls one of the code tool's sandboxes serves before it is replaced. Each call is a fresh process
+whose leftovers (processes, ``/tmp``, ``/dev/shm``, SysV IPC) the harness removes before it reports,
+as between the tests of a scoring run; a sandbox start costs ~50 ms of CPU, a call in a started one
+~6 ms (``bench/bench_sandbox.py``), and collection makes one call or more per task."""
 
 
 class ProgramRunner:
@@ -79,21 +92,32 @@ class ProgramRunner:
 
 
 class SandboxPool:
-    """``size`` harness sandboxes started ahead; each call runs one program in one, then drops it.
+    """``size`` harness sandboxes started ahead; each call runs one program in one.
 
     A background thread keeps ``size`` sandboxes ready and closes used ones. :meth:`take` returns a
     warm sandbox, or starts one in the caller's thread when none is ready (``misses`` counts those).
     The thread that starts a sandbox must outlive it (bwrap's ``--die-with-parent`` follows the
-    starting thread), which is why warm ones come from the pool's own long-lived thread.
+    starting thread), which is why warm ones come from the pool's own long-lived thread. After a
+    call (:meth:`run`, or :meth:`give_back` after :meth:`take`) a sandbox the pool's thread started,
+    still running and with fewer than ``programs_per_sandbox`` programs behind it, waits for the next
+    call (``reuses`` counts those calls); any other is closed. So the pool holds at most ``size``
+    more sandboxes than its callers ever ran at once.
     """
 
-    def __init__(self, config: SandboxConfig | None = None, size: int = 2) -> None:
+    def __init__(
+        self, config: SandboxConfig | None = None, size: int = 2, programs_per_sandbox: int = 1
+    ) -> None:
         if size < 0:
             raise ValueError(f"SandboxPool size must be >= 0, got {size}")
+        if programs_per_sandbox < 1:
+            raise ValueError(f"programs_per_sandbox must be >= 1, got {programs_per_sandbox}")
         self.config = config or SandboxConfig()
         self.size = size
+        self.programs_per_sandbox = programs_per_sandbox
         self.hits = 0
         self.misses = 0
+        self.reuses = 0
+        self._own: weakref.WeakSet[HarnessSandbox] = weakref.WeakSet()  # started by the pool's thread
         self.last_error: str | None = None
         self._idle: collections.deque[HarnessSandbox] = collections.deque()
         self._retired: list[HarnessSandbox] = []
@@ -133,6 +157,7 @@ class SandboxPool:
                 if self._stopped:
                     self._retired.append(fresh)
                 else:
+                    self._own.add(fresh)
                     self._idle.append(fresh)
                 self._cond.notify_all()
 
@@ -160,7 +185,7 @@ class SandboxPool:
     def take(self) -> HarnessSandbox:
         """A started sandbox for the caller's exclusive use; hand it back with :meth:`discard`."""
         if os.getpid() != self._pid:  # forked: the warm ones and the thread belong to the parent
-            self.__init__(self.config, self.size)  # type: ignore[misc]
+            self.__init__(self.config, self.size, self.programs_per_sandbox)  # type: ignore[misc]
         with self._cond:
             if self._stopped:
                 raise RuntimeError("SandboxPool is closed")
@@ -169,6 +194,7 @@ class SandboxPool:
                 self._cond.notify_all()
                 if sandbox.usable():
                     self.hits += 1
+                    self.reuses += sandbox.programs > 0
                     return sandbox
                 self._retired.append(sandbox)
         self.misses += 1
@@ -187,6 +213,22 @@ class SandboxPool:
         if retire_now:
             sandbox.close()
 
+    def give_back(self, sandbox: HarnessSandbox) -> None:
+        """Return a sandbox after a call: kept for the next one while reusable, else retired."""
+        with self._cond:
+            keep = (
+                not self._stopped
+                and sandbox.alive
+                and sandbox in self._own
+                and sandbox.programs < self.programs_per_sandbox
+                and os.getpid() == self._pid
+            )
+            if keep:
+                self._idle.append(sandbox)
+                self._cond.notify_all()
+        if not keep:
+            self.discard(sandbox)
+
     def run(self, code: str, stdin: str = "") -> SandboxResult:
         """Run one program in a warm sandbox, as :func:`~coa.tools.sandbox.run_python` does."""
         runner = ProgramRunner(self.config, pool=self)
@@ -194,7 +236,7 @@ class SandboxPool:
             return runner.run(code, stdin)
         finally:
             if runner._sandbox is not None:
-                self.discard(runner._sandbox)
+                self.give_back(runner._sandbox)
                 runner._sandbox = None
 
     def close(self) -> None:
@@ -217,17 +259,20 @@ class SandboxPool:
         self.close()
 
 
-_shared: dict[tuple[int, SandboxConfig, int], SandboxPool] = {}
+_shared: dict[tuple[int, SandboxConfig, int, int], SandboxPool] = {}
 _shared_lock = threading.Lock()
 
 
-def shared_pool(config: SandboxConfig | None = None, size: int = 2) -> SandboxPool:
-    """The process-wide pool for ``(config, size)``, created (and its sandboxes started) on first use."""
-    key = (os.getpid(), config or SandboxConfig(), size)
+def shared_pool(
+    config: SandboxConfig | None = None, size: int = 2, programs_per_sandbox: int = PROGRAMS_PER_SANDBOX
+) -> SandboxPool:
+    """The process-wide pool for ``(config, size, programs_per_sandbox)``, created (and its
+    sandboxes started) on first use."""
+    key = (os.getpid(), config or SandboxConfig(), size, programs_per_sandbox)
     with _shared_lock:
         pool = _shared.get(key)
         if pool is None or pool.closed:
-            pool = _shared[key] = SandboxPool(key[1], size)
+            pool = _shared[key] = SandboxPool(key[1], size, programs_per_sandbox)
         return pool
 
 
@@ -235,7 +280,7 @@ def shared_pool(config: SandboxConfig | None = None, size: int = 2) -> SandboxPo
 def close_shared_pools() -> None:
     """Close every pool :func:`shared_pool` made in this process (at exit, or to start from none)."""
     with _shared_lock:
-        pools = [p for (pid, _, _), p in _shared.items() if pid == os.getpid()]
+        pools = [p for (pid, *_), p in _shared.items() if pid == os.getpid()]
         _shared.clear()
     for pool in pools:
         pool.close()

@@ -166,18 +166,19 @@ def test_make_code_tool_runs_calls_in_warm_sandboxes() -> None:
         "```python\nopen('/tmp/state', 'w').write('x')\nprint('wrote')\n```",
         "```python\nimport os\nprint(os.listdir('/tmp'))\n1 / 0\n```",
     ]
-    tool = make_code_tool(FAST, pool_size=1)
-    pool = shared_pool(FAST, 1)
+    tool = make_code_tool(FAST, pool_size=1, programs_per_sandbox=3)
+    pool = shared_pool(FAST, 1, 3)
     try:
         observations = []
         for payload in payloads:
             assert pool.wait_ready(), pool.last_error
             observations.append(tool(payload))
-        assert pool.hits == len(payloads) and pool.misses == 0
+        assert (pool.hits, pool.misses, pool.reuses) == (3, 0, 2)  # the three calls in one sandbox
     finally:
         pool.close()
     assert observations == [code_tool(p, FAST) for p in payloads]  # same as a sandbox of its own
     assert "['workspace']" in observations[2]  # the earlier call's /tmp file is not there
+    assert make_code_tool(FAST, pool_size=1, programs_per_sandbox=1)(payloads[2]) == observations[2]
     unpooled = make_code_tool(FAST, pool_size=0)
     assert unpooled(payloads[0]) == observations[0]
 

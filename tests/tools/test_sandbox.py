@@ -9,6 +9,7 @@ the code tool runs them).
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
 import shutil
 import socket
@@ -66,7 +67,18 @@ def _pooled(code: str, stdin: str = "", config: SandboxConfig = FAST) -> Sandbox
         return result
 
 
-PATHS = {"direct": _direct, "harness": _harness, "pool": _pooled}
+def _reused(code: str, stdin: str = "", config: SandboxConfig = FAST) -> SandboxResult:
+    """The program as the second call of a pool that reuses its sandboxes (the code tool's)."""
+    with SandboxPool(config, size=1, programs_per_sandbox=8) as pool:
+        assert pool.wait_ready(), pool.last_error
+        before = pool.run("open('/tmp/before', 'w').write('x'); print('previous call')")
+        assert before.ok and before.stdout == "previous call\n", before
+        result = pool.run(code, stdin)
+        assert (pool.hits, pool.misses, pool.reuses) == (2, 0, 1)
+        return result
+
+
+PATHS = {"direct": _direct, "harness": _harness, "pool": _pooled, "reused": _reused}
 
 
 @pytest.fixture(params=sorted(PATHS))
@@ -714,6 +726,49 @@ def test_pool_hands_out_each_warm_sandbox_once() -> None:
         assert pool.hits == 2 and pool.misses == 0
         assert pool.wait_ready(), "the pool starts replacements for the sandboxes handed out"
     assert _leftover_sandbox_processes(FAST) == []
+
+
+@requires_sandbox
+def test_pool_reuses_a_sandbox_clean_and_only_as_often_as_told() -> None:
+    leftover = (
+        "import os, subprocess\nopen('/tmp/mine', 'w').write('x'); open('/dev/shm/mine', 'w').write('x')\n"
+        "subprocess.Popen(['sleep', '30'], start_new_session=True)\nprint(os.getpid())"
+    )
+    probe = (
+        "import json, os\nprint(json.dumps([sorted(os.listdir('/tmp')), os.listdir('/dev/shm'), "
+        "[p for p in os.listdir('/proc') if p.isdigit() and int(p) not in (os.getpid(), os.getppid())]]))"
+    )
+    with SandboxPool(FAST, size=1, programs_per_sandbox=3) as pool:
+        assert pool.wait_ready(), pool.last_error
+        first = pool.take()
+        assert first.run(leftover).ok
+        pool.give_back(first)
+        second = pool.take()
+        assert second is first and pool.reuses == 1  # back in the pool, not closed
+        seen = second.run(probe)
+        assert seen.ok, seen
+        tmp, shm, others = json.loads(seen.stdout)
+        assert (tmp, shm) == (["workspace"], []), seen.stdout  # nothing left in /tmp or /dev/shm
+        assert all(int(p) <= 2 for p in others), seen.stdout  # the sleeper is gone (pid 1: bwrap's init)
+        assert second.run("print('third')").stdout == "third\n"
+        pool.give_back(second)  # its third program: retired, not reused
+        assert not second.alive
+        third = pool.take()
+        assert third is not second and third.programs == 0
+        pool.give_back(third)
+    assert _leftover_sandbox_processes(FAST) == []
+
+
+@requires_sandbox
+def test_pool_never_reuses_a_sandbox_started_in_the_callers_thread() -> None:
+    with SandboxPool(FAST, size=0, programs_per_sandbox=8) as pool:  # no warm ones: every call a miss
+        cold = pool.take()
+        assert cold.run("print(1)").ok
+        pool.give_back(cold)  # --die-with-parent follows the caller's thread: never handed to another
+        assert not cold.alive and pool.misses == 1 and pool.reuses == 0
+        assert pool.run("print(2)").stdout == "2\n" and pool.misses == 2
+    with pytest.raises(ValueError, match="programs_per_sandbox"):
+        SandboxPool(FAST, size=0, programs_per_sandbox=0)
 
 
 def test_harness_refuses_to_run_outside_a_sandbox(tmp_path: Path) -> None:
