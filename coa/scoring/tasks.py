@@ -19,6 +19,7 @@ from coa.scoring import AnswerJudge, ScoringError, score_answer
 from coa.scoring.code import program_and_tests
 from coa.scoring.runs import SCORING_SANDBOX
 from coa.tools.code import run_tests
+from coa.tools.harness_pool import shared_pool
 from coa.tools.sandbox import SandboxConfig
 
 
@@ -35,7 +36,7 @@ def score_prediction(
         if not task.get("test_cases"):
             return False, 0.0
         program, tests = program_and_tests(prediction, task["test_cases"])
-        report = run_tests(program, tests, config=sandbox, fail_fast=True)
+        report = run_tests(program, tests, fail_fast=True, pool=shared_pool(sandbox))
         return report.all_passed, float(report.all_passed)
     golds = list(task.get("gold_answers") or [])
     if not golds:

@@ -326,6 +326,7 @@ def run_tests(
     fail_fast: bool = False,
     max_workers: int = 1,
     runner: ProgramRunner | None = None,
+    pool: SandboxPool | None = None,
 ) -> RunTestsReport:
     """Run ``code`` against each test, each test as its own fresh, limited sandboxed process.
 
@@ -334,7 +335,8 @@ def run_tests(
     ``{"assert"}`` mappings or bare assert snippets. All tests run in one sandbox start
     (:class:`~coa.tools.harness_pool.ProgramRunner`: a fresh process, working directory and
     ``/tmp`` per test, nothing left over from the previous test), or in ``runner``'s sandbox when
-    one is given (the caller's, reused across calls; ``config`` is then the runner's). ``fail_fast``
+    one is given (the caller's, reused across calls; ``config`` is then the runner's), or in a
+    sandbox of ``pool`` that goes back to it afterwards (``config`` is then the pool's). ``fail_fast``
     stops at the first failure (the rest are ``skipped``; sequential only). ``max_workers > 1``
     spreads the tests over that many sandboxes run in parallel. Raises
     :class:`~coa.tools.sandbox.SandboxUnavailable` when no sandbox works here.
@@ -345,6 +347,9 @@ def run_tests(
     config = config or TEST_CONFIG
     if not cases:
         return RunTestsReport(())
+    if pool is not None:
+        with pool.runner() as pooled:
+            return RunTestsReport(tuple(_run_cases(pooled, code, cases, 0, fail_fast)))
     if fail_fast or max_workers <= 1 or len(cases) <= 1:
         own = ProgramRunner(config)
         try:
@@ -360,8 +365,8 @@ def run_tests(
         finally:
             own.close(wait=False)
 
-    with ThreadPoolExecutor(max_workers=len(shards)) as pool:
-        done = [r for rs in pool.map(shard, shards) for r in rs]
+    with ThreadPoolExecutor(max_workers=len(shards)) as executor:
+        done = [r for rs in executor.map(shard, shards) for r in rs]
     return RunTestsReport(tuple(sorted(done, key=lambda c: c.index)))
 
 

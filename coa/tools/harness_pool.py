@@ -24,10 +24,12 @@ from __future__ import annotations
 
 import atexit
 import collections
+import contextlib
 import os
 import threading
 import time
 import weakref
+from collections.abc import Iterator
 
 from coa.tools.harness_host import START_TIMEOUT_S, HarnessLost, HarnessSandbox
 from coa.tools.sandbox import SandboxConfig, SandboxResult, SandboxUnavailable
@@ -229,15 +231,21 @@ class SandboxPool:
         if not keep:
             self.discard(sandbox)
 
-    def run(self, code: str, stdin: str = "") -> SandboxResult:
-        """Run one program in a warm sandbox, as :func:`~coa.tools.sandbox.run_python` does."""
+    @contextlib.contextmanager
+    def runner(self) -> Iterator[ProgramRunner]:
+        """A :class:`ProgramRunner` on this pool's sandboxes: the one it used goes back on exit."""
         runner = ProgramRunner(self.config, pool=self)
         try:
-            return runner.run(code, stdin)
+            yield runner
         finally:
             if runner._sandbox is not None:
                 self.give_back(runner._sandbox)
                 runner._sandbox = None
+
+    def run(self, code: str, stdin: str = "") -> SandboxResult:
+        """Run one program in a warm sandbox, as :func:`~coa.tools.sandbox.run_python` does."""
+        with self.runner() as runner:
+            return runner.run(code, stdin)
 
     def close(self) -> None:
         """Stop the background thread and close every sandbox (waits until all are gone)."""

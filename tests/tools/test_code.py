@@ -22,7 +22,7 @@ from coa.tools.code import (
     run_tests_batch,
     truncate_content,
 )
-from coa.tools.harness_pool import ProgramRunner, shared_pool
+from coa.tools.harness_pool import ProgramRunner, SandboxPool, shared_pool
 from coa.tools.sandbox import SandboxResult
 from tests.tools.support import FAST, requires_sandbox
 
@@ -290,6 +290,28 @@ def test_run_tests_reuses_a_callers_runner() -> None:
         )
         assert runner.sandboxes_started == 1 and runner.programs == 4
     assert first.all_passed and [c.reason for c in second.cases] == ["passed", "wrong_answer"]
+
+
+@requires_sandbox
+def test_run_tests_on_a_pool_gives_its_sandbox_back() -> None:
+    jobs: list[tuple[str, list]] = [
+        (ADD_STDIN, io_tests(["1 2", "3 4"], ["3", "7"])),
+        ("def f(x):\n    return x\n", ["assert f(1) == 1", "assert f(2) == 3"]),
+        (
+            "import os\nopen('/tmp/left', 'w').write('x')\nassert sorted(os.listdir('/tmp')) == ['left', 'workspace']",
+            ["pass"],
+        ),
+        ("import os; assert os.listdir('/tmp') == ['workspace'], os.listdir('/tmp')", ["pass"]),
+    ]
+    with SandboxPool(FAST, size=1, programs_per_sandbox=64) as pool:
+        assert pool.wait_ready(), pool.last_error
+        pooled = [run_tests(code, tests, fail_fast=True, pool=pool) for code, tests in jobs]
+        assert pool.misses == 0 and pool.reuses == 3  # the four runs in one sandbox
+    single = [run_tests(code, tests, FAST, fail_fast=True) for code, tests in jobs]
+    assert [[(c.passed, c.reason) for c in r.cases] for r in pooled] == [
+        [(c.passed, c.reason) for c in r.cases] for r in single
+    ]
+    assert [r.all_passed for r in pooled] == [True, False, True, True]  # the fourth saw a clean /tmp
 
 
 @requires_sandbox

@@ -185,11 +185,12 @@ def _coa_code(task: Mapping[str, Any], prediction: str, judge: Any) -> tuple[boo
     from coa.scoring.code import program_and_tests
     from coa.scoring.runs import SCORING_SANDBOX
     from coa.tools.code import run_tests
+    from coa.tools.harness_pool import shared_pool
 
     if not task.get("test_cases"):
         return False, 0.0, "no tests"
     program, tests = program_and_tests(prediction, task["test_cases"])
-    report = run_tests(program, tests, config=SCORING_SANDBOX, fail_fast=True)
+    report = run_tests(program, tests, fail_fast=True, pool=shared_pool(SCORING_SANDBOX))
     return report.all_passed, float(report.all_passed), f"{report.passed}/{report.total} tests passed"
 
 
