@@ -298,7 +298,8 @@ def test_run_tests_on_a_pool_gives_its_sandbox_back() -> None:
         (ADD_STDIN, io_tests(["1 2", "3 4"], ["3", "7"])),
         ("def f(x):\n    return x\n", ["assert f(1) == 1", "assert f(2) == 3"]),
         (
-            "import os\nopen('/tmp/left', 'w').write('x')\nassert sorted(os.listdir('/tmp')) == ['left', 'workspace']",
+            "import os\nopen('/tmp/left', 'w').write('x')\n"
+            "assert sorted(os.listdir('/tmp')) == ['left', 'workspace']",
             ["pass"],
         ),
         ("import os; assert os.listdir('/tmp') == ['workspace'], os.listdir('/tmp')", ["pass"]),
