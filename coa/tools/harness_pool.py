@@ -185,7 +185,7 @@ class SandboxPool:
             return True
 
     def take(self) -> HarnessSandbox:
-        """A started sandbox for the caller's exclusive use; hand it back with :meth:`give_back` (or :meth:`discard`)."""
+        """A started sandbox for the caller's exclusive use; hand it back with :meth:`give_back`."""
         if os.getpid() != self._pid:  # forked: the warm ones and the thread belong to the parent
             self.__init__(self.config, self.size, self.programs_per_sandbox)  # type: ignore[misc]
         with self._cond:
