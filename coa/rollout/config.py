@@ -1,10 +1,11 @@
 """Configuration of a rollout run: limits, concurrency, sampling (light to import: no torch).
 
-:class:`RolloutLimits` holds when an episode stops and what the environment does with repeated
-calls and long contexts. It is declared once here and embedded (inherited, so the YAML keys stay
-flat) by every caller of the engine: :class:`RolloutConfig` (the engine's own config),
-``EvalConfig`` (``evaluate.max_turns``) and ``RLParams`` (``rl.max_turns``). A caller whose
-default differs restates only the default, with the type alias declared here (``MaxTurns`` …).
+:class:`RolloutLimits` holds when an episode stops, what the environment does with repeated
+calls and long contexts, and how the engine schedules the episodes (``schedule``). It is declared
+once here and embedded (inherited, so the YAML keys stay flat) by every caller of the engine:
+:class:`RolloutConfig` (the engine's own config), ``SampleConfig`` (``sampling.max_turns``),
+``EvalConfig`` (``evaluate.max_turns``) and ``RLParams`` (``rl.max_turns``). A caller whose default
+differs restates only the default, with the type alias declared here (``MaxTurns`` …).
 """
 
 from __future__ import annotations
@@ -40,16 +41,29 @@ MaxContextTokens = Annotated[
         "evaluation). None = never cut.",
     ),
 ]
+Schedule = Annotated[
+    Literal["auto", "async", "lockstep"],
+    Field(
+        description="async: every episode advances on its own, tools run while others generate, and a "
+        "batching policy batches whatever requests are waiting, so batches (and sampled ids) follow "
+        "timing; lockstep: every live episode generates in one wave, in a fixed order, then the wave's "
+        "tools run, so an in-process policy (hf) decodes the same batches on every run and a seeded run "
+        "repeats token for token on one machine; auto: lockstep for a policy that decodes waves itself "
+        "(hf), async for the others (completions servers, continuous batching).",
+    ),
+]
 
 
 class RolloutLimits(StrictModel):
-    """When an episode stops, and how the environment treats repeated calls and long contexts."""
+    """When an episode stops, how the environment treats repeated calls and long contexts, and how
+    the engine schedules episodes."""
 
     max_turns: MaxTurns = 8
     max_new_tokens: MaxNewTokens = 256
     max_total_tokens: MaxTotalTokens = 1536
     duplicate_calls: DuplicateCalls = "refuse"
     max_context_tokens: MaxContextTokens = None
+    schedule: Schedule = "auto"
 
     def limits(self) -> dict[str, Any]:
         """The :class:`RolloutLimits` fields of this config, to build a :class:`RolloutConfig` from."""
@@ -62,7 +76,7 @@ class RolloutConfig(RolloutLimits):
     concurrency: int = Field(
         default=128,
         ge=1,
-        description="Episodes in flight at once; each advances on its own (no batch barrier).",
+        description="Episodes in flight at once (async: each advances on its own; lockstep: one wave).",
     )
     temperature: float = Field(default=0.0, ge=0, description="Sampling temperature; 0 = greedy.")
     top_p: float = Field(default=1.0, gt=0, le=1, description="Nucleus sampling mass (1 = off).")

@@ -1,4 +1,4 @@
-"""The rollout engine: every episode advances on its own; tools run while other episodes generate.
+"""The rollout engine: every episode advances on its own (or the live ones in waves, ``lockstep``).
 
 Each episode is an asyncio task under a concurrency bound (a semaphore), so there is no batch
 barrier: an episode waiting on a slow tool holds up nobody (a policy that batches, like HF
@@ -15,8 +15,16 @@ barrier: an episode waiting on a slow tool holds up nobody (a policy that batche
    the tool runs through the toolbox, and its observation is appended as the ids of
    ``render_segment(Segment("observation", ...))`` encoded on its own (environment).
 
-After ``max_turns`` generations without an end the episode stops at the turn limit. These are the
-semantics of the earlier lockstep evaluation loop, token for token.
+After ``max_turns`` generations without an end the episode stops at the turn limit.
+
+Two schedules (``schedule``), the same episodes' semantics token for token. ``async`` (above): no
+barrier, so a batching policy's batches, and the ids sampled in them, follow the timing of tools and
+requests. ``lockstep``: waves; every live episode asks for its next generation, the policy decodes
+the wave (a :class:`~coa.rollout.policy.WavePolicy` in an order the wave fixes), then the wave's tool
+calls run together, then finished episodes make room for the next specs in order. Nothing depends on
+timing, so with a wave policy (HF ``generate``) and seeded sampling a run repeats token for token on
+one machine; the price is that a slow tool holds up its wave. ``auto`` is lockstep for a wave policy,
+async otherwise.
 
 AFM-comparable options (:class:`~coa.rollout.config.RolloutConfig`): ``duplicate_calls: refuse``
 (default) does not run a search or crawl call identical to an earlier one of the episode and
@@ -29,6 +37,7 @@ engine at the level of its pieces: one generation, one observation).
 from __future__ import annotations
 
 import asyncio
+import itertools
 import re
 import threading
 import time
@@ -41,7 +50,7 @@ from coa.format.codec import render_segment
 from coa.format.segments import ENV_TAGS, TOOL_TAGS
 from coa.rollout.config import RolloutConfig
 from coa.rollout.episode import Episode, ToolCall
-from coa.rollout.policy import Codec, Generation, Policy
+from coa.rollout.policy import Codec, Generation, Policy, Sampling, WavePolicy
 
 FORGED_RE = re.compile("|".join(f"</?{t}>" for t in ENV_TAGS))
 _T = TypeVar("_T")
@@ -60,7 +69,7 @@ class EpisodeSpec:
 async def run_episode(spec: EpisodeSpec, policy: Policy, toolbox: Any, config: RolloutConfig) -> Episode:
     """Drive one episode to its end."""
     codec, sampling = policy.codec, config.sampling()
-    episode = Episode(spec.task_id, spec.sample_index, list(spec.prompt_ids), started_at=time.perf_counter())
+    episode = begin(spec)
     for _ in range(config.max_turns):
         budget = next_budget(episode, config)
         if budget is None:
@@ -74,6 +83,11 @@ async def run_episode(spec: EpisodeSpec, policy: Policy, toolbox: Any, config: R
             break
         await call_tool(episode, toolbox, codec, *call, config)
     return close(episode, codec, config)
+
+
+def begin(spec: EpisodeSpec) -> Episode:
+    """A new episode of ``spec``, started now."""
+    return Episode(spec.task_id, spec.sample_index, list(spec.prompt_ids), started_at=time.perf_counter())
 
 
 def context(episode: Episode, codec: Codec, config: RolloutConfig, budget: int) -> list[int]:
@@ -213,11 +227,14 @@ async def run_episodes(
 ) -> list[Episode]:
     """Run every episode, at most ``config.concurrency`` at once; episodes in the order of ``specs``.
 
-    ``concurrency`` workers each take the next spec as soon as their episode ends (the same start
+    Under the ``lockstep`` schedule (``auto`` with a :class:`WavePolicy`) see :func:`run_waves`.
+    Otherwise ``concurrency`` workers each take the next spec as soon as their episode ends (the same start
     order as a semaphore over one task per spec, without a waiter per spec: at thousands of specs
     the semaphore's wake-ups scanned its waiter queue on every release). A policy error (an
     unreachable server) cancels the others and is raised.
     """
+    if lockstep(policy, config):
+        return await run_waves(specs, policy, toolbox, config, progress)
     episodes: list[Episode | None] = [None] * len(specs)
     queue = iter(range(len(specs)))  # shared by the workers (one thread: next() is atomic)
     done = 0
@@ -239,10 +256,96 @@ async def run_episodes(
         raise failed.exceptions[0] from None  # the first failure, as it was raised
     finally:
         await policy.stop()
+    return _all_ran(episodes)
+
+
+def _all_ran(episodes: list[Episode | None]) -> list[Episode]:
     finished = [e for e in episodes if e is not None]
-    if len(finished) != len(specs):
-        raise RuntimeError(f"{len(specs) - len(finished)} episodes never ran")  # a bug, never a short list
+    if len(finished) != len(episodes):
+        raise RuntimeError(f"{len(episodes) - len(finished)} episodes never ran")  # a bug, never a short list
     return finished
+
+
+def lockstep(policy: Policy, config: RolloutConfig) -> bool:
+    """Whether ``config.schedule`` runs ``policy`` in waves (``auto``: when it is a wave policy)."""
+    return config.schedule == "lockstep" or (config.schedule == "auto" and isinstance(policy, WavePolicy))
+
+
+async def run_waves(
+    specs: Sequence[EpisodeSpec],
+    policy: Policy,
+    toolbox: Any,
+    config: RolloutConfig,
+    progress: Progress | None = None,
+) -> list[Episode]:
+    """Every episode in waves of the live ones (at most ``config.concurrency``), in the order of ``specs``.
+
+    A wave: each live episode (in spec order) past its limits is closed, the others ask for their
+    next generation; the policy decodes the wave (:func:`generate_wave`); each generation is appended
+    (:func:`advance`) and the tool calls it asks for run together; the ended episodes are closed and
+    the next specs, in order, take their places. The token-level semantics are :func:`run_episode`'s.
+    """
+    codec, sampling = policy.codec, config.sampling()
+    episodes: list[Episode | None] = [None] * len(specs)
+    waiting = iter(range(len(specs)))
+    live: dict[int, Episode] = {}  # spec index -> episode, in spec order (later specs join at the end)
+    done = 0
+
+    def finish(i: int) -> None:
+        nonlocal done
+        episodes[i] = close(live.pop(i), codec, config)
+        done += 1
+        if progress is not None:
+            progress(done, len(specs))
+
+    def join() -> None:
+        for i in itertools.islice(waiting, config.concurrency - len(live)):
+            live[i] = begin(specs[i])
+
+    await policy.start()
+    try:
+        join()
+        while live:
+            asks: list[tuple[int, int]] = []
+            for i, episode in list(live.items()):
+                budget = next_budget(episode, config) if episode.turns < config.max_turns else None
+                if budget is None:
+                    finish(i)
+                else:
+                    asks.append((i, budget))
+            if asks:
+                contexts = [context(live[i], codec, config, budget) for i, budget in asks]
+                start = time.perf_counter()
+                generations = await generate_wave(policy, contexts, [b for _, b in asks], sampling)
+                seconds = time.perf_counter() - start
+                calls = []
+                for (i, _), generation in zip(asks, generations, strict=True):
+                    episode = live[i]
+                    episode.generation_s += seconds
+                    episode.policy_versions.append(generation.version)
+                    call = advance(episode, generation, codec, config)
+                    if call is None:
+                        finish(i)
+                    else:
+                        calls.append(call_tool(episode, toolbox, codec, *call, config))
+                await asyncio.gather(*calls)
+            join()
+    finally:
+        await policy.stop()
+    return _all_ran(episodes)
+
+
+async def generate_wave(
+    policy: Policy, prompts: Sequence[Sequence[int]], max_new_tokens: Sequence[int], sampling: Sampling
+) -> list[Generation]:
+    """One generation per prompt, in order: the policy's own wave decoding if it has one, else its
+    requests all at once (their batching is then the policy's)."""
+    if isinstance(policy, WavePolicy):
+        return await policy.generate_wave(prompts, max_new_tokens, sampling)
+    generations = await asyncio.gather(
+        *(policy.generate(p, n, sampling) for p, n in zip(prompts, max_new_tokens, strict=True))
+    )
+    return list(generations)
 
 
 def rollout(

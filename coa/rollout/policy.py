@@ -7,6 +7,8 @@ an end-of-turn id, or at ``max_new_tokens``. Policies: Hugging Face ``generate``
 (:mod:`~coa.rollout.policies.hf`), continuous batching in process
 (:mod:`~coa.rollout.policies.hf_batched`), an OpenAI-compatible completions server
 (:mod:`~coa.rollout.policies.endpoint`), a scripted mock (:mod:`~coa.rollout.policies.scripted`).
+A :class:`WavePolicy` (HF ``generate``) also decodes a whole wave of requests in an order the wave
+fixes, which the engine's ``lockstep`` schedule uses.
 
 :class:`Codec` is the token side of the CoA format for one tokenizer: encode/decode without added
 special tokens or clean-up (so ``decode`` of concatenated pieces is the concatenated text), the
@@ -17,7 +19,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Iterable, Sequence
-from typing import Any, Literal, Protocol
+from typing import Any, Literal, Protocol, runtime_checkable
 
 from coa.format.segments import TOOL_TAGS
 
@@ -132,3 +134,13 @@ class Policy(Protocol):
     async def generate(
         self, prompt_ids: Sequence[int], max_new_tokens: int, sampling: Sampling
     ) -> Generation: ...
+
+
+@runtime_checkable
+class WavePolicy(Policy, Protocol):
+    """A policy that decodes a whole wave of requests itself, in an order fixed by the wave (the
+    engine's ``lockstep`` schedule): the same wave gives the same batches on every run."""
+
+    async def generate_wave(
+        self, prompts: Sequence[Sequence[int]], max_new_tokens: Sequence[int], sampling: Sampling
+    ) -> list[Generation]: ...

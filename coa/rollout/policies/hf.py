@@ -9,6 +9,9 @@ Generation stops on the single-token stop tags (each tag is one id of the CoA to
 the end-of-turn ids; a tokenizer without tag tokens stops on the stop strings. Logprobs are those
 of the sampled ids under the distribution they were drawn from: ``log_softmax(logits / T)``, or the
 raw logits when greedy.
+
+Under the engine's ``lockstep`` schedule the engine hands the policy whole waves
+(:meth:`HFPolicy.generate_wave`), whose batches depend on the wave alone, not on timing.
 """
 
 from __future__ import annotations
@@ -142,6 +145,23 @@ class HFPolicy:
             for request, result in zip(batch, results, strict=True):
                 if not request.future.done():
                     request.future.set_result(result)
+
+    async def generate_wave(
+        self, prompts: Sequence[Sequence[int]], max_new_tokens: Sequence[int], sampling: Sampling
+    ) -> list[Generation]:
+        """A wave of requests (the engine's ``lockstep``): sorted by length (a stable sort, so ties
+        keep the wave's order), cut into batches of ``max_batch``, decoded one batch after another;
+        the generations come back in the wave's order. The batches depend on the wave alone."""
+        order = sorted(range(len(prompts)), key=lambda i: len(prompts[i]))
+        out: list[Generation | None] = [None] * len(prompts)
+        for at in range(0, len(order), self.max_batch):
+            rows = order[at : at + self.max_batch]
+            batch = await asyncio.to_thread(
+                self.generate_batch, [prompts[i] for i in rows], [max_new_tokens[i] for i in rows], sampling
+            )
+            for i, generation in zip(rows, batch, strict=True):
+                out[i] = generation
+        return [g for g in out if g is not None]
 
     def _take(self) -> list[_Request]:
         """Up to ``max_batch`` waiting requests sampled like the oldest one, oldest first."""
