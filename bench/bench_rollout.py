@@ -1,25 +1,30 @@
-"""Benchmark: the rollout engine against its ideal, and against the lockstep loop it replaced.
+"""Benchmark: the rollout engine against its ideal, and its two schedules against the loop it replaced.
 
 1. **Endpoint.** The engine drives the fake vLLM completions server (its own process, so its CPU is
    not counted) with a fixed latency L; each episode is K = 2 generations and one instant tool
    call. Episodes/s as a ratio of the ideal C / (K * L) at C episodes in flight, and this
    process's CPU time per generation (the policy's transport is one aiohttp session).
-2. **Overlap.** The engine and the lockstep baseline on the same scripted policy (generation
-   latency varying per task) and the same tools with variable latency (mostly fast, a fifth slow):
-   episodes/s of the engine over the baseline's.
-3. **HF on CPU (the demo's evaluation).** The engine (micro-batched ``generate``) and the lockstep
-   baseline (one ``generate`` call per chunk, as before) on the same tiny student of the demo's
-   shape, the demo's held-out tasks, the real tools, the demo's limits; wall time ratio, and how
-   many episodes came out with identical ids. Two students: random weights (what the evaluation
+2. **Overlap.** The engine under both schedules (``async``; ``lockstep`` waves, see
+   :mod:`coa.rollout.engine`) and the old loop on the same scripted policy (generation latency
+   varying per task) and the same tools with variable latency (mostly fast, a fifth slow):
+   episodes/s over the old loop's.
+3. **HF on CPU (the demo's evaluation).** The engine under both schedules (``async``: micro-batched
+   ``generate``; ``lockstep``: waves decoded by :meth:`HFPolicy.generate_wave`) and the old loop
+   (one ``generate`` call per chunk) on the same tiny student of the demo's shape, the demo's
+   held-out tasks, the real tools, the demo's limits; wall time ratio, and how many episodes came
+   out with the old loop's ids. Two students: random weights (what the evaluation
    before SFT sees: one turn to the token limit), and the same model made to write a two-turn
    script with a sandboxed code call (:class:`ForcedScript`, a stand-in for the trained student).
    ``CPU s`` is this process's CPU time: equal work on both sides; the wall ratio moves with
    whatever else the machine runs (best of two runs each).
 
-The baseline, :func:`lockstep`, is the schedule of the earlier ``coa.evaluate.inference.run_loop``:
-every round, all unfinished episodes go through the policy in chunks of ``batch_size``; a chunk
-waits for its slowest generation, then runs its tools together and waits for the slowest, then the
-next chunk starts. It applies the engine's own turn steps, so both give the same episodes.
+The baseline, :func:`old_loop`, is the schedule of the earlier ``coa.evaluate.inference.run_loop``:
+every round, all unfinished episodes (no concurrency bound) go through the policy in chunks of
+``batch_size``; a chunk waits for its slowest generation, then runs its tools together and waits
+for the slowest, then the next chunk starts. It applies the engine's own turn steps, so all give the
+same episodes on a scripted policy. The engine's ``lockstep`` differs from it in keeping at most
+``concurrency`` episodes live (the next spec joins as one ends), decoding a whole wave before any
+of its tools run, and sorting a wave by length before cutting it into batches.
 
 Run: ``PYTHONPATH=. python bench/bench_rollout.py [--latency-ms 50] [--quick] [--in-flight 16,64,256]
 [--repeat 3] [--parts endpoint,overlap,hf]``. ``CPU ms/req`` is the bare client's CPU per request,
@@ -54,10 +59,11 @@ ANSWER = (
     "<answer>\n\\boxed{42}\n</answer>"
 )
 
+ASYNC, WAVES = {"schedule": "async"}, {"schedule": "lockstep"}
 GenerateChunk = Callable[[Sequence[Sequence[int]], Sequence[int]], Awaitable[list[Generation]]]
 
 
-async def lockstep(
+async def old_loop(
     specs: Sequence[EpisodeSpec],
     generate_chunk: GenerateChunk,
     codec: Codec,
@@ -254,15 +260,20 @@ def bench_overlap(latency_s: float, quick: bool) -> None:
         )
 
     wall = time.perf_counter()
-    old = asyncio.run(lockstep(specs, gather_chunk, codec, tools, config, c))
+    old = asyncio.run(old_loop(specs, gather_chunk, codec, tools, config, c))
     old_wall = time.perf_counter() - wall
-    wall = time.perf_counter()
-    new = asyncio.run(run_episodes(specs, policy, tools, config))
-    new_wall = time.perf_counter() - wall
-    assert [e.completion_ids for e in old] == [e.completion_ids for e in new]
-    assert all(e.finish == "answer" for e in new)
-    print(f"{'lockstep':>9} {n:>8} {c:>9} {old_wall:>7.2f} {n / old_wall:>8.1f} {1.0:>6.2f}")
-    print(f"{'engine':>9} {n:>8} {c:>9} {new_wall:>7.2f} {n / new_wall:>8.1f} {old_wall / new_wall:>6.2f}")
+    print(f"{'old loop':>9} {n:>8} {c:>9} {old_wall:>7.2f} {n / old_wall:>8.1f} {1.0:>6.2f}")
+    for schedule in ("async", "lockstep"):
+        wall = time.perf_counter()
+        new = asyncio.run(
+            run_episodes(specs, policy, tools, config.model_copy(update={"schedule": schedule}))
+        )
+        new_wall = time.perf_counter() - wall
+        assert [e.completion_ids for e in old] == [e.completion_ids for e in new]
+        assert all(e.finish == "answer" for e in new)
+        print(
+            f"{schedule:>9} {n:>8} {c:>9} {new_wall:>7.2f} {n / new_wall:>8.1f} {old_wall / new_wall:>6.2f}"
+        )
 
 
 class ForcedScript:
@@ -347,8 +358,9 @@ def bench_hf(quick: bool) -> None:
                 forced = LogitsProcessorList([ForcedScript(codec, scripts)])
                 policy.model.generate = functools.partial(generate, logits_processor=forced)
             runs = {
-                "lockstep": lambda: lockstep(specs, batch_chunk, codec, toolbox, config, 32),
-                "engine": lambda: run_episodes(specs, policy, toolbox, config),
+                "old loop": lambda: old_loop(specs, batch_chunk, codec, toolbox, config, 32),
+                "async": lambda: run_episodes(specs, policy, toolbox, config.model_copy(update=ASYNC)),
+                "lockstep": lambda: run_episodes(specs, policy, toolbox, config.model_copy(update=WAVES)),
             }
             best: dict[str, tuple[float, float, int, list[Episode]]] = {}
             for _ in range(1 if quick else 2):  # alternate, keep each one's best (the machine is shared)
@@ -358,15 +370,16 @@ def bench_hf(quick: bool) -> None:
                     wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
                     if name not in best or wall < best[name][0]:
                         best[name] = (wall, cpu, policy.calls - calls, episodes)
-            old_wall, old = best["lockstep"][0], best["lockstep"][3]
+            old_wall, old = best["old loop"][0], best["old loop"][3]
             for name, (wall, cpu, calls, eps) in best.items():
                 turns, tools = sum(e.turns for e in eps), sum(len(e.tool_calls) for e in eps)
                 counts = f"{cpu:>6.2f} {calls:>9} {turns:>6} {tools:>6}"
                 print(f"{student:>9} {name:>9} {wall:>7.2f} {counts} {old_wall / wall:>6.2f}")
-            same = sum(
-                a.completion_ids == b.completion_ids for a, b in zip(old, best["engine"][3], strict=True)
-            )
-            print(f"{'':>9} identical episodes: {same}/{len(rows)}")
+            for name in ("async", "lockstep"):
+                same = sum(
+                    a.completion_ids == b.completion_ids for a, b in zip(old, best[name][3], strict=True)
+                )
+                print(f"{'':>9} {name}: the old loop's ids in {same}/{len(rows)} episodes")
 
 
 def main() -> None:

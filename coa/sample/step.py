@@ -6,9 +6,11 @@ the committed samples. The lineage's ``sampled`` names the round and the model; 
 to label the student's rows (``teacher``: ``student-r<round>``). The tools are the student's
 (:func:`coa.plan.choices.eval_tools`): the ones it is evaluated with.
 
-Sampling at a temperature is seeded (``seed``) but, with several episodes decoded in one batch,
-not bitwise reproducible across machines; the content key, not a rerun, is what makes a round
-repeatable.
+Sampling at a temperature is seeded (``seed``). With the ``hf`` backend under the engine's
+``lockstep`` schedule (``schedule: auto`` picks it) the batches depend on the tasks alone, so a rerun
+draws the same samples on one machine; another CPU's kernels round differently, and ``hf_batched``'s
+continuous batching follows timing. The content key is what makes a round repeat anywhere: a rerun
+reuses the committed samples.
 """
 
 from __future__ import annotations

@@ -102,7 +102,8 @@ class SandboxPool:
     starting thread), which is why warm ones come from the pool's own long-lived thread. After a
     call (:meth:`run`, or :meth:`give_back` after :meth:`take`) a sandbox the pool's thread started,
     still running and with fewer than ``programs_per_sandbox`` programs behind it, waits for the next
-    call (``reuses`` counts those calls); any other is closed. So the pool holds at most ``size``
+    call at the front of the queue, before the fresh ones the thread started meanwhile (``reuses``
+    counts those calls); any other is closed. So the pool holds at most ``size``
     more sandboxes than its callers ever ran at once.
     """
 
@@ -225,8 +226,8 @@ class SandboxPool:
                 and sandbox.programs < self.programs_per_sandbox
                 and os.getpid() == self._pid
             )
-            if keep:
-                self._idle.append(sandbox)
+            if keep:  # first in line: a fresh one started while this one ran waits for a busier moment
+                self._idle.appendleft(sandbox)
                 self._cond.notify_all()
         if not keep:
             self.discard(sandbox)
