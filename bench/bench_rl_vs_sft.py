@@ -46,12 +46,18 @@ its family the one the round sampled (``sampling.families``).
    share of its own samples of that kind (what the round could train on beside the teacher's runs):
    which kinds a gain or a loss comes from, and whether the round's samples had solved them.
 
+6. **The families it did not target** (``--also mhqa,math``): the three models on ``N`` held-out
+   tasks of each, the same paired differences against the SFT model. A round or an RL phase on one
+   family can unlearn another (the demo's round at SFT's peak learning rate cost multi-hop 8.5
+   points under seed 0); continued SFT on one family's examples alone usually costs the others more.
+
 ``--quick`` is a smoke run: 8 tasks unless ``--heldout`` says otherwise, the continued SFT capped at
 10 s with a 5-step calibration. The full run on the demo store takes about the RL budget plus three
 evaluations of N tasks (a few CPU minutes).
 
     python bench/bench_rl_vs_sft.py [--config configs/demo.yaml] [key=value ...] [--rl URI] \\
-        [--heldout 200] [--sft-families code] [--lr 2e-4] [--out rl_vs_sft.json] [--quick]
+        [--heldout 200] [--sft-families code] [--also mhqa,math] [--lr 2e-4] [--out rl_vs_sft.json] \\
+        [--quick]
 """
 
 from __future__ import annotations
@@ -454,6 +460,7 @@ def run_bench(
     work_dir: str | Path | None = None,
     rl_uri: str | None = None,
     candidate: str = "rl",
+    also: Sequence[str] = (),
 ) -> dict[str, Any]:
     """The comparison (see the module docstring) as a JSON-ready document."""
     from coa.rl.step import read_result as read_rl_result
@@ -463,6 +470,7 @@ def run_bench(
     located = locate(config, store, rl_uri, candidate)
     fam = candidate_family(located, family)
     tasks = heldout_tasks(located, fam, heldout)
+    others = {f: heldout_tasks(located, f, heldout) for f in also if f != fam}
     cost = candidate_cost(located)
     sft_result = read_sft_result(located["sft"])
     budget = cost["total"] if not quick else min(cost["total"], QUICK_BUDGET_S)
@@ -488,10 +496,15 @@ def run_bench(
         cont_wall = time.perf_counter() - t0
         evals = {}
         timings = {}
-        for name, model_dir in (("sft", sft_dir), (candidate, cand_dir), ("continued_sft", cont.model_dir)):
+        models = {"sft": sft_dir, candidate: cand_dir, "continued_sft": cont.model_dir}
+        for name, model_dir in models.items():
             t0 = time.perf_counter()
             evals[name] = evaluate(config, model_dir, tasks, store)
             timings[name] = round(time.perf_counter() - t0, 1)
+        other_evals = {
+            f: {name: evaluate(config, model_dir, f_tasks, store) for name, model_dir in models.items()}
+            for f, f_tasks in others.items()
+        }
         cont_change = weight_change(cont.model_dir, sft_dir)
     rows = [
         model_row("sft", evals["sft"], None, train_s=sft_result.train_runtime_s, steps=sft_result.global_step,
@@ -516,31 +529,51 @@ def run_bench(
         "store": store.root,
         "models": rows,
         "artifacts": {name: ref.uri for name, ref in located.refs.items()},
+        "also": {
+            f: [model_row(name, table, None if name == "sft" else got["sft"]) for name, table in got.items()]
+            for f, got in other_evals.items()
+        },
         "check_vs_evaluate_after": agreement_check(located, tasks, evals["sft"], fam),
         "by_kind": by_kind(tasks, evals, round_samples(located)),
     }
+
+
+def _delta(row: dict[str, Any], key: str) -> str:
+    """A row's paired difference against the SFT model, in points with its interval."""
+    d = row.get(f"delta_{key}")
+    if d is None:
+        return "(baseline)"
+    return f"{100 * d['delta']:+.1f} [{100 * d['low']:+.1f}, {100 * d['high']:+.1f}]"
 
 
 def format_table(result: dict[str, Any]) -> str:
     """The models as an aligned text table (rates in percent, differences in points)."""
     from coa.evaluate.metrics import aligned_table, cell
 
-    def delta(row: dict[str, Any], key: str) -> str:
-        d = row.get(f"delta_{key}")
-        if d is None:
-            return "(baseline)"
-        return f"{100 * d['delta']:+.1f} [{100 * d['low']:+.1f}, {100 * d['high']:+.1f}]"
-
     header = ["model", "tasks", "accuracy", "Δacc. vs SFT [95%]", "valid", "Δvalid vs SFT [95%]",
               "tok/task", "train s", "steps", "Δw/|w|"]  # fmt: skip
     lines = [header]
     for r in result["models"]:
         lines.append(
-            [r["model"], str(r["n"]), cell(r["accuracy"], "{:.1%}"), delta(r, "accuracy"),
-             cell(r["format_valid"], "{:.1%}"), delta(r, "format_valid"),
+            [r["model"], str(r["n"]), cell(r["accuracy"], "{:.1%}"), _delta(r, "accuracy"),
+             cell(r["format_valid"], "{:.1%}"), _delta(r, "format_valid"),
              cell(r["tokens_per_task"], "{:,.0f}"), cell(r["train_s"], "{:,.0f}"), str(r["steps"]),
              cell(r["weight_change"], "{:.3f}")]
         )  # fmt: skip
+    return aligned_table(lines)
+
+
+def format_also(result: dict[str, Any]) -> str:
+    """The three models on the other families' held-out tasks (``--also``), one line per family and model."""
+    from coa.evaluate.metrics import aligned_table, cell
+
+    lines = [["family", "model", "tasks", "accuracy", "Δacc. vs SFT [95%]", "valid", "Δvalid vs SFT [95%]"]]
+    for family, rows in result["also"].items():
+        for r in rows:
+            lines.append(
+                [family, r["model"], str(r["n"]), cell(r["accuracy"], "{:.1%}"), _delta(r, "accuracy"),
+                 cell(r["format_valid"], "{:.1%}"), _delta(r, "format_valid")]
+            )  # fmt: skip
     return aligned_table(lines)
 
 
@@ -571,6 +604,11 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
         default=None,
         help="comma-separated families continued SFT trains on (default: --family)",
     )
+    parser.add_argument(
+        "--also",
+        default="",
+        help="comma-separated other families to evaluate the three models on (what the candidate costs them)",
+    )
     parser.add_argument("--lr", type=float, default=None, help="continued SFT's learning rate")
     parser.add_argument("--rl", default=None, help="the RL artifact URI (else found by the plan's keys)")
     parser.add_argument(
@@ -593,11 +631,15 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
         work_dir=args.work_dir,
         rl_uri=args.rl,
         candidate=args.candidate,
+        also=[f for f in args.also.split(",") if f],
     )
     spent = "the RL run's training time" if args.candidate == "rl" else "the round's sampling and training"
     print(f"\n{result['family']}: {result['heldout']} held-out tasks, continued SFT for "
           f"{result['time_budget_s']:.0f} s ({spent})")  # fmt: skip
     print(format_table(result))
+    if result["also"]:
+        print(f"\nthe other families, {result['heldout']} held-out tasks each:")
+        print(format_also(result))
     print("\nby task kind (correct of the held-out tasks):")
     print(format_kinds(result))
     if result["rl_resumed_from_step"]:

@@ -136,7 +136,9 @@ def test_round_two_against_continued_sft_for_the_rounds_sampling_and_training_ti
         bench.locate(load_pipeline_config("configs/demo.yaml", OVERRIDES), io.Store(), candidate="sft.r2")
     store, done = build(config, ROUND_BUILT)
 
-    result = bench.main([*ROUND_OVERRIDES, "--candidate", "sft.r2", "--quick", "--heldout", "4"])
+    result = bench.main(
+        [*ROUND_OVERRIDES, "--candidate", "sft.r2", "--quick", "--heldout", "4", "--also", "math,code"]
+    )
 
     assert (result["candidate"], result["family"], result["heldout"]) == ("sft.r2", "code", 4)
     rows = {r["model"]: r for r in result["models"]}
@@ -165,6 +167,17 @@ def test_round_two_against_continued_sft_for_the_rounds_sampling_and_training_ti
     )
     assert sum(k["samples"]["n"] for k in kinds if "samples" in k) == len(sampled)
     assert sum(k["samples"]["correct"] for k in kinds if "samples" in k) == sum(sampled)
+    # --also: the same three models on 4 held-out math tasks (the target family itself not repeated)
+    assert list(result["also"]) == ["math"]
+    math_rows = {r["model"]: r for r in result["also"]["math"]}
+    assert list(math_rows) == list(rows) and "delta_accuracy" not in math_rows["sft"]
+    for name in ("sft.r2", "continued_sft"):
+        d = math_rows[name]["delta_accuracy"]
+        assert d["pairs"] == 4 and d["delta"] == pytest.approx(
+            math_rows[name]["accuracy"] - math_rows["sft"]["accuracy"]
+        )
+    printed = bench.format_also(result).splitlines()
+    assert [line.split()[:3] for line in printed[2:]] == [["math", m, "4"] for m in rows]
 
 
 def test_by_kind_counts_each_models_correct_tasks_and_the_rounds_samples_per_kind() -> None:
