@@ -62,6 +62,11 @@ def run(
 
         typer.echo("\nstudent on held-out tasks, before and after SFT, beside the teacher:")
         typer.echo(format_comparison(result.comparison))  # plain: a rich console would wrap it
+    if result.changes:
+        from coa.evaluate.training_report import CHANGES_LEGEND, format_changes
+
+        typer.echo(f"\nwhat each step changed ({CHANGES_LEGEND}):")
+        typer.echo(format_changes(result.changes))
     if result.report:
         console.print(f"curation report: {result.report}")
     if result.training_report:

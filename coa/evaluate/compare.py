@@ -39,6 +39,15 @@ class Delta:
     def as_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
 
+    def points(self) -> str:
+        """The delta and its interval in percentage points of a rate: ``+9.0 [+4.5, +13.5]``."""
+        return f"{100 * self.delta:+.1f} [{100 * self.low:+.1f}, {100 * self.high:+.1f}]"
+
+    @property
+    def excludes_zero(self) -> bool:
+        """Whether the interval lies wholly on one side of 0 (a change the pairs cannot explain away)."""
+        return self.low > 0 or self.high < 0
+
 
 def paired_values(
     candidate: pa.Table, baseline: pa.Table, metric: str

@@ -390,5 +390,9 @@ def report_step(
 
 
 def _build_report(b: Build) -> None:
-    comparison = write_training_report(b)
-    b.report(TrainingReportSummary(comparison=tuple(comparison), report=io.join(b.writer.uri, "report.html")))
+    comparison, changes = write_training_report(b)
+    b.report(
+        TrainingReportSummary(
+            comparison=tuple(comparison), changes=tuple(changes), report=io.join(b.writer.uri, "report.html")
+        )
+    )

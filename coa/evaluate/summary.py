@@ -9,8 +9,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from pydantic import Field
+from pydantic import BaseModel, ConfigDict, Field
 
+from coa.evaluate.compare import Delta
 from coa.steps import StepSummary
 
 
@@ -38,7 +39,21 @@ class EvalReportSummary(Headline):
     )
 
 
+class StepChange(BaseModel):
+    """What one training step changed: its model's held-out accuracy against the model it started
+    from, paired task by task, per family and over all (:func:`coa.evaluate.compare.compare`)."""
+
+    model_config = ConfigDict(frozen=True, extra="ignore")
+
+    step: str = Field(description="The model after the step: `SFT`, `round 2`…, `RL`.")
+    against: str = Field(description="The model it started from: `before SFT`, `SFT`, `round 2`….")
+    deltas: dict[str, Delta] = Field(description="Family (and `all`) -> the paired delta of accuracy.")
+
+
 class TrainingReportSummary(Headline):
     """What the training report (before/after SFT beside the teacher) compared."""
 
     comparison: tuple[dict[str, Any], ...] = Field(default=(), description="One row per model compared.")
+    changes: tuple[StepChange, ...] = Field(
+        default=(), description="Each training step's paired change, in training order (none stored before)."
+    )

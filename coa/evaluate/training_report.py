@@ -24,7 +24,9 @@ from typing import Any
 import pyarrow as pa
 
 from coa import pages
+from coa.evaluate.compare import compare
 from coa.evaluate.metrics import aligned_table, cell, percent_by_family
+from coa.evaluate.summary import StepChange
 
 ROUND_EVAL = "after_r"
 """Prefix of the training report's input of round r's held-out evaluation (``after_r2``…)."""
@@ -199,6 +201,88 @@ def format_comparison(rows: Sequence[Mapping[str, Any]]) -> str:
     return aligned_table([header, *([cell(row.get(key), fmt) for key, _, fmt in shown] for row in rows)])
 
 
+def step_changes(
+    evaluations: Sequence[tuple[str, pa.Table]], samples: int = 2000, confidence: float = 0.95
+) -> list[StepChange]:
+    """Each model's change in accuracy from the model before it, paired task by task, per family.
+
+    ``evaluations``: (model name, its ``eval.v1`` rows) in training order (before SFT, SFT, round 2…,
+    RL), all on the same held-out tasks. A change is a :class:`~coa.evaluate.compare.Delta` per family
+    and over all, with its bootstrap interval: on 50 tasks a column of the table moves by several
+    points with the draw of tasks alone, and the interval says whether a step's change is more.
+    """
+
+    def by_family(rows: pa.Table) -> pa.Table:  # compare() groups by benchmark, the report by family
+        return rows.select(["task_id", "sample_index", "family", "correct"]).rename_columns(
+            ["task_id", "sample_index", "benchmark", "correct"]
+        )
+
+    return [
+        StepChange(
+            step=name,
+            against=before,
+            deltas=compare(by_family(rows), by_family(base), "correct", samples, confidence, seed=0),
+        )
+        for (before, base), (name, rows) in zip(evaluations, evaluations[1:], strict=False)
+    ]
+
+
+CHANGES_LEGEND = (
+    "points of accuracy, paired on the same tasks; [95% bootstrap interval]; * the interval excludes 0"
+)
+
+
+def changes_cells(changes: Sequence[StepChange]) -> list[list[str]]:
+    """The steps' changes as cells, the header first: a row per family, a column per step."""
+    families = list(dict.fromkeys(f for c in changes for f in c.deltas))
+    lines = [["family", "tasks", *(f"{c.step} vs {c.against}" for c in changes)]]
+    for family in families:
+        cells = [c.deltas.get(family) for c in changes]
+        pairs = max((d.pairs for d in cells if d is not None), default=0)
+        lines.append(
+            [family, str(pairs)]
+            + ["-" if d is None else d.points() + (" *" if d.excludes_zero else "") for d in cells]
+        )
+    return lines
+
+
+def format_changes(changes: Sequence[StepChange]) -> str:
+    """The steps' changes as an aligned plain-text table."""
+    return aligned_table(changes_cells(changes))
+
+
+def changes_plot(changes: Sequence[StepChange]) -> str:
+    """A panel per step: each family's change in points with its interval, a line at 0."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    rows = max(len(c.deltas) for c in changes)
+    fig = Figure(figsize=(3.6 * len(changes) + 0.6, 0.45 * rows + 1.4), dpi=100)
+    FigureCanvasAgg(fig)
+    for k, change in enumerate(changes):
+        ax = fig.add_subplot(1, len(changes), k + 1)
+        names = list(change.deltas)[::-1]  # top to bottom in the table's order
+        for y, family in enumerate(names):
+            d = change.deltas[family]
+            color = "#2ca02c" if d.low > 0 else "#d62728" if d.high < 0 else "#7f7f7f"
+            ax.errorbar(
+                100 * d.delta,
+                y,
+                xerr=[[100 * (d.delta - d.low)], [100 * (d.high - d.delta)]],
+                fmt="o",
+                color=color,
+                capsize=3,
+            )
+        ax.axvline(0, color="#333333", linewidth=0.8)
+        ax.set_yticks(range(len(names)), names if k == 0 else [""] * len(names))
+        ax.set_ylim(-0.6, len(names) - 0.4)
+        ax.set_title(f"{change.step} vs {change.against}", fontsize=10)
+        ax.set_xlabel("points")
+        ax.grid(True, axis="x", alpha=0.3)
+    fig.tight_layout()
+    return pages.png(fig, dpi=100)
+
+
 ROUND_COLORS = ("#7b4fa6", "#c2549d", "#17becf", "#8c564b")
 
 
@@ -274,12 +358,23 @@ def render_report(
     notes: Sequence[str] = (),
     rl_png: bytes | None = None,
     rl_facts: Mapping[str, Any] | None = None,
+    changes: Sequence[StepChange] = (),
 ) -> str:
-    """A self-contained HTML page: headline facts, the table, the before/after chart, the loss curve
-    (and, after an RL phase, its reward / entropy curves and facts)."""
+    """A self-contained HTML page: headline facts, the table, the before/after chart, each step's
+    paired change, the loss curve (and, after an RL phase, its reward / entropy curves and facts)."""
     shown = columns(rows)
     header = [label for _, label, _ in shown]
     body = [[cell(r.get(key), fmt) for key, _, fmt in shown] for r in rows]
+    changed: list[str] = []
+    if changes:
+        cells = changes_cells(changes)
+        changed = [
+            "<h2>What each step changed</h2>",
+            f"<p>{pages.escape(CHANGES_LEGEND)}. A change whose interval holds 0 is within what the "
+            "draw of these tasks moves by itself.</p>",
+            pages.table(cells[0], cells[1:]),
+            pages.figure(changes_plot(changes), "each step's change in accuracy, with its 95% interval"),
+        ]
     loss = (
         pages.figure(pages.png_bytes(loss_png), "SFT loss curve")
         if loss_png
@@ -291,6 +386,7 @@ def render_report(
             "<h2>Student before and after SFT, on held-out tasks</h2>",
             pages.table(header, body),
             pages.figure(comparison_plot(rows), "format-valid rate, accuracy and tokens per task"),
+            *changed,
             "<h2>SFT</h2>",
             loss,
             pages.facts(list(facts.items())),
@@ -308,8 +404,9 @@ def render_report(
     )
 
 
-def write_training_report(b: Any) -> list[dict[str, Any]]:
-    """Stage ``report.html`` and ``comparison.json`` of the report step ``b``; return the rows.
+def write_training_report(b: Any) -> tuple[list[dict[str, Any]], list[StepChange]]:
+    """Stage ``report.html``, ``comparison.json`` and ``changes.json`` of the report step ``b``; return
+    the rows and each training step's paired change (:func:`step_changes`).
 
     Inputs: ``tasks`` (the held-out table), ``before`` / ``after`` (eval artifacts of the student
     before and after SFT), ``sft`` (the fine-tuned model artifact), ``teacher`` (the teacher's
@@ -343,6 +440,10 @@ def write_training_report(b: Any) -> list[dict[str, Any]]:
 
     rounds = round_inputs(b.inputs)
     round_evals = {n: evaluation.ref for n, (evaluation, _) in rounds.items()}
+    in_order = [("before SFT", before_ref), ("SFT", after_ref)]
+    in_order += [(f"round {n}", round_evals[n]) for n in sorted(round_evals)]
+    in_order += [("RL", after_rl.ref if after_rl is not None else None)]
+    changes = step_changes([(name, io.read_table(ref, EVAL_TABLE)) for name, ref in in_order if ref])
     rows = comparison_rows(
         with_cost(before_ref),
         with_cost(after_ref) if after_ref else {},
@@ -431,7 +532,9 @@ def write_training_report(b: Any) -> list[dict[str, Any]]:
         notes=notes,
         rl_png=rl_png,
         rl_facts=rl_facts,
+        changes=changes,
     )
     b.writer.write_file("report.html", page)
     b.writer.write_file("comparison.json", json.dumps(rows, indent=2))
-    return rows
+    b.writer.write_file("changes.json", json.dumps([c.model_dump(mode="json") for c in changes], indent=2))
+    return rows, changes

@@ -16,7 +16,7 @@ from pydantic import Field
 
 from coa.config import StrictModel
 from coa.curate.step import CurateSummary
-from coa.evaluate.summary import TrainingReportSummary
+from coa.evaluate.summary import StepChange, TrainingReportSummary
 from coa.io import ArtifactRef
 from coa.plan.config import PipelineConfig
 from coa.plan.pipeline import not_planned
@@ -56,6 +56,9 @@ class RunResult(StrictModel):
     comparison: tuple[dict[str, Any], ...] = Field(
         default=(), description="The training report's rows: one per model and family compared."
     )
+    changes: tuple[StepChange, ...] = Field(
+        default=(), description="The training report's paired change of each training step."
+    )
 
 
 def stage_rows(
@@ -92,15 +95,17 @@ def run_result(config: PipelineConfig, steps: Sequence[Step], done: Mapping[str,
     """The :class:`RunResult` of the finished steps ``done`` of the plan ``steps``."""
     report = training = None
     comparison: tuple[dict[str, Any], ...] = ()
+    changes: tuple[StepChange, ...] = ()
     if "curate" in done:
         report = CurateSummary.from_dict(done["curate"].summary).report
     if "report" in done:
         summary = TrainingReportSummary.from_dict(done["report"].summary)
-        training, comparison = summary.report, summary.comparison
+        training, comparison, changes = summary.report, summary.comparison, summary.changes
     return RunResult(
         stages=tuple(stage_rows(config, steps, done)),
         refs={name: result.ref for name, result in done.items()},
         report=report,
         training_report=training,
         comparison=comparison,
+        changes=changes,
     )

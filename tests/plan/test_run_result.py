@@ -33,6 +33,19 @@ COMPARISON = {
     "teacher_tokens_per_task": 2000.0,
 }
 
+DELTA = {
+    "benchmark": "all",
+    "metric": "correct",
+    "pairs": 5,
+    "candidate": 0.6,
+    "baseline": 0.0,
+    "delta": 0.6,
+    "low": 0.2,
+    "high": 1.0,
+    "confidence": 0.95,
+}
+CHANGE = {"step": "SFT", "against": "before SFT", "deltas": {"all": DELTA}}
+
 
 def _ref(kind: str, tables: dict[str, int], primary: str | None = None) -> ArtifactRef:
     return ArtifactRef(
@@ -71,7 +84,7 @@ def _done() -> dict[str, StepResult]:
             "report",
             _ref("report", {}),
             False,
-            {"report": "/tmp/training_report.html", "comparison": [COMPARISON]},
+            {"report": "/tmp/training_report.html", "comparison": [COMPARISON], "changes": [CHANGE]},
         ),
     }
 
@@ -94,6 +107,12 @@ def test_the_result_of_a_run_is_read_from_the_steps_and_their_typed_summaries() 
     assert result.report == "file:///store/curated/x-1/report.html"
     assert result.training_report == "/tmp/training_report.html"
     assert result.comparison == (COMPARISON,)
+    (change,) = result.changes  # typed: the paired delta of each training step
+    assert (change.step, change.against, change.deltas["all"].points()) == (
+        "SFT",
+        "before SFT",
+        "+60.0 [+20.0, +100.0]",
+    )
     # what the flow returns survives Prefect's result store and reads back equal
     assert RunResult.model_validate_json(result.model_dump_json()) == result
 
@@ -132,6 +151,7 @@ def test_coa_run_prints_the_typed_result(monkeypatch: pytest.MonkeyPatch) -> Non
     assert "peak RSS" in out.output and "0.50 GiB" in out.output and "1:15" in out.output
     assert "peak memory of the steps built: 512 MiB, in synthetic" in out.output
     assert "student on held-out tasks, before and after SFT" in out.output
+    assert "what each step changed" in out.output and "+60.0 [+20.0, +100.0] *" in out.output
     assert "curation report: file:///store/curated/x-1/report.html" in out.output
     assert "training report: /tmp/training_report.html" in out.output
 

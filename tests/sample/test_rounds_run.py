@@ -13,6 +13,7 @@ import pytest
 
 from coa import io
 from coa.curate.step import CurateSummary
+from coa.evaluate.summary import TrainingReportSummary
 from coa.plan import load_pipeline_config, plan
 from coa.rollout import Codec
 from coa.rollout.policies.scripted import ScriptedPolicy
@@ -102,6 +103,11 @@ def test_two_rounds_train_round_two_on_the_students_correct_samples(
     rows = done["report"].summary["comparison"]
     assert all("accuracy_after_r2" in r for r in rows)
     assert "acc. round 2" in io.read_file(done["report"].ref, "report.html").decode()
+    changes = TrainingReportSummary.from_dict(done["report"].summary).changes
+    assert [(c.step, c.against) for c in changes] == [("SFT", "before SFT"), ("round 2", "SFT")]
+    evaluated = io.read_table(done["evaluate.after"].ref, "eval").num_rows
+    assert evaluated > 0 and all(c.deltas["all"].pairs == evaluated for c in changes)  # the same tasks
+    assert json.loads(io.read_file(done["report"].ref, "changes.json"))[1]["step"] == "round 2"
 
     again: dict[str, StepResult] = {}
     run_plan(again)
