@@ -371,7 +371,8 @@ def render_report(
         changed = [
             "<h2>What each step changed</h2>",
             f"<p>{pages.escape(CHANGES_LEGEND)}. A change whose interval holds 0 is within what the "
-            "draw of these tasks moves by itself.</p>",
+            "draw of these tasks moves by itself; with several families and steps, about one interval "
+            "in twenty excludes 0 by chance alone.</p>",
             pages.table(cells[0], cells[1:]),
             pages.figure(changes_plot(changes), "each step's change in accuracy, with its 95% interval"),
         ]
