@@ -63,7 +63,7 @@ def run(
         typer.echo("\nstudent on held-out tasks, before and after SFT, beside the teacher:")
         typer.echo(format_comparison(result.comparison))  # plain: a rich console would wrap it
     if result.changes:
-        from coa.evaluate.training_report import CHANGES_LEGEND, format_changes
+        from coa.evaluate.changes import CHANGES_LEGEND, format_changes
 
         typer.echo(f"\nwhat each step changed ({CHANGES_LEGEND}):")
         typer.echo(format_changes(result.changes))

@@ -16,6 +16,8 @@
 * :mod:`~coa.evaluate.step`: the evaluation step (→ ``eval`` artifact; also from prediction
   files) and the training-report step;
 * :mod:`~coa.evaluate.training_report`: the training report (before/after SFT beside the teacher).
+* :mod:`~coa.evaluate.changes`: what each training step changed, paired on the same tasks, with its
+  interval (the report's section, ``coa run``'s last table).
 """
 
 from coa.evaluate.config import EvalConfig
