@@ -65,8 +65,8 @@ golden: $(STAMP)
 	COA_UPDATE_GOLDEN=1 $(BIN)/python -m pytest -q tests/test_golden.py tests/test_summary_contracts.py
 
 lint: $(STAMP)
-	$(BIN)/ruff check coa schemas orchestration flows tests bench
-	$(BIN)/ruff format --check coa schemas orchestration flows tests bench
+	$(BIN)/ruff check coa schemas tasks flows tests bench
+	$(BIN)/ruff format --check coa schemas tasks flows tests bench
 	$(BIN)/lint-imports --no-cache
 
 typecheck: $(STAMP)

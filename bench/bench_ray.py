@@ -127,7 +127,7 @@ def main() -> None:
     from bench_collect import _Fake, bench_raw
 
     from coa.execution import ExecutionConfig
-    from orchestration.fanout import RayExecutor, prefect_api_url
+    from tasks.fanout import RayExecutor, prefect_api_url
 
     fake = _Fake()
     url = fake.url(args.latency_ms / 1000)

@@ -2,7 +2,7 @@
 
 The runner (:mod:`coa.steps`) writes the marker when a build raises (still under the address's
 lock, so an identical run waiting on it sees the failure) and removes it on commit; ``coa run
---dry-run`` (:mod:`coa.plan.preview`) and a crashed dispatched step (``orchestration/dispatch.py``) say what
+--dry-run`` (:mod:`coa.plan.preview`) and a crashed dispatched step (``tasks/dispatch.py``) say what
 the rerun resumes from. The marker lives outside the artifact folder, so a committed folder holds
 only its manifest's files.
 """

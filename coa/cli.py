@@ -105,7 +105,7 @@ app.command()(inspect.lineage)
 async def _prefect_secret_block(name: str) -> Any:
     """An endpoint's ``api_key_block``, read as a Prefect Secret block by the Prefect layer (loaded only
     when a command reads one: the domain library reads environment variables only)."""
-    from orchestration.secret_blocks import read_secret_block
+    from tasks.secret_blocks import read_secret_block
 
     return await read_secret_block(name)
 

@@ -6,7 +6,7 @@ into independent shards (collection: ranges of the planned runs; curation: the s
 ranges; conversion: the SFT examples of row ranges) hands its shards to the executor it receives
 and merges what they wrote, in plan order, so the committed artifact does not depend on where the
 shards ran. The Ray executor (Prefect tasks
-on a Ray cluster through ``prefect-ray``) lives in :mod:`orchestration.fanout`: ``coa`` imports neither
+on a Ray cluster through ``prefect-ray``) lives in :mod:`tasks.fanout`: ``coa`` imports neither
 Prefect nor Ray. With ``execution.engine: local`` (the default) there is no executor and every
 step runs in one process exactly as before.
 

@@ -39,9 +39,9 @@ from coa.registry import Registry
 from coa.registry.gate import Verdict, apply
 from coa.steps import ModelInput, StepResult
 from flows.pipeline import fail, publish_lineage, publish_summary, run_planned_step
-from orchestration.fanout import executor
-from orchestration.outcome import project_errors_fail
-from orchestration.publish import artifact_key, scope_of, verdict_markdown
+from tasks.fanout import executor
+from tasks.outcome import project_errors_fail
+from tasks.publish import artifact_key, scope_of, verdict_markdown
 
 
 def run_name() -> str:

@@ -4,10 +4,10 @@
 convert → student → SFT → evaluate before/after beside the teacher → report. Each runs in the one
 Prefect task for steps (reused when its artifact is committed); ``only`` runs a slice (the steps in
 front of it are reused, never built). With ``dispatch.mode: deployment`` the GPU steps run as the
-``run-one-step`` flow of the GPU pool's deployment, sent as a step spec (:mod:`orchestration.dispatch`); the
+``run-one-step`` flow of the GPU pool's deployment, sent as a step spec (:mod:`tasks.dispatch`); the
 rest stay here.
 With ``execution.engine: ray`` the shards of collection, curation and conversion run as Prefect
-tasks on a Ray cluster (:mod:`orchestration.fanout`), one cluster connection for the whole run.
+tasks on a Ray cluster (:mod:`tasks.fanout`), one cluster connection for the whole run.
 Publishes a summary, the rows per stage and the lineage graph of the run's last artifact as Prefect
 artifacts (keys scoped by flow and profile: ``pipeline-demo-summary``); a failed step fails the flow
 run with its one-line reason as the state message, also logged (``prefect deployment run --watch``
@@ -34,11 +34,11 @@ from coa.plan import PipelineConfig, load_pipeline_config, plan
 from coa.plan.preview import select
 from coa.plan.run_result import RunResult, run_result
 from coa.steps import Step, StepResult, Upstream
-from orchestration.dispatch import run_on_pool
-from orchestration.fanout import executor
-from orchestration.outcome import project_errors_fail
-from orchestration.publish import artifact_key, scope_of
-from orchestration.steps import run_step_task
+from tasks.dispatch import run_on_pool
+from tasks.fanout import executor
+from tasks.outcome import project_errors_fail
+from tasks.publish import artifact_key, scope_of
+from tasks.steps import run_step_task
 
 
 def run_name() -> str:

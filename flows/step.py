@@ -22,8 +22,8 @@ from coa.errors import CoaError, describe
 from coa.plan.spec import SPEC_VERSION, StepSpec, accept
 from coa.steps import StepResult
 from coa.tracking.config import TrackingConfig
-from orchestration.outcome import project_errors_fail
-from orchestration.steps import run_step_task
+from tasks.outcome import project_errors_fail
+from tasks.steps import run_step_task
 
 
 @flow(name="run-one-step", log_prints=True)

@@ -1,7 +1,7 @@
 """Sharded collection, curation and conversion (coa.execution) commit what the one-process build commits.
 
 The shards run one after another in this process (:class:`coa.execution.InProcessExecutor`): the
-same split, checkpoints and merge as on Ray (tests/orchestration/test_fanout.py), without a cluster.
+same split, checkpoints and merge as on Ray (tests/tasks/test_fanout.py), without a cluster.
 """
 
 from __future__ import annotations

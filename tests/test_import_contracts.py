@@ -19,8 +19,8 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 LINT_IMPORTS = Path(sys.executable).parent / "lint-imports"
-PACKAGES = ("coa", "flows", "orchestration", "schemas")
-ORCHESTRATION = ("prefect", "prefect_ray", "flows", "orchestration")
+PACKAGES = ("coa", "flows", "tasks", "schemas")
+ORCHESTRATION = ("prefect", "prefect_ray", "flows", "tasks")
 """What the domain library may not import: Prefect and the layers built on it."""
 ENTRY = ("coa/cli.py", "coa/cli/", "coa/_cli/")
 """The CLI (``coa.cli`` and its command modules): the part of coa above the Prefect layer."""
@@ -98,7 +98,7 @@ def _files(*packages: str) -> list[Path]:
         "import prefect\n",
         "def f():\n    from prefect.blocks.system import Secret\n",
         "class A:\n    def m(self):\n        if True:\n            import flows.pipeline\n",
-        "import importlib\nx = importlib.import_module('orchestration.fanout')\n",
+        "import importlib\nx = importlib.import_module('tasks.fanout')\n",
         "from importlib import import_module\ndef f():\n    return import_module('prefect')\n",
         "def f():\n    return __import__('prefect_ray')\n",
     ],
@@ -108,7 +108,7 @@ def test_the_walk_reads_every_import(source: str) -> None:
 
 
 def test_domain_code_imports_no_prefect() -> None:
-    """No module of coa (the CLI aside) or schemas imports Prefect, flows or orchestration, anywhere in it."""
+    """No module of coa (the CLI aside) or schemas imports Prefect, flows or tasks (Prefect), anywhere."""
     offenders = []
     for path in _files("coa", "schemas"):
         rel = str(path.relative_to(REPO))
@@ -117,7 +117,7 @@ def test_domain_code_imports_no_prefect() -> None:
         for line, module, _ in imported_modules(path.read_text()):
             if _top(module) in ORCHESTRATION or module == "<dynamic>":
                 offenders.append(f"{rel}:{line} imports {module}")
-    assert offenders == [], f"coa/ is the domain library (Prefect is in flows/, orchestration/): {offenders}"
+    assert offenders == [], f"coa/ is the domain library (Prefect is in flows/, tasks/): {offenders}"
 
 
 def test_no_first_party_import_is_hidden_in_a_string() -> None:

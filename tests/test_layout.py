@@ -12,7 +12,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 MAX_LINES = 500
-PACKAGES = ("coa", "orchestration", "flows", "schemas")
+PACKAGES = ("coa", "tasks", "flows", "schemas")
 EXEMPT = {"coa/tools/sandbox.py", "coa/tools/sandbox_harness.py"}
 """The sandbox, by name: the only modules allowed past :data:`MAX_LINES`."""
 
@@ -47,3 +47,13 @@ def test_the_check_finds_a_long_module(tmp_path: Path) -> None:
     (tmp_path / "coa" / "short.py").write_text("x = 1\n" * MAX_LINES)
     (tmp_path / "coa" / "sandbox.py").write_text("x = 1\n" * (MAX_LINES + 5))
     assert oversized(tmp_path, ("coa",), {"coa/sandbox.py"}) == {"coa/sub/long.py": MAX_LINES + 1}
+
+
+TOP_LEVEL = ("pyproject.toml", "flows", "tasks", "schemas", "infra", "tests", "configs")
+"""The layout the project's design names: Prefect flows (``flows/``) chain Prefect tasks (``tasks/``)."""
+
+
+def test_the_designed_top_level_exists() -> None:
+    missing = [name for name in TOP_LEVEL if not (REPO / name).exists()]
+    assert missing == [], f"the design names these top-level entries; restore them: {missing}"
+    assert (REPO / "tasks" / "__init__.py").is_file(), "tasks/ is the Prefect task layer (a package)"

@@ -126,7 +126,7 @@ def _run(step: Any, label: str | None = None, execution: Any = None) -> Any:
     """Run a step with a progress bar on stderr; print whether it was reused.
 
     ``execution`` (the profile's ``execution`` section): with ``engine: ray`` the step's shards run on
-    Ray through the orchestration skin (:mod:`orchestration.fanout`, loaded only then)."""
+    Ray through the orchestration skin (:mod:`tasks.fanout`, loaded only then)."""
     import contextlib
 
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
@@ -136,7 +136,7 @@ def _run(step: Any, label: str | None = None, execution: Any = None) -> Any:
     columns = (TextColumn(label or step.name), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
     shards: Any = contextlib.nullcontext(None)
     if execution is not None and execution.engine != "local":
-        from orchestration.fanout import executor as fanout_executor
+        from tasks.fanout import executor as fanout_executor
 
         shards = fanout_executor(execution)
     with shards as executor, Progress(*columns, console=err, transient=True) as bar:

@@ -15,7 +15,7 @@ Modules: :mod:`~coa.llm.config` (typed config), :mod:`~coa.llm.client` (client, 
 :mod:`~coa.llm.limits` (token buckets, budget), :mod:`~coa.llm.tokens` (token counting),
 :mod:`~coa.llm.secrets` (API keys, scrubbing), :mod:`~coa.llm.errors`. Nothing here imports Prefect:
 ``api_key_block`` is read by the reader the Prefect layer installs
-(:func:`~coa.llm.secrets.set_secret_block_reader`, :mod:`orchestration.secret_blocks`).
+(:func:`~coa.llm.secrets.set_secret_block_reader`, :mod:`tasks.secret_blocks`).
 """
 
 from coa.llm.cache import ResponseCache, cache_key

@@ -3,7 +3,7 @@
 A key is read from the environment variable an endpoint names (``api_key_env``) or from a named secret
 block (``api_key_block``). :mod:`coa` reads environment variables only; the block is read by the reader
 the orchestration layer installs with :func:`set_secret_block_reader`
-(:mod:`orchestration.secret_blocks` installs Prefect's Secret block lookup when :mod:`orchestration` is
+(:mod:`tasks.secret_blocks` installs Prefect's Secret block lookup when :mod:`tasks` is
 imported, and the ``coa`` CLI installs it lazily), so
 :mod:`coa` imports no Prefect. It is only ever placed in the ``Authorization`` header. Every string the
 LLM layer logs, raises or stores goes through :class:`Scrubber`, which masks what

@@ -1,4 +1,4 @@
-"""orchestration/outcome.py in process: the engine's crash record for a flow run ended Failed by its own
+"""tasks/outcome.py in process: the engine's crash record for a flow run ended Failed by its own
 state is dropped; a flow that raises a bug keeps it (the worker path is tests/flows/test_failed_step.py);
 a project error raised anywhere in a flow body ends the run Failed with its one-line reason.
 
@@ -17,7 +17,7 @@ from prefect.flow_engine import run_flow
 from prefect.testing.utilities import prefect_test_harness
 
 from coa.errors import CheckFailed, UserError
-from orchestration.outcome import ENGINE_LINE, failed, project_errors_fail, quiet_failed_states
+from tasks.outcome import ENGINE_LINE, failed, project_errors_fail, quiet_failed_states
 
 REPO = Path(__file__).resolve().parents[2]
 

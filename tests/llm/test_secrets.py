@@ -103,13 +103,13 @@ def block_reader() -> Any:
 def test_key_from_prefect_secret_block(
     fake: FakeLLMServer, monkeypatch: pytest.MonkeyPatch, block_reader: None
 ) -> None:
-    """The Prefect layer (orchestration.secret_blocks) installs the Secret-block lookup; the key reaches the
+    """The Prefect layer (tasks.secret_blocks) installs the Secret-block lookup; the key reaches the
     Authorization header."""
     from prefect.blocks import system
 
-    import orchestration.secret_blocks
+    import tasks.secret_blocks
 
-    set_secret_block_reader(orchestration.secret_blocks.read_secret_block)  # what importing tasks did once
+    set_secret_block_reader(tasks.secret_blocks.read_secret_block)  # what importing tasks did once
     loaded: list[str] = []
 
     class FakeSecret:
@@ -132,9 +132,9 @@ def test_failed_block_load_is_a_clean_config_error(
 ) -> None:
     from prefect.blocks import system
 
-    import orchestration.secret_blocks
+    import tasks.secret_blocks
 
-    set_secret_block_reader(orchestration.secret_blocks.read_secret_block)
+    set_secret_block_reader(tasks.secret_blocks.read_secret_block)
 
     async def aload(name: str, *args: Any, **kwargs: Any) -> Any:
         raise ValueError(f"Unable to find block document named {name}, key {KEY}")
@@ -173,7 +173,7 @@ def test_coa_llm_does_not_import_prefect() -> None:
 def test_importing_the_prefect_layer_installs_the_block_reader() -> None:
     code = (
         "import coa.llm.secrets as s; assert s.secret_block_reader() is None; "
-        "import orchestration, orchestration.secret_blocks as b; "
+        "import tasks, tasks.secret_blocks as b; "
         "assert s.secret_block_reader() is b.read_secret_block"
     )
     subprocess.run([sys.executable, "-c", code], check=True, cwd=Path(__file__).resolve().parents[2])

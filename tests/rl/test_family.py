@@ -150,7 +150,7 @@ def test_the_rl_step_trains_on_the_picked_family_and_records_why(
     assert built.summary["family_choice"]["family"] == "math"
     trained = set(io.read_table(built.ref, "rollouts").column("prompt_id").to_pylist())
     assert trained and all(p.endswith("@code_math") for p in trained)  # no code prompt was rolled out
-    from orchestration import publish
+    from tasks import publish
 
     made: list[dict[str, str]] = []
     monkeypatch.setattr(publish, "create_markdown_artifact", lambda **kw: made.append(kw))

@@ -53,7 +53,7 @@ def test_rl_step_commits_model_rollouts_and_lineage_then_reuses(
 
 def _check_published(built: StepResult, step: Step, monkeypatch: pytest.MonkeyPatch) -> None:
     """The per-step Prefect artifact shows the held-out curve, and the alarm when there is one."""
-    from orchestration import publish
+    from tasks import publish
 
     made: list[dict[str, str]] = []
     monkeypatch.setattr(publish, "create_markdown_artifact", lambda **kw: made.append(kw))

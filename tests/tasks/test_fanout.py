@@ -1,4 +1,4 @@
-"""Fan-out on Ray (orchestration/fanout.py): shards as Prefect tasks on a local 2-CPU Ray cluster.
+"""Fan-out on Ray (tasks/fanout.py): shards as Prefect tasks on a local 2-CPU Ray cluster.
 
 * a Ray-run collection, curation and conversion give the artifacts of the one-process run: the
   collection has the same content key and the same runs in the same order (wall-clock values aside:
@@ -28,7 +28,7 @@ from coa.collect.runs import CheckpointFolder, plan_runs
 from coa.execution import ExecutionConfig, shard_ranges
 from coa.steps import StepResult, Upstream, address, resolve, run_step
 from coa.synthetic import step as synthetic_step
-from orchestration.fanout import RayExecutor
+from tasks.fanout import RayExecutor
 from tests.fanout_helpers import demo_config, local_rebuilds, manifest_hashes, run, without_timing
 
 pytestmark = [pytest.mark.slow, pytest.mark.sandbox]

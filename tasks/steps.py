@@ -20,7 +20,7 @@ from coa.errors import CoaError, describe
 from coa.execution import ShardExecutor
 from coa.rl.summary import RLSummary
 from coa.steps import Step, StepResult, run_step
-from orchestration.publish import publish
+from tasks.publish import publish
 
 
 def _progress(logger: Any, name: str, clock: Callable[[], float] = time.monotonic) -> Any:
@@ -61,8 +61,8 @@ def run_step_task(
     """Run (or reuse) ``step``; publish its Prefect artifacts; a project error becomes ``Failed``.
 
     ``done``: the results of the steps it reads (only those: Prefect draws an edge from each);
-    ``executor``: where the step's shards run (:mod:`orchestration.fanout`; None = in this process);
-    ``scope``: the prefix of its artifact keys (:func:`orchestration.publish.scope_of`)."""
+    ``executor``: where the step's shards run (:mod:`tasks.fanout`; None = in this process);
+    ``scope``: the prefix of its artifact keys (:func:`tasks.publish.scope_of`)."""
     logger = get_run_logger()
     try:
         result = run_step(

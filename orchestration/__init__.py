@@ -1,8 +1,0 @@
-"""The Prefect layer around the steps: one task runs any step (:mod:`orchestration.steps`), and each
-stage publishes its small Prefect artifacts from the step's summary (:mod:`orchestration.publish`);
-an endpoint's ``api_key_block`` is read as a Prefect Secret block (:mod:`orchestration.secret_blocks`,
-installed on import)."""
-
-from orchestration import (
-    secret_blocks as secret_blocks,  # installs the Secret-block reader into coa.llm.secrets
-)
