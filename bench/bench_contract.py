@@ -2,18 +2,17 @@
 
 Writes a trajectory.v1 table (nested steps) through the store, then times, in the same process,
 ``pq.read_table`` of the same file (baseline) and ``coa.io.read_table`` (read + manifest + the
-contract's conform). Prints the ratio; run with ``python bench/bench_contract.py [rows]``.
+contract's conform). Prints the ratio; run with ``python bench/bench_contract.py [--rows N] [--json F]``.
 """
 
 from __future__ import annotations
 
 import datetime as dt
-import sys
 import tempfile
-import time
 from pathlib import Path
 
 import pyarrow.parquet as pq
+from harness import Bench, main
 
 import schemas
 from coa import io
@@ -57,17 +56,8 @@ def build(rows: int):
     return schemas.TRAJECTORY.from_rows([{**base, "run_id": f"r{i}"} for i in range(rows)])
 
 
-def best_of(fn, repeat: int = 5) -> float:
-    times = []
-    for _ in range(repeat):
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
-    return min(times)
-
-
-def main() -> None:
-    rows = int(sys.argv[1]) if len(sys.argv) > 1 else 50_000
+def run(args, bench: Bench) -> None:
+    rows = 2_000 if args.quick else args.rows
     table = build(rows)
     with tempfile.TemporaryDirectory() as root:
         store = io.Store(root)
@@ -75,11 +65,11 @@ def main() -> None:
         writer.write_table("trajectories", table, schemas.TRAJECTORY)
         ref = writer.commit()
         path = Path(ref.uri) / "trajectories.parquet"
-        raw = best_of(lambda: pq.read_table(path))
-        checked = best_of(lambda: io.read_table(ref))
-    ratio = checked / raw
-    print(f"rows={rows} raw_read={raw * 1000:.1f}ms checked_read={checked * 1000:.1f}ms ratio={ratio:.2f}x")
+        raw = bench.time("raw read (pq.read_table)", lambda: pq.read_table(path), repeat=args.repeat)
+        checked = bench.time("checked read (coa.io.read_table)", lambda: io.read_table(ref), args.repeat)
+    bench.figure("rows", rows)
+    bench.ratio("checked / raw", checked, raw)
 
 
 if __name__ == "__main__":
-    main()
+    main(run, __doc__, extra=lambda p: p.add_argument("--rows", type=int, default=50_000))

@@ -8,6 +8,8 @@ from pathlib import Path
 from types import ModuleType
 
 REPO = Path(__file__).resolve().parents[2]
+if str(REPO / "bench") not in sys.path:  # the scripts import their siblings (the harness) by bare name
+    sys.path.insert(0, str(REPO / "bench"))
 
 
 def load_script(name: str) -> ModuleType:
