@@ -243,7 +243,8 @@ COMPUTATION = {
 
 def scorers_used(table: pa.Table) -> dict[str, dict[str, Any]]:
     """Per benchmark: the scorer(s) of its rows (name, version, rule, whether it is the benchmark's
-    published rule) and a note when the benchmark's own rule is not the one used."""
+    published rule, the publisher's grader package and version it runs) and a note when the
+    benchmark's own rule is not the one used."""
     from coa.scoring.benchmarks import SCORERS, benchmark_of
 
     if "scorer" not in table.column_names:
@@ -265,6 +266,7 @@ def scorers_used(table: pa.Table) -> dict[str, dict[str, Any]]:
                     "version": version,
                     "rule": known.info.rule if known else None,
                     "published_rule": bool(known and known.info.published),
+                    "package": known.info.package if known else None,
                 }
             )
         entry: dict[str, Any] = {"scorers": used}
