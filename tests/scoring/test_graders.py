@@ -17,8 +17,8 @@ from typing import Any
 import pytest
 
 from coa.scoring.benchmarks import SCORERS, score_task, scorer_for
-from coa.scoring.benchmarks.graders import GRADERS, grade, grader_template
-from coa.scoring.benchmarks.publishers import SIMPLE_EVALS, grader_module, package_version
+from coa.scoring.benchmarks.graders import eval_class, grade, grader_template
+from coa.scoring.benchmarks.publishers import SIMPLE_EVALS, package_version
 
 QUESTION = "Which years did the author's first trilogy span?"
 GOLDS = ["1988-96"]
@@ -50,8 +50,7 @@ class PublisherSelf:
 
 
 def publisher_grade(name: str, reply: str, question: str, gold: str, response: str) -> tuple[str, Any]:
-    module, cls = GRADERS[name]
-    eval_cls = getattr(grader_module(SIMPLE_EVALS, module), cls)
+    eval_cls = eval_class(name)
     model = PublisherSelf(reply)
     label = asyncio.run(eval_cls.grade_sample(model, question, gold, response))
     return label, model.asked

@@ -13,7 +13,7 @@ from coa.scoring.benchmarks import SCORERS
 from coa.scoring.benchmarks.publishers import (
     PINNED,
     GraderUnavailable,
-    grader_module,
+    grader_import,
     package_label,
     package_version,
 )
@@ -37,8 +37,11 @@ def test_the_grader_packages_are_pinned_and_installed_at_the_pins() -> None:
 
 
 def test_a_missing_grader_says_how_to_install_it() -> None:
-    with pytest.raises(GraderUnavailable, match=r"pip install --no-deps nvidia-livecodebench==26\.3") as e:
-        grader_module("nvidia-livecodebench", "livecodebench.no_such_module")
+    with (
+        pytest.raises(GraderUnavailable, match=r"pip install --no-deps nvidia-livecodebench==26\.3") as e,
+        grader_import("nvidia-livecodebench"),
+    ):
+        import livecodebench.no_such_module  # type: ignore[import-not-found]  # noqa: F401
     assert isinstance(e.value, InfraError) and isinstance(e.value, ImportError)
     assert package_version("no-such-distribution-x") is None
     assert package_label("no-such-distribution-x") == "no-such-distribution-x (not installed)"

@@ -32,16 +32,18 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Coroutine, Sequence
+from types import ModuleType
 from typing import Any, Protocol
 
-from coa.scoring.benchmarks.publishers import SIMPLE_EVALS, grader_module
+from coa.scoring.benchmarks.publishers import SIMPLE_EVALS, grader_import
 
-GRADERS: dict[str, tuple[str, str]] = {
-    "browsecomp": ("simple_evals.evals.browsecomp_eval", "BrowseCompEval"),
-    "hle": ("simple_evals.evals.browsecomp_eval", "BrowseCompEval"),
-    "simpleqa": ("simple_evals.evals.simpleqa_eval", "SimpleQAEval"),
+GRADERS: dict[str, str] = {
+    "browsecomp": "BrowseCompEval",
+    "hle": "BrowseCompEval",
+    "simpleqa": "SimpleQAEval",
 }
-"""Grader name → (module, eval class) of simple-evals whose ``GRADER_TEMPLATE`` and ``grade_sample`` grade."""
+"""Grader name → the simple-evals eval class whose module's ``GRADER_TEMPLATE`` and whose
+``grade_sample`` grade (``simple_evals.evals.browsecomp_eval`` / ``simpleqa_eval``)."""
 
 CORRECT_LABEL = {"browsecomp": "yes", "hle": "yes", "simpleqa": "A"}
 
@@ -90,10 +92,26 @@ def _drive(coro: Coroutine[Any, Any, str]) -> str:
     raise RuntimeError("the grader awaited something other than the judge")
 
 
+def grader_source(name: str) -> ModuleType:
+    """The simple-evals module of grader ``name`` (imported here, where it is needed: it loads pandas)."""
+    with grader_import(SIMPLE_EVALS):
+        if GRADERS[name] == "SimpleQAEval":
+            from simple_evals.evals import simpleqa_eval
+
+            return simpleqa_eval
+        from simple_evals.evals import browsecomp_eval
+
+        return browsecomp_eval
+
+
+def eval_class(name: str) -> Any:
+    """The publisher's eval class of grader ``name`` (its ``grade_sample`` grades)."""
+    return getattr(grader_source(name), GRADERS[name])
+
+
 def grader_template(name: str) -> str:
     """The publisher's ``GRADER_TEMPLATE`` of grader ``name``."""
-    module, _ = GRADERS[name]
-    return str(grader_module(SIMPLE_EVALS, module).GRADER_TEMPLATE)
+    return str(grader_source(name).GRADER_TEMPLATE)
 
 
 def grade(judge: ChatJudge, name: str, question: str, response: str, gold_answers: Sequence[str]) -> Grade:
@@ -101,8 +119,7 @@ def grade(judge: ChatJudge, name: str, question: str, response: str, gold_answer
 
     Several golds are joined with `` | `` into the one ``correct_answer`` the template has room for.
     """
-    module, cls = GRADERS[name]
-    eval_cls = getattr(grader_module(SIMPLE_EVALS, module), cls)
+    eval_cls = eval_class(name)
     model = _GraderModel(judge)
     gold = " | ".join(gold_answers)
     label = _drive(eval_cls.grade_sample(model, question, gold, response))
@@ -115,4 +132,7 @@ def describe(grade_: Grade, tag: str) -> str:
     return f"grader {tag}: {grade_.label}; reply {reply[:160]!r}"
 
 
-__all__ = ["CORRECT_LABEL", "GRADERS", "ChatJudge", "Grade", "describe", "grade", "grader_template"]
+__all__ = [
+    "CORRECT_LABEL", "GRADERS", "ChatJudge", "Grade", "describe", "eval_class", "grade", "grader_source",
+    "grader_template",
+]  # fmt: skip

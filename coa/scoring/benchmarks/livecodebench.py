@@ -35,7 +35,7 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from coa.scoring.benchmarks.publishers import LIVECODEBENCH, grader_module
+from coa.scoring.benchmarks.publishers import LIVECODEBENCH, grader_import
 from coa.tools.harness_pool import ProgramRunner
 from coa.tools.sandbox import SandboxConfig
 
@@ -81,9 +81,10 @@ def lcb_code(prediction: str) -> str:
     """The code LCB runs for an answer (see the module docstring)."""
     if "```" not in prediction:
         return prediction.strip()
-    extraction = grader_module(LIVECODEBENCH, "livecodebench.utils.extraction_utils")
-    styles = grader_module(LIVECODEBENCH, "livecodebench.lm_styles")
-    return str(extraction.extract_code(prediction, styles.LMStyle.OpenAIChat))
+    with grader_import(LIVECODEBENCH):
+        from livecodebench.lm_styles import LMStyle
+        from livecodebench.utils.extraction_utils import extract_code
+    return str(extract_code(prediction, LMStyle.OpenAIChat))
 
 
 def _call(node: ast.AST) -> tuple[str, list[Any]] | None:

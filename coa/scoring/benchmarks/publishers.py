@@ -16,16 +16,16 @@ package (pinned)           what grades with it
 =========================  ====================================================================
 
 The first two are installed without their declared dependencies (``pyproject.toml``
-``[tool.coa.graders]`` says why); :func:`grader_module` imports the narrowest module that holds the
-grader and turns a missing package into an :class:`~coa.errors.InfraError` saying how to install it.
+``[tool.coa.graders]`` says why); :func:`grader_import` wraps the import of the narrowest module that holds
+the grader and turns a missing package into an :class:`~coa.errors.InfraError` saying how to install it.
 """
 
 from __future__ import annotations
 
+import contextlib
 import functools
-import importlib
+from collections.abc import Iterator
 from importlib import metadata
-from types import ModuleType
 
 from coa.errors import InfraError
 
@@ -56,15 +56,16 @@ def package_label(dist: str) -> str:
     return f"{dist} {version}" if version else f"{dist} (not installed)"
 
 
-@functools.cache
-def grader_module(dist: str, module: str) -> ModuleType:
-    """Import ``module`` of the grader package ``dist``, or raise :class:`GraderUnavailable`."""
+@contextlib.contextmanager
+def grader_import(dist: str) -> Iterator[None]:
+    """Around the import of a grader of package ``dist``: a failed import raises
+    :class:`GraderUnavailable` saying how to install the package."""
     try:
-        return importlib.import_module(module)
+        yield
     except ImportError as e:
         pin = PINNED.get(dist, "")
         raise GraderUnavailable(
-            f"the grader {module} of {dist} cannot be imported ({e}); install it with "
+            f"a grader of {dist} cannot be imported ({e}); install it with "
             f"`pip install --no-deps {dist}=={pin}` (`make test` does: pyproject.toml [tool.coa.graders])"
         ) from e
 
@@ -75,7 +76,7 @@ __all__ = [
     "PINNED",
     "SIMPLE_EVALS",
     "GraderUnavailable",
-    "grader_module",
+    "grader_import",
     "package_label",
     "package_version",
 ]
