@@ -32,7 +32,7 @@ from __future__ import annotations
 import ast
 import dataclasses
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from typing import Any
 
 from coa.scoring.benchmarks.publishers import LIVECODEBENCH, grader_import
@@ -201,15 +201,6 @@ def run_lcb(prediction: str, test_cases: Mapping[str, Any], runner: ProgramRunne
     return run_sample(lcb_code(prediction), sample, runner)
 
 
-def run_many(
-    cases: Sequence[tuple[str, Mapping[str, str]]], timeout: int = TEST_TIMEOUT_S
-) -> list[LCBResult]:
-    """Several ``(code, sample)`` in one warm sandbox, one after another (each its own process)."""
-    most = max((len(json.loads(s["input_output"])["inputs"]) for _, s in cases), default=1)
-    with ProgramRunner(lcb_sandbox(most)) as runner:
-        return [run_sample(code, sample, runner, timeout) for code, sample in cases]
-
-
 __all__ = [
     "DRIVER",
     "LCBResult",
@@ -220,6 +211,5 @@ __all__ = [
     "lcb_sample",
     "lcb_sandbox",
     "run_lcb",
-    "run_many",
     "run_sample",
 ]
