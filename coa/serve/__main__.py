@@ -36,6 +36,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "--threads", type=int, default=None, help="torch CPU threads (default torch's; 1 on a shared host)"
     )
     parser.add_argument("--device", default="cpu", help="cpu or cuda")
+    parser.add_argument(
+        "--protocol",
+        choices=("vllm", "sglang"),
+        default="vllm",
+        help="whose admin routes and completion metadata to speak (vllm: its RL routes need "
+        "VLLM_SERVER_DEV_MODE=1, as vLLM's; sglang: /pause_generation, /update_weights_from_disk, ...)",
+    )
     parser.add_argument("--log-level", default="warning", help="uvicorn's log level")
     return parser.parse_args(argv)
 
@@ -72,6 +79,8 @@ def main(argv: list[str] | None = None) -> int:
         model,
         tokenizer,
         name=name,
+        path=str(folder.resolve()),
+        protocol=args.protocol,
         max_batch=args.max_batch,
         max_loras=args.max_loras,
         delay_per_token_s=args.delay_per_token_ms / 1000,

@@ -75,6 +75,8 @@ class GenRequest:
     error: str | None = None
     version_first: int | None = None
     version_last: int | None = None
+    version_spans: list[tuple[int, int]] = dataclasses.field(default_factory=list)
+    """``(version, first token index)`` each time the version of the sampled tokens changed."""
     submitted_at: float = 0.0
     first_token_at: float = 0.0
 
@@ -183,6 +185,20 @@ class ContinuousBatcher:
             )
         if not ok:
             raise TimeoutError(f"pause ({mode}) did not complete in {timeout} s")
+
+    def abort_running(self, reason: str) -> int:
+        """Pause (keep), then end every running request with finish ``abort``; the queue waits for
+        :meth:`resume`. The number of requests aborted."""
+        self.pause("keep")
+        with self._cond:
+            running = self._admitting + [r.request for r in self._rows]
+            self._rows, self._admitting = [], []
+            self._cache = self._mask = self._next = None
+        for request in running:
+            request.finish, request.error = "abort", reason
+            if request.done is not None:
+                request.done(request)
+        return len(running)
 
     def resume(self) -> None:
         with self._cond:
@@ -405,6 +421,8 @@ class ContinuousBatcher:
             request = row.request
             if not request.ids:
                 request.first_token_at = now
+            if request.version_last != self.version or not request.version_spans:
+                request.version_spans.append((self.version, len(request.ids)))
             request.ids.append(token)
             request.version_last = self.version
             if request.logprobs is not None:
