@@ -21,7 +21,6 @@ import torch
 import yaml
 
 import schemas
-from coa.llm.config import EndpointConfig
 from coa.rl.config import RLRunConfig
 from coa.rl.grpo import run_rl
 from coa.rollout import Generation, Sampling
@@ -46,7 +45,20 @@ def serve(tiny_model: Path) -> Iterator[ServeProcess]:
         server.stop()
 
 
-def server_config(model: Path, serve: ServeProcess, **kw: Any) -> RLRunConfig:
+@pytest.fixture(scope="module")
+def sglang_serve(tiny_model: Path) -> Iterator[ServeProcess]:
+    """coa.serve speaking SGLang's routes and completion metadata (--protocol sglang)."""
+    server = ServeProcess(
+        tiny_model, "--served-model-name", "student", "--protocol", "sglang", dev_mode=False
+    )
+    try:
+        server.wait_ready()
+        yield server
+    finally:
+        server.stop()
+
+
+def server_config(model: Path, serve: ServeProcess, engine: str = "auto", **kw: Any) -> RLRunConfig:
     """A short server-backed run on the random tiny model: one generation of at most 24 ids per
     episode, the overlong term over the whole budget (so lengths make rewards differ), truncated
     episodes trained (a random model rarely closes a tag), a large learning rate (weights move)."""
@@ -68,7 +80,13 @@ def server_config(model: Path, serve: ServeProcess, **kw: Any) -> RLRunConfig:
         "tools": ToolsConfig(enabled=("code",), record="off"),
         "rollout": {
             "backend": "server",
-            "server": EndpointConfig(name="coa-serve", base_url=serve.url, model="student", timeout_s=60),
+            "server": {
+                "name": "coa-serve",
+                "base_url": serve.url,
+                "model": "student",
+                "timeout_s": 60,
+                "engine": engine,
+            },
         },
     }
     return RLRunConfig.model_validate(values | kw)
@@ -111,9 +129,22 @@ def sampled_runs(ids: Sequence[int], mask: Sequence[int]) -> list[tuple[int, ...
 
 
 @pytest.mark.sandbox
+@pytest.mark.parametrize(
+    "engine",
+    [
+        "auto",  # probed: coa.serve in vLLM mode, its update_info disk transport
+        "vllm",  # vLLM's adapter: /collective_rpc to the worker extension, /update_weight_version
+        "sglang",  # SGLang's adapter against coa.serve --protocol sglang
+    ],
+)
 def test_server_backend_syncs_weights_and_trains_the_sampled_ids(
-    serve: ServeProcess, tiny_model: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    engine: str,
+    request: pytest.FixtureRequest,
+    tiny_model: Path,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
+    serve: ServeProcess = request.getfixturevalue("sglang_serve" if engine == "sglang" else "serve")
     generations: list[Generation] = []
     real = EndpointPolicy.generate
 
@@ -123,8 +154,9 @@ def test_server_backend_syncs_weights_and_trains_the_sampled_ids(
         return generation
 
     monkeypatch.setattr(EndpointPolicy, "generate", spy)
-    result = run_rl(prompts_table(6), server_config(tiny_model, serve), tmp_path / "run")
+    result = run_rl(prompts_table(6), server_config(tiny_model, serve, engine), tmp_path / "run")
     assert (result.global_step, result.rollout_backend, result.mode) == (3, "server", "sync")
+    assert result.rollout_stats["weight_version_mismatches"] == 0  # SGLang's reports agree with the stamps
     assert result.rollout_stats["weight_syncs"] == 3  # before each of the 3 generation batches
     table = pq.read_table(result.rollouts_file)
     assert schemas.ROLLOUT.check(table).ok
@@ -145,8 +177,9 @@ def test_server_backend_syncs_weights_and_trains_the_sampled_ids(
     assert max(abs(a - b) for a, b in zip(before, after, strict=True)) > 1e-3  # training moved them
     served = served_logprobs(serve, FIXED)
     assert close(served, after) and not close(served, before)
-    assert httpx.get(f"{serve.root}/health").json()["weight_version"] == 2
-    assert not list((tmp_path / "run" / "weight_sync").glob("*.safetensors"))  # removed at the end
+    version_route = "/model_info" if engine == "sglang" else "/weight_info"
+    assert httpx.get(f"{serve.root}{version_route}").json()["weight_version"] == "2"
+    assert not list((tmp_path / "run" / "weight_sync").glob("v*"))  # removed at the end
     # the recorded behaviour logprobs of step 2 are those of the synced weights
     row = next(r for r in rows if r["step"] == 2 and sum(r["loss_mask"]))
     full = row["prompt_ids"] + row["completion_ids"]
@@ -176,6 +209,9 @@ def test_async_run_trains_nothing_beyond_max_staleness(
     kept = [r for r in rows if r["kept"]]
     assert len(kept) == 4 * 2 * 4  # every step trained prompts_per_step full groups
     assert all(r["policy_version"] is not None and r["step"] - r["policy_version"] <= 1 for r in kept)
+    # the server reports no version (vLLM's protocol): the client's stamp is the version, so groups
+    # generated while the trainer trained are one behind (the take step as version would make all 0)
+    assert any(r["step"] - r["policy_version"] == 1 for r in kept)
     stale = [r for r in rows if r["step"] - r["policy_version"] > 1]
     assert all(not r["kept"] for r in stale)
     assert result.rollout_stats["staleness_max"] <= 1
