@@ -46,7 +46,11 @@ def detect(
                 return "sglang"
             models = http.get(f"{root}/v1/models")
         except (httpx.HTTPError, ValueError) as e:
-            raise EngineError(f"rollout server {root} unreachable ({type(e).__name__}: {e}): start it") from e
+            raise EngineError(
+                f"rollout server {root} unreachable ({type(e).__name__}: {e}): start it (vllm serve, "
+                "python -m sglang.launch_server or python -m coa.serve: docs/how-to/rl-async.md) or fix "
+                "rl.rollout.server"
+            ) from e
     owners = (
         {str(m.get("owned_by")) for m in models.json().get("data", [])}
         if models.status_code == 200

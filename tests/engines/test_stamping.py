@@ -28,12 +28,15 @@ def offline(engine: Any) -> Any:
     return engine("http://engine", "student", transport=httpx.MockTransport(lambda r: httpx.Response(500)))
 
 
-def answered(policy: EndpointPolicy, payload: dict[str, Any]) -> Any:
-    """Run ``generate`` with the engine's recorded answer in place of the HTTP round trip."""
+def answered(policy: EndpointPolicy, payload: dict[str, Any], push_to: int | None = None) -> Any:
+    """Run ``generate`` with the engine's recorded answer in place of the HTTP round trip
+    (``push_to``: a weight push lands while the request runs)."""
     seen: dict[str, Any] = {}
 
     async def post(data: bytes, prompt_len: int, max_new: int) -> dict[str, Any]:
         seen["in_flight"] = dict(policy.engine.ledger.in_flight) if policy.engine else {}
+        if push_to is not None and policy.engine is not None:
+            policy.engine.ledger.set(push_to)
         return payload
 
     policy._post = post  # type: ignore[method-assign]
@@ -63,6 +66,17 @@ def test_vllm_answers_are_stamped_by_the_client(codec: Codec) -> None:
     assert generation.version == 6  # vLLM reports none: the stamp at send time
     assert seen["in_flight"] == {6: 1} and not engine.ledger.in_flight  # counted while in flight only
     assert engine.ledger.reported == 0 and engine.ledger.mismatches == 0
+
+
+def test_a_push_during_a_kept_request_is_recorded_as_old_kv(codec: Codec) -> None:
+    keep = offline(VLLMEngine)  # pause mode keep: frozen requests continue over their old KV
+    generation, _ = answered(EndpointPolicy(ENDPOINT, codec, engine=keep, seed=0), P.VLLM_COMPLETION, 1)
+    assert generation.old_kv and generation.version == 0
+    wait = VLLMEngine("http://engine", "student", pause_mode="wait", transport=keep.http._transport)
+    generation, _ = answered(EndpointPolicy(ENDPOINT, codec, engine=wait, seed=0), P.VLLM_COMPLETION, 1)
+    assert not generation.old_kv  # wait: the request finished on the old weights before the push
+    generation, _ = answered(EndpointPolicy(ENDPOINT, codec, engine=keep, seed=0), P.VLLM_COMPLETION)
+    assert not generation.old_kv  # no push while it ran
 
 
 def test_sglang_reports_are_checked_against_the_stamp(codec: Codec) -> None:

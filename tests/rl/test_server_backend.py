@@ -162,6 +162,7 @@ def test_server_backend_syncs_weights_and_trains_the_sampled_ids(
     assert schemas.ROLLOUT.check(table).ok
     rows = table.to_pylist()
     assert {r["step"] for r in rows} == {0, 1, 2}
+    assert not any(r["old_kv"] for r in rows)  # sync: no push lands while a generation runs
     assert all(r["policy_version"] == r["step"] for r in rows)  # the server sampled with the pushed weights
     sampled = {tuple(g.ids) for g in generations}
     for r in rows:

@@ -154,9 +154,12 @@ class EndpointPolicy:
                 self.engine.ledger.release(stamped)
         choice = payload["choices"][0]
         version: int | None
+        old_kv = False
         if self.engine is not None and stamped is not None:
             self.engine.ledger.check(stamped, self.engine.reported_version(payload))
             version = stamped  # the client's stamp: the engine held these weights when it was sent
+            # a push that keeps running requests' KV (vLLM keep, SGLang in_place) landed while it ran
+            old_kv = self.engine.keeps_old_kv() and self.engine.ledger.current != stamped
         else:
             version = payload.get("weight_version")  # a server that reports an integer version
         ids = choice.get("token_ids")
@@ -174,7 +177,7 @@ class EndpointPolicy:
             finish, stop = (
                 ("stop", matched) if isinstance(matched, str) and matched in STOP_TAGS else ("eos", None)
             )
-        return Generation(generation.ids, generation.logprobs, finish, stop, version)
+        return Generation(generation.ids, generation.logprobs, finish, stop, version, old_kv)
 
     async def _post(self, data: bytes, prompt_len: int, max_new_tokens: int) -> dict[str, Any]:
         import aiohttp
