@@ -20,8 +20,8 @@ vLLM (``--protocol vllm`` and ``VLLM_SERVER_DEV_MODE=1``, as vLLM gates them; sh
 
 SGLang (``--protocol sglang``; ``sglang/srt/entrypoints/http_server.py`` and the request structs of
 ``sglang/srt/managers/io_struct.py``, 0.5.23): ``POST /pause_generation {"mode"}`` (``abort``;
-``in_place`` = vLLM's keep; ``retract`` is served as ``wait``: the running requests finish on the
-old weights instead of recomputing their KV on the new ones, so no token mixes versions),
+``in_place`` = vLLM's keep; ``retract``: the running requests go back to the queue with their ids
+and are prefilled again after the update, so their KV is recomputed on the new weights),
 ``POST /continue_generation``, ``POST /update_weights_from_disk {"model_path": <model folder>,
 "weight_version", "flush_cache", ...}`` (answers ``{"success", "message", "num_paused_requests"}``),
 ``GET /model_info`` (and the deprecated ``/get_model_info``), ``GET /server_info``, ``/flush_cache``.
@@ -85,9 +85,11 @@ async def load_directory(server: ModelServer, path: str) -> int:
         raise ServeError(400, f"weights not updated (the old ones are in place): {e}") from e
 
 
-async def pause(server: ModelServer, mode: Literal["abort", "wait", "keep"]) -> None:
+async def pause(server: ModelServer, mode: Literal["abort", "wait", "keep", "retract"]) -> None:
     async with server.admin:
-        if mode == "abort":
+        if mode == "retract":
+            await asyncio.to_thread(server.batcher.retract_running)
+        elif mode == "abort":
             await asyncio.to_thread(server.batcher.abort_running, "aborted by /pause (mode abort)")
         else:
             await asyncio.to_thread(server.batcher.pause, mode)
@@ -203,7 +205,7 @@ def add_sglang_routes(app: Any, server: ModelServer) -> None:
 
     @app.post("/pause_generation")
     async def pause_generation(body: PauseGeneration) -> dict[str, Any]:
-        mode = {"abort": "abort", "in_place": "keep", "retract": "wait"}[body.mode]
+        mode = {"abort": "abort", "in_place": "keep", "retract": "retract"}[body.mode]
         await pause(server, mode)  # type: ignore[arg-type]
         return {"message": "Generation paused successfully.", "status": "ok"}
 

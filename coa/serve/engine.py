@@ -200,6 +200,18 @@ class ContinuousBatcher:
                 request.done(request)
         return len(running)
 
+    def retract_running(self) -> int:
+        """Pause (keep), then put every running request back at the head of the queue with the ids it
+        has: after :meth:`resume` each is prefilled again (prompt + its ids, on the weights loaded by
+        then) and continues (SGLang's ``retract``). The number of requests retracted."""
+        self.pause("keep")
+        with self._cond:
+            running = self._admitting + [r.request for r in self._rows]
+            self._rows, self._admitting = [], []
+            self._cache = self._mask = self._next = None
+            self._queue.extendleft(reversed(running))
+        return len(running)
+
     def resume(self) -> None:
         with self._cond:
             self._paused = False
@@ -307,15 +319,17 @@ class ContinuousBatcher:
         import torch
         from transformers import DynamicCache
 
-        request.version_first = request.version_last = self.version
-        n = len(request.prompt)
+        retracted = bool(request.ids)  # re-admitted after a retract: its KV recomputed on these weights
+        if not retracted:
+            request.version_first = request.version_last = self.version
+        n = len(request.prompt) + len(request.ids)
         device = self._device()
-        ids = torch.tensor([request.prompt], device=device)
+        ids = torch.tensor([request.prompt + request.ids], device=device)
         cache = DynamicCache(config=self._config())
         ones = torch.ones((1, n), dtype=torch.long, device=device)
         positions = torch.arange(n, device=device).view(1, n)
         logits = self._forward(ids, ones, positions, cache, [request])[0].float()
-        if request.prompt_logprobs is not None:
+        if request.prompt_logprobs is not None and not retracted:
             ranked = _ranked(torch.log_softmax(logits[:-1], dim=-1), ids[0, 1:], request.prompt_logprobs)
             request.prompt_logprob_values = [None, *ranked]
         row = _Row(request, n)
