@@ -190,12 +190,15 @@ def test_server_backend_syncs_weights_and_trains_the_sampled_ids(
 
 
 @pytest.mark.sandbox
+@pytest.mark.parametrize("engine", ["auto", "sglang"])  # coa.serve's vLLM protocol (no version), SGLang's
 def test_async_run_trains_nothing_beyond_max_staleness(
-    serve: ServeProcess, tiny_model: Path, tmp_path: Path
+    engine: str, request: pytest.FixtureRequest, tiny_model: Path, tmp_path: Path
 ) -> None:
+    serve: ServeProcess = request.getfixturevalue("sglang_serve" if engine == "sglang" else "serve")
     config = server_config(
         tiny_model,
         serve,
+        engine,
         mode="async",
         max_staleness=1,
         max_steps=4,
@@ -219,6 +222,7 @@ def test_async_run_trains_nothing_beyond_max_staleness(
     assert result.rollout_stats["stale_dropped_groups"] * 4 == len(stale)
     assert all({"tis/weight_mean", "async/wait_s", "async/staleness_max"} <= set(p) for p in result.curves)
     assert all(p["async/staleness_max"] <= 1 and 0 < p["tis/weight_mean"] <= 2.0 for p in result.curves)
+    assert result.rollout_stats["weight_version_mismatches"] == 0  # SGLang's spans agree with the stamps
 
 
 def write_run(tmp_path: Path, serve: ServeProcess, model: Path, max_steps: int) -> tuple[Path, Path]:
