@@ -37,6 +37,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     )
     parser.add_argument("--device", default="cpu", help="cpu or cuda")
     parser.add_argument(
+        "--logprobs-mode",
+        choices=("processed_logprobs", "raw_logprobs"),
+        default="processed_logprobs",
+        help="logprobs of the sampling distribution (after temperature), or raw ones (vLLM's default)",
+    )
+    parser.add_argument(
         "--protocol",
         choices=("vllm", "sglang"),
         default="vllm",
@@ -84,6 +90,7 @@ def main(argv: list[str] | None = None) -> int:
         max_batch=args.max_batch,
         max_loras=args.max_loras,
         delay_per_token_s=args.delay_per_token_ms / 1000,
+        logprobs_mode=args.logprobs_mode,
     )
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)

@@ -193,7 +193,7 @@ def add_vllm_dev_routes(app: Any, server: ModelServer) -> None:
             "served_model_name": server.name,
             "dtype": str(next(server.base.parameters()).dtype),
             "max_model_len": server.max_positions,
-            "logprobs_mode": "processed_logprobs",
+            "logprobs_mode": server.logprobs_mode,
         }
         config = {"model_config": model_config}
         rendered = config if config_format == "json" else str(config)

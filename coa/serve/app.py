@@ -107,6 +107,7 @@ class ModelServer:
         max_batch: int = 256,
         max_loras: int = 8,
         delay_per_token_s: float = 0.0,
+        logprobs_mode: Literal["processed_logprobs", "raw_logprobs"] = "processed_logprobs",
     ) -> None:
         self.base = model
         self.tokenizer = tokenizer
@@ -114,7 +115,13 @@ class ModelServer:
         self.path = path
         self.protocol: Protocol = protocol
         self.max_loras = max_loras
-        self.batcher = ContinuousBatcher(model, max_batch=max_batch, delay_per_token_s=delay_per_token_s)
+        self.logprobs_mode = logprobs_mode
+        self.batcher = ContinuousBatcher(
+            model,
+            max_batch=max_batch,
+            delay_per_token_s=delay_per_token_s,
+            raw_logprobs=logprobs_mode == "raw_logprobs",
+        )
         self.adapters: dict[str, str] = {}
         self.version_names: dict[int, str] = {0: "default"}  # the batcher's update count -> the name
         self.user_paused = False

@@ -108,10 +108,12 @@ class ContinuousBatcher:
         max_batch: int = 256,
         delay_per_token_s: float = 0.0,
         name: str = "coa-batcher",
+        raw_logprobs: bool = False,
     ) -> None:
         self.model = model
         self.max_batch = max_batch
         self.delay_per_token_s = delay_per_token_s
+        self.raw_logprobs = raw_logprobs  # report logprobs before temperature (vLLM's raw_logprobs mode)
         self.version = 0
         self.steps = 0
         self.name = name
@@ -419,12 +421,13 @@ class ContinuousBatcher:
                 if rows[i].generator is not None:
                     # a seeded row draws on the CPU, where its generator lives: the same draw on any device
                     chosen[i] = int(torch.multinomial(probs[j].cpu(), 1, generator=rows[i].generator))
-        picked = logprobs_all.gather(1, chosen.view(-1, 1)).view(-1).tolist()
+        reported = torch.log_softmax(logits, dim=-1) if self.raw_logprobs else logprobs_all
+        picked = reported.gather(1, chosen.view(-1, 1)).view(-1).tolist()
         ids = chosen.tolist()
         tops: dict[int, list[tuple[int, float]]] = {}
         wide = max((r.logprobs or 0) for r in requests)
         if wide > 0:
-            values, indices = torch.topk(logprobs_all, wide, dim=-1)
+            values, indices = torch.topk(reported, wide, dim=-1)
             for i, r in enumerate(requests):
                 if r.logprobs:
                     tops[i] = list(

@@ -286,3 +286,19 @@ def test_the_entropy_guard_stops_an_async_run_and_its_producer(
     with pytest.raises(EntropyCollapse):
         run_rl(prompts_table(6), config, tmp_path / "run")
     assert not [t for t in threading.enumerate() if t.name == "coa-rl-producer"]  # stopped, not leaked
+
+
+@pytest.mark.sandbox
+def test_tis_is_refused_on_raw_logprobs(tiny_model: Path, tmp_path: Path) -> None:
+    from coa.engines import EngineError
+
+    raw = ServeProcess(tiny_model, "--served-model-name", "student", "--logprobs-mode", "raw_logprobs")
+    try:
+        raw.wait_ready()
+        config = server_config(tiny_model, raw, "vllm", is_correction="tis", temperature=0.7)
+        with pytest.raises(EngineError) as refused:
+            run_rl(prompts_table(6), config, tmp_path / "run")
+    finally:
+        raw.stop()
+    assert "\n" not in str(refused.value) and "--logprobs-mode processed_logprobs" in str(refused.value)
+    assert not (tmp_path / "run" / "rollouts").exists()  # refused before any rollout
