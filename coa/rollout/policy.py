@@ -56,6 +56,9 @@ class Generation:
     version: int | None = None
     """The weight version the ids were sampled with, when the policy reports one (a server's
     ``weight_version``); a generation spanning an update names the oldest."""
+    old_kv: bool = False
+    """A weight push that keeps running requests' KV cache (vLLM ``pause?mode=keep``, SGLang
+    ``in_place``) happened while it ran: later ids may be new weights over old-weight KV."""
 
 
 class Codec:
