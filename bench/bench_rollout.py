@@ -311,8 +311,8 @@ def bench_hf(quick: bool) -> None:
     import torch
     from transformers import LogitsProcessorList
 
-    from coa.evaluate.inference import variant_of
     from coa.format import system_prompt
+    from coa.format.from_run import variant_of
     from coa.model.tiny import TinyModelConfig, init_model
     from coa.rollout.policies.hf import HFPolicy
     from coa.synthetic import SyntheticConfig, generate_all

@@ -19,7 +19,8 @@ Modules:
 * :mod:`~coa.format.afm`: AFM SFT (alpaca JSON) and RL (Parquet row) layouts, AFM reward routing;
 * :mod:`~coa.format.chat`: a ChatML training template whose ``{% generation %}`` blocks leave out
   the observations (plain TRL ``assistant_only_loss``);
-* :mod:`~coa.format.check`: ``check_rows``, the hook of ``coa format check``.
+* :mod:`~coa.format.check`: ``check_format`` (one model output against its variant: evaluation, RL
+  rewards, sampling) and ``check_rows``, the hook of ``coa format check``.
 """
 
 from coa.format.afm import (
@@ -34,7 +35,7 @@ from coa.format.afm import (
     to_mhqa,
 )
 from coa.format.answers import extract_answer, extract_boxed, extract_code_block, split_multi_answers
-from coa.format.check import check_rows
+from coa.format.check import check_format, check_rows
 from coa.format.codec import escape_observation, parse, render, unescape_observation
 from coa.format.grammar import GRAMMARS, VARIANTS, Grammar, ValidationResult, validate
 from coa.format.masks import IGNORE_INDEX, chat_text, label_chat, observation_spans, token_labels
@@ -72,6 +73,7 @@ __all__ = [
     "Trajectory",
     "ValidationResult",
     "chat_text",
+    "check_format",
     "check_rows",
     "escape_observation",
     "extract_answer",

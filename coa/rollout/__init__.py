@@ -15,7 +15,7 @@
 from coa.rollout.config import RolloutConfig, RolloutLimits
 from coa.rollout.engine import EpisodeSpec, rollout, run_episode, run_episodes, run_sync
 from coa.rollout.episode import Episode, ToolCall
-from coa.rollout.policy import GREEDY, STOP_TAGS, Codec, Generation, Policy, Sampling
+from coa.rollout.policy import GREEDY, STOP_TAGS, Codec, Generation, Policy, Sampling, model_text
 
 __all__ = [
     "GREEDY",
@@ -29,6 +29,7 @@ __all__ = [
     "RolloutLimits",
     "Sampling",
     "ToolCall",
+    "model_text",
     "rollout",
     "run_episode",
     "run_episodes",

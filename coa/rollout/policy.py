@@ -19,9 +19,12 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Iterable, Sequence
-from typing import Any, Literal, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Literal, Protocol, runtime_checkable
 
 from coa.format.segments import TOOL_TAGS
+
+if TYPE_CHECKING:
+    from coa.rollout.episode import Episode
 
 STOP_TAGS: tuple[str, ...] = tuple(f"</{t}>" for t in TOOL_TAGS) + ("</answer>",)
 """Generation pauses after these: a tool runs, or the episode is over."""
@@ -144,3 +147,14 @@ class WavePolicy(Policy, Protocol):
     async def generate_wave(
         self, prompts: Sequence[Sequence[int]], max_new_tokens: Sequence[int], sampling: Sampling
     ) -> list[Generation]: ...
+
+
+def model_text(episode: Episode, policy: Policy) -> str:
+    """The episode's text without the end-of-turn token the model closed it with (when it did)."""
+    if (
+        episode.finish == "eos"
+        and episode.completion_ids
+        and episode.completion_ids[-1] in policy.codec.eos_ids
+    ):
+        return policy.codec.decode(episode.completion_ids[:-1])
+    return episode.text
