@@ -12,7 +12,8 @@ Modules:
 * :mod:`~coa.format.grammar`: the ``web`` / ``mhqa`` / ``code_math`` / ``afm`` state machines and
   ``validate``;
 * :mod:`~coa.format.answers`: answer, ``\\boxed{}``, code-block and multi-answer extraction;
-* :mod:`~coa.format.masks`: observation character spans and per-token loss labels;
+* :mod:`~coa.format.masks`: observation character spans (found, or checked against the text) and
+  per-token loss labels;
 * :mod:`~coa.format.prompts`: versioned system prompts per variant;
 * :mod:`~coa.format.code`: AFM's ```` ```py ```` / ```` ```sh ```` code format of ``code_math`` and
   ``extract_code``, the reading of a ``<code>`` payload the code tool runs;
@@ -38,7 +39,14 @@ from coa.format.answers import extract_answer, extract_boxed, extract_code_block
 from coa.format.check import check_format, check_rows
 from coa.format.codec import escape_observation, parse, render, unescape_observation
 from coa.format.grammar import GRAMMARS, VARIANTS, Grammar, ValidationResult, validate
-from coa.format.masks import IGNORE_INDEX, chat_text, label_chat, observation_spans, token_labels
+from coa.format.masks import (
+    IGNORE_INDEX,
+    chat_text,
+    check_observation_spans,
+    label_chat,
+    observation_spans,
+    token_labels,
+)
 from coa.format.prompts import system_prompt
 from coa.format.segments import (
     ENV_TAGS,
@@ -74,6 +82,7 @@ __all__ = [
     "ValidationResult",
     "chat_text",
     "check_format",
+    "check_observation_spans",
     "check_rows",
     "escape_observation",
     "extract_answer",
