@@ -24,29 +24,32 @@ Modules:
   rewards, sampling) and ``check_rows``, the hook of ``coa format check``.
 """
 
-from coa.format.afm import (
-    AfmTarget,
-    afm_rl_group,
-    afm_sft_dataset_entry,
-    afm_target,
-    afm_user_turn,
-    render_afm_sft,
-    to_afm_rl_row,
-    to_afm_sft_record,
-    to_mhqa,
-)
-from coa.format.answers import extract_answer, extract_boxed, extract_code_block, split_multi_answers
-from coa.format.check import check_format, check_rows
-from coa.format.codec import escape_observation, parse, render, unescape_observation
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from coa.format.afm import (
+        AfmTarget,
+        afm_rl_group,
+        afm_sft_dataset_entry,
+        afm_target,
+        afm_user_turn,
+        render_afm_sft,
+        to_afm_rl_row,
+        to_afm_sft_record,
+        to_mhqa,
+    )
+    from coa.format.answers import extract_answer, extract_boxed, extract_code_block, split_multi_answers
+    from coa.format.check import check_format, check_rows
+    from coa.format.codec import escape_observation, parse, render, unescape_observation
+    from coa.format.masks import (
+        IGNORE_INDEX,
+        chat_text,
+        check_observation_spans,
+        label_chat,
+        observation_spans,
+        token_labels,
+    )
 from coa.format.grammar import GRAMMARS, VARIANTS, Grammar, ValidationResult, validate
-from coa.format.masks import (
-    IGNORE_INDEX,
-    chat_text,
-    check_observation_spans,
-    label_chat,
-    observation_spans,
-    token_labels,
-)
 from coa.format.prompts import system_prompt
 from coa.format.segments import (
     ENV_TAGS,
@@ -104,3 +107,45 @@ __all__ = [
     "unescape_observation",
     "validate",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    """PEP 562: the implementation loads on first use, so loading the config loads none of it."""
+    if name in (
+        "AfmTarget",
+        "afm_rl_group",
+        "afm_sft_dataset_entry",
+        "afm_target",
+        "afm_user_turn",
+        "render_afm_sft",
+        "to_afm_rl_row",
+        "to_afm_sft_record",
+        "to_mhqa",
+    ):
+        from coa.format import afm
+
+        return getattr(afm, name)
+    if name in ("extract_answer", "extract_boxed", "extract_code_block", "split_multi_answers"):
+        from coa.format import answers
+
+        return getattr(answers, name)
+    if name in ("check_format", "check_rows"):
+        from coa.format import check
+
+        return getattr(check, name)
+    if name in ("escape_observation", "parse", "render", "unescape_observation"):
+        from coa.format import codec
+
+        return getattr(codec, name)
+    if name in (
+        "IGNORE_INDEX",
+        "chat_text",
+        "check_observation_spans",
+        "label_chat",
+        "observation_spans",
+        "token_labels",
+    ):
+        from coa.format import masks
+
+        return getattr(masks, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
