@@ -316,7 +316,8 @@ def bench_hf(quick: bool) -> None:
     from coa.model.tiny import TinyModelConfig, init_model
     from coa.rollout.policies.hf import HFPolicy
     from coa.synthetic import SyntheticConfig, generate_all
-    from coa.tools.config import ToolsConfig, build_toolbox
+    from coa.tools.build import build_toolbox
+    from coa.tools.config import ToolsConfig
 
     torch.set_num_threads(1)
     heldout = {"arithmetic": 100, "multihop": 50, "programming": 50}

@@ -14,12 +14,12 @@
 
 from typing import TYPE_CHECKING, Any
 
-from coa.rollout.config import RolloutConfig, RolloutLimits
+from coa.rollout.config import GREEDY, RolloutConfig, RolloutLimits, Sampling
 
 if TYPE_CHECKING:
     from coa.rollout.engine import EpisodeSpec, rollout, run_episode, run_episodes, run_sync
 from coa.rollout.episode import Episode, ToolCall
-from coa.rollout.policy import GREEDY, STOP_TAGS, Codec, Generation, Policy, Sampling, model_text
+from coa.rollout.policy import STOP_TAGS, Codec, Generation, Policy, model_text
 
 __all__ = [
     "GREEDY",

@@ -22,6 +22,7 @@ from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any, Literal, Protocol, runtime_checkable
 
 from coa.format.segments import TOOL_TAGS
+from coa.rollout.config import Sampling as Sampling  # its home: coa.rollout.config
 
 if TYPE_CHECKING:
     from coa.rollout.episode import Episode
@@ -30,22 +31,6 @@ STOP_TAGS: tuple[str, ...] = tuple(f"</{t}>" for t in TOOL_TAGS) + ("</answer>",
 """Generation pauses after these: a tool runs, or the episode is over."""
 
 Finish = Literal["stop", "eos", "length"]
-
-
-@dataclasses.dataclass(frozen=True)
-class Sampling:
-    """Decoding parameters of one request; ``temperature == 0`` is greedy."""
-
-    temperature: float = 0.0
-    top_p: float = 1.0
-    top_k: int = 0
-
-    @property
-    def greedy(self) -> bool:
-        return self.temperature <= 0
-
-
-GREEDY = Sampling()
 
 
 @dataclasses.dataclass(frozen=True)
