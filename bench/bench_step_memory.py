@@ -53,7 +53,7 @@ def evaluation(model: str, tasks_uri: str, mode: str | None, rounds: int) -> Non
     from coa.evaluate.generation import open_policy
     from coa.evaluate.stage import evaluate_tasks
     from coa.plan import load_pipeline_config
-    from coa.tools.config import build_toolbox
+    from coa.tools.build import build_toolbox
 
     ev = load_pipeline_config("configs/demo.yaml").evaluate
     assert ev is not None

@@ -31,6 +31,7 @@ from typing import Any
 import pyarrow as pa
 
 from coa.evaluate.config import TokenPrice
+from coa.pages import percent_by_family as percent_by_family  # its home is coa.pages (rl uses it)
 
 ALL = "all"
 COLUMNS = (
@@ -323,11 +324,6 @@ def coverage_of(task_counts: Mapping[str, int], table: pa.Table) -> dict[str, di
         }
         for name in names
     }
-
-
-def percent_by_family(accuracy: Mapping[str, float]) -> str:
-    """``code 0%, math 67%``: per-family accuracies as the CLI, the artifacts and the reports show them."""
-    return ", ".join(f"{f} {a:.0%}" for f, a in accuracy.items())
 
 
 def format_metrics_table(metrics: Mapping[str, Mapping[str, Any]], label: str = "family") -> str:

@@ -36,7 +36,8 @@ from coa.evaluate.stage import EVAL_TABLE, METRICS_FILE, evaluate_tasks, open_ge
 from coa.evaluate.summary import EvalReportSummary, EvalSummary, TrainingReportSummary
 from coa.evaluate.training_report import ROUND_EVAL, ROUND_MODEL, write_training_report
 from coa.steps import Build, ModelInput, Step, StepInput, TableInput
-from coa.tools.config import ToolsConfig, build_toolbox
+from coa.tools.build import build_toolbox
+from coa.tools.config import ToolsConfig
 
 BENCHMARK_INPUT = "benchmark{}"
 REPORT_FILE = "report.html"

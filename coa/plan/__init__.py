@@ -11,10 +11,17 @@
   (the GPU pool's ``run-one-step`` flow), never re-plans.
 
 The runner (:mod:`coa.steps`), the registry and the stages know no plan.
+
+Loading a config (:mod:`coa.plan.config`) loads no stage's implementation: the plan itself
+(:func:`plan`, which imports every stage's step) loads on first use (PEP 562).
 """
 
+from typing import TYPE_CHECKING, Any
+
 from coa.plan.config import DispatchConfig, PipelineConfig, PromotionConfig, load_pipeline_config
-from coa.plan.pipeline import not_planned, plan
+
+if TYPE_CHECKING:
+    from coa.plan.pipeline import not_planned, plan
 
 __all__ = [
     "DispatchConfig",
@@ -24,3 +31,11 @@ __all__ = [
     "not_planned",
     "plan",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    if name in ("not_planned", "plan"):
+        from coa.plan import pipeline
+
+        return getattr(pipeline, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -23,7 +23,8 @@ from coa.sample.config import SampleConfig
 from coa.sample.core import counts, sample_tasks, select
 from coa.sample.summary import SampleSummary
 from coa.steps import Build, Step, StepInput
-from coa.tools.config import ToolsConfig, build_toolbox
+from coa.tools.build import build_toolbox
+from coa.tools.config import ToolsConfig
 
 ROLLOUTS_TABLE = "rollouts"
 

@@ -142,3 +142,21 @@ def test_the_round_steps_that_run_the_student_go_to_the_gpu_pool_by_default() ->
     cfg = load_pipeline_config(DEMO, ["rounds=2", "dispatch.mode=deployment"])
     sent = {s.name for s in plan(cfg) if cfg.dispatch.dispatches(s.name)}
     assert sent == {"sft", "sample.r1", "sft.r2", "rl"}
+
+
+def test_round_sft_is_typed_from_the_sft_section() -> None:
+    """``round_sft`` has the SFT section's fields, types and bounds (one declaration: its model is made
+    from SFTStageConfig); it keeps only the keys a profile sets, which the rounds' SFT lays over ``sft``."""
+    from coa.plan.config import RoundSFTConfig
+    from coa.train.config import SFTStageConfig
+
+    assert set(RoundSFTConfig.model_fields) == set(SFTStageConfig.model_fields)
+    config = load_pipeline_config(DEMO, ["rounds=2", "round_sft={max_steps: 7}"])
+    assert config.round_sft.model_dump() == {"max_steps": 7}
+    later = config.later_sft()
+    assert config.sft is not None and later is not None
+    assert later == config.sft.model_copy(update={"max_steps": 7}) and later.max_steps == 7
+    with pytest.raises((ConfigError, ValidationError), match="round_sft.max_steps"):
+        load_pipeline_config(DEMO, ["rounds=2", "round_sft={max_steps: 0}"])  # a bound of sft's field
+    with pytest.raises((ConfigError, ValidationError), match="round_sft.learning_rate"):
+        load_pipeline_config(DEMO, ["rounds=2", "round_sft={learning_rate: fast}"])
