@@ -16,6 +16,7 @@ from coa.plan.preview import preview, select
 from coa.steps import (
     Build,
     ModelInput,
+    Stage,
     Step,
     StepCheckFailed,
     StepSummary,
@@ -45,7 +46,7 @@ def _tasks_step(n: int, name: str = "make") -> Step:
         b.writer.write_table("tasks", table, schemas.TASK)
         b.report(Made(n=table.num_rows))
 
-    return Step(name=name, kind="tasks", artifact="unit", config={"n": n}, build=build)
+    return Step(name=name, stage=Stage(name, "tasks", build), artifact="unit", config={"n": n})
 
 
 def _count_step(fail: str | None = None, crash: bool = False) -> Step:
@@ -61,10 +62,9 @@ def _count_step(fail: str | None = None, crash: bool = False) -> Step:
 
     return Step(
         name="count",
-        kind="report",
+        stage=Stage("count", "report", build),
         artifact="count",
         config={"v": 1},
-        build=build,
         inputs={"tasks": Upstream("make")},
     )
 

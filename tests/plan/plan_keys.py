@@ -28,7 +28,10 @@ def _tables(step: Step, steps: Sequence[Step]) -> dict[str, TableInfo]:
 @contextmanager
 def pinned(version: str) -> Iterator[None]:
     """Every key computed inside uses ``version`` as the code version."""
-    with mock.patch("coa.io.writer.code_version", lambda: version):
+    with (
+        mock.patch("coa.io.writer.code_version", lambda: version),
+        mock.patch("coa.steps.Stage.code_version", lambda self: version),
+    ):
         yield
 
 
