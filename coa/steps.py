@@ -45,7 +45,7 @@ from coa.facts import Facts, Table, show
 from coa.inputs import ModelInput, StepInput, TableInput, Upstream
 from coa.io import ArtifactRef
 from coa.resources import BuildResources, measure, release_free_memory
-from coa.version import closure_files, closure_version
+from coa.version import files_version, step_files
 
 Progress = Callable[[int, int], None]
 
@@ -187,10 +187,20 @@ class Stage:
         summary = self.summary.from_dict(result.summary) if self.summary is not None else result.summary
         return self.present(summary, result)
 
+    def contracts(self) -> tuple[str, ...]:
+        """The data contracts its steps read or write (what :meth:`code_files` hashes of ``schemas``)."""
+        read = {c for v in self.expects.values() for c in accepted_contracts(v)}
+        return tuple(sorted(read | set(self.produces.values())))
+
+    def code_files(self) -> dict[str, str]:
+        """The source files a step of this stage depends on (path → digest): the import closure of
+        its build function's module within ``coa``, and its contracts' modules."""
+        return step_files(self.build.__module__, self.contracts())
+
     def code_version(self) -> str:
         """The version of the code a step of this stage runs: its explicit :attr:`version` and the
-        source its build function can reach (:func:`coa.version.closure_version`), not the tree."""
-        return f"{self.name}.v{self.version}+src.{closure_version(self.build.__module__)}"
+        files it depends on (:meth:`code_files`), not the whole tree: a docs or CLI edit keeps it."""
+        return f"{self.name}.v{self.version}+src.{files_version(self.code_files())}"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -371,7 +381,7 @@ def _run_step(
             "built_by": _built_by(),
             "step_code": {
                 "version": step.stage.code_version(),
-                "files": closure_files(step.stage.build.__module__),
+                "files": step.stage.code_files(),
             },
         },
         version=step.stage.code_version(),

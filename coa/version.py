@@ -94,9 +94,10 @@ def _parents(module: str) -> list[str]:
 
 
 @functools.cache
-def closure(module: str) -> tuple[Path, ...]:
-    """The files of the project's import closure of ``module`` (its package ``__init__``s included),
-    with the data files of every package it reaches; sorted, so the hash is deterministic."""
+def closure(module: str, parents: bool = True) -> tuple[Path, ...]:
+    """The files of the project's import closure of ``module`` (its package ``__init__``s included
+    unless ``parents`` is False: a contract's closure skips ``schemas/__init__``, which imports every
+    contract), with the data files of every package it reaches; sorted, so the hash is deterministic."""
     seen: set[str] = set()
     todo = [module]
     while todo:
@@ -104,7 +105,7 @@ def closure(module: str) -> tuple[Path, ...]:
         if current in seen or _module_file(current) is None:
             continue
         seen.add(current)
-        todo += [*_imports(current), *_parents(current)]
+        todo += [*_imports(current), *(_parents(current) if parents else [])]
     files = {p for m in seen if (p := _module_file(m)) is not None}
     for folder in {p.parent for p in files}:
         for data in folder.rglob("*"):
@@ -127,10 +128,10 @@ def _file_hash(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
-def closure_files(module: str) -> dict[str, str]:
+def closure_files(module: str, parents: bool = True) -> dict[str, str]:
     """Each file of :func:`closure` (relative to the source root) → its SHA-256 (first 12 digits)."""
     root = _source_root()
-    return {str(p.relative_to(root)): _file_hash(p)[:12] for p in closure(module)}
+    return {str(p.relative_to(root)): _file_hash(p)[:12] for p in closure(module, parents)}
 
 
 @functools.cache
@@ -138,5 +139,32 @@ def closure_version(module: str) -> str:
     """A hash of the files ``module`` can reach (:func:`closure`): the code part of a step's key."""
     h = hashlib.sha256()
     for rel, digest in closure_files(module).items():
+        h.update(f"{rel}\0{digest}\0".encode())
+    return h.hexdigest()[:12]
+
+
+def contract_module(contract: str) -> str:
+    """The module of a data contract (``sft.v1`` → ``schemas.sft``: one module per contract)."""
+    module = f"schemas.{contract.split('.')[0]}"
+    if _module_file(module) is None:
+        raise ValueError(f"no module {module} for the data contract {contract!r}")
+    return module
+
+
+@functools.cache
+def step_files(module: str, contracts: tuple[str, ...]) -> dict[str, str]:
+    """The files a step's code version hashes: the import closure of its build ``module`` within
+    ``coa`` and the closure of each data contract it reads or writes (``schemas`` is reached through
+    its package, which imports every contract: a step's own contracts are named, not that hub)."""
+    files = {f: h for f, h in closure_files(module).items() if not f.startswith("schemas/")}
+    for contract in contracts:
+        files.update(closure_files(contract_module(contract), parents=False))
+    return dict(sorted(files.items()))
+
+
+def files_version(files: dict[str, str]) -> str:
+    """A hash of ``files`` (path → digest, as :func:`step_files` gives them)."""
+    h = hashlib.sha256()
+    for rel, digest in sorted(files.items()):
         h.update(f"{rel}\0{digest}\0".encode())
     return h.hexdigest()[:12]
