@@ -6,7 +6,7 @@ Re-exported by :mod:`coa.steps` (the runner), where every stage imports them fro
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from coa import io
@@ -77,3 +77,19 @@ class ModelInput:
 
 StepInput = TableInput | ModelInput | Upstream
 """What a step names as an input: a committed table, a model, or an earlier step's output."""
+
+
+def accepted_contracts(expected: str | tuple[str, ...]) -> tuple[str, ...]:
+    """The contracts an ``expects`` entry accepts."""
+    return (expected,) if isinstance(expected, str) else tuple(expected)
+
+
+def lineage_inputs(inputs: Mapping[str, TableInput | ModelInput]) -> dict[str, Any]:
+    """What the lineage records of each input: its artifact and table, or the model."""
+    out: dict[str, Any] = {}
+    for role, value in inputs.items():
+        if isinstance(value, TableInput):
+            out[role] = {"uri": value.uri, "table": value.table}
+        else:
+            out[role] = {"uri": value.ref.uri if value.ref else None, "model": value.name}
+    return out

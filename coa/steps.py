@@ -42,7 +42,7 @@ from coa.attempts import clear_failed, mark_failed
 from coa.errors import CheckFailed, CoaError, UserError
 from coa.execution import ShardExecutor
 from coa.facts import Facts, Table, show
-from coa.inputs import ModelInput, StepInput, TableInput, Upstream
+from coa.inputs import ModelInput, StepInput, TableInput, Upstream, accepted_contracts, lineage_inputs
 from coa.io import ArtifactRef
 from coa.resources import BuildResources, measure, release_free_memory
 from coa.version import files_version, step_files
@@ -377,7 +377,7 @@ def _run_step(
         upstream=upstream,
         extra_lineage={
             "step": step.name,
-            "inputs": _lineage_inputs(inputs),
+            "inputs": lineage_inputs(inputs),
             "built_by": _built_by(),
             "step_code": {
                 "version": step.stage.code_version(),
@@ -480,21 +480,6 @@ def check_inputs(step: Step, inputs: Mapping[str, TableInput | ModelInput]) -> N
                 f"{step.name}: input {role!r} must be a {contract} table, but {value.uri} [{value.table}] "
                 f"is {info.schema_id}"
             )
-
-
-def accepted_contracts(expected: str | tuple[str, ...]) -> tuple[str, ...]:
-    """The contracts an ``expects`` entry accepts."""
-    return (expected,) if isinstance(expected, str) else tuple(expected)
-
-
-def _lineage_inputs(inputs: Mapping[str, TableInput | ModelInput]) -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for role, value in inputs.items():
-        if isinstance(value, TableInput):
-            out[role] = {"uri": value.uri, "table": value.table}
-        else:
-            out[role] = {"uri": value.ref.uri if value.ref else None, "model": value.name}
-    return out
 
 
 def _built_by() -> dict[str, Any]:
