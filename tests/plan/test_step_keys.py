@@ -129,3 +129,23 @@ def test_the_keys_of_the_demo_plan_are_fast_to_compute(tmp_path: Path) -> None:
     warm = time.perf_counter() - started
     print(f"keys of the demo plan ({len(steps)} steps): {cold:.2f} s cold, {warm * 1000:.1f} ms cached")
     assert cold < 20 and warm < 1
+
+
+def test_dry_run_says_which_steps_a_code_change_rebuilds_and_why(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from coa.plan.preview import preview
+    from coa.steps import Stage, run_step
+    from coa.synthetic import SyntheticConfig
+    from coa.synthetic import step as synthetic
+
+    store = io.Store(str(tmp_path))
+    step = synthetic.step(SyntheticConfig(train={"arithmetic": 2}, heldout={"arithmetic": 1}))
+    run_step(step, store)
+    assert [p.status for p in preview([step], store)] == ["reuse"]  # the same code: reused
+    files = dict(synthetic.STAGE.code_files())
+    edited = {**files, "coa/synthetic/arithmetic.py": "0" * 12}
+    monkeypatch.setattr(Stage, "code_files", lambda self: edited)
+    monkeypatch.setattr(Stage, "code_version", lambda self: "synthetic.v1+src.edited")
+    (planned,) = preview([step], store)
+    assert planned.status == "build (code changed: coa/synthetic/arithmetic.py)", planned.status
