@@ -1,7 +1,13 @@
-"""Code version used in artifact addresses: package version + a hash of the source.
+"""Code versions: the whole tree's, and the part of it a step depends on.
 
-Any change to the domain code (``coa``, ``schemas``) changes the address of every artifact built
-with it, so a stale result is never reused after the code that made it changed.
+* :func:`code_version`: the package version and a hash of every source file of ``coa`` and
+  ``schemas``; every artifact's lineage records it (which code built it, exactly);
+* :func:`step_files` / :func:`files_version`: what a step's content key hashes
+  (:meth:`coa.steps.Stage.code_version`): the import closure of its build module within the
+  project, found by parsing (``import`` and ``from … import`` anywhere in a file, the package
+  ``__init__``s Python runs, each reached package's data files), and the modules of the data
+  contracts it reads and writes. A CLI help string, a docs page or an unrelated stage is outside
+  it, so editing them rebuilds nothing; an edit to anything the build can run re-keys the step.
 """
 
 from __future__ import annotations
