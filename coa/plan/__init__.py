@@ -5,10 +5,13 @@
 * :mod:`coa.plan.choices`: the choices the plans share, written once (the task source, the model
   SFT starts from, RL after an evaluation, the student's tools);
 * :mod:`coa.plan.pipeline`: the pipeline plan (``coa run``, the ``pipeline`` flow);
-* :mod:`coa.plan.nightly`: the nightly plan and the ledger of nights (the ``nightly`` flow);
+* :mod:`coa.plan.nightly`: the nightly plan (the ``nightly`` flow; its stages are :mod:`coa.nightly`,
+  its ledger of nights :mod:`coa.registry.ledger`);
 * :mod:`coa.plan.run_result`: what a run of a plan did, typed (the ``pipeline`` flow's result);
-* :mod:`coa.plan.kinds` and :mod:`coa.plan.spec`: a step as a spec that another machine rebuilds
-  (the GPU pool's ``run-one-step`` flow), never re-plans.
+* :mod:`coa.plan.stages`: the stage table (every :class:`~coa.steps.Stage`, by name), which every
+  entry layer reads;
+* :mod:`coa.plan.spec`: a step as a spec that another machine rebuilds from the stage table (the
+  GPU pool's ``run-one-step`` flow), never re-plans.
 
 The runner (:mod:`coa.steps`), the registry and the stages know no plan.
 

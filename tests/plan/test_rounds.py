@@ -10,7 +10,7 @@ from pydantic import ValidationError
 
 from coa.config import ConfigError
 from coa.plan import load_pipeline_config, plan
-from coa.plan.kinds import Parts, rebuild
+from coa.plan.spec import rebuild
 from coa.steps import Upstream
 
 REPO = Path(__file__).resolve().parents[2]
@@ -69,9 +69,7 @@ def test_three_rounds_chain_each_model_to_the_next_and_every_step_rebuilds() -> 
     assert {"after_r2", "after_r3", "sft_r2", "sft_r3"} <= set(by["report"].inputs)
     for step in steps:  # what a step spec carries is enough to rebuild each round step elsewhere
         inputs = {r: v for r, v in step.inputs.items() if v is not None}
-        again = rebuild(
-            step.builder, Parts(step.name, step.artifact, step.config_json(), step.identity, inputs)
-        )
+        again = rebuild(step.builder, step.name, step.artifact, step.config_json(), step.identity, inputs)
         assert again.config_json() == step.config_json() and dict(again.identity) == dict(step.identity)
         assert {r: v for r, v in again.inputs.items() if v is not None} == inputs, step.name
         assert (again.expects, again.produces) == (step.expects, step.produces), step.name
