@@ -35,6 +35,7 @@ import json
 import os
 import random
 import shutil
+import signal
 import subprocess
 import sys
 import threading
@@ -183,7 +184,12 @@ def rollouts(args: argparse.Namespace, bench: Bench, model_dir: Path) -> dict[st
     return report
 
 
-def launch(model: Path, prompts: Path, out: Path, steps: int, overrides: list[str]) -> tuple[dict, float]:
+def launch(
+    model: Path, prompts: Path, out: Path, steps: int, overrides: list[str], timeout: float | None = None
+) -> tuple[dict, float]:
+    """The RL stage's entry point under accelerate; its ``rl_result.json`` and wall time. Past
+    ``timeout`` seconds the whole process group is killed (the trainer runs in a child of the
+    launcher) and :class:`TimeoutError` raised."""
     config = {
         "base_model": str(model), "prompts": str(prompts), "output_dir": str(out), "max_steps": steps,
         "learning_rate": 1e-6, "save_steps": 10_000, "logging_steps": 1, "prompts_per_step": 8,
@@ -201,10 +207,30 @@ def launch(model: Path, prompts: Path, out: Path, steps: int, overrides: list[st
            "-m", "coa.rl.grpo", "--config", str(resolved), *overrides]  # fmt: skip
     start = time.perf_counter()
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])}
-    proc = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True)
+    log = out / "launch.log"
+    with log.open("w") as sink:
+        proc = subprocess.Popen(
+            cmd, cwd=REPO, env=env, stdout=sink, stderr=subprocess.STDOUT, start_new_session=True
+        )
+
+        def stop(signum: int, frame: object) -> None:  # `timeout` ends this bench: its trainer too
+            os.killpg(proc.pid, signal.SIGKILL)
+            raise SystemExit(128 + signum)
+
+        previous = signal.signal(signal.SIGTERM, stop)
+        try:
+            code = proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+            raise TimeoutError(
+                f"the RL run did not finish {steps} steps in {timeout:.0f} s (log: {log})"
+            ) from None
+        finally:
+            signal.signal(signal.SIGTERM, previous)
     wall = time.perf_counter() - start
-    if proc.returncode != 0:
-        raise SystemExit(f"{' '.join(cmd)} failed:\n{proc.stderr[-4000:]}")
+    if code != 0:
+        raise RuntimeError(f"{' '.join(cmd)} failed:\n{log.read_text()[-4000:]}")
     return json.loads((out / "rl_result.json").read_text()), wall
 
 
@@ -232,7 +258,12 @@ def rl_step(args: argparse.Namespace, bench: Bench, model: Path) -> dict[str, An
     overrides = list(args.overrides)
     if args.quick:
         overrides = ["prompts_per_step=2", "group_size=2", "max_total_tokens=96", *overrides]
-    result, wall = launch(model, args.prompts, args.out / "rl", args.steps, overrides)
+    try:
+        result, wall = launch(model, args.prompts, args.out / "rl", args.steps, overrides, args.rl_timeout)
+    except (TimeoutError, RuntimeError) as e:  # the rollout figures above are still recorded
+        print(f"rl step: {e}", flush=True)
+        bench.figure("rl_step", {"error": str(e)[-2000:], "overrides": overrides})
+        return {"error": str(e)[-2000:]}
     done = pq.read_table(result["rollouts_file"], columns=["completion_ids"])
     generated = int(pc.sum(pc.list_value_length(done.column("completion_ids"))).as_py() or 0)
     times = split(result)
@@ -285,6 +316,7 @@ def options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--max-new-tokens", type=int, default=512, help="cap on a request's completion length")
     p.add_argument("--generate-batch", type=int, default=64, help="plain generate's batch")
     p.add_argument("--rollouts-only", action="store_true", help="skip the RL step")
+    p.add_argument("--rl-timeout", type=float, default=None, help="seconds the RL run may take (then: error)")
     p.add_argument("overrides", nargs="*", help="k=v for the RL run config")
 
 

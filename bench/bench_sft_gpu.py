@@ -208,15 +208,35 @@ def compare(bench: Bench, args: argparse.Namespace, shape: str) -> dict[str, Any
         "attn_implementation": args.attn,
     }
     liger: bool | str = {"auto": "auto", "true": True, "false": False}[args.liger]
-    ours = launch(model, args.data, out / "ours", args.steps, packing=True, liger_kernel=liger, **settings)
-    trl = launch_bare_trl(model, args.data, out / "bare-trl", args.steps, liger=liger, **settings)
-    peak = peak_tflops(str(ours.get("device_name") or ""))
-    for name, run in (("ours", ours), ("bare TRL", trl)):
-        run["mfu"] = round(mfu(float(run["tokens_per_s"]), parameters, peak), 4) if peak else None
-        bench.add_timing(f"{shape} {name} s/step", [float(run["s_per_step"])])
-    ratio = bench.ratio(
-        f"{shape} ours / bare TRL (tokens/s)", float(ours["tokens_per_s"]), float(trl["tokens_per_s"])
-    )
+    runs: dict[str, dict[str, Any]] = {}
+    for name, start in (
+        (
+            "ours",
+            lambda: launch(
+                model, args.data, out / "ours", args.steps, packing=True, liger_kernel=liger, **settings
+            ),
+        ),
+        (
+            "bare TRL",
+            lambda: launch_bare_trl(model, args.data, out / "bare-trl", args.steps, liger=liger, **settings),
+        ),
+    ):
+        try:
+            runs[name] = start()
+        except SystemExit as e:  # one run failing still reports the other, and says why
+            print(f"{shape} {name}: {e}", flush=True)
+            runs[name] = {"error": str(e)[-2000:]}
+    ours, trl = runs["ours"], runs["bare TRL"]
+    peak = peak_tflops(str(ours.get("device_name") or "") or _device_name())
+    for name, run in runs.items():
+        if "error" not in run:
+            run["mfu"] = round(mfu(float(run["tokens_per_s"]), parameters, peak), 4) if peak else None
+            bench.add_timing(f"{shape} {name} s/step", [float(run["s_per_step"])])
+    ratio = None
+    if "error" not in ours and "error" not in trl:
+        ratio = bench.ratio(
+            f"{shape} ours / bare TRL (tokens/s)", float(ours["tokens_per_s"]), float(trl["tokens_per_s"])
+        )
     report = {
         "parameters": parameters,
         "peak_tflops": peak,
@@ -264,6 +284,12 @@ def _cuda() -> bool:
     import torch
 
     return bool(torch.cuda.is_available())
+
+
+def _device_name() -> str:
+    import torch
+
+    return torch.cuda.get_device_name(0) if torch.cuda.is_available() else ""
 
 
 PROFILE_SFT = "profile-sft.parquet"  # the examples the profile's student trains on, beside it

@@ -127,6 +127,9 @@ PY
 [ "${PIPESTATUS[0]}" = 0 ] || exit 3
 
 quick=(); [ "$DRY" = 1 ] && quick=(--quick)
+# time bounds: a dry run on a busy 2-core CPU is slower than the GPU run it rehearses (GPU_CHECK_TIMEOUT_SCALE)
+SCALE=${GPU_CHECK_TIMEOUT_SCALE:-1}; [ "$DRY" = 1 ] && SCALE=${GPU_CHECK_TIMEOUT_SCALE:-5}
+bound() { echo $(($1 * SCALE)); }
 backend=(rollout.backend=hf_batched)  # rl.rollout.backend (coa/rl/config.py)
 # a shrunk demo for the default ~8 minutes (DEMO_OVERRIDES= runs the profile as it is)
 DEMO_OVERRIDES=${DEMO_OVERRIDES-student.tiny.pretrain_steps=1000 sft.max_steps=600 sampling.limit_per_family=25 round_sft.max_steps=150 rl.time_budget_s=30}
@@ -136,28 +139,28 @@ part() {
       files=(tests/train/test_sft.py tests/train/test_packed_loss.py tests/rl/test_grpo.py tests/serve/test_engine.py
              tests/rollout/test_hf_batched.py)
       if [ "$DRY" = 1 ]; then collect=(--collect-only); else collect=(); fi
-      timeout 150 "$PY" -m pytest -q -p no:cacheprovider -m cuda "${collect[@]}" "${files[@]}" 2>&1 | tail -15 \
+      timeout $(bound 150) "$PY" -m pytest -q -p no:cacheprovider -m cuda "${collect[@]}" "${files[@]}" 2>&1 | tail -15 \
         | tee "$OUT/tests.txt" ;;
     sft|sft-1.5b) step "$1: our SFT vs bare TRL SFTTrainer (${1#sft-}; default 0.5b)"
       shape=0.5b; [ "$1" = sft-1.5b ] && shape=1.5b
-      timeout 200 "$PY" bench/bench_sft_gpu.py "${quick[@]}" --data "$SFT" --out "$WORK/sft" --shapes "$shape" \
+      timeout $(bound 200) "$PY" bench/bench_sft_gpu.py "${quick[@]}" --data "$SFT" --out "$WORK/bench" --shapes "$shape" \
         --steps 30 --json "$OUT/$1.json" 2>&1 | tail -60 ;;
     rl) step "rl: rollouts (ours / transformers CB / generate) and one RL step (Qwen2.5-0.5B shape)"
-      timeout 200 "$PY" bench/bench_rl_gpu.py "${quick[@]}" --prompts "$RL" --sft-data "$SFT" --out "$WORK/rl" \
-        --n-prompts 8 --group 8 --max-new-tokens 384 --steps 2 --json "$OUT/rl.json" "${backend[@]}" 2>&1 | tail -60 ;;
+      timeout $(bound 200) "$PY" bench/bench_rl_gpu.py "${quick[@]}" --prompts "$RL" --sft-data "$SFT" --out "$WORK/bench" \
+        --n-prompts 8 --group 8 --max-new-tokens 384 --steps 2 --rl-timeout $(bound 110) --json "$OUT/rl.json" "${backend[@]}" 2>&1 | tail -60 ;;
     profile) step "profile: the GPU demo's student (configs/demo-gpu.yaml): SFT steps/s and the plan's minutes"
-      timeout 120 "$PY" bench/bench_sft_gpu.py "${quick[@]}" --data "$SFT" --out "$WORK/demo-gpu" \
+      timeout $(bound 120) "$PY" bench/bench_sft_gpu.py "${quick[@]}" --data "$SFT" --out "$WORK/demo-gpu" \
         --profile configs/demo-gpu.yaml --steps 300 --json "$OUT/profile.json" 2>&1 | tail -40 ;;
     profile-rl) step "profile-rl: rollouts and RL of the GPU demo's (random-init) student"
-      timeout 150 "$PY" bench/bench_rl_gpu.py "${quick[@]}" --prompts "$RL" --sft-data "$SFT" \
-        --out "$WORK/demo-gpu-rl" --profile configs/demo-gpu.yaml --steps 2 --json "$OUT/profile-rl.json" \
+      timeout $(bound 150) "$PY" bench/bench_rl_gpu.py "${quick[@]}" --prompts "$RL" --sft-data "$SFT" \
+        --out "$WORK/demo-gpu-rl" --profile configs/demo-gpu.yaml --steps 2 --rl-timeout $(bound 80) --json "$OUT/profile-rl.json" \
         "${backend[@]}" 2>&1 | tail -40 ;;
     demo) step "demo: configs/demo-gpu.yaml end to end ${DEMO_OVERRIDES:-}"
       store=$WORK/store
       if [ "$DRY" = 1 ]; then  # the plan and what the carried store (if any) would reuse; nothing run
         root=$STORE; [ -d "$root" ] || { root=$WORK/dry/store; mkdir -p "$root"; }
         # shellcheck disable=SC2086
-        COA_STORAGE_ROOT=$root timeout 120 "$PY" infra/run_plan.py -c configs/demo-gpu.yaml ${DEMO_OVERRIDES:-} \
+        COA_STORAGE_ROOT=$root timeout $(bound 120) "$PY" infra/run_plan.py -c configs/demo-gpu.yaml ${DEMO_OVERRIDES:-} \
           --dry-run 2>&1 | tee "$OUT/demo-gpu.log" | tail -40
         return "${PIPESTATUS[0]}"
       fi
