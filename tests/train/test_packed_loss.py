@@ -18,7 +18,7 @@ import pytest
 import torch
 
 from coa.train import SFTRunConfig
-from coa.train.kernels import liger_unavailable, resolve_liger
+from coa.train.kernels import liger_loss, liger_unavailable, resolve_liger
 from coa.train.sft_trainer import build_trainer
 
 from .rows import arith_rows
@@ -122,3 +122,37 @@ def test_flex_attention_packs_without_leakage_on_a_gpu(tiny_model: Path, tmp_pat
     cuda = {k: v.cuda() if isinstance(v, torch.Tensor) else v for k, v in packed.items()}
     packed_loss, _ = _loss_and_grads(packed_trainer, cuda)
     assert packed_loss == pytest.approx(padded_loss, rel=1e-4)
+
+
+def test_the_liger_loss_is_the_models_loss_at_the_trained_positions(
+    tiny_model: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """:func:`liger_loss` around Liger's kernel (here its reference: cross-entropy of ``input @ weight.T``,
+    as Liger documents it; the Triton kernel itself needs CUDA) gives the trainer's loss and gradients:
+    the same positions, targets and normalisation, packed or not."""
+    import sys
+    import types
+
+    def reference(input, weight, target, bias=None, ignore_index=-100, reduction="mean", **_: Any):
+        logits = input @ weight.T + (bias if bias is not None else 0)
+        return torch.nn.functional.cross_entropy(
+            logits, target, ignore_index=ignore_index, reduction=reduction
+        )
+
+    functional = types.ModuleType("liger_kernel.transformers.functional")
+    functional.liger_fused_linear_cross_entropy = reference  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "liger_kernel.transformers.functional", functional)
+    rows = arith_rows(N_EXAMPLES, seed=3)
+    for packing in (False, True):
+        trainer, batch = _one_batch(tiny_model, rows, tmp_path / str(packing), packing=packing)
+        plain_loss, plain_grads = _loss_and_grads(trainer, batch)
+        trainer.coa_liger = True
+        liger, grads = _loss_and_grads(trainer, batch)
+        assert liger == pytest.approx(plain_loss, rel=1e-6)
+        for name, grad in plain_grads.items():
+            torch.testing.assert_close(grads[name], grad, atol=1e-6, rtol=1e-5, msg=name)
+    trained = int((batch["labels"][:, 1:] != -100).sum())
+    assert float(liger_loss(trainer.model, dict(batch))) == pytest.approx(liger, rel=1e-6)  # its own count
+    assert float(liger_loss(trainer.model, dict(batch), torch.tensor(2 * trained))) == pytest.approx(
+        liger / 2
+    )
