@@ -237,12 +237,30 @@ def compare(bench: Bench, args: argparse.Namespace, shape: str) -> dict[str, Any
         ratio = bench.ratio(
             f"{shape} ours / bare TRL (tokens/s)", float(ours["tokens_per_s"]), float(trl["tokens_per_s"])
         )
+    sweep: dict[int, dict[str, Any]] = {}
+    for batch in sorted({int(b) for b in args.batch_sizes.split(",") if b} - {args.batch_size}):
+        try:  # the micro-batch the memory allows, measured: a run out of memory says so
+            sized = {**settings, "batch_size": batch}
+            run = launch(
+                model,
+                args.data,
+                out / f"ours-b{batch}",
+                args.steps,
+                packing=True,
+                liger_kernel=liger,
+                **sized,
+            )
+            run["mfu"] = round(mfu(float(run["tokens_per_s"]), parameters, peak), 4) if peak else None
+            sweep[batch] = {k: run[k] for k in ("tokens_per_s", "s_per_step", "peak_gpu_memory_gib", "mfu")}
+        except SystemExit as e:
+            sweep[batch] = {"error": "out of memory" if "OutOfMemory" in str(e) else str(e)[-500:]}
     report = {
         "parameters": parameters,
         "peak_tflops": peak,
         "ours": ours,
         "bare_trl": trl,
         "ours_over_trl": ratio,
+        "ours_by_batch_size": sweep,
     }
     bench.figure(shape, report)
     print(json.dumps({shape: report}, indent=2), flush=True)
@@ -274,6 +292,9 @@ def options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--shapes", default="0.5b,1.5b", help=f"comma-separated, of {', '.join(SHAPES)}")
     p.add_argument("--steps", type=int, default=30)
     p.add_argument("--batch-size", type=int, default=4, help="packed rows per micro-batch (both runs)")
+    p.add_argument(
+        "--batch-sizes", default="", help="also run ours at these micro-batches (e.g. 8,16): tokens/s, memory"
+    )
     p.add_argument("--max-length", type=int, default=2048, help="tokens per packed row (both runs)")
     p.add_argument("--attn", default="sdpa", choices=["sdpa", "eager", "flash_attention_2", "flex_attention"])
     p.add_argument("--liger", default="auto", choices=["auto", "true", "false"], help="sft.liger_kernel")

@@ -8,6 +8,8 @@
 #   sft         Qwen2.5-0.5B shape: our SFT stage beside bare TRL SFTTrainer (same rows, packing,
 #               bf16, Liger where it runs): tokens/s, MFU, peak memory, ours/TRL   -> $OUT/sft.json
 #   sft-1.5b    the same on the Qwen2.5-1.5B shape                                 -> $OUT/sft-1.5b.json
+#   sft-sweep   sft, and ours at micro-batches 8 and 16 (tokens/s, memory; out of memory says so)
+#                                                                                   -> $OUT/sft-sweep.json
 #   rl          0.5B shape: rollout tokens/s of our batcher, transformers' continuous batching and
 #               plain generate on the same requests; one RL step's generation/tools/training split
 #                                                                                   -> $OUT/rl.json
@@ -141,10 +143,11 @@ part() {
       if [ "$DRY" = 1 ]; then collect=(--collect-only); else collect=(); fi
       timeout $(bound 150) "$PY" -m pytest -q -p no:cacheprovider -m cuda "${collect[@]}" "${files[@]}" 2>&1 | tail -15 \
         | tee "$OUT/tests.txt" ;;
-    sft|sft-1.5b) step "$1: our SFT vs bare TRL SFTTrainer (${1#sft-}; default 0.5b)"
+    sft|sft-1.5b|sft-sweep) step "$1: our SFT vs bare TRL SFTTrainer (sft-1.5b: the 1.5B shape; sft-sweep: and ours at micro-batches 8, 16)"
       shape=0.5b; [ "$1" = sft-1.5b ] && shape=1.5b
-      timeout $(bound 200) "$PY" bench/bench_sft_gpu.py "${quick[@]}" --data "$SFT" --out "$WORK/bench" --shapes "$shape" \
-        --steps 30 --json "$OUT/$1.json" 2>&1 | tail -60 ;;
+      sweep=(); [ "$1" = sft-sweep ] && sweep=(--batch-sizes "$([ "$DRY" = 1 ] && echo 1 || echo 8,16)")
+      timeout $(bound "$([ "$1" = sft-sweep ] && echo 330 || echo 200)") "$PY" bench/bench_sft_gpu.py "${quick[@]}" \
+        --data "$SFT" --out "$WORK/bench" --shapes "$shape" --steps 30 "${sweep[@]}" --json "$OUT/$1.json" 2>&1 | tail -60 ;;
     rl) step "rl: rollouts (ours / transformers CB / generate) and one RL step (Qwen2.5-0.5B shape)"
       timeout $(bound 200) "$PY" bench/bench_rl_gpu.py "${quick[@]}" --prompts "$RL" --sft-data "$SFT" --out "$WORK/bench" \
         --n-prompts 8 --group 8 --max-new-tokens 384 --steps 2 --rl-timeout $(bound 110) --json "$OUT/rl.json" "${backend[@]}" 2>&1 | tail -60 ;;
@@ -173,7 +176,7 @@ part() {
       COA_STORAGE_ROOT=$store timeout -k 20 "${DEMO_TIMEOUT:-180}" "$PY" infra/run_plan.py \
         -c configs/demo-gpu.yaml ${DEMO_OVERRIDES:-} "${reuse[@]}" --json "$OUT/demo-gpu.json" 2>&1 \
         | grep -v -E 'it/s\]|examples/s\]|s/it\]' | tee "$OUT/demo-gpu.log" | tail -80 ;;
-    *) echo "error: unknown part '$1' (env tests sft sft-1.5b rl profile profile-rl demo)" >&2; return 2 ;;
+    *) echo "error: unknown part '$1' (env tests sft sft-1.5b sft-sweep rl profile profile-rl demo)" >&2; return 2 ;;
   esac
 }
 parts=("$@")
