@@ -20,7 +20,8 @@
 #               on the CPU (gpu-prepare.sh), shrunk by DEMO_OVERRIDES to DEMO_TIMEOUT s (a rerun
 #               resumes); its table and each step's wall time  -> $OUT/demo-gpu.json, $OUT/demo-gpu.log
 # Each part's wall time and exit status go to $OUT/parts.tsv. Default parts: sft rl demo (~8 min:
-# 150 + 150 + 180 s and the install). Name parts to run others, e.g.: bash infra/gpu-check.sh tests sft-1.5b
+# bounds 200 + 200 + 150 s and the install, under the device tool's 600 s a call). Name parts to run
+# others, e.g.: bash infra/gpu-check.sh tests sft-1.5b
 #
 # Dry run (no GPU: every part but the CUDA work, tiny shapes, the same commands and files):
 #   GPU_CHECK_DRY_RUN=1 PY=.venv/bin/python bash infra/gpu-check.sh [PART ...]   (or --dry-run first)
@@ -173,7 +174,7 @@ part() {
       # else the run stops at once instead of collecting on device time (DEMO_REBUILD=1: build them)
       reuse=(--expect-reused convert); [ "${DEMO_REBUILD:-0}" = 1 ] && reuse=()
       # shellcheck disable=SC2086
-      COA_STORAGE_ROOT=$store timeout -k 20 "${DEMO_TIMEOUT:-180}" "$PY" infra/run_plan.py \
+      COA_STORAGE_ROOT=$store timeout -k 20 "${DEMO_TIMEOUT:-150}" "$PY" infra/run_plan.py \
         -c configs/demo-gpu.yaml ${DEMO_OVERRIDES:-} "${reuse[@]}" --json "$OUT/demo-gpu.json" 2>&1 \
         | grep -v -E 'it/s\]|examples/s\]|s/it\]' | tee "$OUT/demo-gpu.log" | tail -80 ;;
     *) echo "error: unknown part '$1' (env tests sft sft-1.5b sft-sweep rl profile profile-rl demo)" >&2; return 2 ;;
