@@ -3,7 +3,8 @@
 # machine that reaches no package registry (the lent H100/H200 image: Python 3.12, torch 2.11,
 # transformers 5.17, accelerate, peft, pyarrow, no TRL / datasets / pydantic / FastAPI):
 #
-#   .whl/        the project's pinned versions of what that image lacks, as CPython 3.12 x86-64 wheels
+#   .whl/        the project's own wheel, and the project's pinned versions of what that image lacks (and
+#                liger-kernel, the gpu-train extra) as CPython 3.12 x86-64 wheels
 #   .gpu/        the demo's sft.v1 examples (bench_sft_gpu.py trains on them) and its RL prompts
 #                (rl_prompt.v1); store/, the GPU demo's CPU steps (tasks, the offline teacher's runs,
 #                curation, conversion: ~2 CPU minutes) for `gpu-check.sh demo` to reuse, and
@@ -42,7 +43,14 @@ wheels() {  # FOLDER SPEC...: CPython 3.12 x86-64 wheels, without their dependen
 }
 rm -f .whl/*.whl
 wheels .whl "${specs[@]}"
-echo "wheels: ${specs[*]} -> .whl/ ($(du -sh .whl | cut -f1))"
+# Liger's kernels (sft.liger_kernel; the gpu-train extra): pure Python, the image has the Triton they need
+liger=$(grep -o 'liger-kernel==[0-9.]*' pyproject.toml)
+wheels .whl "$liger"
+# the project itself, as a user installs it: its own wheel (requires-python covers the image's 3.12), which
+# gpu-check.sh installs with the others (--no-index --no-deps): the package's metadata is the wheel's own
+"$PY" -m pip wheel -q --no-deps --no-build-isolation . -w .whl >/dev/null
+rm -rf build
+echo "wheels: ${specs[*]} $liger coa-pipeline -> .whl/ ($(du -sh .whl | cut -f1))"
 
 # polars' runtime alone is ~54 MiB: it travels in a call of its own, with bwrap
 mkdir -p .gpu-extra
@@ -84,8 +92,9 @@ print(f"data: {pq.read_metadata('.gpu/sft.parquet').num_rows} sft.v1 examples, "
       f"{pq.read_metadata('.gpu/rl.parquet').num_rows} RL prompts -> .gpu/")
 PY
 
-# The GPU demo's steps in front of its student (their keys hold the code version: the GPU side writes
-# this package version where importlib finds it, see gpu-check.sh), for `gpu-check.sh demo` to reuse.
+# The GPU demo's steps in front of its student (their keys hold the code version: the package version,
+# which the GPU side reads from the project's wheel it installs, and the source's hash), for
+# `gpu-check.sh demo` to reuse.
 rm -rf .gpu/store
 COA_STORAGE_ROOT=.gpu/store PYTHONPATH=. "$PY" infra/run_plan.py -c configs/demo-gpu.yaml --until convert \
   >/dev/null

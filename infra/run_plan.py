@@ -8,6 +8,7 @@ resumes where it stopped. It prints each step's wall time and, when the report s
 training report's comparison; ``--json`` writes the stage table and the comparison.
 
     python3 infra/run_plan.py -c configs/demo-gpu.yaml [key=value ...] [--until convert] [--json F]
+    python3 infra/run_plan.py -c configs/demo-gpu.yaml --dry-run   # each step: reused or built, nothing run
 
 ``--until STEP`` stops after that step (build the CPU steps on one machine, carry the store, run the
 rest on the GPU). ``--expect-reused STEP`` is the other end of that: before anything runs, every step
@@ -44,6 +45,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--expect-reused", metavar="STEP", help="stop (exit 4) unless every step up to STEP is in the store"
     )
+    parser.add_argument(
+        "--dry-run", action="store_true", help="print whether each step would be reused or built; run none"
+    )
     args = parser.parse_args(argv)
 
     cfg = load_pipeline_config(args.config, args.overrides)
@@ -64,6 +68,10 @@ def main(argv: list[str] | None = None) -> int:
             flush=True,
         )
         return 4
+    if args.dry_run:
+        for planned in preview(steps, store):
+            print(f"{planned.name:28s} {planned.status}", flush=True)
+        return 0
     done: dict[str, StepResult] = {}
     started = time.monotonic()
     # `timeout` stops it with SIGTERM: the steps done so far are still reported (the finally below)

@@ -124,8 +124,21 @@ class SFTParams(TrainLoop):
     bf16: bool | Literal["auto"] = Field(
         default="auto", description="bf16 mixed precision; auto = on when a CUDA GPU supports it, off on CPU."
     )
-    attn_implementation: Literal["sdpa", "eager", "flash_attention_2"] = Field(
-        default="sdpa", description="Attention kernel the model is loaded with."
+    attn_implementation: Literal["sdpa", "eager", "flash_attention_2", "flex_attention"] = Field(
+        default="sdpa",
+        description="Attention kernel the model is loaded with. With packing, each keeps packed examples "
+        "apart (tests/train/test_packed_loss.py): sdpa and eager by a dense block-diagonal mask, "
+        "flash_attention_2 (needs `flash-attn`) by per-example lengths, flex_attention (PyTorch's own, "
+        "compiled; no extra package) by a sparse block mask. The fastest on one GPU is to be measured "
+        "(bench/bench_sft_gpu.py --attn); sdpa until then.",
+    )
+    liger_kernel: bool | Literal["auto"] = Field(
+        default="auto",
+        description="Liger's fused linear cross-entropy (the LM head and the loss in chunks, the logits "
+        "never held; trained positions only) and its RMSNorm, RoPE and SwiGLU kernels (Triton: CUDA "
+        "only; needs `liger-kernel`, the gpu-train extra). auto = on where it can run; where it cannot "
+        "(CPU, not installed) the run says why in one log line and uses fused_lm_head / head_positions "
+        "instead. Full fine-tuning in one process only; to be measured against fused_lm_head on a GPU.",
     )
     fused_lm_head: bool | Literal["auto"] = Field(
         default="auto",

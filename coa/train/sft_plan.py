@@ -135,6 +135,7 @@ def calibrate_step_time(trainer: Any, config: SFTRunConfig) -> float:
         probe.coa_step_tokens = timer.tokens
         probe.coa_fused_lm_head = trainer.coa_fused_lm_head
         probe.coa_trained_positions_head = trainer.coa_trained_positions_head
+        probe.coa_liger = trainer.coa_liger
         probe.train()
         del probe
     set_seed(config.seed)

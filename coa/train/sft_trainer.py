@@ -36,6 +36,7 @@ from coa.format import IGNORE_INDEX
 from coa.train.budget import StepPlan, follow_plan
 from coa.train.config import SFT, LoraSettings, SFTError, SFTRunConfig
 from coa.train.data import EncodedExamples, encode_examples
+from coa.train.kernels import apply_layer_kernels, liger_loss, resolve_liger
 from coa.train.kit.callbacks import LogLastStep, LogToLogger, StepCounter
 from coa.train.kit.run import CHECKPOINTS_DIR
 from coa.train.kit.tracking import tracking_args
@@ -71,6 +72,10 @@ def build_trainer(
     cuda = torch.cuda.is_available()
     bf16 = bool(cuda and torch.cuda.is_bf16_supported()) if config.bf16 == "auto" else bool(config.bf16)
     fused_lm_head = cuda if config.fused_lm_head == "auto" else config.fused_lm_head
+    liger = resolve_liger(config.liger_kernel, cuda)
+    if liger and config.lora is not None:
+        log.info("sft.liger_kernel: off with LoRA (the adapters wrap the layers Liger would replace)")
+        liger = False
     scheduler: str = config.lr_scheduler
     scheduler_kwargs: dict[str, Any] = {}
     if scheduler == "cosine" and config.min_lr_ratio > 0:
@@ -111,11 +116,11 @@ def build_trainer(
         disable_tqdm=True,
         dataloader_num_workers=0,
     )
-    if config.packing and config.attn_implementation != "flash_attention_2":
+    if config.packing and config.attn_implementation in ("sdpa", "eager"):
         log.warning(
             "packing with %s attention: each batch is one sequence with a dense block-diagonal mask, "
             "quadratic in batch_size * max_length (measured 3x slower per token than unpacked on CPU); "
-            "pack with flash_attention_2 on a GPU",
+            "on a GPU pack with flex_attention (PyTorch's block-sparse mask) or flash_attention_2",
             config.attn_implementation,
         )
     tokenizer = AutoTokenizer.from_pretrained(config.base_model)
@@ -129,6 +134,8 @@ def build_trainer(
     model = AutoModelForCausalLM.from_pretrained(
         config.base_model, dtype=torch.float32, attn_implementation=config.attn_implementation
     )
+    if liger:
+        apply_layer_kernels(model)
     peft_config = peft_config_of(config.lora) if config.lora is not None else None
     counter = StepCounter()
     trainer = CoaSFTTrainer(
@@ -142,6 +149,7 @@ def build_trainer(
     trainer.remove_callback(PrinterCallback)  # logs go to the `coa.train.sft` logger instead
     trainer.coa_fused_lm_head = fused_lm_head
     trainer.coa_trained_positions_head = config.head_positions == "trained" and peft_config is None
+    trainer.coa_liger = liger
     if heldout is not None and heldout.input_ids:
         trainer.add_callback(HeldoutLoss(trainer, heldout, config.eval_steps, config.batch_size))
     n_heldout = len(heldout.input_ids) if heldout is not None else 0
@@ -194,13 +202,16 @@ class CoaSFTTrainer(SFTTrainer):
     Without the fused LM head (``coa_fused_lm_head`` false) the loss is the model's own causal-LM
     loss over the same labels (no entropy / token-accuracy metrics): with
     ``coa_trained_positions_head`` (full fine-tuning, one process) computed by
-    :func:`trained_positions_loss`, else by ``transformers.Trainer``.
+    :func:`trained_positions_loss`, else by ``transformers.Trainer``. With ``coa_liger`` (CUDA, Liger
+    installed: :func:`coa.train.kernels.resolve_liger`) the same loss by Liger's fused linear
+    cross-entropy (:func:`coa.train.kernels.liger_loss`), under the same conditions.
     """
 
     coa_trained_tokens: Any = 0  # a device tensor once counting starts (no host sync per step)
     coa_step_tokens: list[int] | None = None  # calibration: computed tokens added to the last entry
     coa_fused_lm_head: bool = True
     coa_trained_positions_head: bool = False
+    coa_liger: bool = False  # Liger's fused linear cross-entropy at the trained positions (CUDA)
     coa_step_plan: StepPlan | None = None  # a time budget's plan: the schedule follows it
 
     def create_scheduler(self, num_training_steps: int, optimizer: Any = None) -> Any:
@@ -218,21 +229,29 @@ class CoaSFTTrainer(SFTTrainer):
             self.coa_trained_tokens = self.coa_trained_tokens + (inputs["labels"][..., 1:] != -100).sum()
             if self.coa_step_tokens is not None:
                 self.coa_step_tokens[-1] += int(inputs["labels"].numel())
+        if self.coa_liger and self._own_loss(model, inputs, args, kwargs):
+            return liger_loss(model, inputs, kwargs.get("num_items_in_batch"))
         if not self.coa_fused_lm_head:
-            if (
-                self.coa_trained_positions_head
-                and model.training
-                and "labels" in inputs
-                and not args
-                and not kwargs.get("return_outputs")
-                and self.accelerator.num_processes == 1
-                and self.model_accepts_loss_kwargs  # the Trainer then leaves its scale as it is
-                and hasattr(model, "lm_head")
-                and hasattr(model, "model")
-            ):
+            if self.coa_trained_positions_head and self._own_loss(model, inputs, args, kwargs):
                 return trained_positions_loss(model, inputs, kwargs.get("num_items_in_batch"))
             return Trainer.compute_loss(self, model, inputs, *args, **kwargs)
         return super().compute_loss(model, inputs, *args, **kwargs)
+
+    def _own_loss(
+        self, model: Any, inputs: dict[str, Any], args: tuple[Any, ...], kwargs: dict[str, Any]
+    ) -> bool:
+        """Whether this step's loss may be computed here instead of by TRL or ``transformers``: a training
+        step of a full fine-tune in one process, with labels, whose loss the Trainer leaves unscaled."""
+        return bool(
+            model.training
+            and "labels" in inputs
+            and not args
+            and not kwargs.get("return_outputs")
+            and self.accelerator.num_processes == 1
+            and self.model_accepts_loss_kwargs  # the Trainer then leaves its scale as it is
+            and hasattr(model, "lm_head")
+            and hasattr(model, "model")
+        )
 
 
 def trained_positions_loss(model: Any, inputs: dict[str, Any], num_items_in_batch: Any = None) -> Any:
@@ -245,6 +264,7 @@ def trained_positions_loss(model: Any, inputs: dict[str, Any], num_items_in_batc
     """
     labels = inputs["labels"]
     features = {k: v for k, v in inputs.items() if k != "labels"}
+    features["use_cache"] = False  # a cache turns off the model's packed-sequence (block-diagonal) mask
     hidden = model.model(**features).last_hidden_state[:, :-1]
     targets = labels[:, 1:]
     trained = targets != IGNORE_INDEX

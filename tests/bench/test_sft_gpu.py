@@ -1,4 +1,5 @@
-"""``bench/bench_sft_gpu.py``: the profile's student the GPU benches time (built on CPU here)."""
+"""``bench/bench_sft_gpu.py`` and ``bench/bench_rl_gpu.py`` on a CPU: the profile's student, the MFU peaks,
+the rollout comparison (their --quick runs under accelerate: tests/infra/test_gpu_check_dry_run.py)."""
 
 from __future__ import annotations
 
@@ -6,6 +7,7 @@ import json
 from pathlib import Path
 
 import pyarrow.parquet as pq
+import pytest
 
 from ..train.rows import arith_rows
 from .scripts import load_script
@@ -28,3 +30,44 @@ def test_a_profiles_student_is_left_random_whatever_pretraining_the_profile_asks
     assert card["config"]["pretrain_steps"] == 0
     assert card["config"]["hidden_size"] == 32 and card["config"]["num_layers"] == 2  # the profile's shape
     assert table.num_rows == 40 and layers["student"]["tiny"]["pretrain_steps"] == 5000
+
+
+def test_the_peak_is_read_from_the_device_name_most_specific_first() -> None:
+    mfu = load_script("mfu")
+    assert mfu.peak_tflops("NVIDIA H100 80GB HBM3") == 989.4
+    assert mfu.peak_tflops("NVIDIA H100 PCIe") == 756.0
+    assert mfu.peak_tflops("NVIDIA H200") == 989.4
+    assert mfu.peak_tflops("NVIDIA A100-SXM4-80GB") == 312.0
+    assert mfu.peak_tflops("NVIDIA L40S") == 362.1 and mfu.peak_tflops("NVIDIA L4") == 121.0
+    assert mfu.peak_tflops("AMD EPYC, 2 threads") is None and mfu.peak_tflops(None) is None
+    # 0.5 B parameters at 100k tokens/s is 3e14 FLOP/s: 30% of a 1 PFLOP/s peak
+    assert mfu.mfu(100_000, 500_000_000, 1000.0) == pytest.approx(0.3)
+
+
+@pytest.mark.slow  # ~2 minutes on 2 busy cores: transformers' continuous batching is slow on a CPU
+def test_the_rollout_comparison_runs_quick_on_a_tiny_model(tmp_path: Path) -> None:
+    """The three generation backends on the same requests (CPU, tiny shape): each one's useful tokens/s."""
+    from tests.rl.helpers import prompts_table
+
+    bench = load_script("bench_rl_gpu")
+    harness = load_script("harness")
+    sft, rl = tmp_path / "sft.parquet", tmp_path / "rl.parquet"
+    pq.write_table(arith_rows(20, seed=0), sft)
+    pq.write_table(prompts_table(2), rl)
+    argv = [
+        "--quick",
+        "--rollouts-only",
+        "--prompts",
+        str(rl),
+        "--sft-data",
+        str(sft),
+        "--out",
+        str(tmp_path / "o"),
+    ]
+    record = harness.main(bench.run, bench.__doc__, bench.options, argv=argv, name="bench_rl_gpu")
+    rollouts = record["figures"]["rollouts"]
+    assert rollouts["requests"] == 4 and 4 <= rollouts["completion_tokens"] <= 4 * 16
+    assert rollouts["tokens_per_s"]["ours (hf_batched)"] > 0 and rollouts["tokens_per_s"]["generate"] > 0
+    assert "rollout tokens/s ours / generate" in record["ratios"]
+    saved = json.loads((tmp_path / "o" / "bench_rl_gpu.json").read_text())
+    assert "rl_step" not in saved and saved["rollouts"] == rollouts
