@@ -22,6 +22,7 @@ versions), the share of groups dropped as stale, and async / sync steps per seco
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import subprocess
 import sys
@@ -78,7 +79,10 @@ class Server:
     def __init__(self, model: Path, delay_ms: float) -> None:
         command = [sys.executable, "-m", "coa.serve", "--model", str(model), "--port", "0", "--threads", "1"]
         command += ["--served-model-name", "student", "--delay-per-token-ms", str(delay_ms)]
-        self.process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+        env = os.environ | {"VLLM_SERVER_DEV_MODE": "1"}  # vLLM's RL routes, which the weight push uses
+        self.process = subprocess.Popen(
+            command, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env=env
+        )
         assert self.process.stdout is not None
         line = self.process.stdout.readline()
         if "coa.serve:" not in line:

@@ -336,7 +336,7 @@ def weight_change(model_dir: str | Path, reference_dir: str | Path) -> float:
 def evaluate(config: PipelineConfig, model_dir: str, tasks: pa.Table, store: io.Store) -> pa.Table:
     """The run's evaluation of one model on ``tasks``, greedy: an ``eval.v1`` table."""
     from coa.evaluate.stage import evaluate_tasks, open_generator
-    from coa.tools.config import build_toolbox
+    from coa.tools.build import build_toolbox
 
     assert config.evaluate is not None
     eval_config = config.evaluate.model_copy(

@@ -327,12 +327,13 @@ def bench_hf(quick: bool, bench: Bench | None = None) -> None:
     import torch
     from transformers import LogitsProcessorList
 
-    from coa.evaluate.inference import variant_of
     from coa.format import system_prompt
+    from coa.format.from_run import variant_of
     from coa.model.tiny import TinyModelConfig, init_model
     from coa.rollout.policies.hf import HFPolicy
     from coa.synthetic import SyntheticConfig, generate_all
-    from coa.tools.config import ToolsConfig, build_toolbox
+    from coa.tools.build import build_toolbox
+    from coa.tools.config import ToolsConfig
 
     torch.set_num_threads(1)
     heldout = {"arithmetic": 100, "multihop": 50, "programming": 50}

@@ -33,7 +33,8 @@ from coa.plan.pipeline import plan
 from coa.sample.config import SampleConfig
 from coa.sample.core import sample_tasks, select
 from coa.sample.step import open_policy
-from coa.tools.config import ToolsConfig, build_toolbox
+from coa.tools.build import build_toolbox
+from coa.tools.config import ToolsConfig
 
 SCHEDULES = ("async", "lockstep")
 

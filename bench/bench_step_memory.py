@@ -62,7 +62,7 @@ def evaluation(
     from coa.evaluate.generation import open_policy
     from coa.evaluate.stage import evaluate_tasks
     from coa.plan import load_pipeline_config
-    from coa.tools.config import build_toolbox
+    from coa.tools.build import build_toolbox
 
     ev = load_pipeline_config(DEMO).evaluate
     assert ev is not None

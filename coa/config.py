@@ -15,10 +15,18 @@ import json
 import re
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any, TypeVar, get_args
 
 import yaml
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    SerializerFunctionWrapHandler,
+    ValidationError,
+    create_model,
+    model_serializer,
+)
 
 from coa.errors import UserError
 
@@ -33,6 +41,43 @@ class StrictModel(BaseModel):
     """Base for every config: immutable, unknown keys rejected."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class Overrides(StrictModel):
+    """Overrides of some fields of a config section: a field left unset overrides nothing.
+
+    Made by :func:`overrides_of` from the section's own model, so it has the section's fields, types
+    and bounds and never a second declaration of them. It dumps only the fields set (a profile's
+    overrides, as written), and :meth:`over` lays them over a section."""
+
+    @model_serializer(mode="wrap")
+    def _only_set(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        data = handler(self)
+        return {k: v for k, v in data.items() if k in self.model_fields_set}
+
+    def over(self, section: M) -> M:
+        """``section`` with these overrides laid over it, validated as a whole again."""
+        return type(section).model_validate(section.model_dump() | self.model_dump())
+
+
+M = TypeVar("M", bound=BaseModel)
+
+
+def overrides_of(model: type[BaseModel], name: str, doc: str, module: str) -> type[Overrides]:
+    """The :class:`Overrides` model of ``model``: each of its fields, optional and unset by default, with
+    its type, bounds and description. A cross-field check of ``model`` runs on the result of
+    :meth:`Overrides.over`. ``name`` and ``module`` are where the model is declared (for its
+    ``repr``, pickling and the generated reference)."""
+    fields: dict[str, Any] = {}
+    for field_name, field in model.model_fields.items():
+        annotation: Any = field.annotation
+        if field.metadata:
+            annotation = Annotated[(annotation, *field.metadata)]
+        if type(None) not in get_args(field.annotation):
+            annotation = annotation | None
+        fields[field_name] = (annotation, Field(default=None, description=field.description))
+    made: type[Overrides] = create_model(name, __base__=Overrides, __doc__=doc, __module__=module, **fields)
+    return made
 
 
 def canonical_json(value: Any) -> str:

@@ -1,7 +1,7 @@
 """The one error hierarchy: every failure the project raises on purpose is a :class:`CoaError`.
 
 Three kinds, each with its exit code, mapped once in the CLI (:func:`coa.cli.main`) and once in the
-Prefect layer (:mod:`tasks.steps`):
+Prefect layer (:mod:`tasks.run_step`):
 
 * :class:`UserError` (exit 2): bad input, a bad config, a missing artifact; the message says what
   to change.

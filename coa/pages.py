@@ -10,7 +10,7 @@ from __future__ import annotations
 import base64
 import html
 import io
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 CSS = """
@@ -21,6 +21,11 @@ th{background:#f3f3f3}.ok{color:#1a7f37;font-weight:bold}.fail{color:#cf222e;fon
 .flag{background:#fff3cd}figure{margin:1em 0}figcaption{font-size:.9em;color:#555}
 img{max-width:100%}code{background:#f6f8fa;padding:0 .2em}td.num{text-align:right}
 """
+
+
+def percent_by_family(accuracy: Mapping[str, float]) -> str:
+    """``code 0%, math 67%``: per-family accuracies as the CLI, the artifacts and the reports show them."""
+    return ", ".join(f"{f} {a:.0%}" for f, a in accuracy.items())
 
 
 def escape(value: Any) -> str:

@@ -29,9 +29,10 @@ run them here, so the same inputs give the same artifact whichever way a run is 
 from __future__ import annotations
 
 import dataclasses
+import fnmatch
 import os
 import socket
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any, Self
 
 from pydantic import BaseModel, ConfigDict
@@ -40,75 +41,13 @@ from coa import io, tracking
 from coa.attempts import clear_failed, mark_failed
 from coa.errors import CheckFailed, CoaError, UserError
 from coa.execution import ShardExecutor
+from coa.facts import Facts, Table, show
+from coa.inputs import ModelInput, StepInput, TableInput, Upstream, accepted_contracts, lineage_inputs
 from coa.io import ArtifactRef
 from coa.resources import BuildResources, measure, release_free_memory
+from coa.version import files_version, step_files
 
 Progress = Callable[[int, int], None]
-
-
-@dataclasses.dataclass(frozen=True)
-class TableInput:
-    """One table of a committed artifact: what a step reads (never a loose ``(ref, table)`` pair)."""
-
-    ref: ArtifactRef
-    table: str
-
-    @property
-    def uri(self) -> str:
-        return self.ref.uri
-
-    def read(self, columns: Sequence[str] | None = None) -> Any:
-        """The whole table (through its contract)."""
-        return io.read_table(self.ref, self.table, columns=columns)
-
-    def rows(self) -> int:
-        return self.ref.rows(self.table)
-
-
-@dataclasses.dataclass(frozen=True)
-class Upstream:
-    """A reference, inside a plan, to the output of an earlier step (resolved when it has run)."""
-
-    step: str
-    table: str | None = None
-
-
-@dataclasses.dataclass(frozen=True)
-class ModelInput:
-    """A model a step starts from: a committed model artifact, or an external folder / hub id.
-
-    A worker materialises its own local copy of an artifact (:meth:`local_path`), so the reference
-    stays valid on any machine that reaches the store.
-    """
-
-    ref: ArtifactRef | None = None
-    external: str | None = None
-    folder: str = "model"
-
-    def __post_init__(self) -> None:
-        if (self.ref is None) == (self.external is None):
-            raise ValueError(
-                "ModelInput needs exactly one of ref (an artifact) or external (a folder/hub id)"
-            )
-
-    @property
-    def name(self) -> str:
-        return self.ref.uri if self.ref is not None else str(self.external)
-
-    def local_path(self) -> str:
-        if self.ref is None:
-            return str(self.external)
-        return str(io.local_folder(self.ref, self.folder))
-
-    @classmethod
-    def parse(cls, value: str) -> ModelInput:
-        """A model given by name: a committed model artifact URI, else a folder/hub id (a registry
-        name such as ``champion:NAME`` is resolved by the caller first: the CLI, a plan)."""
-        ref = io.lookup(value)
-        return cls(ref=ref) if ref is not None else cls(external=value)
-
-
-StepInput = TableInput | ModelInput | Upstream
 
 
 class StepSummary(BaseModel):
@@ -184,34 +123,125 @@ class Build:
 
 
 BuildFn = Callable[[Build], None]
+Present = Callable[[Any, "StepResult"], Facts]
+"""A stage's view of a step: its typed summary and result → plain facts (:mod:`coa.facts`)."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Stage:
+    """One stage, declared once as data (marin's ``ExecutorStep(name, fn, config)`` is the model).
+
+    Each stage module declares its ``STAGE``; :data:`coa.plan.stages.STAGES` lists them all, and every
+    entry layer reads that one table: the plans, a step spec's rebuild on another machine, the Prefect
+    layer's one publisher (:attr:`present`), ``coa run``'s result and the CLI.
+    """
+
+    name: str
+    """The stage's name in the table (``sft``, ``collect.retry``): what a step spec names."""
+    kind: str
+    """The artifact folder its steps write (``model``, ``curated``…)."""
+    build: BuildFn
+    """A plain function of the :class:`Build` (never a closure: options travel in ``Step.options``)."""
+    config: type[BaseModel] | None = None
+    """The frozen config model (None: a plain JSON config)."""
+    expects: Mapping[str, str | tuple[str, ...]] = dataclasses.field(default_factory=dict)
+    """Input role → the data contract(s) its table must have; a role may be an ``fnmatch`` pattern
+    (``after_r*``); roles a step does not have are not checked."""
+    produces: Mapping[str, str] = dataclasses.field(default_factory=dict)
+    """Table → the data contract it is written under."""
+    summary: type[StepSummary] | None = None
+    """What its build reports (:meth:`Build.report`)."""
+    present: Present | None = None
+    """What a front end shows of a step: tables, markdown, links, warnings (:mod:`coa.facts`)."""
+    describe: str = ""
+    identify: Callable[[Any], Mapping[str, Any]] | None = None
+    """The parts of a step's identity this side recomputes from its config (the files an import
+    hashes): a step spec whose identity differs there is refused."""
+    version: int = 1
+    """Bumped by hand to rebuild every artifact of the stage (keys hash it with its code)."""
+
+    def expects_for(self, roles: Iterable[str]) -> dict[str, str | tuple[str, ...]]:
+        """The contract each of ``roles`` must have (roles without one are left out)."""
+        out: dict[str, str | tuple[str, ...]] = {}
+        for role in roles:
+            for pattern, contract in self.expects.items():
+                if role == pattern or fnmatch.fnmatchcase(role, pattern):
+                    out[role] = contract
+                    break
+        return out
+
+    def read_config(self, value: Any) -> Any:
+        """A config as a step spec carries it (JSON), back into the stage's model."""
+        return self.config.model_validate(value) if self.config is not None else value
+
+    def facts(self, result: StepResult) -> Facts:
+        """What a front end shows of ``result``: what the stage presents; for a stage that presents
+        nothing, its summary's figures as one table (none when it reported none)."""
+        if self.present is None:
+            rows = [
+                {"metric": k, "value": show(v)}
+                for k, v in result.summary.items()
+                if not isinstance(v, dict | list)
+            ]
+            return Facts((Table("summary", rows, f"{self.describe}: {result.ref.uri}"),) if rows else ())
+        summary = self.summary.from_dict(result.summary) if self.summary is not None else result.summary
+        return self.present(summary, result)
+
+    def contracts(self) -> tuple[str, ...]:
+        """The data contracts its steps read or write (what :meth:`code_files` hashes of ``schemas``)."""
+        read = {c for v in self.expects.values() for c in accepted_contracts(v)}
+        return tuple(sorted(read | set(self.produces.values())))
+
+    def code_files(self) -> dict[str, str]:
+        """The source files a step of this stage depends on (path → digest): the import closure of
+        its build function's module within ``coa``, and its contracts' modules."""
+        return step_files(self.build.__module__, self.contracts())
+
+    def code_version(self) -> str:
+        """The version of the code a step of this stage runs: its explicit :attr:`version` and the
+        files it depends on (:meth:`code_files`), not the whole tree: a docs or CLI edit keeps it."""
+        return f"{self.name}.v{self.version}+src.{files_version(self.code_files())}"
 
 
 @dataclasses.dataclass(frozen=True)
 class Step:
-    """A stage instance: name, frozen config, named inputs, build function.
+    """A stage instance: a :class:`Stage`, a name, a frozen config, named inputs.
 
-    ``kind`` is the artifact folder (``trajectories``, ``curated``, ``model``…), ``artifact`` its
-    name inside it (the config's ``name``); ``identity`` holds whatever else decides the content.
-    ``builder`` names the stage function that made the step, so a step spec
-    (:mod:`coa.plan.spec`) can be rebuilt from its config and inputs on another machine.
+    ``artifact`` is the artifact's name inside the stage's ``kind`` folder (the config's ``name``);
+    ``identity`` holds whatever else decides the content; ``options`` what the build gets that does
+    not (transformers callbacks): never part of the key, never sent in a step spec.
     """
 
     name: str
-    kind: str
+    stage: Stage
     artifact: str
     config: Any
-    build: BuildFn
     inputs: Mapping[str, StepInput | None] = dataclasses.field(default_factory=dict)
     identity: Mapping[str, Any] = dataclasses.field(default_factory=dict)
     describe: str = ""
-    expects: Mapping[str, str | tuple[str, ...]] = dataclasses.field(default_factory=dict)
-    """Input role → the data contract (schema id) its table must have, e.g. ``{"raw": "trajectory.v1"}``,
-    or the contracts it may have (``("trajectory.v1", "rollout.v1")``: the build tells them apart)."""
-    produces: Mapping[str, str] = dataclasses.field(default_factory=dict)
-    """Table → the data contract it is written under, e.g. ``{"sft": "sft.v1"}``."""
-    builder: str = ""
-    """The registered builder (:data:`coa.plan.kinds.KINDS`) that rebuilds this step from a spec;
-    empty: the step cannot be dispatched."""
+    options: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+
+    @property
+    def kind(self) -> str:
+        return self.stage.kind
+
+    @property
+    def builder(self) -> str:
+        """The stage's name in the stage table (what a step spec names)."""
+        return self.stage.name
+
+    @property
+    def expects(self) -> dict[str, str | tuple[str, ...]]:
+        """Input role → the data contract(s) its table must have."""
+        return self.stage.expects_for(role for role, v in self.inputs.items() if v is not None)
+
+    @property
+    def produces(self) -> Mapping[str, str]:
+        """Table → the data contract it is written under."""
+        return self.stage.produces
+
+    def build(self, b: Build) -> None:
+        self.stage.build(b)
 
     def config_json(self) -> Any:
         if isinstance(self.config, BaseModel):
@@ -289,7 +319,8 @@ def resolve(step: Step, done: Mapping[str, StepResult]) -> dict[str, TableInput 
 
 def address(step: Step, inputs: Mapping[str, TableInput | ModelInput], store: io.Store) -> tuple[str, str]:
     """The content-addressed URI of the step's artifact, and its key."""
-    return store.address(step.kind, step.artifact, key_config(step, inputs), upstream_refs(inputs))
+    version = step.stage.code_version()
+    return store.address(step.kind, step.artifact, key_config(step, inputs), upstream_refs(inputs), version)
 
 
 # -- running ----------------------------------------------------------------------------------------
@@ -344,7 +375,16 @@ def _run_step(
         step.artifact,
         key_config(step, inputs),
         upstream=upstream,
-        extra_lineage={"step": step.name, "inputs": _lineage_inputs(inputs), "built_by": _built_by()},
+        extra_lineage={
+            "step": step.name,
+            "inputs": lineage_inputs(inputs),
+            "built_by": _built_by(),
+            "step_code": {
+                "version": step.stage.code_version(),
+                "files": step.stage.code_files(),
+            },
+        },
+        version=step.stage.code_version(),
     )
     existing = writer.existing()  # checked against its manifest: a damaged one is moved aside, raises
     if existing is None and reuse_only:
@@ -440,21 +480,6 @@ def check_inputs(step: Step, inputs: Mapping[str, TableInput | ModelInput]) -> N
                 f"{step.name}: input {role!r} must be a {contract} table, but {value.uri} [{value.table}] "
                 f"is {info.schema_id}"
             )
-
-
-def accepted_contracts(expected: str | tuple[str, ...]) -> tuple[str, ...]:
-    """The contracts an ``expects`` entry accepts."""
-    return (expected,) if isinstance(expected, str) else tuple(expected)
-
-
-def _lineage_inputs(inputs: Mapping[str, TableInput | ModelInput]) -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for role, value in inputs.items():
-        if isinstance(value, TableInput):
-            out[role] = {"uri": value.uri, "table": value.table}
-        else:
-            out[role] = {"uri": value.ref.uri if value.ref else None, "model": value.name}
-    return out
 
 
 def _built_by() -> dict[str, Any]:

@@ -1,11 +1,18 @@
-"""Code version used in artifact addresses: package version + a hash of the source.
+"""Code versions: the whole tree's, and the part of it a step depends on.
 
-Any change to the domain code (``coa``, ``schemas``) changes the address of every artifact built
-with it, so a stale result is never reused after the code that made it changed.
+* :func:`code_version`: the package version and a hash of every source file of ``coa`` and
+  ``schemas``; every artifact's lineage records it (which code built it, exactly);
+* :func:`step_files` / :func:`files_version`: what a step's content key hashes
+  (:meth:`coa.steps.Stage.code_version`): the import closure of its build module within the
+  project, found by parsing (``import`` and ``from … import`` anywhere in a file, the package
+  ``__init__``s Python runs, each reached package's data files), and the modules of the data
+  contracts it reads and writes. A CLI help string, a docs page or an unrelated stage is outside
+  it, so editing them rebuilds nothing; an edit to anything the build can run re-keys the step.
 """
 
 from __future__ import annotations
 
+import ast
 import functools
 import hashlib
 from importlib import metadata
@@ -37,3 +44,133 @@ def source_hash() -> str:
 
 def code_version() -> str:
     return f"{package_version()}+src.{source_hash()[:12]}"
+
+
+# -- the code a step depends on -----------------------------------------------------------------
+
+_PACKAGES = ("coa", "schemas")
+"""The project's packages: imports of anything else (the standard library, torch, pins) are not
+followed; the dependency pins are the environment's, not the step's code."""
+_DATA_SUFFIXES = {".yaml", ".yml", ".json", ".jinja", ".txt"}
+"""Data a package reads at run time (prompt templates, grammars): hashed with its package's code."""
+
+
+def _source_root() -> Path:
+    return Path(str(coa.__file__)).parent.parent
+
+
+def _module_file(module: str) -> Path | None:
+    """The source file of a project module (a package's ``__init__.py``); None outside the project."""
+    if module.split(".")[0] not in _PACKAGES:
+        return None
+    base = _source_root().joinpath(*module.split("."))
+    for path in (base.with_suffix(".py"), base / "__init__.py"):
+        if path.is_file():
+            return path
+    return None
+
+
+@functools.cache
+def _imports(module: str) -> tuple[str, ...]:
+    """The project modules ``module`` imports anywhere in its file (at the top, in a function, under
+    ``TYPE_CHECKING``): static, so a lazy import counts as a dependency too."""
+    path = _module_file(module)
+    if path is None:
+        return ()
+    package = module if path.name == "__init__.py" else module.rpartition(".")[0]
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_bytes(), str(path))):
+        if isinstance(node, ast.Import):
+            found.update(a.name for a in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                parts = package.split(".")
+                parts = parts[: len(parts) - node.level + 1]
+                base = ".".join([*parts, base] if base else parts)
+            found.add(base)
+            found.update(f"{base}.{a.name}" for a in node.names)  # `from coa import io`: a submodule
+    return tuple(sorted(m for m in found if _module_file(m) is not None))
+
+
+def _parents(module: str) -> list[str]:
+    """The packages Python runs before ``module`` (``coa``, ``coa.train`` for ``coa.train.step``)."""
+    parts = module.split(".")
+    return [".".join(parts[:i]) for i in range(1, len(parts))]
+
+
+@functools.cache
+def closure(module: str, parents: bool = True) -> tuple[Path, ...]:
+    """The files of the project's import closure of ``module`` (its package ``__init__``s included
+    unless ``parents`` is False: a contract's closure skips ``schemas/__init__``, which imports every
+    contract), with the data files of every package it reaches; sorted, so the hash is deterministic."""
+    seen: set[str] = set()
+    todo = [module]
+    while todo:
+        current = todo.pop()
+        if current in seen or _module_file(current) is None:
+            continue
+        seen.add(current)
+        todo += [*_imports(current), *(_parents(current) if parents else [])]
+    files = {p for m in seen if (p := _module_file(m)) is not None}
+    for folder in {p.parent for p in files}:
+        for data in folder.rglob("*"):
+            if data.suffix in _DATA_SUFFIXES and not _in_subpackage(data, folder):
+                files.add(data)
+    return tuple(sorted(files))
+
+
+def _in_subpackage(path: Path, folder: Path) -> bool:
+    """Whether ``path`` lies in a subpackage of ``folder`` (hashed only when that package is reached)."""
+    return any(
+        (parent / "__init__.py").is_file()
+        for parent in path.parents
+        if parent != folder and parent.is_relative_to(folder)
+    )
+
+
+@functools.cache
+def _file_hash(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def closure_files(module: str, parents: bool = True) -> dict[str, str]:
+    """Each file of :func:`closure` (relative to the source root) → its SHA-256 (first 12 digits)."""
+    root = _source_root()
+    return {str(p.relative_to(root)): _file_hash(p)[:12] for p in closure(module, parents)}
+
+
+@functools.cache
+def closure_version(module: str) -> str:
+    """A hash of the files ``module`` can reach (:func:`closure`): the code part of a step's key."""
+    h = hashlib.sha256()
+    for rel, digest in closure_files(module).items():
+        h.update(f"{rel}\0{digest}\0".encode())
+    return h.hexdigest()[:12]
+
+
+def contract_module(contract: str) -> str:
+    """The module of a data contract (``sft.v1`` → ``schemas.sft``: one module per contract)."""
+    module = f"schemas.{contract.split('.')[0]}"
+    if _module_file(module) is None:
+        raise ValueError(f"no module {module} for the data contract {contract!r}")
+    return module
+
+
+@functools.cache
+def step_files(module: str, contracts: tuple[str, ...]) -> dict[str, str]:
+    """The files a step's code version hashes: the import closure of its build ``module`` within
+    ``coa`` and the closure of each data contract it reads or writes (``schemas`` is reached through
+    its package, which imports every contract: a step's own contracts are named, not that hub)."""
+    files = {f: h for f, h in closure_files(module).items() if not f.startswith("schemas/")}
+    for contract in contracts:
+        files.update(closure_files(contract_module(contract), parents=False))
+    return dict(sorted(files.items()))
+
+
+def files_version(files: dict[str, str]) -> str:
+    """A hash of ``files`` (path → digest, as :func:`step_files` gives them)."""
+    h = hashlib.sha256()
+    for rel, digest in sorted(files.items()):
+        h.update(f"{rel}\0{digest}\0".encode())
+    return h.hexdigest()[:12]

@@ -29,19 +29,19 @@ from coa.plan.nightly import (
     GATE,
     MERGE,
     NEW_TASKS,
-    Ledger,
-    NewTasksSummary,
     candidate_step,
     nightly_plan,
+    no_new_tasks,
     tonight,
 )
 from coa.registry import Registry
-from coa.registry.gate import Verdict, apply
+from coa.registry.gate import Verdict, apply, verdict_markdown
+from coa.registry.ledger import Ledger
 from coa.steps import ModelInput, StepResult
 from flows.pipeline import fail, publish_lineage, publish_summary, run_planned_step
 from tasks.fanout import executor
 from tasks.outcome import project_errors_fail
-from tasks.publish import artifact_key, scope_of, verdict_markdown
+from tasks.publish import artifact_key, scope_of
 
 
 def run_name() -> str:
@@ -79,7 +79,7 @@ def nightly(
                 return fail(scope, cfg, steps, done, step.name, outcome)
             done[step.name] = outcome
             seconds[step.name] = round(time.perf_counter() - start, 2)
-            if step.name == NEW_TASKS and NewTasksSummary.from_dict(done[step.name].summary).new == 0:
+            if step.name == NEW_TASKS and no_new_tasks(done[step.name]):
                 logger.info("no new tasks tonight: nothing to collect or train; the champion stays")
                 publish_summary(scope, cfg, steps, done)
                 return {"night": night, "outcome": "no new tasks", "seconds": seconds}

@@ -38,7 +38,7 @@ from tasks.dispatch import run_on_pool
 from tasks.fanout import executor
 from tasks.outcome import project_errors_fail
 from tasks.publish import artifact_key, scope_of
-from tasks.steps import run_step_task
+from tasks.run_step import run_step_task
 
 
 def run_name() -> str:

@@ -23,7 +23,7 @@ from coa.plan.spec import SPEC_VERSION, StepSpec, accept
 from coa.steps import StepResult
 from coa.tracking.config import TrackingConfig
 from tasks.outcome import project_errors_fail
-from tasks.steps import run_step_task
+from tasks.run_step import run_step_task
 
 
 @flow(name="run-one-step", log_prints=True)

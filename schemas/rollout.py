@@ -70,6 +70,15 @@ ROLLOUT = Contract(
             nullable=True,
         ),
         Column(
+            "old_kv",
+            pa.bool_(),
+            "A generation of the episode ran across a weight push that kept its KV cache (vLLM's "
+            "pause mode keep, SGLang's in_place): ids after the push may be new weights over old-weight "
+            "KV, so behaviour logprobs there are of neither version (null in tables written before it "
+            "was recorded).",
+            nullable=True,
+        ),
+        Column(
             "behaviour_logprobs",
             pa.list_(pa.float32()),
             "Per completion id: the logprob the sampling policy gave it (the importance-correction "

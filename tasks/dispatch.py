@@ -35,7 +35,7 @@ from coa.errors import InfraError, describe
 from coa.plan.spec import spec_of
 from coa.resources import BuildResources
 from coa.steps import Step, StepResult, resolve
-from tasks.steps import run_step_task
+from tasks.run_step import run_step_task
 
 
 def committed(uri: str, step: str, store: io.Store) -> StepResult | None:

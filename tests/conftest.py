@@ -38,7 +38,8 @@ for _name in ("TRACKIO_SPACE_ID", "TRACKIO_SERVER_URL"):
     os.environ.pop(_name, None)
 
 REPO = Path(__file__).resolve().parents[1]
-FIXTURES = REPO.parent / "shared" / "fixtures" / "afm"
+# AFM's released files: ../shared beside the repo in CI; COA_AFM_FIXTURES elsewhere (a git worktree)
+FIXTURES = Path(os.environ.get("COA_AFM_FIXTURES") or REPO.parent / "shared" / "fixtures" / "afm")
 
 
 _TRACKER_ENV = ("COA_TRACKING", "MLFLOW_", "WANDB_", "TENSORBOARD_LOGGING_DIR", "TRACKIO_")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import pyarrow as pa
@@ -16,6 +17,7 @@ from coa.plan.preview import preview, select
 from coa.steps import (
     Build,
     ModelInput,
+    Stage,
     Step,
     StepCheckFailed,
     StepSummary,
@@ -45,7 +47,7 @@ def _tasks_step(n: int, name: str = "make") -> Step:
         b.writer.write_table("tasks", table, schemas.TASK)
         b.report(Made(n=table.num_rows))
 
-    return Step(name=name, kind="tasks", artifact="unit", config={"n": n}, build=build)
+    return Step(name=name, stage=Stage(name, "tasks", build), artifact="unit", config={"n": n})
 
 
 def _count_step(fail: str | None = None, crash: bool = False) -> Step:
@@ -61,10 +63,9 @@ def _count_step(fail: str | None = None, crash: bool = False) -> Step:
 
     return Step(
         name="count",
-        kind="report",
+        stage=Stage("count", "report", build),
         artifact="count",
         config={"v": 1},
-        build=build,
         inputs={"tasks": Upstream("make")},
     )
 
@@ -218,3 +219,13 @@ def test_preview_shows_a_damaged_artifact_and_the_run_names_it(tmp_path: Path) -
     rebuilt = run_step(_tasks_step(2), store)  # the next run rebuilds it at the same key
     assert not rebuilt.reused and rebuilt.ref.uri == made.ref.uri
     assert len(list((tmp_path / io.DAMAGED_DIR / made.ref.kind).iterdir())) == 1
+
+
+def test_a_stage_that_presents_nothing_shows_its_summary_figures(tmp_path: Path) -> None:
+    from coa.facts import Table
+
+    store = io.Store(str(tmp_path))
+    result = dataclasses.replace(run_step(_tasks_step(2), store), summary={"n": 2, "by": {"a": 1}})
+    shown = _tasks_step(2).stage.facts(result)
+    assert len(shown.items) == 1 and isinstance(shown.items[0], Table)
+    assert list(shown.items[0].rows) == [{"metric": "n", "value": 2}] and shown.warnings == ()

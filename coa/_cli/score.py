@@ -88,7 +88,10 @@ def score(
     typer.echo(format_metrics_table(document["families"]))
     typer.echo("")
     for bench, entry in document["scorers"].items():
-        names = ", ".join(f"{s['name']} v{s['version']}" for s in entry["scorers"])
+        names = ", ".join(
+            f"{s['name']} v{s['version']}" + (f" ({s['package']})" if s.get("package") else "")
+            for s in entry["scorers"]
+        )
         cover = document["coverage"][bench]
         typer.echo(f"{bench}: scored by {names}; {cover['tasks_scored']} of {cover['tasks_in_set']} tasks")
         if "note" in entry:

@@ -283,7 +283,7 @@ def rl(
     typer.echo(f"model: {result.ref.uri}")
     if s.family_choice:
         choice = s.family_choice
-        from coa.evaluate.metrics import percent_by_family
+        from coa.pages import percent_by_family
 
         typer.echo(
             f"family: {choice.family} ({choice.rule}; held-out accuracy {percent_by_family(choice.accuracy)})"

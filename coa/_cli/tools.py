@@ -14,7 +14,7 @@ from coa.config import ConfigError
 
 def _toolbox(config: Path, overrides: list[str] | None) -> Any:
     from coa.collect.config import CollectConfig
-    from coa.tools.config import build_toolbox
+    from coa.tools.build import build_toolbox
 
     cfg = _config(config, overrides)
     tools = (cfg.collect or CollectConfig()).tools.model_copy(update={"record": "off"})

@@ -22,33 +22,13 @@ import random
 import re
 from typing import Any
 
-from pydantic import Field
-
 from coa.agents import prompts
 from coa.agents.backend import Message, ModelError, ModelReply, current_run_id
+from coa.agents.config import OfflineConfig as OfflineConfig  # its home is coa.agents.config
 from coa.agents.tokens import qwen_token_count
-from coa.config import StrictModel
 from coa.format.code import render_code
 from coa.llm.tokens import estimate_prompt_tokens
 from coa.synthetic import arithmetic, encyclopedia, multihop, programming
-
-
-class OfflineConfig(StrictModel):
-    """How the rule-based teacher behaves."""
-
-    slip_rate: float = Field(
-        default=0.15, ge=0, le=1, description="Chance of a recoverable slip per decision."
-    )
-    verifier_miss_rate: float = Field(
-        default=0.3,
-        ge=0,
-        le=1,
-        description="Chance the verifier accepts a wrong answer (so curation sees some).",
-    )
-    seed: int = Field(default=0, description="Seed of the slips (mixed with the run id).")
-    search_tool: str = Field(
-        default="web_search", description="Tool the search agent uses: web_search/wiki_search."
-    )
 
 
 def _question(messages: list[Message], marker: str) -> str:

@@ -17,8 +17,6 @@ import json
 import time
 from typing import Any
 
-from pydantic import Field
-
 from coa.agents import prompts
 from coa.agents.actions import (
     Action,
@@ -29,37 +27,11 @@ from coa.agents.actions import (
     parse_verification,
 )
 from coa.agents.backend import BudgetStop, Message, ModelBackend, ModelError, ModelReply, current_run_id
-from coa.config import StrictModel
+from coa.agents.config import TeacherConfig as TeacherConfig  # its home is coa.agents.config
 from coa.errors import CoaError
 from coa.tools.toolbox import ToolBox
 
 SEARCH_TOOLS = ("web_search", "wiki_search", "crawl_page")
-
-
-class TeacherConfig(StrictModel):
-    """Limits and schedule of the multi-agent teacher."""
-
-    name: str = Field(default="oagents-style", description="Teacher name recorded in every trajectory.")
-    max_steps: int = Field(
-        default=10, ge=1, description="Manager turns per task before giving up (status step_limit)."
-    )
-    max_agent_steps: int = Field(
-        default=6, ge=1, description="Turns a search/code agent may take per delegation."
-    )
-    wall_time_s: float = Field(default=600.0, gt=0, description="Wall-clock limit per task (time_limit).")
-    reflect_every: int = Field(
-        default=2, ge=0, description="Reflect after every N manager turns (0 = never)."
-    )
-    replan_every: int = Field(
-        default=0, ge=0, description="Re-plan every N manager turns (0 = only when needed)."
-    )
-    min_verification_score: int = Field(
-        default=3, ge=1, le=4, description="Verification score needed to answer."
-    )
-    max_format_retries: int = Field(default=2, ge=0, description="Re-asks after a reply that does not parse.")
-    history_chars: int = Field(
-        default=6000, ge=500, description="Characters of history shown to reflector/verifier."
-    )
 
 
 class TurnLimit(CoaError, RuntimeError):

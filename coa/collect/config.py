@@ -6,10 +6,9 @@ from typing import Literal
 
 from pydantic import Field, model_validator
 
-from coa.agents.offline import OfflineConfig
-from coa.agents.runtime import TeacherConfig
+from coa.agents.config import OfflineConfig, TeacherConfig
 from coa.config import StrictModel
-from coa.llm import LLMConfig
+from coa.llm.config import LLMConfig
 from coa.tools.config import ToolsConfig
 
 

@@ -47,7 +47,8 @@ from coa.collect.shards import collect_sharded
 from coa.collect.summary import CollectSummary, Outcome, Repair
 from coa.collect.teacher import open_teacher
 from coa.errors import UserError
-from coa.steps import Build, Step, StepInput
+from coa.facts import Facts, Table, show
+from coa.steps import Build, Stage, Step, StepInput, StepResult
 
 TABLE = "trajectories"
 log = logging.getLogger(__name__)
@@ -57,15 +58,11 @@ def step(config: CollectConfig, tasks: StepInput, name: str = "collect") -> Step
     """Collect ``config.samples_per_task`` teacher runs per task of ``tasks``."""
     return Step(
         name=name,
-        builder="collect",
-        kind="trajectories",
+        stage=STAGE,
         artifact=config.name,
         config=config.model_copy(update={"retry_failed": False}),  # the switch does not change this step
-        build=_build,
         inputs={"tasks": tasks},
-        describe="teacher runs (multi-agent, real tools)",
-        expects={"tasks": "task.v1"},
-        produces={TABLE: "trajectory.v1"},
+        describe=STAGE.describe,
     )
 
 
@@ -129,15 +126,11 @@ def retry_step(
     """Re-run the runs of ``previous`` that ended in an error; keep every other run as it is."""
     return Step(
         name=name,
-        builder="collect.retry",
-        kind="trajectories",
+        stage=RETRY,
         artifact=config.name,
         config=config.model_copy(update={"retry_failed": True}),
-        build=_build_retry,
         inputs={"previous": previous, "tasks": tasks},
-        describe="re-run the failed runs of a collection",
-        expects={"previous": "trajectory.v1", "tasks": "task.v1"},
-        produces={TABLE: "trajectory.v1"},
+        describe=RETRY.describe,
     )
 
 
@@ -195,3 +188,50 @@ def _build_retry(b: Build) -> None:
     b.writer.extra_lineage["repaired"] = repair.model_dump(mode="json")
     b.report(CollectSummary(**summarize_rows(b), repaired=repair, collect=_outcome(outcome)))
     b.cleanup.append(checkpoints.remove)
+
+
+def present(s: CollectSummary, result: StepResult) -> Facts:
+    """The collection's figures, counts and warnings as one table."""
+    keys = (
+        "runs",
+        "completed",
+        "completion_rate",
+        "accuracy",
+        "prompt_tokens",
+        "completion_tokens",
+        "cost_usd",
+    )
+    rows = [{"metric": k, "value": show(getattr(s, k))} for k in keys]
+    resumed = s.collect.resumed if s.collect else None
+    rows.append({"metric": "runs resumed from checkpoints", "value": show(resumed)})
+    rows += [
+        {"metric": k, "value": show(getattr(s, k))} for k in ("statuses", "tool_calls", "errors_by_kind")
+    ]
+    rows += [{"metric": "warning", "value": w} for w in s.warnings]
+    if s.repaired:
+        rows.append({"metric": "repaired (retry of failed runs)", "value": show(s.repaired.model_dump())})
+    return Facts((Table("summary", rows, f"Teacher collection: {result.ref.uri}"),))
+
+
+STAGE = Stage(
+    name="collect",
+    kind="trajectories",
+    build=_build,
+    config=CollectConfig,
+    expects={"tasks": "task.v1"},
+    produces={TABLE: "trajectory.v1"},
+    summary=CollectSummary,
+    present=present,
+    describe="teacher runs (multi-agent, real tools)",
+)
+RETRY = Stage(
+    name="collect.retry",
+    kind="trajectories",
+    build=_build_retry,
+    config=CollectConfig,
+    expects={"previous": "trajectory.v1", "tasks": "task.v1"},
+    produces={TABLE: "trajectory.v1"},
+    summary=CollectSummary,
+    present=present,
+    describe="re-run the failed runs of a collection",
+)

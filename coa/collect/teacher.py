@@ -16,7 +16,7 @@ from coa.agents.offline import RuleBasedBackend
 from coa.agents.runtime import MultiAgentTeacher
 from coa.collect.config import CollectConfig
 from coa.errors import UserError
-from coa.tools.config import build_toolbox
+from coa.tools.build import build_toolbox
 
 
 @contextlib.asynccontextmanager

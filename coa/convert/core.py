@@ -27,7 +27,7 @@ from typing import Any
 import pyarrow as pa
 
 from coa.convert.config import ConvertConfig
-from coa.format import observation_spans, render, system_prompt
+from coa.format import FormatError, check_observation_spans, observation_spans, render, system_prompt
 from coa.format.from_run import FAMILY_VARIANT, to_coa
 
 TokenCounter = Callable[[str], int]
@@ -121,7 +121,13 @@ def sft_examples(
             checked = (conversion.variant, render(conversion.trajectory))
         variant, content = checked
         system, version = system_prompt(variant, config.prompt_style)
-        spans = [{"start": a, "end": b} for a, b in observation_spans(content)]
+        found = observation_spans(content)
+        try:
+            check_observation_spans(content, found)  # once, here: training masks from the stored spans
+        except FormatError as e:
+            rejected.append(_quarantine("convert", source, run["run_id"], e.rule, str(e), run))
+            continue
+        spans = [{"start": a, "end": b} for a, b in found]
         texts += (system, run["question"], content)
         examples.append(
             {

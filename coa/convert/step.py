@@ -19,7 +19,7 @@ from coa.convert.core import rl_prompts, sft_examples
 from coa.convert.shards import converted_batches
 from coa.curate.step import TASK_STATS_JSON, TASK_STATS_TABLE
 from coa.curate.task_stats import EMPTY_SCHEMA, from_json
-from coa.steps import Build, Step, StepInput, StepSummary
+from coa.steps import Build, Stage, Step, StepInput, StepSummary
 
 SFT_BATCH_ROWS = 1000
 RL_BATCH_ROWS = 10_000
@@ -37,15 +37,11 @@ def step(config: ConvertConfig, curated: StepInput, tasks: StepInput, name: str 
     """Convert the curated runs (``trajectories`` of ``curated``) and the RL prompts of ``tasks``."""
     return Step(
         name=name,
-        builder="convert",
-        kind="converted",
+        stage=STAGE,
         artifact=config.name,
         config=config,
-        build=_build,
         inputs={"curated": curated, "tasks": tasks},
-        describe="CoA SFT examples and RL prompts",
-        expects={"curated": "trajectory.v1", "tasks": "task.v1"},
-        produces={"sft": "sft.v1", "rl_prompts": "rl_prompt.v1", "quarantine": "quarantine.v1"},
+        describe=STAGE.describe,
     )
 
 
@@ -100,3 +96,15 @@ def _build(b: Build) -> None:
     if b.executor is not None:
         fs, folder = io.filesystem(scratch)
         b.cleanup.append(lambda: fs.rm(folder, recursive=True) if fs.exists(folder) else None)
+
+
+STAGE = Stage(
+    name="convert",
+    kind="converted",
+    build=_build,
+    config=ConvertConfig,
+    expects={"curated": "trajectory.v1", "tasks": "task.v1"},
+    produces={"sft": "sft.v1", "rl_prompts": "rl_prompt.v1", "quarantine": "quarantine.v1"},
+    summary=ConvertSummary,
+    describe="CoA SFT examples and RL prompts",
+)

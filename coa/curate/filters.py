@@ -127,39 +127,30 @@ def _run_checks(cfg: FilterConfig, score_errors: pl.Expr) -> list[tuple[pl.Expr,
         pl.col("prompt_tokens") if cfg.token_measure == "total" else pl.lit(0, dtype=pl.Int64)
     )
     what = "tokens" if cfg.token_measure == "total" else "completion tokens"
-    if cfg.min_tokens is not None:
-        checks.append(
-            _check(
-                tokens < cfg.min_tokens,
-                "too_short",
-                tokens.cast(pl.String) + pl.lit(f" {what} < min {cfg.min_tokens}"),
-            )
-        )
-    if cfg.max_tokens is not None:
-        checks.append(
-            _check(
-                tokens > cfg.max_tokens,
-                "too_long",
-                tokens.cast(pl.String) + pl.lit(f" {what} > max {cfg.max_tokens}"),
-            )
-        )
     calls = pl.col("n_tool_calls")
-    if cfg.min_tool_calls is not None:
-        checks.append(
-            _check(
-                calls < cfg.min_tool_calls,
-                "too_few_tool_calls",
-                calls.cast(pl.String) + pl.lit(f" tool calls < min {cfg.min_tool_calls}"),
-            )
-        )
-    if cfg.max_tool_calls is not None:
-        checks.append(
-            _check(
-                calls > cfg.max_tool_calls,
-                "too_many_tool_calls",
-                calls.cast(pl.String) + pl.lit(f" tool calls > max {cfg.max_tool_calls}"),
-            )
-        )
+    checks += _bounds(tokens, what, cfg.min_tokens, cfg.max_tokens, ("too_short", "too_long"))
+    checks += _bounds(
+        calls,
+        "tool calls",
+        cfg.min_tool_calls,
+        cfg.max_tool_calls,
+        ("too_few_tool_calls", "too_many_tool_calls"),
+    )
+    return checks
+
+
+def _bounds(
+    value: pl.Expr, what: str, low: int | None, high: int | None, reasons: tuple[str, str]
+) -> list[tuple[pl.Expr, pl.Expr]]:
+    """The checks ``value >= low`` (failing as ``reasons[0]``) and ``value <= high`` (``reasons[1]``),
+    each where its bound is set, with a detail such as ``"12 tool calls > max 10"``."""
+    checks = []
+    if low is not None:
+        detail = value.cast(pl.String) + pl.lit(f" {what} < min {low}")
+        checks.append(_check(value < low, reasons[0], detail))
+    if high is not None:
+        detail = value.cast(pl.String) + pl.lit(f" {what} > max {high}")
+        checks.append(_check(value > high, reasons[1], detail))
     return checks
 
 

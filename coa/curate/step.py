@@ -43,9 +43,11 @@ from coa.curate.rollouts import RolloutRuns
 from coa.curate.shards import scored_batches as sharded_scoring
 from coa.curate.summary import CurationStats
 from coa.curate.task_stats import TaskStats
+from coa.facts import Facts, Link, Markdown
+from coa.facts import link as browser_link
 from coa.format.from_run import coa_check
 from coa.scoring.runs import answer_scorer, code_tests, fill_correct, score_code
-from coa.steps import Build, Step, StepInput, StepSummary, TableInput
+from coa.steps import Build, Stage, Step, StepInput, StepResult, StepSummary, TableInput
 
 
 class CurateSummary(StepSummary):
@@ -95,26 +97,16 @@ def step(
     """Curate the runs of ``raw`` (which solved the tasks of ``tasks``), and with ``student`` (a
     sampling step's ``rollouts``, rollout.v1) the student's correct attempts beside them."""
     inputs: dict[str, StepInput | None] = {"raw": raw, "tasks": tasks}
-    expects: dict[str, str | tuple[str, ...]] = {"raw": ("trajectory.v1", "rollout.v1"), "tasks": "task.v1"}
     if student is not None:  # only then, so a plan without rounds keeps its content key
         inputs["student"] = student
-        expects["student"] = schemas.ROLLOUT.id
     return Step(
         name=name,
-        builder="curate",
-        kind="curated",
+        stage=STAGE,
         artifact=config.name,
         config=config,
-        build=_build,
         inputs=inputs,
-        describe="filter, dedup, decontaminate, gate; data-quality report"
+        describe=STAGE.describe
         + ("; the teacher's runs beside the student's correct samples" if student is not None else ""),
-        expects=expects,
-        produces={
-            "trajectories": "trajectory.v1",
-            "quarantine": "quarantine.v1",
-            TASK_STATS_TABLE: schemas.TASK_STATS.id,
-        },
     )
 
 
@@ -264,3 +256,34 @@ def _build(b: Build) -> None:
     )
     if not result.gate_success:
         b.fail(f"curation gate failed ({', '.join(failed)}); see the report {committed_report}")
+
+
+def present(s: CurateSummary, result: StepResult) -> Facts:
+    """The curation headline and a link to the data-quality report."""
+    return Facts(
+        (
+            Markdown("headline", s.headline, f"Curation headline: {result.ref.uri}"),
+            Link(
+                "report",
+                browser_link(s.report or io.join(result.ref.uri, "report.html")),
+                "Data-quality report (committed with the curated artifact)",
+            ),
+        )
+    )
+
+
+STAGE = Stage(
+    name="curate",
+    kind="curated",
+    build=_build,
+    config=CurateConfig,
+    expects={"raw": ("trajectory.v1", "rollout.v1"), "tasks": "task.v1", "student": schemas.ROLLOUT.id},
+    produces={
+        "trajectories": "trajectory.v1",
+        "quarantine": "quarantine.v1",
+        TASK_STATS_TABLE: schemas.TASK_STATS.id,
+    },
+    summary=CurateSummary,
+    present=present,
+    describe="filter, dedup, decontaminate, gate; data-quality report",
+)

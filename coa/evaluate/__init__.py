@@ -20,10 +20,14 @@
   interval (the report's section, ``coa run``'s last table).
 """
 
+from typing import TYPE_CHECKING, Any
+
 from coa.evaluate.config import EvalConfig
-from coa.evaluate.generation import open_policy
-from coa.evaluate.metrics import eval_metrics, format_metrics_table
-from coa.evaluate.stage import evaluate_tasks
+
+if TYPE_CHECKING:
+    from coa.evaluate.generation import open_policy
+    from coa.evaluate.metrics import eval_metrics, format_metrics_table
+    from coa.evaluate.stage import evaluate_tasks
 
 __all__ = [
     "EvalConfig",
@@ -32,3 +36,20 @@ __all__ = [
     "format_metrics_table",
     "open_policy",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    """PEP 562: the implementation loads on first use, so loading the config loads none of it."""
+    if name in ("open_policy",):
+        from coa.evaluate import generation
+
+        return getattr(generation, name)
+    if name in ("eval_metrics", "format_metrics_table"):
+        from coa.evaluate import metrics
+
+        return getattr(metrics, name)
+    if name in ("evaluate_tasks",):
+        from coa.evaluate import stage
+
+        return getattr(stage, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

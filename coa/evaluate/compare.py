@@ -17,8 +17,8 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-METRICS = ("correct", "score", "format_valid")
-ALL = "all"
+from coa.evaluate.config import ALL, METRICS
+
 _CHUNK = 2_000_000  # pair draws per bootstrap chunk (memory bound)
 
 

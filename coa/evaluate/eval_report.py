@@ -295,6 +295,7 @@ def scoring_sections(document: Mapping[str, Any]) -> list[str]:
                     [
                         bench,
                         f"{used['name']} v{used['version']}"
+                        + (f" ({used['package']})" if used.get("package") else "")
                         if named
                         else "not recorded (an older eval table)",
                         "yes" if used["published_rule"] else "no (project rule)",

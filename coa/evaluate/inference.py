@@ -15,14 +15,8 @@ from typing import Any
 
 from coa.evaluate.config import EvalConfig
 from coa.format import system_prompt
-from coa.format.from_run import FAMILY_VARIANT
+from coa.format.from_run import variant_of
 from coa.rollout import Episode, EpisodeSpec, Policy, RolloutConfig, rollout
-
-
-def variant_of(family: str, variants: Mapping[str, str]) -> str:
-    """The CoA variant of a family (``variants`` overrides, as in the convert stage)."""
-    chosen = variants.get(family, "auto")
-    return FAMILY_VARIANT[family] if chosen == "auto" else chosen
 
 
 def rollout_config(config: EvalConfig) -> RolloutConfig:
@@ -50,14 +44,3 @@ def run_tasks(
         prompt_ids = policy.codec.chat_prompt_ids(system, row["question"])
         specs += [EpisodeSpec(row["task_id"], prompt_ids, k) for k in range(config.samples)]
     return rollout(specs, policy, toolbox, rollout_config(config), progress)
-
-
-def model_text(episode: Episode, policy: Policy) -> str:
-    """The episode's text without the end-of-turn token the model closed it with."""
-    if (
-        episode.finish == "eos"
-        and episode.completion_ids
-        and episode.completion_ids[-1] in policy.codec.eos_ids
-    ):
-        return policy.codec.decode(episode.completion_ids[:-1])
-    return episode.text

@@ -31,6 +31,7 @@ from typing import Any
 import pyarrow as pa
 
 from coa.evaluate.config import TokenPrice
+from coa.pages import percent_by_family as percent_by_family  # its home is coa.pages (rl uses it)
 
 ALL = "all"
 COLUMNS = (
@@ -243,7 +244,8 @@ COMPUTATION = {
 
 def scorers_used(table: pa.Table) -> dict[str, dict[str, Any]]:
     """Per benchmark: the scorer(s) of its rows (name, version, rule, whether it is the benchmark's
-    published rule) and a note when the benchmark's own rule is not the one used."""
+    published rule, the publisher's grader package and version it runs) and a note when the
+    benchmark's own rule is not the one used."""
     from coa.scoring.benchmarks import SCORERS, benchmark_of
 
     if "scorer" not in table.column_names:
@@ -265,6 +267,7 @@ def scorers_used(table: pa.Table) -> dict[str, dict[str, Any]]:
                     "version": version,
                     "rule": known.info.rule if known else None,
                     "published_rule": bool(known and known.info.published),
+                    "package": known.info.package if known else None,
                 }
             )
         entry: dict[str, Any] = {"scorers": used}
@@ -321,11 +324,6 @@ def coverage_of(task_counts: Mapping[str, int], table: pa.Table) -> dict[str, di
         }
         for name in names
     }
-
-
-def percent_by_family(accuracy: Mapping[str, float]) -> str:
-    """``code 0%, math 67%``: per-family accuracies as the CLI, the artifacts and the reports show them."""
-    return ", ".join(f"{f} {a:.0%}" for f, a in accuracy.items())
 
 
 def format_metrics_table(metrics: Mapping[str, Mapping[str, Any]], label: str = "family") -> str:

@@ -34,7 +34,7 @@ from typing import Any
 import pyarrow as pa
 
 from coa.errors import UserError
-from coa.evaluate.stage import score_predictions
+from coa.scoring.verdicts import score_predictions
 
 ROUND = re.compile(r"round_(\d+)")
 NOT_CHECKED = "not checked: scored from a predictions file (no trajectory)"

@@ -13,28 +13,24 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Callable, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import pyarrow as pa
 
 from coa.evaluate.config import EvalConfig
 from coa.evaluate.generation import open_policy
-from coa.evaluate.inference import model_text, run_tasks, variant_of
+from coa.evaluate.inference import run_tasks
 from coa.evaluate.leak import gold_in_observations
-from coa.format import FormatError, extract_answer, parse, validate
-from coa.rollout import Episode, Policy
-from coa.scoring.benchmarks import Verdict
+from coa.format import check_format
+from coa.format.from_run import variant_of
+from coa.rollout import Episode, Policy, model_text
+from coa.scoring.verdicts import score_texts
 
-__all__ = [
-    "evaluate_tasks", "open_generator", "read_metrics", "score_predictions", "score_texts", "select_tasks",
-    "variant_of",
-]  # fmt: skip
+__all__ = ["evaluate_tasks", "open_generator", "read_metrics", "select_tasks"]
 
 EVAL_TABLE = "eval"
 METRICS_FILE = "metrics.json"
-SCORING_WORKERS = 4
 
 
 def select_tasks(tasks: pa.Table, config: EvalConfig) -> list[dict[str, Any]]:
@@ -130,51 +126,6 @@ def evaluate_tasks(
             }
         )
     return schemas.EVAL.from_rows(out)
-
-
-def check_format(text: str, variant: str, format_error: str | None = None) -> tuple[bool, str | None]:
-    """Whether ``text`` is a complete, valid trajectory of ``variant``, else the first violation."""
-    if format_error is not None:
-        return False, format_error
-    try:
-        result = validate(parse(text), variant)
-    except FormatError as e:
-        return False, f"{e.rule}: {e}"
-    if not result.ok:
-        assert result.error is not None
-        return False, f"{result.error.rule}: {result.error.message}"
-    return True, None
-
-
-def score_texts(
-    rows: Sequence[dict[str, Any]],
-    texts: Sequence[str],
-    judge: Any = None,
-    scorers: Mapping[str, str] | None = None,
-) -> list[tuple[str | None, Verdict]]:
-    """``(prediction, verdict)`` per run text and its task row, by the scorer of the task's benchmark."""
-    return score_predictions(
-        rows, [extract_answer(t) if "<answer>" in t else None for t in texts], judge, scorers
-    )
-
-
-def score_predictions(
-    rows: Sequence[Mapping[str, Any]],
-    predictions: Sequence[str | None],
-    judge: Any = None,
-    scorers: Mapping[str, str] | None = None,
-) -> list[tuple[str | None, Verdict]]:
-    """``(prediction, verdict)`` per answer and its task row (:func:`coa.scoring.benchmarks.score_task`).
-
-    What an evaluation of a model and a re-scoring of a predictions file (``coa score``) share."""
-    from coa.scoring.benchmarks import score_task
-
-    def one(pair: tuple[Mapping[str, Any], str | None]) -> tuple[str | None, Verdict]:
-        row, prediction = pair
-        return prediction, score_task(row, prediction, judge=judge, overrides=scorers)
-
-    with ThreadPoolExecutor(max_workers=SCORING_WORKERS) as pool:
-        return list(pool.map(one, zip(rows, predictions, strict=True)))
 
 
 def open_generator(config: EvalConfig, model: str) -> Policy:

@@ -31,12 +31,14 @@ from coa.errors import UserError
 from coa.evaluate.config import EvalConfig
 from coa.evaluate.eval_report import headline, render_eval_report
 from coa.evaluate.metrics import coverage_of, metrics_document, scorers_used
+from coa.evaluate.present import present_eval, present_eval_report, present_report
 from coa.evaluate.replay import LedgerToolBox
 from coa.evaluate.stage import EVAL_TABLE, METRICS_FILE, evaluate_tasks, open_generator, select_tasks
 from coa.evaluate.summary import EvalReportSummary, EvalSummary, TrainingReportSummary
 from coa.evaluate.training_report import ROUND_EVAL, ROUND_MODEL, write_training_report
-from coa.steps import Build, ModelInput, Step, StepInput, TableInput
-from coa.tools.config import ToolsConfig, build_toolbox
+from coa.steps import Build, ModelInput, Stage, Step, StepInput, TableInput
+from coa.tools.build import build_toolbox
+from coa.tools.config import ToolsConfig
 
 BENCHMARK_INPUT = "benchmark{}"
 REPORT_FILE = "report.html"
@@ -53,7 +55,6 @@ def step(
     if tasks is None and not config.benchmarks:
         raise UserError("evaluate: no tasks (give a task table or name benchmarks in evaluate.benchmarks)")
     inputs: dict[str, StepInput | None] = {"tasks": tasks, "model": model}
-    expects = {"tasks": "task.v1"}
     for i, spec in enumerate(config.benchmarks):
         ref = io.lookup(spec.uri)
         if ref is None:
@@ -61,25 +62,20 @@ def step(
                 f"evaluate.benchmarks[{i}]: no committed artifact at {spec.uri} (coa tasks import)"
             )
         inputs[BENCHMARK_INPUT.format(i)] = TableInput(ref, spec.table)
-        expects[BENCHMARK_INPUT.format(i)] = "task.v1"
-    identity: dict[str, Any] = {"tools": tools.model_dump(mode="json")}
-    if config.judge is not None:
-        from coa.scoring.judge import judge_prompt
-
-        identity["judge_prompt"] = judge_prompt()["version"]
+    identity: dict[str, Any] = {"tools": tools.model_dump(mode="json"), **identify(config)}
     return Step(
-        name=name,
-        builder="evaluate",
-        kind="eval",
-        artifact=config.name,
-        config=config,
-        build=_build,
-        inputs=inputs,
-        identity=identity,
-        describe="the model on the tasks with real tools",
-        expects=expects,
-        produces={EVAL_TABLE: "eval.v1"},
-    )
+        name=name, stage=STAGE, artifact=config.name, config=config, inputs=inputs, identity=identity,
+        describe=STAGE.describe,
+    )  # fmt: skip
+
+
+def identify(config: EvalConfig) -> dict[str, Any]:
+    """The judge prompt's version when a judge scores (recomputed where a spec is rebuilt)."""
+    if config.judge is None:
+        return {}
+    from coa.scoring.judge import judge_prompt
+
+    return {"judge_prompt": judge_prompt()["version"]}
 
 
 def task_plan(b: Build, config: EvalConfig) -> tuple[pa.Table, list[int]]:
@@ -210,17 +206,9 @@ def predictions_step(
         {"judge_prompt": base.identity["judge_prompt"]} if "judge_prompt" in base.identity else {}
     )
     return Step(
-        name=name,
-        kind="eval",
-        artifact=config.name,
-        config=config,
-        build=_build_predictions,
-        inputs=inputs,
-        identity=identity,
-        describe="prediction files scored against the tasks",
-        expects={k: v for k, v in base.expects.items() if k in inputs},
-        produces={EVAL_TABLE: "eval.v1"},
-    )
+        name=name, stage=PREDICTIONS, artifact=config.name, config=config, inputs=inputs, identity=identity,
+        describe=PREDICTIONS.describe,
+    )  # fmt: skip
 
 
 def _build_predictions(b: Build) -> None:
@@ -285,19 +273,11 @@ def eval_report_step(
         raise UserError("the teacher's runs need the task table they ran on (tasks)")
     return Step(
         name=name,
-        builder="eval-report",
-        kind="eval-report",
+        stage=EVAL_REPORT,
         artifact=name,
         config={"bootstrap_samples": bootstrap_samples},
-        build=_build_eval_report,
         inputs={"candidate": candidate, "teacher": teacher, "tasks": tasks, "baseline": baseline},
-        describe="HTML evaluation report (benchmarks, pass@k, tokens vs the teacher, baseline deltas)",
-        expects={
-            "candidate": "eval.v1",
-            "teacher": "trajectory.v1",
-            "tasks": "task.v1",
-            "baseline": "eval.v1",
-        },
+        describe=EVAL_REPORT.describe,
     )
 
 
@@ -369,23 +349,17 @@ def report_step(
     ``rounds``: round (2..) → (its held-out evaluation, its SFT model), from self-improvement rounds
     (``rounds: N``); inputs ``after_r<round>`` and ``sft_r<round>``, a column per round."""
     inputs = {"tasks": tasks, "before": before, "after": after, "sft": sft, "teacher": teacher}
-    expects = {"tasks": "task.v1", "before": "eval.v1", "after": "eval.v1", "teacher": "trajectory.v1"}
     if after_rl is not None:  # only then, so a plan without RL keeps its content key
         inputs |= {"after_rl": after_rl, "rl": rl}
-        expects["after_rl"] = "eval.v1"
     for r, (evaluation, model) in sorted((rounds or {}).items()):
         inputs |= {f"{ROUND_EVAL}{r}": evaluation, f"{ROUND_MODEL}{r}": model}
-        expects[f"{ROUND_EVAL}{r}"] = "eval.v1"
     return Step(
         name=name,
-        builder="report",
-        kind="report",
+        stage=REPORT,
         artifact=run_name,
         config={"run_name": run_name},
-        build=_build_report,
         inputs=inputs,
-        describe="HTML training report (before/after SFT vs the teacher)",
-        expects=expects,
+        describe=REPORT.describe,
     )
 
 
@@ -396,3 +370,53 @@ def _build_report(b: Build) -> None:
             comparison=tuple(comparison), changes=tuple(changes), report=io.join(b.writer.uri, "report.html")
         )
     )
+
+
+STAGE = Stage(
+    name="evaluate",
+    kind="eval",
+    build=_build,
+    config=EvalConfig,
+    expects={"tasks": "task.v1", BENCHMARK_INPUT.format("*"): "task.v1"},
+    produces={EVAL_TABLE: "eval.v1"},
+    summary=EvalSummary,
+    present=present_eval,
+    identify=identify,
+    describe="the model on the tasks with real tools",
+)
+PREDICTIONS = Stage(
+    name="evaluate.predictions",
+    kind="eval",
+    build=_build_predictions,
+    config=EvalConfig,
+    expects=STAGE.expects,
+    produces={EVAL_TABLE: "eval.v1"},
+    summary=EvalSummary,
+    present=present_eval,
+    describe="prediction files scored against the tasks",
+)
+EVAL_REPORT = Stage(
+    name="eval-report",
+    kind="eval-report",
+    build=_build_eval_report,
+    expects={"candidate": "eval.v1", "teacher": "trajectory.v1", "tasks": "task.v1", "baseline": "eval.v1"},
+    summary=EvalReportSummary,
+    present=present_eval_report,
+    describe="HTML evaluation report (benchmarks, pass@k, tokens vs the teacher, baseline deltas)",
+)
+REPORT = Stage(
+    name="report",
+    kind="report",
+    build=_build_report,
+    expects={
+        "tasks": "task.v1",
+        "before": "eval.v1",
+        "after": "eval.v1",
+        "teacher": "trajectory.v1",
+        "after_rl": "eval.v1",
+        f"{ROUND_EVAL}*": "eval.v1",
+    },  # fmt: skip
+    summary=TrainingReportSummary,
+    present=present_report,
+    describe="HTML training report (before/after SFT vs the teacher)",
+)

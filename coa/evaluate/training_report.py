@@ -25,8 +25,9 @@ import pyarrow as pa
 
 from coa import pages
 from coa.evaluate.changes import CHANGES_LEGEND, changes_cells, changes_plot, step_changes
-from coa.evaluate.metrics import aligned_table, cell, percent_by_family
+from coa.evaluate.metrics import aligned_table, cell
 from coa.evaluate.summary import StepChange
+from coa.pages import percent_by_family
 
 ROUND_EVAL = "after_r"
 """Prefix of the training report's input of round r's held-out evaluation (``after_r2``…)."""

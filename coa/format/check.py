@@ -1,4 +1,8 @@
-"""The hook behind ``coa format check --variant V FILE``: validate rows of rendered trajectories.
+"""Checking text against a variant's grammar: one model output (:func:`check_format`), or the rows
+behind ``coa format check --variant V FILE`` (:func:`check_rows`).
+
+:func:`check_format` is the format check of evaluation, RL rewards and sampling: whether a model's
+text is a complete, valid trajectory of its variant, else the first violation as ``"rule: message"``.
 
 :func:`check_rows` takes rows (mappings with ``id`` and ``text``, e.g. the lines of a JSONL file)
 and yields one result per row, in order::
@@ -16,8 +20,25 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
+from coa.format.codec import parse
 from coa.format.grammar import grammar, validate
 from coa.format.segments import FormatError
+
+
+def check_format(text: str, variant: str, format_error: str | None = None) -> tuple[bool, str | None]:
+    """Whether ``text`` is a complete, valid trajectory of ``variant``, else the first violation.
+
+    ``format_error`` is one the rollout engine already found (a forged observation…): it wins."""
+    if format_error is not None:
+        return False, format_error
+    try:
+        result = validate(parse(text), variant)
+    except FormatError as e:
+        return False, f"{e.rule}: {e}"
+    if not result.ok:
+        assert result.error is not None
+        return False, f"{result.error.rule}: {result.error.message}"
+    return True, None
 
 
 def check_rows(

@@ -64,6 +64,13 @@ class Conversion:
         return self.trajectory is not None
 
 
+def variant_of(family: str, variants: Mapping[str, str]) -> str:
+    """The CoA variant of a task family (``variants`` overrides, as in the convert stage): what a
+    model is prompted and checked with. A teacher's run is refined by its tools (:func:`variant_for`)."""
+    chosen = variants.get(family, "auto")
+    return FAMILY_VARIANT[family] if chosen == "auto" else chosen
+
+
 def variant_for(row: Mapping[str, Any], overrides: Mapping[str, str] | None = None) -> str:
     """The grammar variant of a run: by family, refined by the tools it used."""
     family = row["family"]

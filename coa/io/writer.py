@@ -78,9 +78,12 @@ class Store:
         config: Any,
         upstream: Sequence[ArtifactRef] = (),
         extra_lineage: Mapping[str, Any] | None = None,
+        version: str | None = None,
     ) -> ArtifactWriter:
-        """A writer at the content address of (kind, name, config, upstream, code version)."""
-        version = code_version()
+        """A writer at the content address of (kind, name, config, upstream, code version);
+        ``version``: the code version the key hashes (a step's own, :meth:`coa.steps.Stage.code_version`;
+        default: the whole source's). The lineage records the whole source's code version either way."""
+        version = version or code_version()
         uri, key = self.address(kind, name, config, upstream, version)
         return ArtifactWriter(uri, kind, name, key, config, upstream, extra_lineage, self.settings)
 

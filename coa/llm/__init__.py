@@ -18,21 +18,24 @@ Modules: :mod:`~coa.llm.config` (typed config), :mod:`~coa.llm.client` (client, 
 (:func:`~coa.llm.secrets.set_secret_block_reader`, :mod:`tasks.secret_blocks`).
 """
 
-from coa.llm.cache import ResponseCache, cache_key
-from coa.llm.client import ChatResult, ClientStats, LLMClient
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from coa.llm.cache import ResponseCache, cache_key
+    from coa.llm.client import ChatResult, ClientStats, LLMClient
+    from coa.llm.errors import (
+        BudgetExhausted,
+        ContextLengthExceeded,
+        LLMError,
+        LLMRequestError,
+        LLMRetriesExhausted,
+    )
+    from coa.llm.limits import AsyncTokenBucket, Budget, Reservation
+    from coa.llm.router import LLMRouter
+    from coa.llm.secrets import Scrubber, resolve_api_key, set_secret_block_reader
+    from coa.llm.tokens import TokenCounter, approx_token_count, estimate_prompt_tokens, hf_token_counter
+    from coa.llm.transport import is_context_length_error, parse_retry_after
 from coa.llm.config import ROLES, EndpointConfig, LLMConfig, Role
-from coa.llm.errors import (
-    BudgetExhausted,
-    ContextLengthExceeded,
-    LLMError,
-    LLMRequestError,
-    LLMRetriesExhausted,
-)
-from coa.llm.limits import AsyncTokenBucket, Budget, Reservation
-from coa.llm.router import LLMRouter
-from coa.llm.secrets import Scrubber, resolve_api_key, set_secret_block_reader
-from coa.llm.tokens import TokenCounter, approx_token_count, estimate_prompt_tokens, hf_token_counter
-from coa.llm.transport import is_context_length_error, parse_retry_after
 
 __all__ = [
     "ROLES",
@@ -63,3 +66,46 @@ __all__ = [
     "resolve_api_key",
     "set_secret_block_reader",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    """PEP 562: the implementation loads on first use, so loading the config loads none of it."""
+    if name in ("ResponseCache", "cache_key"):
+        from coa.llm import cache
+
+        return getattr(cache, name)
+    if name in ("ChatResult", "ClientStats", "LLMClient"):
+        from coa.llm import client
+
+        return getattr(client, name)
+    if name in (
+        "BudgetExhausted",
+        "ContextLengthExceeded",
+        "LLMError",
+        "LLMRequestError",
+        "LLMRetriesExhausted",
+    ):
+        from coa.llm import errors
+
+        return getattr(errors, name)
+    if name in ("AsyncTokenBucket", "Budget", "Reservation"):
+        from coa.llm import limits
+
+        return getattr(limits, name)
+    if name in ("LLMRouter",):
+        from coa.llm import router
+
+        return getattr(router, name)
+    if name in ("Scrubber", "resolve_api_key", "set_secret_block_reader"):
+        from coa.llm import secrets
+
+        return getattr(secrets, name)
+    if name in ("TokenCounter", "approx_token_count", "estimate_prompt_tokens", "hf_token_counter"):
+        from coa.llm import tokens
+
+        return getattr(tokens, name)
+    if name in ("is_context_length_error", "parse_retry_after"):
+        from coa.llm import transport
+
+        return getattr(transport, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

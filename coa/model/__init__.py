@@ -6,16 +6,19 @@
   built on the SFT texts as a ``model`` artifact).
 """
 
-from coa.model.tiny import (
-    CHATML_TEMPLATE,
-    SPECIAL_TOKENS,
-    TAG_TOKENS,
-    TinyModelConfig,
-    build_model,
-    init_model,
-    sft_corpus,
-    train_tokenizer,
-)
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from coa.model.tiny import (
+        CHATML_TEMPLATE,
+        SPECIAL_TOKENS,
+        TAG_TOKENS,
+        TinyModelConfig,
+        build_model,
+        init_model,
+        sft_corpus,
+        train_tokenizer,
+    )
 
 __all__ = [
     "CHATML_TEMPLATE",
@@ -27,3 +30,21 @@ __all__ = [
     "sft_corpus",
     "train_tokenizer",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    """PEP 562: the implementation loads on first use, so loading the config loads none of it."""
+    if name in (
+        "CHATML_TEMPLATE",
+        "SPECIAL_TOKENS",
+        "TAG_TOKENS",
+        "TinyModelConfig",
+        "build_model",
+        "init_model",
+        "sft_corpus",
+        "train_tokenizer",
+    ):
+        from coa.model import tiny
+
+        return getattr(tiny, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -15,8 +15,8 @@ from pathlib import Path
 from pydantic import Field
 
 from coa.model.config import StudentConfig
-from coa.model.tiny import MODEL_CARD, init_model, sft_corpus
-from coa.steps import Build, Step, StepInput, StepSummary
+from coa.model.tiny import MODEL_CARD, TinyModelConfig, init_model, sft_corpus
+from coa.steps import Build, Stage, Step, StepInput, StepSummary
 
 MODEL_FOLDER = "model"
 
@@ -36,15 +36,12 @@ def step(config: StudentConfig, converted: StepInput, name: str = "student") -> 
         raise ValueError(f"student.base is {config.base!r}: there is nothing to build")
     return Step(
         name=name,
-        builder="student",
-        kind="model",
+        stage=STAGE,
         artifact=config.name,
         config=config.tiny,
-        build=_build,
         inputs={"data": converted},
-        describe="tiny Qwen2 student + tokenizer trained on the data"
+        describe=STAGE.describe
         + (f", pretrained {config.tiny.pretrain_steps} steps on it" if config.tiny.pretrain_steps else ""),
-        expects={"data": "sft.v1"},
     )
 
 
@@ -64,3 +61,14 @@ def _build(b: Build) -> None:
             pretrain_loss_last=loss.get("last"),
         )
     )
+
+
+STAGE = Stage(
+    name="student",
+    kind="model",
+    build=_build,
+    config=TinyModelConfig,
+    expects={"data": "sft.v1"},
+    summary=StudentSummary,
+    describe="tiny Qwen2 student + tokenizer trained on the data",
+)

@@ -10,12 +10,12 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Literal
 
 from pydantic import Field, model_validator
 
 from coa.collect.config import CollectConfig
-from coa.config import StrictModel, canonical_json, load_config
+from coa.config import Overrides, StrictModel, canonical_json, load_config, overrides_of
 from coa.convert.config import ConvertConfig
 from coa.curate.config import CurateConfig
 from coa.evaluate.config import EvalConfig
@@ -28,6 +28,18 @@ from coa.synthetic import SyntheticConfig
 from coa.tasksets.config import TasksConfig
 from coa.tracking.config import TrackingConfig
 from coa.train.config import SFTStageConfig
+
+if TYPE_CHECKING:
+    RoundSFTConfig = Overrides
+else:
+    RoundSFTConfig = overrides_of(
+        SFTStageConfig,
+        "RoundSFTConfig",
+        "Overrides of the `sft` section for SFT rounds 2.. (self-improvement); a key left out keeps sft's.",
+        __name__,
+    )
+    """``round_sft``: the fields of :class:`~coa.train.config.SFTStageConfig`, each optional (one
+    declaration of them: this model is made from it)."""
 
 
 class DispatchConfig(StrictModel):
@@ -116,8 +128,8 @@ class PipelineConfig(StrictModel):
         description="How the student samples the training tasks between rounds (k samples, temperature, "
         "limits); null = SampleConfig's defaults. Used only with rounds > 1.",
     )
-    round_sft: dict[str, Any] = Field(
-        default_factory=dict,
+    round_sft: RoundSFTConfig = Field(
+        default_factory=RoundSFTConfig,
         description="Overrides of the `sft` section for rounds 2.. (e.g. {max_steps: 3000, warmup_steps: "
         "0}); empty = the same SFT as round 1.",
     )
@@ -192,7 +204,7 @@ class PipelineConfig(StrictModel):
 
     @model_validator(mode="after")
     def _rounds_valid(self) -> PipelineConfig:
-        if self.round_sft and self.sft is None:
+        if self.round_sft.model_fields_set and self.sft is None:
             raise ValueError("round_sft needs an `sft` section (it overrides it for rounds 2..)")
         self.later_sft()  # round_sft's keys and values must make a valid SFT section
         return self
@@ -201,9 +213,9 @@ class PipelineConfig(StrictModel):
         """The SFT section of rounds 2..: ``sft`` with ``round_sft`` over it."""
         if self.sft is None:
             return None
-        if not self.round_sft:
+        if not self.round_sft.model_fields_set:
             return self.sft
-        return SFTStageConfig.model_validate(self.sft.model_dump() | self.round_sft)
+        return self.round_sft.over(self.sft)
 
     def fingerprint(self) -> str:
         """Stable hash of the resolved config."""

@@ -15,8 +15,7 @@ from typing import Any
 from pydantic import Field
 
 from coa.config import StrictModel
-from coa.curate.step import CurateSummary
-from coa.evaluate.summary import StepChange, TrainingReportSummary
+from coa.evaluate.summary import StepChange
 from coa.io import ArtifactRef
 from coa.plan.config import PipelineConfig
 from coa.plan.pipeline import not_planned
@@ -93,19 +92,20 @@ def stage_rows(
 
 def run_result(config: PipelineConfig, steps: Sequence[Step], done: Mapping[str, StepResult]) -> RunResult:
     """The :class:`RunResult` of the finished steps ``done`` of the plan ``steps``."""
-    report = training = None
-    comparison: tuple[dict[str, Any], ...] = ()
-    changes: tuple[StepChange, ...] = ()
-    if "curate" in done:
-        report = CurateSummary.from_dict(done["curate"].summary).report
-    if "report" in done:
-        summary = TrainingReportSummary.from_dict(done["report"].summary)
-        training, comparison, changes = summary.report, summary.comparison, summary.changes
+    curated, trained = _summary(steps, done, "curate"), _summary(steps, done, "report")
     return RunResult(
         stages=tuple(stage_rows(config, steps, done)),
         refs={name: result.ref for name, result in done.items()},
-        report=report,
-        training_report=training,
-        comparison=comparison,
-        changes=changes,
+        report=getattr(curated, "report", None),
+        training_report=getattr(trained, "report", None),
+        comparison=getattr(trained, "comparison", ()),
+        changes=getattr(trained, "changes", ()),
     )
+
+
+def _summary(steps: Sequence[Step], done: Mapping[str, StepResult], name: str) -> Any:
+    """The typed summary of step ``name``, read through its stage (None when it did not run)."""
+    step = next((s for s in steps if s.name == name), None)
+    if step is None or name not in done or step.stage.summary is None:
+        return None
+    return step.stage.summary.from_dict(done[name].summary)

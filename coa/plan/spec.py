@@ -1,13 +1,16 @@
 """A step as it crosses to another machine: a serialized, versioned spec, never a re-plan.
 
-The flow that planned a step sends its :class:`StepSpec`: the step's name, its builder
-(:mod:`coa.plan.kinds`), its artifact kind and name, its frozen config as JSON and its identity, its
-resolved inputs (artifact URIs with their content hashes, or an external model), the code version,
-the content key and artifact URI the flow expects, and a digest of the config part of the key.
+The flow that planned a step sends its :class:`StepSpec`: the step's name, its stage (by its name
+in :data:`coa.plan.stages.STAGES`), its artifact kind and name, its frozen config as JSON and its
+identity, its resolved inputs (artifact URIs with their content hashes, or an external model), the
+code version, the content key and artifact URI the flow expects, and a digest of the config part of
+the key.
 
-The other side (:func:`accept`) rebuilds exactly that step with the same stage function, recomputes
-every part of the key and refuses a spec it would build differently, naming the part: the spec
-version, the code version, an input's content hash, the config, the storage root. A refused spec
+The other side (:func:`accept`) rebuilds exactly that step from the same stage declaration (the
+config validated back into the stage's config type), recomputes every part of the key and refuses a
+spec it would build differently, naming the part: the spec version, the step's code version (the
+code the stage's build can reach, :meth:`coa.steps.Stage.code_version`: a worker with another
+docs or CLI edit accepts it), an input's content hash, the config, the storage root. A refused spec
 never trains anything, so the flow never waits for an artifact that lands at another address.
 """
 
@@ -22,10 +25,9 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 from coa import io
 from coa.config import canonical_json
 from coa.errors import CheckFailed, InfraError
-from coa.plan.kinds import KINDS, Parts, rebuild
+from coa.plan.stages import STAGES
 from coa.settings import Settings
 from coa.steps import ModelInput, Step, TableInput, key_config, upstream_refs
-from coa.version import code_version
 
 SPEC_VERSION = 1
 
@@ -82,12 +84,12 @@ def _input_spec(value: TableInput | ModelInput) -> InputSpec:
 
 def spec_of(step: Step, inputs: Mapping[str, TableInput | ModelInput], store: io.Store) -> StepSpec:
     """The spec of ``step`` with its resolved ``inputs`` (:func:`coa.steps.resolve`)."""
-    if step.builder not in KINDS:
+    if STAGES.get(step.builder) is not step.stage:
         raise CheckFailed(
-            f"step {step.name} has no registered builder ({step.builder!r}): it cannot be dispatched"
+            f"step {step.name}: its stage {step.builder!r} is not in the stage table: it cannot be dispatched"
         )
     material = key_config(step, inputs)
-    version = code_version()
+    version = step.stage.code_version()
     uri, key = store.address(step.kind, step.artifact, material, upstream_refs(inputs), version)
     return StepSpec(
         name=step.name,
@@ -135,6 +137,28 @@ def _differences(expected: Any, actual: Any, path: str = "") -> list[str]:
     return [] if expected == actual else [path or "(whole value)"]
 
 
+def rebuild(
+    builder: str,
+    name: str,
+    artifact: str,
+    config: Any,
+    identity: Mapping[str, Any],
+    inputs: Mapping[str, Any],
+) -> Step:
+    """The step a spec names (its stage ``builder``, name, artifact, config as JSON, identity and
+    inputs), from the stage's declaration: no per-stage builder, no re-plan."""
+    stage = STAGES[builder]
+    return Step(
+        name=name,
+        stage=stage,
+        artifact=artifact,
+        config=stage.read_config(config),
+        inputs=dict(inputs),
+        identity=dict(identity),
+        describe=stage.describe,
+    )
+
+
 def accept(
     spec: StepSpec | Mapping[str, Any], store: io.Store | None = None
 ) -> tuple[Step, dict[str, TableInput | ModelInput]]:
@@ -143,32 +167,28 @@ def accept(
     expected address is not in this side's store."""
     store = store or io.Store()
     spec = spec if isinstance(spec, StepSpec) else StepSpec.model_validate(spec)
-    here = code_version()
+    stage = STAGES.get(spec.builder)
+    if stage is None:
+        raise SpecRefused(
+            f"step {spec.name}: unknown stage {spec.builder!r} (known: {', '.join(sorted(STAGES))})"
+        )
+    here = stage.code_version()
     if spec.code_version != here:
         raise SpecRefused(
             f"step {spec.name}: code version differs: the spec was made with {spec.code_version}, "
             f"this worker runs {here}: deploy the same code to the flow's and the worker's machines"
         )
-    if spec.builder not in KINDS:
-        raise SpecRefused(
-            f"step {spec.name}: unknown builder {spec.builder!r} (known: {', '.join(sorted(KINDS))})"
-        )
     inputs = {role: _open_input(role, value, store.settings) for role, value in spec.inputs.items()}
     try:
-        step = rebuild(
-            spec.builder, Parts(spec.name, spec.artifact, spec.config, spec.identity, dict(inputs))
-        )
-    except KeyError as e:  # an input role or identity entry this side's builder needs
-        raise SpecRefused(
-            f"step {spec.name}: the spec has no {e} (builder {spec.builder} needs it)"
-        ) from None
+        step = rebuild(spec.builder, spec.name, spec.artifact, spec.config, spec.identity, inputs)
     except ValidationError as e:  # this side's config model does not take the spec's config
         where = ", ".join(".".join(str(p) for p in err["loc"]) for err in e.errors()[:5])
         raise SpecRefused(
             f"step {spec.name}: config differs ({where}): not a valid config here: {e.errors()[0]['msg']}"
         ) from None
+    recomputed = dict(stage.identify(step.config)) if stage.identify is not None else {}
     changed = _differences(spec.config, step.config_json()) + [
-        f"identity.{p}" for p in _differences(spec.identity, dict(step.identity))
+        f"identity.{p}" for p in _differences(spec.identity, {**spec.identity, **recomputed})
     ]
     if (step.kind, step.artifact) != (spec.kind, spec.artifact):
         changed.append(f"artifact {step.kind}/{step.artifact} (spec: {spec.kind}/{spec.artifact})")

@@ -7,7 +7,7 @@ from typing import Any
 from pydantic import Field
 
 from coa.config import StrictModel
-from coa.evaluate.compare import ALL, METRICS
+from coa.evaluate.config import ALL, METRICS
 
 
 class GateConfig(StrictModel):

@@ -216,3 +216,23 @@ def apply(
         return registry.promote(name, model_uri, record, evaluations, verdict.reasons, if_champion)
     registry.record(name, model_uri, record, evaluations, verdict.reasons)
     return None
+
+
+PASS, FAIL = "PASS", "FAIL"
+"""The gate's marks: plain text, readable without an emoji font."""
+
+
+def verdict_markdown(name: str, model: str, verdict: Verdict, outcome: str) -> str:
+    """The verdict as the Prefect artifact of a night: outcome, checks, reasons, per-benchmark table."""
+    lines = [f"# Promotion gate for `{name}`: {outcome}", "", f"candidate: `{model}`", ""]
+    lines += [f"- **{PASS if ok else FAIL}** {check}" for check, ok in verdict.checks.items()]
+    lines += ["", "## Reasons", ""] + [f"- {r}" for r in verdict.reasons]
+    if verdict.per_benchmark:
+        lines += ["", "| benchmark | pairs | champion | candidate | delta | interval | regression |"]
+        lines += ["|---|---|---|---|---|---|---|"]
+        for bench, d in verdict.per_benchmark.items():
+            lines.append(
+                f"| {bench} | {d.pairs} | {d.baseline:.3f} | {d.candidate:.3f} | "
+                f"{d.delta:+.3f} | [{d.low:+.3f}, {d.high:+.3f}] | {'yes' if d.regression else 'no'} |"
+            )
+    return "\n".join(lines)

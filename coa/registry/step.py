@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 
 from coa.registry.config import GateConfig
-from coa.steps import Build, Step, StepInput
+from coa.steps import Build, Stage, Step, StepInput
 
 GATE = "gate"
 VERDICT_FILE = "verdict.json"
@@ -20,14 +20,11 @@ def gate_step(name: str, config: GateConfig, candidate: StepInput, champion: Ste
     ``name``: the registry name the candidate competes for (the artifact's name)."""
     return Step(
         name=GATE,
-        builder=GATE,
-        kind="gate",
+        stage=STAGE,
         artifact=name,
         config=config,
-        build=_build_gate,
         inputs={"candidate": candidate, "champion": champion},
-        describe="promotion gate: lineage checks, paired bootstrap per benchmark, primary gain",
-        expects={"candidate": "eval.v1", "champion": "eval.v1"},
+        describe=STAGE.describe,
     )
 
 
@@ -41,3 +38,13 @@ def _build_gate(b: Build) -> None:
     )
     b.writer.write_file(VERDICT_FILE, json.dumps(verdict.to_dict(), indent=2, default=str))
     b.report(verdict)
+
+
+STAGE = Stage(
+    name=GATE,
+    kind="gate",
+    build=_build_gate,
+    config=GateConfig,
+    expects={"candidate": "eval.v1", "champion": "eval.v1"},
+    describe="promotion gate: lineage checks, paired bootstrap per benchmark, primary gain",
+)

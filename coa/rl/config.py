@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from coa.config import StrictModel
 from coa.errors import CheckFailed
@@ -83,6 +83,22 @@ SERVER_URL_ENV = "COA_RL_SERVER_URL"
 SERVER_MODEL_ENV = "COA_RL_SERVER_MODEL"
 
 
+class RLServer(EndpointConfig):
+    """The completions server of ``rl.rollout.backend: server``: an endpoint and the engine behind it."""
+
+    engine: Literal["auto", "vllm", "sglang", "coa"] = Field(
+        default="auto",
+        description="Which engine serves the rollouts: vllm (`vllm serve` or `trl vllm-serve`, full weights "
+        "through the coa worker extension), sglang (`sglang.launch_server`), coa (`python -m coa.serve`); "
+        "auto = probe /model_info and /v1/models (docs/how-to/rl-async.md gives each command line).",
+    )
+    sglang_pause_mode: Literal["retract", "in_place"] = Field(
+        default="retract",
+        description="SGLang's pause for a weight push: retract = running requests recompute their KV on "
+        "the new weights; in_place = they continue with the old KV cache (recorded as such).",
+    )
+
+
 class RLRollout(StrictModel):
     """Where the RL episodes are generated (``rl.rollout``)."""
 
@@ -93,22 +109,32 @@ class RLRollout(StrictModel):
         "server = an OpenAI-compatible completions server speaking vLLM's token-id protocol (`python -m "
         "coa.serve`, or vLLM), its weights synced from the trainer before each generation batch.",
     )
-    server: EndpointConfig | None = Field(
+    server: RLServer | None = Field(
         default=None,
         description="The completions server of backend=server (base_url or base_url_env, and the served "
         f"model name); null = base URL from ${SERVER_URL_ENV} and model from ${SERVER_MODEL_ENV}.",
     )
     weight_sync: Literal["full"] = Field(
         default="full",
-        description="How the server gets the trainer's weights: full = every tensor written to a "
-        "safetensors file the server reads (pause, update_weights, resume: coa.serve's endpoints; the "
-        "file must be on a filesystem both reach). RL trains full weights only, so no adapter sync.",
+        description="How the server gets the trainer's weights: full = a model folder per version "
+        "(safetensors) the engine loads through its own routes (coa.engines; the folder must be on a "
+        "filesystem both reach). RL trains full weights only; coa.engines' LoRA push is not used here.",
     )
     pause_mode: Literal["keep", "wait"] = Field(
         default="keep",
-        description="How the server pauses for a weight update: keep = running generations freeze and "
-        "continue on the new weights (they report the oldest version they used); wait = they finish first.",
+        description="How a vLLM-protocol server pauses for a weight update: keep = running generations "
+        "freeze and continue on the new weights with their old KV cache (stamped with the version they "
+        "were sent under); wait = they finish first. The prefix cache is reset after every push.",
     )
+
+    @field_validator("server", mode="before")
+    @classmethod
+    def _endpoint_as_server(cls, value: object) -> object:
+        """A plain :class:`EndpointConfig` is a server of engine ``auto``."""
+        if isinstance(value, EndpointConfig) and not isinstance(value, RLServer):
+            return value.model_dump(exclude_unset=True)
+        return value
+
     sync_dir: str | None = Field(
         default=None,
         description="Folder the weight files are written to (null = `weight_sync/` in the run's output "
@@ -390,7 +416,7 @@ class RLResult(BaseModel):
         description="Over this call: trainer_idle_s / trainer_idle_share (time in the rollout hook: "
         "generating in sync mode, waiting for groups and pushing weights in async), staleness_mean / "
         "staleness_max of the trained groups (policy versions), stale_dropped_groups / _share, "
-        "groups_trained, weight_syncs and weight_sync_s (backend=server).",
+        "groups_trained, weight_syncs, weight_sync_s and weight_version_mismatches (backend=server).",
     )
 
 

@@ -25,8 +25,8 @@ from typing import Any
 
 import pyarrow as pa
 
-from coa.evaluate.metrics import percent_by_family
 from coa.format.grammar import grammar
+from coa.pages import percent_by_family
 from coa.rl.config import RLError
 from coa.rl.summary import FamilyChoice
 

@@ -142,7 +142,7 @@ def build_trainer(
     from transformers.trainer_callback import PrinterCallback
     from trl import GRPOConfig, GRPOTrainer
 
-    from coa.tools.config import build_toolbox
+    from coa.tools.build import build_toolbox
     from coa.train.budget import StepPlan, TimeBudget
     from coa.train.kit.callbacks import LogToLogger
     from coa.train.kit.tracking import tracking_args

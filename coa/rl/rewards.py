@@ -28,8 +28,7 @@ import dataclasses
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from coa.evaluate.stage import check_format
-from coa.format import extract_answer
+from coa.format import check_format, extract_answer
 from coa.rl.config import RLParams
 from coa.rollout import Episode
 from coa.scoring import AnswerJudge

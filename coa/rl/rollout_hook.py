@@ -62,6 +62,10 @@ class Rollouts:
             folder = Path(config.rollout.sync_dir) if config.rollout.sync_dir else out / "weight_sync"
             self.sync = WeightSync(self.endpoint, folder, config.rollout.pause_mode)
             self.sync.check()
+            if (
+                config.is_correction == "tis"
+            ):  # TIS divides by the engine's logprobs: they must be the sampled ones
+                self.sync.engine.refuse_tis(config.temperature)
 
     def __call__(self, prompts: list[Any], trainer: Any) -> dict[str, Any]:
         start = time.perf_counter()
@@ -116,7 +120,13 @@ class Rollouts:
             return self.policy_factory(model, trainer.processing_class)
         eos = trainer.accelerator.unwrap_model(trainer.model).generation_config.eos_token_id
         codec = Codec(trainer.processing_class, eos if isinstance(eos, list) else [eos])
-        return EndpointPolicy(self.endpoint, codec, max_connections=self.endpoint.max_concurrency)
+        return EndpointPolicy(
+            self.endpoint,
+            codec,
+            max_connections=self.endpoint.max_concurrency,
+            engine=self.sync.engine if self.sync is not None else None,
+            seed=self.config.seed + int(trainer.state.global_step),
+        )
 
     def _trl_batch(self, batch: Any) -> dict[str, Any]:
         out: dict[str, list[Any]] = {k: [] for k in ("prompt_ids", "completion_ids", "logprobs", "env_mask")}
@@ -166,6 +176,10 @@ class Rollouts:
             "groups_trained": s["groups_trained"],
             "weight_syncs": float(self.sync.pushes) if self.sync is not None else 0.0,
             "weight_sync_s": round(self.sync.seconds, 3) if self.sync is not None else 0.0,
+            # completions whose engine-reported version disagreed with the client's stamp (SGLang reports)
+            "weight_version_mismatches": float(self.sync.engine.ledger.mismatches)
+            if self.sync is not None
+            else 0.0,
         }
 
 

@@ -263,5 +263,6 @@ def rollout_row(
         "finish": episode.finish or "",
         "kept": kept,
         "policy_version": episode_version(episode, version),
+        "old_kv": episode.old_kv,
         "behaviour_logprobs": [None if lp is None else float(lp) for lp in episode.logprobs],
     }

@@ -1,29 +1,33 @@
-"""The ``server`` rollout backend of RL: which completions server, and the trainer's weights pushed to it.
+"""The ``server`` rollout backend of RL: which serving engine, and the trainer's weights pushed to it.
 
 :func:`server_endpoint` is the server of ``rl.rollout.server``, or of the environment
 (``$COA_RL_SERVER_URL``, ``$COA_RL_SERVER_MODEL``) when that is null, as the teacher's endpoints
 take theirs. :class:`WeightSync` pushes the trainer's full weights to it before a generation batch:
-every tensor written (atomically) to ``v<version>.safetensors`` in the sync folder, then the
-protocol TRL 1.16's async client speaks to vLLM (``POST /pause``, the update, ``POST /resume``),
-with the update as ``coa.serve``'s ``POST /update_weights {path, version}``: the server reads the
-file, so both must reach the same filesystem. The version is the trainer's global optimizer step,
-so every completion the server answers afterwards names the weights it was sampled with
-(``weight_version``), which the rollout rows record as ``policy_version``.
+``save_pretrained`` into one directory per version (``v<version>/``, written under a temporary
+name and renamed), then the engine's own routes through its adapter (:mod:`coa.engines`: vLLM's
+worker extension driven by ``/collective_rpc``, SGLang's ``/update_weights_from_disk``, or
+coa.serve's ``update_info`` disk transport), so both must reach the same filesystem. The version is
+the trainer's global optimizer step; every request the policy sends afterwards is stamped with it
+by the client (no engine reports it reliably), which the rollout rows record as ``policy_version``.
+A version's directory is removed once a newer one is loaded and no request sent under it is still
+in flight (the previous one is kept: SGLang falls back to it when a load fails).
 """
 
 from __future__ import annotations
 
 import os
+import shutil
 import time
 from pathlib import Path
 from typing import Any
 
+from coa.engines import EngineClient, open_engine
 from coa.llm.config import EndpointConfig
-from coa.rl.config import SERVER_MODEL_ENV, SERVER_URL_ENV, RLParams
+from coa.rl.config import SERVER_MODEL_ENV, SERVER_URL_ENV, RLParams, RLServer
 from coa.rollout.policies.endpoint import EndpointError
 
 
-def server_endpoint(params: RLParams) -> EndpointConfig:
+def server_endpoint(params: RLParams) -> RLServer:
     """The completions server of ``rl.rollout`` (config, else the environment); exit 3 when neither."""
     if params.rollout.server is not None:
         endpoint = params.rollout.server
@@ -35,7 +39,7 @@ def server_endpoint(params: RLParams) -> EndpointConfig:
                 f"the environment variables {SERVER_URL_ENV} (e.g. http://127.0.0.1:8000/v1) and "
                 f"{SERVER_MODEL_ENV} (the served model name)"
             )
-        endpoint = EndpointConfig(name="rl-server", base_url_env=SERVER_URL_ENV, model=model)
+        endpoint = RLServer(name="rl-server", base_url_env=SERVER_URL_ENV, model=model)
     # one request per generation in flight; the rollout engine bounds them, not the endpoint
     concurrency = max(
         endpoint.max_concurrency, 2 * params.episodes_per_generation * (params.max_staleness + 1)
@@ -44,84 +48,83 @@ def server_endpoint(params: RLParams) -> EndpointConfig:
 
 
 def admin_root(endpoint: EndpointConfig) -> str:
-    """The server's root (its admin routes: ``/pause``, ``/update_weights``), the base URL without ``/v1``."""
+    """The server's root (its admin routes), the base URL without ``/v1``."""
     url = endpoint.resolved_base_url()
     return url[: -len("/v1")] if url.endswith("/v1") else url
 
 
+def engine_for(endpoint: EndpointConfig, pause_mode: Any = "keep") -> EngineClient:
+    """The adapter of the engine behind ``endpoint`` (``engine: auto`` probes it)."""
+    kind = endpoint.engine if isinstance(endpoint, RLServer) else "auto"
+    sglang_pause = endpoint.sglang_pause_mode if isinstance(endpoint, RLServer) else "retract"
+    key = os.environ.get(endpoint.api_key_env) if endpoint.api_key_env else None
+    return open_engine(
+        kind,
+        admin_root(endpoint),
+        endpoint.model,
+        pause_mode=pause_mode,
+        sglang_pause_mode=sglang_pause,
+        timeout_s=endpoint.timeout_s,
+        api_key=key,
+    )
+
+
 class WeightSync:
-    """Pushes the trainer's full weights to a ``coa.serve``-protocol server, versioned by optimizer step."""
+    """Pushes the trainer's full weights to a serving engine, one directory per version (optimizer step)."""
 
     def __init__(
-        self, endpoint: EndpointConfig, folder: Path, pause_mode: str = "keep", keep_files: int = 2
+        self,
+        endpoint: EndpointConfig,
+        folder: Path,
+        pause_mode: str = "keep",
+        engine: EngineClient | None = None,
     ) -> None:
         self.endpoint = endpoint
-        self.root = admin_root(endpoint)
         self.folder = folder
         self.pause_mode = pause_mode
-        self.keep_files = keep_files
+        self._engine = engine
         self.version: int | None = None
         self.pushes = 0
         self.seconds = 0.0
 
-    def _post(self, path: str, **kwargs: Any) -> Any:
-        import httpx
-
-        url = f"{self.root}{path}"
-        try:
-            response = httpx.post(url, timeout=self.endpoint.timeout_s, **kwargs)
-        except httpx.HTTPError as e:
-            raise EndpointError(f"rl server {url} unreachable: {type(e).__name__}: {e}") from e
-        if response.status_code == 404:
-            raise EndpointError(
-                f"rl server {url}: no such route (404): full weight sync needs coa.serve's "
-                "/pause, /update_weights and /resume (python -m coa.serve)"
-            )
-        if response.status_code != 200:
-            raise EndpointError(f"rl server {url} answered {response.status_code}: {response.text[:300]}")
-        return response.json()
+    @property
+    def engine(self) -> EngineClient:
+        if self._engine is None:
+            self._engine = engine_for(self.endpoint, self.pause_mode)
+        return self._engine
 
     def check(self) -> None:
-        """The server answers and serves the configured model (exit 3 with the fix otherwise)."""
-        import httpx
+        """The engine answers, serves the configured model and has every route a push needs (exit 3)."""
+        self.engine.check()
 
-        url = f"{self.endpoint.resolved_base_url()}/models"
-        try:
-            response = httpx.get(url, timeout=self.endpoint.timeout_s)
-        except httpx.HTTPError as e:
-            raise EndpointError(
-                f"rl server {url} unreachable ({type(e).__name__}): start it (python -m coa.serve --model "
-                f"<the base model> --served-model-name {self.endpoint.model}) or fix rl.rollout.server"
-            ) from e
-        served = [m.get("id") for m in response.json().get("data", [])] if response.status_code == 200 else []
-        if self.endpoint.model not in served:
-            raise EndpointError(
-                f"rl server {url} does not serve {self.endpoint.model!r} (it serves {served}): set "
-                "rl.rollout.server.model to the served model name"
-            )
+    def directory(self, version: int) -> Path:
+        return self.folder / f"v{version:06d}"
 
     def push(self, model: Any, version: int) -> None:
-        """Write ``model``'s weights and make the server load them as ``version`` (pause, update, resume)."""
-        from safetensors.torch import save_model
-
+        """Save ``model`` as ``v<version>/`` and make the engine load it as ``version``."""
         start = time.perf_counter()
         self.folder.mkdir(parents=True, exist_ok=True)
-        path = self.folder / f"v{version:06d}.safetensors"
-        tmp = path.with_name(f".{path.name}.tmp")
-        save_model(model, str(tmp))  # tied tensors once; the server re-ties them
-        tmp.replace(path)
-        self._post("/pause", params={"mode": self.pause_mode})
-        try:
-            self._post("/update_weights", json={"path": str(path.resolve()), "version": version})
-        finally:
-            self._post("/resume")
-        self.version = version
+        final, tmp = self.directory(version), self.folder / f".v{version:06d}.tmp"
+        shutil.rmtree(tmp, ignore_errors=True)
+        model.save_pretrained(str(tmp), safe_serialization=True)  # config.json: SGLang needs a model folder
+        shutil.rmtree(final, ignore_errors=True)
+        tmp.rename(final)
+        self.engine.push_weights(final, version)
+        previous, self.version = self.version, version
         self.pushes += 1
-        for old in sorted(self.folder.glob("v*.safetensors"))[: -self.keep_files]:
-            old.unlink(missing_ok=True)
+        self.prune(keep_from=previous if previous is not None else version)
         self.seconds += time.perf_counter() - start
 
+    def prune(self, keep_from: int) -> None:
+        """Remove the directories older than ``keep_from`` that no request in flight was sent under."""
+        for path in self.folder.glob("v*"):
+            version = int(path.name[1:])
+            if version < keep_from and self.engine.ledger.unused_below(version + 1):
+                shutil.rmtree(path, ignore_errors=True)
+
     def clean(self) -> None:
-        """Remove the weight files this run wrote (each was loaded by the server before its push returned)."""
-        for path in self.folder.glob("v*.safetensors"):
-            path.unlink(missing_ok=True)
+        """Remove the weight directories this run wrote (each was loaded before its push returned)."""
+        for path in self.folder.glob("v*"):
+            shutil.rmtree(path, ignore_errors=True)
+        if self._engine is not None:
+            self._engine.close()

@@ -25,9 +25,10 @@ from typing import Any
 from coa.errors import UserError
 from coa.rl.config import RL, EntropyCollapse, RLParams, RLResult, RLRunConfig, RLStageConfig
 from coa.rl.family import EVAL_COLUMNS, pick_family, unreachable_families
+from coa.rl.present import present
 from coa.rl.signal import learning_signal
 from coa.rl.summary import RLCollapsed, RLSummary
-from coa.steps import Build, Step, StepInput
+from coa.steps import Build, Stage, Step, StepInput
 from coa.train.kit.launch import launch_accelerate, resolve_launcher, work_dir
 
 PROMPTS_TABLE = "rl_prompts"
@@ -52,7 +53,6 @@ def step(
     With ``rl.families: auto``, ``evaluation`` (an ``eval.v1`` table of ``base`` on held-out tasks)
     picks the family (:mod:`coa.rl.family`); it is not read otherwise."""
     inputs: dict[str, StepInput] = {"base": base, "prompts": prompts}
-    expects = {"prompts": "rl_prompt.v1"}
     if config.families == "auto":
         if evaluation is None:
             raise UserError(
@@ -61,24 +61,22 @@ def step(
                 "families (rl.families: [math])"
             )
         inputs["evaluation"] = evaluation
-        expects["evaluation"] = "eval.v1"
     return Step(
         name=name,
-        builder="rl",
-        kind="model",
+        stage=STAGE,
         artifact=config.name,
         config=config,
-        build=lambda b: _build(b, callbacks),
         inputs=inputs,
-        describe="agentic RL (GRPO/DAPO on multi-turn tool rollouts)",
-        expects=expects,
-        produces={ROLLOUTS_TABLE: "rollout.v1"},
+        describe=STAGE.describe,
+        options={"callbacks": tuple(callbacks)} if callbacks else {},
     )
 
 
-def _build(b: Build, callbacks: Sequence[Any]) -> None:
+def _build(b: Build) -> None:
     import schemas
     from coa.rl.rollout_hook import ROLLOUTS_DIR, read_rollouts
+
+    callbacks: Sequence[Any] = b.step.options.get("callbacks", ())
 
     config: RLStageConfig = b.step.config
     base, prompts = b.model("base"), b.table("prompts")
@@ -167,6 +165,19 @@ def _build(b: Build, callbacks: Sequence[Any]) -> None:
         )
     )
     b.cleanup.append(lambda: shutil.rmtree(out, ignore_errors=True))
+
+
+STAGE = Stage(
+    name="rl",
+    kind="model",
+    build=_build,
+    config=RLStageConfig,
+    expects={"prompts": "rl_prompt.v1", "evaluation": "eval.v1"},
+    produces={ROLLOUTS_TABLE: "rollout.v1"},
+    summary=RLSummary,
+    present=present,
+    describe="agentic RL (GRPO/DAPO on multi-turn tool rollouts)",
+)
 
 
 def read_result(ref: Any) -> RLResult:

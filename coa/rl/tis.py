@@ -10,6 +10,17 @@ batch (TRL's ``old_per_token_logps``, before any of the batch's optimizer steps)
 ``logp_behaviour`` the logprob the sampling policy reported (the rollout row's
 ``behaviour_logprobs``). The weight is detached, never larger than the cap, and exactly 1 where
 no behaviour logprob was recorded (environment ids, which the mask excludes anyway, and padding).
+
+Why not TRL's own correction: TRL 1.16 computes an importance ratio from a ``rollout_func``'s
+``logprobs`` (``vllm_importance_sampling_correction``, modes ``token_truncate`` ... in
+``trl/trainer/grpo_trainer.py``) only inside ``if self.use_vllm and
+self.vllm_importance_sampling_correction`` (both where ``old_per_token_logps`` is computed and
+where the ratio is), and ``use_vllm=True`` builds TRL's own vLLM client and imports vLLM in the
+trainer process. Our rollouts come from ``coa.engines`` or in process, with ``use_vllm=False``,
+so that gap forces :func:`corrected_trainer` to override ``_generate_and_score_completions`` and
+``_compute_loss``. The engine's logprobs must be of the sampling distribution: the RL stage refuses
+TIS at a temperature other than 1 when the engine cannot say so
+(:meth:`coa.engines.EngineClient.refuse_tis`).
 """
 
 from __future__ import annotations

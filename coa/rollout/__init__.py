@@ -12,10 +12,14 @@
   (``hf_batched``), a completions server (vLLM or ``python -m coa.serve``), a script.
 """
 
-from coa.rollout.config import RolloutConfig, RolloutLimits
-from coa.rollout.engine import EpisodeSpec, rollout, run_episode, run_episodes, run_sync
+from typing import TYPE_CHECKING, Any
+
+from coa.rollout.config import GREEDY, RolloutConfig, RolloutLimits, Sampling
+
+if TYPE_CHECKING:
+    from coa.rollout.engine import EpisodeSpec, rollout, run_episode, run_episodes, run_sync
 from coa.rollout.episode import Episode, ToolCall
-from coa.rollout.policy import GREEDY, STOP_TAGS, Codec, Generation, Policy, Sampling
+from coa.rollout.policy import STOP_TAGS, Codec, Generation, Policy, model_text
 
 __all__ = [
     "GREEDY",
@@ -29,8 +33,18 @@ __all__ = [
     "RolloutLimits",
     "Sampling",
     "ToolCall",
+    "model_text",
     "rollout",
     "run_episode",
     "run_episodes",
     "run_sync",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    """PEP 562: the implementation loads on first use, so loading the config loads none of it."""
+    if name in ("EpisodeSpec", "rollout", "run_episode", "run_episodes", "run_sync"):
+        from coa.rollout import engine
+
+        return getattr(engine, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -10,12 +10,12 @@ differs restates only the default, with the type alias declared here (``MaxTurns
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Annotated, Any, Literal
 
 from pydantic import Field
 
 from coa.config import StrictModel
-from coa.rollout.policy import Sampling
 
 MaxTurns = Annotated[int, Field(ge=1, description="Model generations per episode (one per tool call + 1).")]
 MaxNewTokens = Annotated[int, Field(ge=1, description="Tokens one generation may produce.")]
@@ -52,6 +52,22 @@ Schedule = Annotated[
         "(hf), async for the others (completions servers, continuous batching).",
     ),
 ]
+
+
+@dataclasses.dataclass(frozen=True)
+class Sampling:
+    """Decoding parameters of one request; ``temperature == 0`` is greedy."""
+
+    temperature: float = 0.0
+    top_p: float = 1.0
+    top_k: int = 0
+
+    @property
+    def greedy(self) -> bool:
+        return self.temperature <= 0
+
+
+GREEDY = Sampling()
 
 
 class RolloutLimits(StrictModel):

@@ -78,6 +78,7 @@ async def run_episode(spec: EpisodeSpec, policy: Policy, toolbox: Any, config: R
         generation = await policy.generate(context(episode, codec, config, budget), budget, sampling)
         episode.generation_s += time.perf_counter() - start
         episode.policy_versions.append(generation.version)
+        episode.old_kv |= generation.old_kv
         call = advance(episode, generation, codec, config)
         if call is None:
             break
@@ -323,6 +324,7 @@ async def run_waves(
                     episode = live[i]
                     episode.generation_s += seconds
                     episode.policy_versions.append(generation.version)
+                    episode.old_kv |= generation.old_kv
                     call = advance(episode, generation, codec, config)
                     if call is None:
                         finish(i)

@@ -47,6 +47,8 @@ class Episode:
     """Generations that saw a cut context (``max_context_tokens``)."""
     policy_versions: list[int | None] = dataclasses.field(default_factory=list)
     """Per generation, the weight version the policy sampled it with (None: not reported)."""
+    old_kv: bool = False
+    """Some generation ran across a weight push that kept its KV cache (:attr:`Generation.old_kv`)."""
     finish: EpisodeFinish | None = None
     error: str | None = None
     format_error: str | None = None

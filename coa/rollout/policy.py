@@ -19,30 +19,18 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Iterable, Sequence
-from typing import Any, Literal, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Literal, Protocol, runtime_checkable
 
 from coa.format.segments import TOOL_TAGS
+from coa.rollout.config import Sampling as Sampling  # its home: coa.rollout.config
+
+if TYPE_CHECKING:
+    from coa.rollout.episode import Episode
 
 STOP_TAGS: tuple[str, ...] = tuple(f"</{t}>" for t in TOOL_TAGS) + ("</answer>",)
 """Generation pauses after these: a tool runs, or the episode is over."""
 
 Finish = Literal["stop", "eos", "length"]
-
-
-@dataclasses.dataclass(frozen=True)
-class Sampling:
-    """Decoding parameters of one request; ``temperature == 0`` is greedy."""
-
-    temperature: float = 0.0
-    top_p: float = 1.0
-    top_k: int = 0
-
-    @property
-    def greedy(self) -> bool:
-        return self.temperature <= 0
-
-
-GREEDY = Sampling()
 
 
 @dataclasses.dataclass(frozen=True)
@@ -56,6 +44,9 @@ class Generation:
     version: int | None = None
     """The weight version the ids were sampled with, when the policy reports one (a server's
     ``weight_version``); a generation spanning an update names the oldest."""
+    old_kv: bool = False
+    """A weight push that keeps running requests' KV cache (vLLM ``pause?mode=keep``, SGLang
+    ``in_place``) happened while it ran: later ids may be new weights over old-weight KV."""
 
 
 class Codec:
@@ -144,3 +135,14 @@ class WavePolicy(Policy, Protocol):
     async def generate_wave(
         self, prompts: Sequence[Sequence[int]], max_new_tokens: Sequence[int], sampling: Sampling
     ) -> list[Generation]: ...
+
+
+def model_text(episode: Episode, policy: Policy) -> str:
+    """The episode's text without the end-of-turn token the model closed it with (when it did)."""
+    if (
+        episode.finish == "eos"
+        and episode.completion_ids
+        and episode.completion_ids[-1] in policy.codec.eos_ids
+    ):
+        return policy.codec.decode(episode.completion_ids[:-1])
+    return episode.text

@@ -17,12 +17,12 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from coa.evaluate.inference import model_text, variant_of
-from coa.evaluate.stage import check_format, score_texts
-from coa.format import system_prompt
-from coa.rollout import EpisodeSpec, Policy, RolloutConfig, rollout
+from coa.format import check_format, system_prompt
+from coa.format.from_run import variant_of
+from coa.rollout import EpisodeSpec, Policy, RolloutConfig, model_text, rollout
 from coa.sample.config import SampleConfig
 from coa.sample.summary import FamilySamples
+from coa.scoring.verdicts import score_texts
 
 
 def select(rows: Sequence[Mapping[str, Any]], config: SampleConfig) -> list[dict[str, Any]]:

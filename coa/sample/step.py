@@ -22,8 +22,9 @@ from coa.errors import UserError
 from coa.sample.config import SampleConfig
 from coa.sample.core import counts, sample_tasks, select
 from coa.sample.summary import SampleSummary
-from coa.steps import Build, Step, StepInput
-from coa.tools.config import ToolsConfig, build_toolbox
+from coa.steps import Build, Stage, Step, StepInput
+from coa.tools.build import build_toolbox
+from coa.tools.config import ToolsConfig
 
 ROLLOUTS_TABLE = "rollouts"
 
@@ -43,16 +44,12 @@ def step(
         )
     return Step(
         name=name,
-        builder="sample",
-        kind="rollouts",
+        stage=STAGE,
         artifact=config.name,
         config=config,
-        build=_build,
         inputs={"model": model, "tasks": tasks},
         identity={"round": round_, "tools": tools.model_dump(mode="json")},
         describe=f"the round-{round_} student's {config.samples} samples per training task",
-        expects={"tasks": "task.v1"},
-        produces={ROLLOUTS_TABLE: schemas.ROLLOUT.id},
     )
 
 
@@ -94,3 +91,15 @@ def _build(b: Build) -> None:
     by_family = counts(out, {r["task_id"]: r["family"] for r in rows})
     b.writer.extra_lineage["sampled"] = {"round": round_, "model": model.name}
     b.report(SampleSummary(round=round_, model=model.name, families=by_family))
+
+
+STAGE = Stage(
+    name="sample",
+    kind="rollouts",
+    build=_build,
+    config=SampleConfig,
+    expects={"tasks": "task.v1"},
+    produces={ROLLOUTS_TABLE: schemas.ROLLOUT.id},
+    summary=SampleSummary,
+    describe="the student's samples per training task",
+)

@@ -31,11 +31,12 @@ add up; so they are switched off and this module enforces one budget per call it
   a worker that does not answer within the budget plus a grace period (this also covers C code
   that a signal cannot interrupt). ``isolation="process"`` forces this path from the main thread.
 
-Answers longer than ``MAX_EXPRESSION_CHARS`` are rejected unparsed (reason ``"too_long"``).
+:func:`check_math` rejects answers over ``MAX_EXPRESSION_CHARS`` unparsed (``"too_long"``); AFM's doesn't.
 """
 
 from __future__ import annotations
 
+import functools
 import logging
 import re
 import signal
@@ -435,49 +436,63 @@ def math_equal(
 # AFM's rule (the published numbers of AIME / AMC / MATH-500 / OlympiadBench)
 
 
-def _afm_unguarded(answer: str, golds: Sequence[str]) -> tuple[bool, str]:
-    mv = _math_verify()
-    parsed = list(mv.parse(answer, parsing_timeout=None))
-    if len(parsed) < 2:
-        return False, "unparsable"
-    if str(parsed[1]) in golds:
-        return True, "string"
-    for gold in golds:
-        if mv.verify(mv.parse("\\boxed{" + gold + "}", parsing_timeout=None), parsed, timeout_seconds=None):
-            return True, "math_verify"
-    return False, "not_equal"
+AFM_STEP_TIMEOUT_S = 5.0
+"""AFM's ``parse(answer, parsing_timeout=5)``, ``verify(..., timeout_seconds=5)``, gold parse 5."""
+
+
+def afm_budget_s(golds: int, step_s: float = AFM_STEP_TIMEOUT_S) -> float:
+    """The most one :func:`afm_math_verify` call takes: 1 + 2 per gold parse/verify steps."""
+    return step_s * (1 + 2 * golds)
 
 
 def afm_check_prepared(answer: str, golds: Sequence[str], *, timeout_s: float) -> tuple[bool, str]:
-    """:func:`afm_math_verify` in this (main) thread under a deadline (also the worker's entry)."""
-    _math_verify()
+    """:func:`afm_math_verify` in this (main) thread (also the worker's entry); ``timeout_s`` is the
+    limit of each parse and each verify, as AFM sets math-verify's own (its ``signal.alarm``
+    timeouts work in the main thread only, so each step runs under this module's deadline)."""
+    mv = _math_verify()
+    timed_out = False
     try:
-        outcome = _run_with_deadline(lambda: _afm_unguarded(answer, list(golds)), timeout_s)
+        parsed = _run_with_deadline(lambda: list(mv.parse(answer, parsing_timeout=None)), timeout_s)
+        if not isinstance(parsed, list) or len(parsed) < 2:  # math-verify's parse gives [] on timeout
+            return False, "timeout" if parsed is _TIMED_OUT else "unparsable"
+        if str(parsed[1]) in golds:
+            return True, "string"
+        for gold in golds:
+            target = _run_with_deadline(
+                functools.partial(mv.parse, "\\boxed{" + gold + "}", parsing_timeout=None), timeout_s
+            )
+            if target is _TIMED_OUT:
+                timed_out = True
+                continue
+            equal = _run_with_deadline(
+                functools.partial(mv.verify, target, parsed, timeout_seconds=None), timeout_s
+            )
+            if equal is _TIMED_OUT:  # math-verify's verify returns False on its timeout
+                timed_out = True
+            elif equal:
+                return True, "math_verify"
     except Exception:
         logger.warning("AFM math check failed for %.200r", answer, exc_info=True)
         return False, "error"
-    if outcome is _TIMED_OUT:
-        return False, "timeout"
-    assert isinstance(outcome, tuple)
-    return outcome
+    return False, "timeout" if timed_out else "not_equal"
 
 
 def afm_math_verify(
-    answer: str, gold_answers: str | Iterable[str], *, timeout_s: float = DEFAULT_TIMEOUT_S
+    answer: str, gold_answers: str | Iterable[str], *, timeout_s: float = AFM_STEP_TIMEOUT_S
 ) -> tuple[bool, str]:
     r"""``(equal, reason)`` of an ``<answer>`` content under AFM's math rule (its ``mathverify``).
 
     ``math_verify.parse`` of the raw answer must give at least two items (an expression and its
     text); the answer is right when that text is one of the golds, or when ``math_verify.verify``
     finds the gold, parsed as ``\boxed{gold}``, equal to it. No ``\boxed`` extraction of its own, no
-    numeric tolerance beyond math-verify's (unlike :func:`check_math`). One wall-clock budget per
-    call, safe from any thread (as :func:`check_math`).
+    numeric tolerance beyond math-verify's (unlike :func:`check_math`), and no length limit: a
+    whole long response is parsed, and math-verify finds the ``\boxed{}`` at its end, as AFM's
+    reward does. ``timeout_s`` limits each parse and each verify (AFM: 5 s each). Safe from any
+    thread (as :func:`check_math`).
     """
     golds = _as_list(gold_answers)
     if not answer.strip() or not golds:
         return False, "empty"
-    if len(answer) > MAX_EXPRESSION_CHARS:
-        return False, "too_long"
     if _can_use_signals():
         return afm_check_prepared(answer, golds, timeout_s=timeout_s)
     from coa.scoring import _mathworker

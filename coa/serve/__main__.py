@@ -36,6 +36,19 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "--threads", type=int, default=None, help="torch CPU threads (default torch's; 1 on a shared host)"
     )
     parser.add_argument("--device", default="cpu", help="cpu or cuda")
+    parser.add_argument(
+        "--logprobs-mode",
+        choices=("processed_logprobs", "raw_logprobs"),
+        default="processed_logprobs",
+        help="logprobs of the sampling distribution (after temperature), or raw ones (vLLM's default)",
+    )
+    parser.add_argument(
+        "--protocol",
+        choices=("vllm", "sglang"),
+        default="vllm",
+        help="whose admin routes and completion metadata to speak (vllm: its RL routes need "
+        "VLLM_SERVER_DEV_MODE=1, as vLLM's; sglang: /pause_generation, /update_weights_from_disk, ...)",
+    )
     parser.add_argument("--log-level", default="warning", help="uvicorn's log level")
     return parser.parse_args(argv)
 
@@ -72,9 +85,12 @@ def main(argv: list[str] | None = None) -> int:
         model,
         tokenizer,
         name=name,
+        path=str(folder.resolve()),
+        protocol=args.protocol,
         max_batch=args.max_batch,
         max_loras=args.max_loras,
         delay_per_token_s=args.delay_per_token_ms / 1000,
+        logprobs_mode=args.logprobs_mode,
     )
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)

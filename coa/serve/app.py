@@ -2,30 +2,25 @@
 
 Endpoints (FastAPI, one process, one :class:`~coa.serve.engine.ContinuousBatcher`):
 
-* ``POST /v1/completions``: ``prompt`` as a list of token ids (or a string, tokenized here), with
-  vLLM's extensions: ``return_token_ids`` (``choices[0].token_ids`` / ``prompt_token_ids``),
-  ``logprobs: n`` (``choices[0].logprobs.token_logprobs`` and n alternatives in ``top_logprobs``),
-  ``prompt_logprobs: n`` (``choices[0].prompt_logprobs``: None, then per prompt token a dict
-  ``{id: {"logprob", "rank"}}`` holding the actual id first), ``stop_token_ids`` (the id is kept,
-  ``stop_reason`` names it), ``stop`` strings, ``ignore_eos``, temperature / top_p / top_k / seed /
-  max_tokens. ``model`` is the served name or a loaded adapter's name. One prompt and one choice
-  per request (``n: 1``; a list of prompts is refused, not half-served).
-* ``GET /v1/models``: the base model and every loaded adapter (``parent`` = the base).
-* ``POST /v1/load_lora_adapter`` ``{lora_name, lora_path}`` / ``POST /v1/unload_lora_adapter``
-  ``{lora_name}``: peft LoRA adapters beside the base weights, applied per request (a batch mixes
-  rows of different adapters and of none).
-* Full-weight updates, the shape of TRL 1.16's async client against vLLM (pause, update, resume),
-  with the weights passed as a file instead of over NCCL (CPU-friendly): ``POST /pause?mode=wait``
-  (the running requests finish first; ``mode=keep`` freezes them mid-sequence, they continue on the
-  new weights), ``POST /update_weights`` ``{path, version}`` (a safetensors file, a folder of them,
-  or a ``torch.save`` state dict; the base model's tensor names; every tensor must match), ``POST
-  /resume``. An update sent while not paused pauses (``wait``) and resumes around itself.
-* ``GET /health``, ``GET /server_info``.
+* ``POST /v1/completions``: vLLM's request fields (``vllm/entrypoints/openai/completion/protocol.py``):
+  ``prompt`` as token ids, a text, or a batch of either (choices prompt-major, ``n`` per prompt),
+  ``return_token_ids`` (``choices[i].token_ids`` / ``prompt_token_ids``),
+  ``return_tokens_as_token_ids`` (tokens spelled ``token_id:<id>``), ``logprobs: n``
+  (``token_logprobs``, n alternatives in ``top_logprobs``), ``prompt_logprobs: n``,
+  ``stop_token_ids`` (the id is kept, ``stop_reason`` names it), ``stop`` strings, ``ignore_eos``,
+  temperature / top_p / top_k / seed / max_tokens; ``min_p`` 0 and ``repetition_penalty`` 1 are
+  accepted (other values refused: not implemented), unknown fields ignored as vLLM ignores them.
+  Logprobs are of the sampling distribution (vLLM's ``processed_logprobs``). A prompt plus
+  ``max_tokens`` beyond the model's positions is a 400 naming ``max_model_len``.
+* ``GET /v1/models``: the base model (``owned_by: coa``, ``max_model_len``) and every loaded adapter.
+* ``POST /v1/load_lora_adapter`` ``{lora_name, lora_path, load_inplace}`` / ``unload_lora_adapter``.
+* Weight updates: vLLM's RL routes (with ``VLLM_SERVER_DEV_MODE=1``, as vLLM) or, with ``--protocol
+  sglang``, SGLang's, in :mod:`coa.serve.admin`.
+* ``GET /health``.
 
-Every completion names the weights it was sampled with: ``weight_version`` (and
-``weight_version_end``, equal unless a ``keep`` pause updated the weights mid-request) in the
-body, ``x-weight-version`` in the headers; the version is the integer the last ``update_weights``
-set (0 at start). Errors answer vLLM's shape ``{"object": "error", "message", "type", "code"}``.
+With ``--protocol vllm`` (the default) completions carry no weight version, as vLLM's; with
+``--protocol sglang`` they carry SGLang's ``metadata.weight_version`` / ``weight_versions`` spans.
+Errors answer vLLM's shape ``{"object": "error", "message", "type", "code"}``.
 """
 
 from __future__ import annotations
@@ -41,54 +36,53 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from coa.serve.engine import ContinuousBatcher, GenRequest
-from coa.serve.weights import assign_weights, load_state_dict_file
+
+Protocol = Literal["vllm", "sglang"]
 
 
 class CompletionRequest(BaseModel):
-    """The body of ``POST /v1/completions`` (the subset of vLLM's this server implements)."""
+    """The body of ``POST /v1/completions``: vLLM's fields this server implements; others are ignored."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="allow")  # vLLM's OpenAIBaseModel allows (and logs) extra fields
 
     model: str = Field(description="The served model name, or the name of a loaded LoRA adapter.")
-    prompt: list[int] | str = Field(
-        description="Token ids (or a text, tokenized with the model's tokenizer)."
+    prompt: list[int] | list[list[int]] | str | list[str] = Field(
+        description="Token ids or a text (tokenized here), or a batch of either."
     )
     max_tokens: int = Field(default=16, ge=1, description="Tokens to generate at most.")
     temperature: float = Field(default=1.0, ge=0, description="0 = greedy.")
     top_p: float = Field(default=1.0, gt=0, le=1, description="Nucleus mass (1 = off).")
-    top_k: int = Field(default=0, ge=-1, description="Top-k cut (0 or -1 = off).")
+    top_k: int | None = Field(default=0, ge=-1, description="Top-k cut (0 or -1 = off).")
+    min_p: float = Field(default=0.0, ge=0, le=0, description="Accepted at 0 only (not implemented).")
+    repetition_penalty: float = Field(default=1.0, ge=1, le=1, description="Accepted at 1 only.")
+    frequency_penalty: float = Field(default=0.0, ge=0, le=0, description="Accepted at 0 only.")
+    presence_penalty: float = Field(default=0.0, ge=0, le=0, description="Accepted at 0 only.")
+    min_tokens: int = Field(default=0, ge=0, le=0, description="Accepted at 0 only.")
+    use_beam_search: Literal[False] = Field(default=False, description="No beam search.")
     seed: int | None = Field(default=None, description="Seeds this request's sampler (reproducible draws).")
+    n: int = Field(default=1, ge=1, le=64, description="Choices per prompt (the k-th seeded seed + k).")
     logprobs: int | None = Field(default=None, ge=0, le=20, description="Logprob of each token + n others.")
     prompt_logprobs: int | None = Field(default=None, ge=0, le=20, description="Logprobs of the prompt ids.")
-    return_token_ids: bool = Field(default=False, description="Return the sampled and the prompt ids.")
-    stop_token_ids: list[int] = Field(default_factory=list, description="Ids that end the generation (kept).")
+    return_token_ids: bool | None = Field(default=False, description="Return the sampled and the prompt ids.")
+    return_tokens_as_token_ids: bool | None = Field(default=False, description="Tokens as ``token_id:<id>``.")
+    stop_token_ids: list[int] | None = Field(default_factory=list, description="Ids that end the generation.")
     stop: str | list[str] | None = Field(default=None, description="Strings that end the generation.")
     include_stop_str_in_output: bool = Field(default=False, description="Keep a matched stop string in text.")
     ignore_eos: bool = Field(default=False, description="Do not stop at the model's end-of-sequence ids.")
     skip_special_tokens: bool = Field(default=True, description="Leave special tokens out of ``text``.")
-    spaces_between_special_tokens: bool = Field(default=True, description="Accepted; no effect here.")
-    n: Literal[1] = Field(default=1, description="One choice per request.")
     stream: Literal[False] = Field(default=False, description="No streaming.")
     echo: Literal[False] = Field(default=False, description="No echo; use prompt_logprobs.")
-    user: str | None = Field(default=None, description="Accepted; not used.")
 
 
 class AdapterRequest(BaseModel):
-    """The body of ``POST /v1/load_lora_adapter`` and ``/v1/unload_lora_adapter``."""
+    """The body of ``POST /v1/load_lora_adapter`` and ``/v1/unload_lora_adapter`` (vLLM's)."""
 
     model_config = ConfigDict(extra="forbid")
 
     lora_name: str = Field(min_length=1, description="The name requests use as ``model``.")
     lora_path: str | None = Field(default=None, description="A peft adapter folder (load only).")
-
-
-class WeightUpdate(BaseModel):
-    """The body of ``POST /update_weights``."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    path: str = Field(description="A .safetensors file, a folder of them, or a torch.save state dict.")
-    version: int | None = Field(default=None, description="The new weight version (default: current + 1).")
+    load_inplace: bool = Field(default=False, description="Replace an adapter of the same name.")
+    is_3d_lora_weight: bool = Field(default=False, description="Accepted (MoE adapters); no effect.")
 
 
 class ServeError(Exception):
@@ -100,7 +94,7 @@ class ServeError(Exception):
 
 
 class ModelServer:
-    """The state behind the routes: the model, its tokenizer, the batcher, the adapters."""
+    """The state behind the routes: the model, its tokenizer, the batcher, the adapters, the versions."""
 
     def __init__(
         self,
@@ -108,38 +102,69 @@ class ModelServer:
         tokenizer: Any,
         *,
         name: str,
+        path: str = "",
+        protocol: Protocol = "vllm",
         max_batch: int = 256,
         max_loras: int = 8,
         delay_per_token_s: float = 0.0,
+        logprobs_mode: Literal["processed_logprobs", "raw_logprobs"] = "processed_logprobs",
     ) -> None:
         self.base = model
         self.tokenizer = tokenizer
         self.name = name
+        self.path = path
+        self.protocol: Protocol = protocol
         self.max_loras = max_loras
-        self.batcher = ContinuousBatcher(model, max_batch=max_batch, delay_per_token_s=delay_per_token_s)
+        self.logprobs_mode = logprobs_mode
+        self.batcher = ContinuousBatcher(
+            model,
+            max_batch=max_batch,
+            delay_per_token_s=delay_per_token_s,
+            raw_logprobs=logprobs_mode == "raw_logprobs",
+        )
         self.adapters: dict[str, str] = {}
+        self.version_names: dict[int, str] = {0: "default"}  # the batcher's update count -> the name
         self.user_paused = False
         self.started = time.time()
         self.requests = 0
+        self.prefix_resets = 0
         eos = model.generation_config.eos_token_id if model.generation_config is not None else None
         self.eos_ids = frozenset(eos if isinstance(eos, list) else [] if eos is None else [eos])
         self.max_positions = int(getattr(model.config, "max_position_embeddings", 0) or 0)
-        self._admin = asyncio.Lock()
+        self.admin = asyncio.Lock()
+
+    @property
+    def weight_version(self) -> str:
+        return self.version_names.get(self.batcher.version, str(self.batcher.version))
+
+    def set_weight_version(self, name: str | None) -> None:
+        """A new update count, named ``name`` (vLLM and SGLang name versions by strings)."""
+        count = self.batcher.version + 1
+        self.version_names[count] = name if name is not None else str(count)
+        self.batcher.set_version(count)
 
     # ------------------------------------------------------------------ completions
 
-    def build(self, body: CompletionRequest) -> GenRequest:
+    def prompts(self, body: CompletionRequest) -> list[list[int]]:
+        raw = body.prompt
+        if isinstance(raw, str) or (raw and isinstance(raw[0], int)):
+            raw = [raw]  # type: ignore[assignment,list-item]
+        out: list[list[int]] = []
+        for p in raw:
+            if isinstance(p, str):
+                if self.tokenizer is None:
+                    raise ServeError(400, "this model folder has no tokenizer: send the prompt as token ids")
+                out.append(list(self.tokenizer(p, add_special_tokens=False).input_ids))
+            else:
+                out.append(list(p))  # type: ignore[arg-type]
+        return out
+
+    def build(self, body: CompletionRequest, prompt: list[int], k: int = 0) -> GenRequest:
         adapter = None
         if body.model != self.name:
             if body.model not in self.adapters:
                 raise ServeError(404, f"The model `{body.model}` does not exist.", "NotFoundError")
             adapter = body.model
-        if isinstance(body.prompt, str):
-            if self.tokenizer is None:
-                raise ServeError(400, "this model folder has no tokenizer: send the prompt as token ids")
-            prompt = list(self.tokenizer(body.prompt, add_special_tokens=False).input_ids)
-        else:
-            prompt = list(body.prompt)
         if not prompt:
             raise ServeError(400, "the prompt is empty")
         vocab = int(self.base.config.vocab_size)
@@ -148,8 +173,8 @@ class ModelServer:
         if self.max_positions and len(prompt) + body.max_tokens > self.max_positions:
             raise ServeError(
                 400,
-                f"prompt ({len(prompt)}) + max_tokens ({body.max_tokens}) exceeds the model's "
-                f"{self.max_positions} positions",
+                f"This model's maximum context length is {self.max_positions} tokens (max_model_len); "
+                f"the prompt ({len(prompt)}) + max_tokens ({body.max_tokens}) exceed it",
             )
         stops = [body.stop] if isinstance(body.stop, str) else list(body.stop or [])
         if stops and self.tokenizer is None:
@@ -159,9 +184,9 @@ class ModelServer:
             max_tokens=body.max_tokens,
             temperature=body.temperature,
             top_p=body.top_p,
-            top_k=max(body.top_k, 0),
-            seed=body.seed,
-            stop_ids=frozenset(body.stop_token_ids),
+            top_k=max(body.top_k or 0, 0),
+            seed=None if body.seed is None else body.seed + k,
+            stop_ids=frozenset(body.stop_token_ids or ()),
             eos_ids=frozenset() if body.ignore_eos else self.eos_ids,
             stop_check=self._stop_check(stops) if stops else None,
             adapter=adapter,
@@ -179,7 +204,12 @@ class ModelServer:
         return check
 
     async def complete(self, body: CompletionRequest) -> dict[str, Any]:
-        request = self.build(body)
+        requests = [self.build(body, p, k) for p in self.prompts(body) for k in range(body.n)]
+        results = await asyncio.gather(*(self._run(r) for r in requests))
+        self.requests += 1
+        return self.response(body, results)
+
+    async def _run(self, request: GenRequest) -> GenRequest:
         loop = asyncio.get_running_loop()
         future: asyncio.Future[GenRequest] = loop.create_future()
 
@@ -191,28 +221,52 @@ class ModelServer:
             self.batcher.submit(request)
         except RuntimeError as e:
             raise ServeError(503, str(e), "ServiceUnavailableError") from e
-        self.requests += 1
         result = await future
-        if result.finish == "abort":
+        if result.finish == "abort" and not result.ids:
             raise ServeError(503, f"the request was aborted: {result.error}", "ServiceUnavailableError")
-        return self.response(body, result)
+        return result
 
-    def response(self, body: CompletionRequest, r: GenRequest) -> dict[str, Any]:
+    def response(self, body: CompletionRequest, results: list[GenRequest]) -> dict[str, Any]:
+        choices = [self.choice(body, i, r) for i, r in enumerate(results)]
+        prompt_tokens = sum(len(r.prompt) for r in results[:: body.n])
+        completion_tokens = sum(len(r.ids) for r in results)
+        usage = {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens}
+        payload: dict[str, Any] = {
+            "id": f"cmpl-{uuid.uuid4().hex}",
+            "object": "text_completion",
+            "created": int(time.time()),
+            "model": body.model,
+            "choices": choices,
+            "usage": usage | {"total_tokens": prompt_tokens + completion_tokens},
+        }
+        if self.protocol == "sglang":  # sglang/srt/utils/weight_versions.py: per output, token spans
+            r = results[0]
+            spans = r.version_spans or [(r.version_first or 0, 0)]
+            ends = [start for _, start in spans[1:]] + [len(r.ids)]
+            payload["metadata"] = {
+                "weight_version": self.version_names.get(r.version_last or 0, "default"),
+                "weight_versions": [
+                    {"version": self.version_names.get(v, str(v)), "start": start, "end": end}
+                    for (v, start), end in zip(spans, ends, strict=True)
+                ],
+            }
+        return payload
+
+    def choice(self, body: CompletionRequest, index: int, r: GenRequest) -> dict[str, Any]:
         text = self._text(r.ids, body.skip_special_tokens)
         if isinstance(r.stop_reason, str) and not body.include_stop_str_in_output and r.stop_reason in text:
             text = text[: text.index(r.stop_reason)]
-        choice: dict[str, Any] = {
-            "index": 0,
-            "text": text,
-            "logprobs": None,
-            "finish_reason": r.finish,
-            "stop_reason": r.stop_reason,
-        }
+        choice: dict[str, Any] = {"index": index, "text": text, "logprobs": None, "finish_reason": r.finish}
+        if self.protocol == "sglang":
+            choice["matched_stop"] = r.stop_reason
+        else:
+            choice["stop_reason"] = r.stop_reason
+        as_ids = bool(body.return_tokens_as_token_ids)
         if body.logprobs is not None:
             choice["logprobs"] = {
-                "tokens": [self._token(t) for t in r.ids],
+                "tokens": [self._token(t, as_ids) for t in r.ids],
                 "token_logprobs": r.token_logprobs,
-                "top_logprobs": [{self._token(t): v for t, v in top} for top in r.top_logprobs],
+                "top_logprobs": [{self._token(t, as_ids): v for t, v in top} for top in r.top_logprobs],
                 "text_offset": [],
             }
         if body.prompt_logprobs is not None:
@@ -224,48 +278,43 @@ class ModelServer:
             ]
         if body.return_token_ids:
             choice |= {"token_ids": r.ids, "prompt_token_ids": r.prompt}
-        usage = {"prompt_tokens": len(r.prompt), "completion_tokens": len(r.ids)}
-        return {
-            "id": f"cmpl-{uuid.uuid4().hex}",
-            "object": "text_completion",
-            "created": int(time.time()),
-            "model": body.model,
-            "choices": [choice],
-            "usage": usage | {"total_tokens": len(r.prompt) + len(r.ids)},
-            "weight_version": r.version_first,
-            "weight_version_end": r.version_last,
-        }
+        return choice
 
     def _text(self, ids: list[int], skip_special: bool) -> str:
         if self.tokenizer is None:
             return ""
         return str(self.tokenizer.decode(ids, skip_special_tokens=skip_special))
 
-    def _token(self, token: int) -> str:
-        if self.tokenizer is None:
+    def _token(self, token: int, as_ids: bool = False) -> str:
+        if as_ids or self.tokenizer is None:
             return f"token_id:{token}"
         return str(self.tokenizer.convert_ids_to_tokens(token))
 
     # ------------------------------------------------------------------ models and adapters
 
     def models(self) -> dict[str, Any]:
-        base = {"id": self.name, "object": "model", "created": int(self.started), "owned_by": "coa"}
-        data = [base | {"root": self.name, "parent": None}]
+        owner = "sglang" if self.protocol == "sglang" else "coa"
+        card = {"object": "model", "created": int(self.started), "owned_by": owner}
+        card["max_model_len"] = self.max_positions or None
+        data = [card | {"id": self.name, "root": self.name, "parent": None}]
         for name, path in self.adapters.items():
-            data.append({"id": name, "object": "model", "created": int(self.started), "owned_by": "coa",
-                         "root": path, "parent": self.name})  # fmt: skip
+            data.append(card | {"id": name, "root": path, "parent": self.name})
         return {"object": "list", "data": data}
 
     async def load_adapter(self, body: AdapterRequest) -> str:
         if not body.lora_path:
             raise ServeError(400, "lora_path is required")
-        if body.lora_name in self.adapters or body.lora_name == self.name:
+        replace = body.load_inplace and body.lora_name in self.adapters
+        if (body.lora_name in self.adapters and not replace) or body.lora_name == self.name:
             raise ServeError(400, f"The lora adapter '{body.lora_name}' has already been loaded.")
-        if len(self.adapters) >= self.max_loras:
+        if len(self.adapters) >= self.max_loras and not replace:
             raise ServeError(400, f"{self.max_loras} adapters are loaded (--max-loras); unload one first")
         if not os.path.isfile(os.path.join(body.lora_path, "adapter_config.json")):
             raise ServeError(400, f"{body.lora_path} is not a peft adapter folder (no adapter_config.json)")
-        async with self._paused("keep"):
+        async with self.paused("keep"):
+            if replace:
+                await asyncio.to_thread(self._unload_adapter, body.lora_name)
+                del self.adapters[body.lora_name]
             await asyncio.to_thread(self._load_adapter, body.lora_name, body.lora_path)
         self.adapters[body.lora_name] = body.lora_path
         return f"Success: LoRA adapter '{body.lora_name}' added successfully."
@@ -292,42 +341,15 @@ class ModelServer:
     async def unload_adapter(self, body: AdapterRequest) -> str:
         if body.lora_name not in self.adapters:
             raise ServeError(404, f"The lora adapter '{body.lora_name}' cannot be found.", "NotFoundError")
-        async with self._paused("wait"):  # no running row may name it any more
+        async with self.paused("wait"):  # no running row may name it any more
             await asyncio.to_thread(self._unload_adapter, body.lora_name)
         del self.adapters[body.lora_name]
         return f"Success: LoRA adapter '{body.lora_name}' removed successfully."
 
-    # ------------------------------------------------------------------ weights
-
-    async def pause(self, mode: Literal["wait", "keep"]) -> dict[str, Any]:
-        async with self._admin:
-            await asyncio.to_thread(self.batcher.pause, mode)
-            self.user_paused = True
-        return self.info()
-
-    async def resume(self) -> dict[str, Any]:
-        async with self._admin:
-            self.user_paused = False
-            self.batcher.resume()
-        return self.info()
-
-    async def update_weights(self, body: WeightUpdate) -> dict[str, Any]:
-        if not os.path.exists(body.path):
-            raise ServeError(400, f"no weights at {body.path}")
-        version = self.batcher.version + 1 if body.version is None else body.version
-        async with self._paused("wait"):
-            try:
-                state = await asyncio.to_thread(load_state_dict_file, body.path)
-                copied = await asyncio.to_thread(assign_weights, self.base, state)
-            except (KeyError, ValueError, FileNotFoundError, OSError, RuntimeError) as e:
-                raise ServeError(400, f"weights not updated (the old ones are in place): {e}") from e
-            self.batcher.set_version(version)
-        return self.info() | {"tensors": copied}
-
     @contextlib.asynccontextmanager
-    async def _paused(self, mode: Literal["wait", "keep"]) -> AsyncIterator[None]:
+    async def paused(self, mode: Literal["wait", "keep"]) -> AsyncIterator[None]:
         """Run the block with the batcher paused; resume after unless a client had paused it."""
-        async with self._admin:
+        async with self.admin:
             if not self.user_paused:
                 await asyncio.to_thread(self.batcher.pause, mode)
             try:
@@ -339,21 +361,29 @@ class ModelServer:
     def info(self) -> dict[str, Any]:
         return {
             "model": self.name,
-            "weight_version": self.batcher.version,
+            "protocol": self.protocol,
+            "weight_version": self.weight_version,
             "paused": self.batcher.paused,
             "running": self.batcher.running,
             "waiting": self.batcher.waiting,
             "adapters": sorted(self.adapters),
             "requests": self.requests,
             "steps": self.batcher.steps,
+            "prefix_cache_resets": self.prefix_resets,
         }
 
 
-def create_app(server: ModelServer) -> Any:
-    """The FastAPI application over ``server`` (the batcher starts and stops with the app)."""
+def create_app(server: ModelServer, *, dev_mode: bool | None = None) -> Any:
+    """The FastAPI application over ``server`` (the batcher starts and stops with the app).
+
+    ``dev_mode`` (default: ``VLLM_SERVER_DEV_MODE=1`` in the environment, as vLLM reads it) adds
+    vLLM's RL routes under ``--protocol vllm``; SGLang's admin routes need no flag.
+    """
     from fastapi import FastAPI, Request
     from fastapi.exceptions import RequestValidationError
     from fastapi.responses import JSONResponse, PlainTextResponse
+
+    from coa.serve.admin import add_sglang_routes, add_vllm_dev_routes
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Any) -> AsyncIterator[None]:
@@ -381,8 +411,7 @@ def create_app(server: ModelServer) -> Any:
 
     @app.post("/v1/completions")
     async def completions(body: CompletionRequest) -> JSONResponse:
-        payload = await server.complete(body)
-        return JSONResponse(payload, headers={"x-weight-version": str(payload["weight_version"])})
+        return JSONResponse(await server.complete(body))
 
     @app.get("/v1/models")
     async def models() -> dict[str, Any]:
@@ -396,28 +425,16 @@ def create_app(server: ModelServer) -> Any:
     async def unload_lora_adapter(body: AdapterRequest) -> PlainTextResponse:
         return PlainTextResponse(await server.unload_adapter(body))
 
-    @app.post("/pause")
-    async def pause(mode: Literal["wait", "keep"] = "wait") -> dict[str, Any]:
-        return await server.pause(mode)
-
-    @app.post("/resume")
-    async def resume() -> dict[str, Any]:
-        return await server.resume()
-
-    @app.post("/update_weights")
-    async def update_weights(body: WeightUpdate) -> dict[str, Any]:
-        return await server.update_weights(body)
-
     @app.get("/health")
     async def health() -> JSONResponse:
         if server.batcher.failure is not None:
             return error(503, f"the batcher failed: {server.batcher.failure!r}", "ServiceUnavailableError")
-        return JSONResponse({"status": "ok", "weight_version": server.batcher.version})
+        return JSONResponse({"status": "ok"})
 
-    @app.get("/server_info")
-    async def server_info() -> dict[str, Any]:
-        return server.info()
-
+    if server.protocol == "sglang":
+        add_sglang_routes(app, server)
+    elif dev_mode if dev_mode is not None else os.environ.get("VLLM_SERVER_DEV_MODE") == "1":
+        add_vllm_dev_routes(app, server)
     return app
 
 

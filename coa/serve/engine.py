@@ -39,6 +39,7 @@ from collections.abc import Callable, Sequence
 from typing import Any, Literal
 
 from coa.resources import generation_heap
+from coa.serve.sampling import filtered_probs, left_pad, ranked_logprobs
 
 Finish = Literal["stop", "length", "abort"]
 BASE_ADAPTER = "__base__"
@@ -75,6 +76,8 @@ class GenRequest:
     error: str | None = None
     version_first: int | None = None
     version_last: int | None = None
+    version_spans: list[tuple[int, int]] = dataclasses.field(default_factory=list)
+    """``(version, first token index)`` each time the version of the sampled tokens changed."""
     submitted_at: float = 0.0
     first_token_at: float = 0.0
 
@@ -106,10 +109,12 @@ class ContinuousBatcher:
         max_batch: int = 256,
         delay_per_token_s: float = 0.0,
         name: str = "coa-batcher",
+        raw_logprobs: bool = False,
     ) -> None:
         self.model = model
         self.max_batch = max_batch
         self.delay_per_token_s = delay_per_token_s
+        self.raw_logprobs = raw_logprobs  # report logprobs before temperature (vLLM's raw_logprobs mode)
         self.version = 0
         self.steps = 0
         self.name = name
@@ -183,6 +188,32 @@ class ContinuousBatcher:
             )
         if not ok:
             raise TimeoutError(f"pause ({mode}) did not complete in {timeout} s")
+
+    def abort_running(self, reason: str) -> int:
+        """Pause (keep), then end every running request with finish ``abort``; the queue waits for
+        :meth:`resume`. The number of requests aborted."""
+        self.pause("keep")
+        with self._cond:
+            running = self._admitting + [r.request for r in self._rows]
+            self._rows, self._admitting = [], []
+            self._cache = self._mask = self._next = None
+        for request in running:
+            request.finish, request.error = "abort", reason
+            if request.done is not None:
+                request.done(request)
+        return len(running)
+
+    def retract_running(self) -> int:
+        """Pause (keep), then put every running request back at the head of the queue with the ids it
+        has: after :meth:`resume` each is prefilled again (prompt + its ids, on the weights loaded by
+        then) and continues (SGLang's ``retract``). The number of requests retracted."""
+        self.pause("keep")
+        with self._cond:
+            running = self._admitting + [r.request for r in self._rows]
+            self._rows, self._admitting = [], []
+            self._cache = self._mask = self._next = None
+            self._queue.extendleft(reversed(running))
+        return len(running)
 
     def resume(self) -> None:
         with self._cond:
@@ -291,16 +322,20 @@ class ContinuousBatcher:
         import torch
         from transformers import DynamicCache
 
-        request.version_first = request.version_last = self.version
-        n = len(request.prompt)
+        retracted = bool(request.ids)  # re-admitted after a retract: its KV recomputed on these weights
+        if not retracted:
+            request.version_first = request.version_last = self.version
+        n = len(request.prompt) + len(request.ids)
         device = self._device()
-        ids = torch.tensor([request.prompt], device=device)
+        ids = torch.tensor([request.prompt + request.ids], device=device)
         cache = DynamicCache(config=self._config())
         ones = torch.ones((1, n), dtype=torch.long, device=device)
         positions = torch.arange(n, device=device).view(1, n)
         logits = self._forward(ids, ones, positions, cache, [request])[0].float()
-        if request.prompt_logprobs is not None:
-            ranked = _ranked(torch.log_softmax(logits[:-1], dim=-1), ids[0, 1:], request.prompt_logprobs)
+        if request.prompt_logprobs is not None and not retracted:
+            ranked = ranked_logprobs(
+                torch.log_softmax(logits[:-1], dim=-1), ids[0, 1:], request.prompt_logprobs
+            )
             request.prompt_logprob_values = [None, *ranked]
         row = _Row(request, n)
         self._sample([row], logits[-1:])
@@ -330,12 +365,12 @@ class ContinuousBatcher:
         width = max(old_len, new_len)
         merged = DynamicCache(config=self._config())
         for layer, (a, b) in enumerate(zip(self._cache.layers, cache.layers, strict=True)):
-            keys = torch.cat([_left_pad(a.keys, width), _left_pad(b.keys, width)], dim=0)
-            values = torch.cat([_left_pad(a.values, width), _left_pad(b.values, width)], dim=0)
+            keys = torch.cat([left_pad(a.keys, width), left_pad(b.keys, width)], dim=0)
+            values = torch.cat([left_pad(a.values, width), left_pad(b.values, width)], dim=0)
             merged.update(keys, values, layer)
         self._cache = merged
         new_mask = torch.ones((1, new_len), dtype=torch.long, device=device)
-        self._mask = torch.cat([_left_pad(self._mask, width), _left_pad(new_mask, width)], dim=0)
+        self._mask = torch.cat([left_pad(self._mask, width), left_pad(new_mask, width)], dim=0)
         self._next = torch.cat([self._next, torch.tensor([row.request.ids[-1]], device=device)])
         self._rows.append(row)
 
@@ -375,7 +410,7 @@ class ContinuousBatcher:
         sampled = [i for i, r in enumerate(requests) if not r.greedy]
         if sampled:
             index = torch.tensor(sampled, device=logits.device)
-            probs = _filtered_probs(
+            probs = filtered_probs(
                 logprobs_all.index_select(0, index),
                 [requests[i].top_k for i in sampled],
                 [requests[i].top_p for i in sampled],
@@ -389,12 +424,13 @@ class ContinuousBatcher:
                 if rows[i].generator is not None:
                     # a seeded row draws on the CPU, where its generator lives: the same draw on any device
                     chosen[i] = int(torch.multinomial(probs[j].cpu(), 1, generator=rows[i].generator))
-        picked = logprobs_all.gather(1, chosen.view(-1, 1)).view(-1).tolist()
+        reported = torch.log_softmax(logits, dim=-1) if self.raw_logprobs else logprobs_all
+        picked = reported.gather(1, chosen.view(-1, 1)).view(-1).tolist()
         ids = chosen.tolist()
         tops: dict[int, list[tuple[int, float]]] = {}
         wide = max((r.logprobs or 0) for r in requests)
         if wide > 0:
-            values, indices = torch.topk(logprobs_all, wide, dim=-1)
+            values, indices = torch.topk(reported, wide, dim=-1)
             for i, r in enumerate(requests):
                 if r.logprobs:
                     tops[i] = list(
@@ -405,6 +441,8 @@ class ContinuousBatcher:
             request = row.request
             if not request.ids:
                 request.first_token_at = now
+            if request.version_last != self.version or not request.version_spans:
+                request.version_spans.append((self.version, len(request.ids)))
             request.ids.append(token)
             request.version_last = self.version
             if request.logprobs is not None:
@@ -420,56 +458,3 @@ class ContinuousBatcher:
                 request.finish = "length"
         if self._next is not None and len(self._rows) == len(rows) and rows is self._rows:
             self._next = torch.tensor(ids, device=logits.device)
-
-
-def _left_pad(t: Any, width: int) -> Any:
-    """``t`` ([rows, ..., length] on the last-but-one axis for caches, the last for masks) padded left."""
-    import torch
-
-    if t.dim() == 2:
-        missing = width - t.shape[1]
-        return t if missing == 0 else torch.cat([t.new_zeros((t.shape[0], missing)), t], dim=1)
-    missing = width - t.shape[-2]
-    if missing == 0:
-        return t
-    pad = t.new_zeros((*t.shape[:-2], missing, t.shape[-1]))
-    return torch.cat([pad, t], dim=-2)
-
-
-def _filtered_probs(logprobs: Any, top_k: Sequence[int], top_p: Sequence[float]) -> Any:
-    """Probabilities after each row's top-k and top-p cut (the best id always survives)."""
-    import torch
-
-    scores = logprobs.clone()
-    vocab = scores.shape[-1]
-    for i, k in enumerate(top_k):
-        if 0 < k < vocab:
-            kth = torch.topk(scores[i], k).values[-1]
-            scores[i][scores[i] < kth] = float("-inf")
-    if any(p < 1.0 for p in top_p):
-        order = torch.argsort(scores, dim=-1, descending=True)
-        sorted_probs = torch.softmax(scores.gather(1, order), dim=-1)
-        before = torch.cumsum(sorted_probs, dim=-1) - sorted_probs  # mass strictly above each id
-        limit = torch.tensor(list(top_p), device=scores.device).view(-1, 1)
-        drop_sorted = before >= limit
-        drop_sorted[:, 0] = False
-        drop = torch.zeros_like(drop_sorted).scatter(1, order, drop_sorted)
-        scores = scores.masked_fill(drop, float("-inf"))
-    return torch.softmax(scores, dim=-1)
-
-
-def _ranked(logprobs: Any, actual: Any, n: int) -> list[list[tuple[int, float]] | None]:
-    """Per position: the actual id's ``(id, logprob)`` first, then the ``n`` most likely others."""
-    import torch
-
-    own = logprobs.gather(1, actual.view(-1, 1)).view(-1).tolist()
-    out: list[list[tuple[int, float]] | None] = []
-    top_values, top_ids = torch.topk(logprobs, n, dim=-1) if n > 0 else (None, None)
-    for i, token in enumerate(actual.tolist()):
-        entry = [(token, own[i])]
-        if top_ids is not None and top_values is not None:
-            entry += [
-                (t, v) for t, v in zip(top_ids[i].tolist(), top_values[i].tolist(), strict=True) if t != token
-            ][:n]
-        out.append(entry)
-    return out

@@ -1,6 +1,7 @@
 """Weight updates of the completions server: a state dict read from a file and copied into the model.
 
-``POST /update_weights`` (:mod:`coa.serve.app`) reads the file the trainer pushed
+A weight update (:mod:`coa.serve.admin`: vLLM's ``/update_weights``, ``/collective_rpc`` or SGLang's
+``/update_weights_from_disk``) reads the directory the trainer pushed
 (:func:`load_state_dict_file`: safetensors, a folder of them or a ``torch.save`` state dict) and
 copies it into the running model in place (:func:`assign_weights`), between a pause and a resume
 of the batcher (:mod:`coa.serve.engine`).

@@ -17,15 +17,14 @@ import hashlib
 import json
 import random
 from collections.abc import Iterable, Sequence
-from typing import Any, Literal
+from typing import Any
 
 import pyarrow as pa
 
 from coa.errors import UserError
+from coa.synthetic.config import SPLITS, Split
 from schemas import TASK
 
-Split = Literal["train", "heldout"]
-SPLITS: tuple[Split, ...] = ("train", "heldout")
 HELDOUT_BUCKETS = 5
 """One split-key bucket in ``HELDOUT_BUCKETS`` (20 %) belongs to ``heldout``, the rest to ``train``."""
 

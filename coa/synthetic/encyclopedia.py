@@ -24,9 +24,8 @@ from collections.abc import Mapping
 from types import MappingProxyType
 
 from coa.synthetic._common import SyntheticError, rng_for
+from coa.synthetic.config import DEFAULT_ENTITIES, MIN_ENTITIES
 
-DEFAULT_ENTITIES = 300
-MIN_ENTITIES = 24
 MENTOR_WINDOW = 12
 
 KINDS = ("person", "city", "country", "company", "university", "river")

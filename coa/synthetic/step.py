@@ -5,7 +5,7 @@ from __future__ import annotations
 from pydantic import Field
 
 import schemas
-from coa.steps import Build, Step, StepSummary
+from coa.steps import Build, Stage, Step, StepSummary
 from coa.synthetic import SyntheticConfig, generate_all
 
 SPLITS = ("train", "heldout")
@@ -20,16 +20,7 @@ class SyntheticSummary(StepSummary):
 
 def step(config: SyntheticConfig, name: str = "synthetic") -> Step:
     """Generate the train and held-out splits (disjoint questions), keyed by the config alone."""
-    return Step(
-        name=name,
-        builder="synthetic",
-        kind="tasks",
-        artifact="synthetic",
-        config=config,
-        build=_build,
-        describe="generate the synthetic task families",
-        produces={split: "task.v1" for split in SPLITS},
-    )
+    return Step(name=name, stage=STAGE, artifact="synthetic", config=config, describe=STAGE.describe)
 
 
 def _build(b: Build) -> None:
@@ -37,3 +28,14 @@ def _build(b: Build) -> None:
     for split in SPLITS:
         b.writer.write_table(split, tables[split], schemas.TASK)
     b.report(SyntheticSummary(train=tables["train"].num_rows, heldout=tables["heldout"].num_rows))
+
+
+STAGE = Stage(
+    name="synthetic",
+    kind="tasks",
+    build=_build,
+    config=SyntheticConfig,
+    produces={split: "task.v1" for split in SPLITS},
+    summary=SyntheticSummary,
+    describe="generate the synthetic task families",
+)

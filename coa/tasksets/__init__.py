@@ -5,14 +5,18 @@
 ``step`` (the step).
 """
 
+from typing import TYPE_CHECKING, Any
+
 from coa.tasksets.config import Family, TasksConfig, TaskSourceConfig
-from coa.tasksets.importer import (
-    ImportResult,
-    SourceSummary,
-    TaskImportError,
-    detect_layout,
-    import_tasks,
-)
+
+if TYPE_CHECKING:
+    from coa.tasksets.importer import (
+        ImportResult,
+        SourceSummary,
+        TaskImportError,
+        detect_layout,
+        import_tasks,
+    )
 
 __all__ = [
     "Family",
@@ -24,3 +28,12 @@ __all__ = [
     "detect_layout",
     "import_tasks",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    """PEP 562: the implementation loads on first use, so loading the config loads none of it."""
+    if name in ("ImportResult", "SourceSummary", "TaskImportError", "detect_layout", "import_tasks"):
+        from coa.tasksets import importer
+
+        return getattr(importer, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -12,7 +12,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 import schemas
 from coa import io
-from coa.steps import Build, Step, StepSummary
+from coa.steps import Build, Stage, Step, StepSummary
 from coa.tasksets.config import TasksConfig
 from coa.tasksets.importer import ProgressFn, TaskImportError, import_tasks
 
@@ -45,21 +45,22 @@ def step(config: TasksConfig, name: str = "tasks") -> Step:
     """The import step of ``config.sources`` (their files are hashed now, for the key)."""
     if not config.sources:
         raise TaskImportError("tasks.sources is empty: add at least one task file (see configs/demo.yaml)")
-    try:
-        fingerprints = [io.path_fingerprint(s.path) for s in config.sources]
-    except FileNotFoundError as e:
-        raise TaskImportError(f"{e}; check tasks.sources (paths are relative to where you run)") from None
     return Step(
         name=name,
-        builder="tasks",
-        kind="tasks",
+        stage=STAGE,
         artifact=config.name,
         config=config,
-        build=_build,
-        identity={"input_sha256": fingerprints},
-        describe="import task files into task.v1",
-        produces={"tasks": "task.v1", "quarantine": "quarantine.v1"},
+        identity=identify(config),
+        describe=STAGE.describe,
     )
+
+
+def identify(config: TasksConfig) -> dict[str, list[str]]:
+    """The task files' hashes (what else decides the content): recomputed where a spec is rebuilt."""
+    try:
+        return {"input_sha256": [io.path_fingerprint(s.path) for s in config.sources]}
+    except FileNotFoundError as e:
+        raise TaskImportError(f"{e}; check tasks.sources (paths are relative to where you run)") from None
 
 
 def _build(b: Build) -> None:
@@ -82,3 +83,15 @@ def _per_source(b: Build) -> ProgressFn | None:
         return None
     report = b.progress
     return lambda _source, done, total: report(done, total)
+
+
+STAGE = Stage(
+    name="tasks",
+    kind="tasks",
+    build=_build,
+    config=TasksConfig,
+    produces={"tasks": "task.v1", "quarantine": "quarantine.v1"},
+    summary=TasksSummary,
+    identify=identify,
+    describe="import task files into task.v1",
+)

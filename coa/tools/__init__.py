@@ -5,25 +5,28 @@ refuses (``SandboxUnavailable``) when no sandbox works; ``coa.tools.code`` wraps
 tool (payload -> observation string) and as ``run_tests`` for code-test scoring.
 """
 
-from coa.tools.code import (
-    AssertTest,
-    CaseResult,
-    CodeTest,
-    IOTest,
-    RunTestsReport,
-    code_tool,
-    format_observation,
-    make_code_tool,
-    run_tests,
-    truncate_content,
-)
-from coa.tools.sandbox import (
-    SandboxConfig,
-    SandboxResult,
-    SandboxUnavailable,
-    run_python,
-    sandbox_available,
-)
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from coa.tools.code import (
+        AssertTest,
+        CaseResult,
+        CodeTest,
+        IOTest,
+        RunTestsReport,
+        code_tool,
+        format_observation,
+        make_code_tool,
+        run_tests,
+        truncate_content,
+    )
+    from coa.tools.sandbox import (
+        SandboxConfig,
+        SandboxResult,
+        SandboxUnavailable,
+        run_python,
+        sandbox_available,
+    )
 
 __all__ = [
     "AssertTest",
@@ -42,3 +45,27 @@ __all__ = [
     "sandbox_available",
     "truncate_content",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    """PEP 562: the implementation loads on first use, so loading the config loads none of it."""
+    if name in (
+        "AssertTest",
+        "CaseResult",
+        "CodeTest",
+        "IOTest",
+        "RunTestsReport",
+        "code_tool",
+        "format_observation",
+        "make_code_tool",
+        "run_tests",
+        "truncate_content",
+    ):
+        from coa.tools import code
+
+        return getattr(code, name)
+    if name in ("SandboxConfig", "SandboxResult", "SandboxUnavailable", "run_python", "sandbox_available"):
+        from coa.tools import sandbox
+
+        return getattr(sandbox, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

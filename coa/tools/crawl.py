@@ -31,11 +31,10 @@ from pathlib import Path
 from typing import Any, Protocol
 
 import httpx
-from pydantic import Field
 
-from coa.config import StrictModel
 from coa.errors import CoaError
 from coa.settings import scrub
+from coa.tools.config import CrawlConfig as CrawlConfig  # its home: coa.tools.config
 from coa.tools.search import blocked_url
 
 log = logging.getLogger(__name__)
@@ -47,29 +46,6 @@ TokenCounter = Callable[[str], int]
 _HTML_TYPES = ("text/html", "application/xhtml+xml")
 _TEXT_TYPES = ("application/json", "application/xml", "application/ld+json", "application/javascript")
 _HTML_EXTS = (".html", ".htm", ".xhtml")
-
-
-class CrawlConfig(StrictModel):
-    """How pages are fetched and cut down."""
-
-    timeout_s: float = Field(default=20.0, gt=0, description="Total time allowed for one page.")
-    max_chars: int = Field(default=8000, ge=100, description="Character budget of one page's text.")
-    max_tokens: int | None = Field(
-        default=None, ge=10, description="Optional token budget (needs a token counter; else ~4 chars/token)."
-    )
-    max_bytes: int = Field(
-        default=5_000_000, ge=1024, description="Stop reading a response after this many bytes."
-    )
-    summary_input_chars: int = Field(
-        default=60_000, ge=1000, description="Most characters of page text handed to the summariser."
-    )
-    max_redirects: int = Field(default=5, ge=0, description="Redirects followed.")
-    user_agent: str = Field(
-        default="Mozilla/5.0 (compatible; coa-crawl/1.0)", description="User-Agent header."
-    )
-    file_root: str | None = Field(
-        default=None, description="Folder that file:// urls may read from; unset disables file:// urls."
-    )
 
 
 class LocalStore(Protocol):

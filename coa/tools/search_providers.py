@@ -17,49 +17,17 @@ import logging
 import os
 import time
 from collections.abc import Iterable
-from typing import Any, Literal
+from typing import Any
 
 import httpx
-from pydantic import Field
 
-from coa.config import StrictModel
+from coa.tools.config import RetrieveConfig, SearchConfig, SerperConfig  # their home: coa.tools.config
 from coa.tools.search import DocumentLike, LocalBM25Search, SearchError, SearchHit, SearchProvider
 
 log = logging.getLogger(__name__)
 
 _ENV_NAME = r"^[A-Za-z_][A-Za-z0-9_]*$"
 _RETRY_STATUS = frozenset({429, 500, 502, 503, 504})
-
-
-class SerperConfig(StrictModel):
-    """A Serper-compatible search endpoint (Serper itself, or a caching proxy that speaks its JSON)."""
-
-    url: str = Field(default="https://google.serper.dev/search", description="POST endpoint.")
-    api_key_env: str | None = Field(
-        default="SERPER_API_KEY",
-        pattern=_ENV_NAME,
-        description="NAME of the environment variable holding the API key (never the key itself); "
-        "null sends no X-API-KEY header (e.g. a local proxy).",
-    )
-    timeout_s: float = Field(default=30.0, gt=0, description="Per-request timeout.")
-    max_retries: int = Field(
-        default=2, ge=0, description="Retries on 429/5xx, timeouts and connection errors."
-    )
-    backoff_s: float = Field(default=1.0, ge=0, description="Linear back-off step between retries.")
-
-
-class RetrieveConfig(StrictModel):
-    """An AFM/Search-R1 ``/retrieve`` server (dense or BM25 over Wikipedia)."""
-
-    url: str | None = Field(default=None, description="Full endpoint, e.g. `http://host:8000/retrieve`.")
-    url_env: str | None = Field(
-        default="WIKI_RAG_SERVER_URL",
-        pattern=_ENV_NAME,
-        description="NAME of the environment variable holding the endpoint when `url` is unset.",
-    )
-    timeout_s: float = Field(default=30.0, gt=0, description="Per-request timeout.")
-    max_retries: int = Field(default=3, ge=0, description="Retries on 5xx, timeouts and connection errors.")
-    backoff_s: float = Field(default=0.5, ge=0, description="Linear back-off step between retries.")
 
 
 def _post_json(
@@ -196,24 +164,6 @@ class RetrieveServerSearch:
                 )
             )
         return hits
-
-
-class SearchConfig(StrictModel):
-    """Which provider serves a search tool."""
-
-    provider: Literal["local_bm25", "serper", "retrieve"] = Field(
-        default="local_bm25", description="local_bm25 (embedded default), serper (web) or retrieve (wiki)."
-    )
-    index_dir: str | None = Field(
-        default=None, description="local_bm25: a saved index folder; unset = build from the given documents."
-    )
-    top_k: int = Field(default=10, ge=1, description="Results per query.")
-    serper: SerperConfig = Field(
-        default_factory=SerperConfig, description="The Serper-compatible endpoint (provider: serper)."
-    )
-    retrieve: RetrieveConfig = Field(
-        default_factory=RetrieveConfig, description="The AFM/Search-R1 /retrieve server (provider: retrieve)."
-    )
 
 
 def build_search_provider(

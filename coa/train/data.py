@@ -3,13 +3,14 @@
 For each example (``messages`` = system, user, one assistant message holding the whole CoA
 trajectory):
 
-1. the stored ``observation_spans`` must equal :func:`coa.format.observation_spans` of the
-   assistant content (else the row is corrupt and encoding fails, naming the example);
+1. the stored ``observation_spans`` are the spans to mask: conversion checked them against the
+   assistant content when it wrote them (:func:`coa.format.check_observation_spans`), so training
+   never scans the text for observations again; only their order is checked here (cheap);
 2. :func:`coa.format.chat_text` renders the chat with the tokenizer's own chat template and returns
    where the assistant content starts (it fails if the template does not keep the content verbatim);
 3. :func:`coa.format.label_chat` tokenizes it and labels it: ``-100`` on every prompt token and on
-   every token touching an observation span, the trajectory's own tokens and the end-of-turn token
-   trained.
+   every token touching a stored observation span, the trajectory's own tokens and the end-of-turn
+   token trained.
 
 Sequences longer than ``max_length`` keep their start (their labels are cut with them); a sequence
 left with no trained token (a prompt that fills ``max_length``) is dropped. Both are counted in
@@ -25,7 +26,7 @@ from typing import Any
 import pyarrow as pa
 
 from coa.errors import UserError
-from coa.format import IGNORE_INDEX, chat_text, label_chat, observation_spans
+from coa.format import IGNORE_INDEX, chat_text, label_chat
 
 
 class ExampleError(UserError, ValueError):
@@ -67,14 +68,17 @@ def encode_example(tokenizer: Any, row: dict[str, Any]) -> tuple[list[int], list
     """``(input_ids, labels)`` of one ``sft.v1`` row (no truncation)."""
     example_id = str(row.get("example_id", "?"))
     system, question, content = split_messages(example_id, row["messages"])
-    stored = [(s["start"], s["end"]) for s in row.get("observation_spans") or []]
-    if stored != observation_spans(content):
-        raise ExampleError(
-            f"{example_id}: stored observation_spans {stored} differ from the spans of the assistant "
-            f"content {observation_spans(content)}; the row is corrupt (re-run the convert stage)"
-        )
+    spans = [(s["start"], s["end"]) for s in row.get("observation_spans") or []]
+    end = 0
+    for a, b in spans:
+        if not end <= a < b <= len(content):
+            raise ExampleError(
+                f"{example_id}: stored observation_spans {spans} are out of order or outside the "
+                f"assistant content (length {len(content)}); the row is corrupt (re-run the convert stage)"
+            )
+        end = b
     text, start = chat_text(tokenizer, system, question, content)
-    return label_chat(tokenizer, text, start)
+    return label_chat(tokenizer, text, start, spans)
 
 
 def encode_examples(

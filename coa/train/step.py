@@ -14,6 +14,7 @@ removed once the artifact is committed.
 
 from __future__ import annotations
 
+import base64
 import shutil
 from collections.abc import Sequence
 from typing import Any
@@ -21,7 +22,9 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from coa.steps import Build, Step, StepInput
+from coa import io
+from coa.facts import Facts, Markdown, show
+from coa.steps import Build, Stage, Step, StepInput, StepResult
 from coa.train.config import SFT, SFTError, SFTParams, SFTResult, SFTRunConfig, SFTStageConfig
 from coa.train.kit.launch import launch_accelerate, resolve_launcher, work_dir
 from coa.train.summary import SFTSummary
@@ -46,14 +49,12 @@ def step(
     """
     return Step(
         name=name,
-        builder="sft",
-        kind="model",
+        stage=STAGE,
         artifact=config.name,
         config=config,
-        build=lambda b: _build(b, callbacks),
         inputs={"base": base, "data": converted},
-        describe="supervised fine-tuning (observations masked)",
-        expects={"data": "sft.v1"},
+        describe=STAGE.describe,
+        options={"callbacks": tuple(callbacks)} if callbacks else {},
     )
 
 
@@ -68,8 +69,9 @@ def select_examples(examples: pa.Table, families: Sequence[str] | None) -> pa.Ta
     return chosen
 
 
-def _build(b: Build, callbacks: Sequence[Any]) -> None:
+def _build(b: Build) -> None:
     config: SFTStageConfig = b.step.config
+    callbacks: Sequence[Any] = b.step.options.get("callbacks", ())
     base, data = b.model("base"), b.table("data")
     out = work_dir(b.store.root, b.writer.uri)
     examples = select_examples(data.read(), config.families)
@@ -119,8 +121,32 @@ def _build(b: Build, callbacks: Sequence[Any]) -> None:
     b.cleanup.append(lambda: shutil.rmtree(out, ignore_errors=True))
 
 
+def present(s: SFTSummary, result: StepResult) -> Facts:
+    """The loss curve and the run's figures; the overfitting warning."""
+    png = base64.b64encode(io.read_file(result.ref, LOSS_PNG)).decode()
+    text = (
+        f"# SFT loss\n\n![loss curve](data:image/png;base64,{png})\n\n"
+        "| steps run / planned | final loss | held-out loss | tokens seen | tokens/s | device |\n"
+        "|---|---|---|---|---|---|\n"
+        f"| {s.steps_run} / {s.steps_planned} | {show(s.final_loss)} | {show(s.heldout_loss)} | "
+        f"{show(s.tokens_seen)} | {show(s.tokens_per_s)} | {s.device} |\n\nModel: `{result.ref.uri}`"
+        + (f"\n\n**Warning:** {s.overfit_warning}" if s.overfit_warning else "")
+    )
+    return Facts((Markdown("loss-curve", text, "Training and held-out loss of the SFT run"),))
+
+
+STAGE = Stage(
+    name="sft",
+    kind="model",
+    build=_build,
+    config=SFTStageConfig,
+    expects={"data": "sft.v1"},
+    summary=SFTSummary,
+    present=present,
+    describe="supervised fine-tuning (observations masked)",
+)
+
+
 def read_result(ref: Any) -> SFTResult:
     """The :class:`SFTResult` of a committed SFT artifact."""
-    from coa import io
-
     return SFTResult.model_validate_json(io.read_file(ref, RESULT_FILE))

@@ -4,7 +4,8 @@
   parser in process (Typer's test runner), so a new command appears without touching the docs;
 * ``reference/config.md``: every field of the pipeline configuration, walked from the root model
   (:class:`coa.plan.PipelineConfig`) through every nested section: dotted key, type,
-  default and the field's description;
+  default and the field's description (:func:`config_keys`: its keys, which every profile's keys
+  are checked against);
 * ``reference/contracts.md``: every data contract in ``schemas.ALL``: the module's docstring and
   each column's type, nullability, allowed values and docstring.
 
@@ -167,6 +168,14 @@ def _walk(model: Any, prefix: str, seen: tuple[Any, ...]) -> Iterator[tuple[str,
             mapping = origin is dict or any(typing.get_origin(a) is dict for a in args)
             step = f"{key}.N." if container else f"{key}.NAME." if mapping else f"{key}."
             yield from _walk(sub, step, (*seen, sub))
+
+
+def config_keys() -> set[str]:
+    """Every dotted key of the configuration reference (``N`` a list index, ``NAME`` a mapping key):
+    what a profile may set; ``tests/test_profiles_reference.py`` checks every profile against it."""
+    from coa.plan import PipelineConfig
+
+    return {key for key, _, _ in _walk(PipelineConfig, "", (PipelineConfig,))}
 
 
 def _cell(text: str) -> str:

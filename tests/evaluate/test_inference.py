@@ -15,7 +15,8 @@ from coa.format.codec import render_segment
 from coa.model import TinyModelConfig, init_model, sft_corpus
 from coa.rollout import Codec
 from coa.rollout.policies.scripted import ScriptedPolicy
-from coa.tools.config import ToolsConfig, build_toolbox
+from coa.tools.build import build_toolbox
+from coa.tools.config import ToolsConfig
 from coa.tools.toolbox import ToolResult
 from tests.train.rows import arith_rows
 

@@ -20,6 +20,7 @@ from coa.errors import UserError
 from coa.evaluate.predictions import PredictionsError, predictions_table, read_prediction_rows
 from coa.tasksets import import_tasks
 from coa.tasksets.config import TaskSourceConfig
+from tests.tools.support import requires_sandbox
 
 runner = CliRunner()
 LIMIT = 12
@@ -55,12 +56,13 @@ def write_predictions(tasks: list[dict[str, Any]], path: Path, native_ids: bool 
 
 
 @pytest.mark.parametrize(
-    ("fixture", "benchmark", "scorer"),
-    [("gaia_dev_103.json", "gaia_dev_103", "gaia"), ("nq_500.jsonl", "nq_500", "afm-mhqa-em"),
-     ("aime24.parquet", "aime24", "afm-math-verify")],
+    ("fixture", "benchmark", "scorer", "label"),
+    [("gaia_dev_103.json", "gaia_dev_103", "gaia", "gaia v1"),
+     ("nq_500.jsonl", "nq_500", "afm-mhqa-em", "afm-mhqa-em v1"),
+     ("aime24.parquet", "aime24", "afm-math-verify", "afm-math-verify v2 (math-verify 0.9.0)")],
 )  # fmt: skip
 def test_coa_score_equals_coa_evaluate_on_the_same_predictions(
-    fixture: str, benchmark: str, scorer: str, afm_fixtures: Path, tmp_path: Path
+    fixture: str, benchmark: str, scorer: str, label: str, afm_fixtures: Path, tmp_path: Path
 ) -> None:
     imported = runner.invoke(app, ["tasks", "import", str(afm_fixtures / fixture)])
     assert imported.exit_code == 0, imported.output
@@ -85,7 +87,7 @@ def test_coa_score_equals_coa_evaluate_on_the_same_predictions(
         ],
     )
     assert scored.exit_code == 0, scored.output
-    assert f"{benchmark}: scored by {scorer} v1; {LIMIT} of " in scored.stdout
+    assert f"{benchmark}: scored by {label}; {LIMIT} of " in scored.stdout  # the package beside the number
     from_file = runner.invoke(
         app, ["score", "-p", str(predictions), "--tasks", str(afm_fixtures / fixture), "--limit", str(LIMIT)]
     )
@@ -181,3 +183,23 @@ def test_scorer_mismatch_between_evaluations_is_named(afm_fixtures: Path, tmp_pa
     assert scorer_mismatch(gaia, old) == {"gaia_dev_103": (["gaia v1"], ["unrecorded"])}
     assert old.column("scorer").null_count == old.num_rows  # an older table reads with nulls there
     assert [r["correct"] for r in gaia.to_pylist()] != [r["correct"] for r in project.to_pylist()]
+
+
+@pytest.mark.sandbox
+@requires_sandbox
+def test_coa_score_on_livecodebench_names_lcbs_package(afm_fixtures: Path, tmp_path: Path) -> None:
+    tasks = _tasks(afm_fixtures / "livecodebench_v5.parquet")[:3]
+    predictions = tmp_path / "lcb.jsonl"
+    lines = [{"task_id": t["task_id"], "prediction": "```python\nprint(0)\n```"} for t in tasks]
+    predictions.write_text("".join(json.dumps(x) + "\n" for x in lines))
+    out = tmp_path / "metrics.json"
+    args = ["score", "-p", str(predictions), "--tasks", str(afm_fixtures / "livecodebench_v5.parquet")]
+    scored = runner.invoke(app, [*args, "--limit", "3", "--out", str(out)])
+    assert scored.exit_code == 0, scored.output
+    assert (
+        "livecodebench_v5: scored by livecodebench v2 (nvidia-livecodebench 26.3); 3 of 167" in scored.stdout
+    )
+    used = json.loads(out.read_text())["scorers"]["livecodebench_v5"]["scorers"]
+    assert used == [{"name": "livecodebench", "version": "2", "rule": used[0]["rule"], "published_rule": True,
+                     "package": "nvidia-livecodebench 26.3"}]  # fmt: skip
+    assert json.loads(out.read_text())["benchmarks"]["livecodebench_v5"]["pass@1"] == 0.0

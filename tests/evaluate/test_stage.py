@@ -11,7 +11,8 @@ from coa.llm.config import EndpointConfig
 from coa.model import TinyModelConfig, init_model, sft_corpus
 from coa.rollout import STOP_TAGS, Codec
 from coa.rollout.policies.hf import HFPolicy
-from coa.tools.config import ToolsConfig, build_toolbox
+from coa.tools.build import build_toolbox
+from coa.tools.config import ToolsConfig
 from tests.rollout.fake_completions import FakeCompletionsServer, TurnScript
 from tests.train.rows import arith_rows
 

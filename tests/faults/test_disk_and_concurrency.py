@@ -156,7 +156,7 @@ def test_a_failed_build_leaves_its_marker_before_an_identical_run_gets_the_lock(
     import time
 
     from coa.attempts import failure_marker
-    from coa.steps import Build, Step, run_step
+    from coa.steps import Build, Stage, Step, run_step
 
     store = io.Store(str(tmp_path / "store"))
     building = threading.Event()
@@ -166,7 +166,7 @@ def test_a_failed_build_leaves_its_marker_before_an_identical_run_gets_the_lock(
         building.set()
         raise RuntimeError("the teacher endpoint went away")
 
-    step = Step(name="flaky", kind="tasks", artifact="unit", config={"n": 1}, build=build)
+    step = Step(name="flaky", stage=Stage("flaky", "tasks", build), artifact="unit", config={"n": 1})
     write_atomic = io.write_atomic
 
     def slow_write(fs: object, path: str, data: bytes) -> None:

@@ -147,3 +147,23 @@ def test_straddling_token_rule_with_qwen(qwen_tokenizer: Any) -> None:
         assert offsets[run[-1]][0] < b < hi  # the straddling token
         assert qwen_tokenizer.decode([ids[i] for i in run]) == content[a : b + 1]
         assert labels[run[-1] + 1] != IGNORE_INDEX  # the next token (<think…) is trained
+
+
+def test_check_observation_spans_reads_the_text_by_its_own_rule() -> None:
+    from coa.format import FormatError, check_observation_spans
+
+    text = (
+        "<think>\nt\n</think>\n<code>\nx\n</code>\n<observation>\n1\n</observation>\n<answer>\n1\n</answer>\n"
+    )
+    [(a, b)] = observation_spans(text)
+    check_observation_spans(text, [(a, b)])
+    check_observation_spans("<observation>\nx\n</observation>", [(0, 30)])  # no newline after: none to cover
+    for bad, why in [
+        ([(a, b - 1)], "leaves out the newline"),
+        ([(a - 1, b)], "not one observation segment"),
+        ([(b, a)], "out of order"),
+        ([(a, b), (a, b)], "out of order"),
+        ([], "1 observations, the spans 0"),
+    ]:
+        with pytest.raises(FormatError, match=why):
+            check_observation_spans(text, bad)

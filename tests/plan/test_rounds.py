@@ -10,7 +10,7 @@ from pydantic import ValidationError
 
 from coa.config import ConfigError
 from coa.plan import load_pipeline_config, plan
-from coa.plan.kinds import Parts, rebuild
+from coa.plan.spec import rebuild
 from coa.steps import Upstream
 
 REPO = Path(__file__).resolve().parents[2]
@@ -69,9 +69,7 @@ def test_three_rounds_chain_each_model_to_the_next_and_every_step_rebuilds() -> 
     assert {"after_r2", "after_r3", "sft_r2", "sft_r3"} <= set(by["report"].inputs)
     for step in steps:  # what a step spec carries is enough to rebuild each round step elsewhere
         inputs = {r: v for r, v in step.inputs.items() if v is not None}
-        again = rebuild(
-            step.builder, Parts(step.name, step.artifact, step.config_json(), step.identity, inputs)
-        )
+        again = rebuild(step.builder, step.name, step.artifact, step.config_json(), step.identity, inputs)
         assert again.config_json() == step.config_json() and dict(again.identity) == dict(step.identity)
         assert {r: v for r, v in again.inputs.items() if v is not None} == inputs, step.name
         assert (again.expects, again.produces) == (step.expects, step.produces), step.name
@@ -142,3 +140,21 @@ def test_the_round_steps_that_run_the_student_go_to_the_gpu_pool_by_default() ->
     cfg = load_pipeline_config(DEMO, ["rounds=2", "dispatch.mode=deployment"])
     sent = {s.name for s in plan(cfg) if cfg.dispatch.dispatches(s.name)}
     assert sent == {"sft", "sample.r1", "sft.r2", "rl"}
+
+
+def test_round_sft_is_typed_from_the_sft_section() -> None:
+    """``round_sft`` has the SFT section's fields, types and bounds (one declaration: its model is made
+    from SFTStageConfig); it keeps only the keys a profile sets, which the rounds' SFT lays over ``sft``."""
+    from coa.plan.config import RoundSFTConfig
+    from coa.train.config import SFTStageConfig
+
+    assert set(RoundSFTConfig.model_fields) == set(SFTStageConfig.model_fields)
+    config = load_pipeline_config(DEMO, ["rounds=2", "round_sft={max_steps: 7}"])
+    assert config.round_sft.model_dump() == {"max_steps": 7}
+    later = config.later_sft()
+    assert config.sft is not None and later is not None
+    assert later == config.sft.model_copy(update={"max_steps": 7}) and later.max_steps == 7
+    with pytest.raises((ConfigError, ValidationError), match="round_sft.max_steps"):
+        load_pipeline_config(DEMO, ["rounds=2", "round_sft={max_steps: 0}"])  # a bound of sft's field
+    with pytest.raises((ConfigError, ValidationError), match="round_sft.learning_rate"):
+        load_pipeline_config(DEMO, ["rounds=2", "round_sft={learning_rate: fast}"])

@@ -151,9 +151,9 @@ def test_old_rollout_tables_still_read(tmp_path: Path) -> None:
 def test_an_unreachable_server_fails_with_the_fix(tmp_path: Path) -> None:
     import socket
 
+    from coa.engines import EngineError
     from coa.llm.config import EndpointConfig
     from coa.rl.server import WeightSync
-    from coa.rollout.policies.endpoint import EndpointError
 
     with socket.socket() as s:  # a port nobody listens on
         s.bind(("127.0.0.1", 0))
@@ -161,6 +161,6 @@ def test_an_unreachable_server_fails_with_the_fix(tmp_path: Path) -> None:
     endpoint = EndpointConfig(
         name="gone", base_url=f"http://127.0.0.1:{port}/v1", model="student", timeout_s=5
     )
-    with pytest.raises(EndpointError, match="python -m coa.serve") as failed:
+    with pytest.raises(EngineError, match="python -m coa.serve") as failed:
         WeightSync(endpoint, tmp_path).check()
     assert failed.value.exit_code == 3  # missing infrastructure

@@ -14,7 +14,8 @@ from coa.rl.config import RLParams
 from coa.rl.rollouts import RolloutSource
 from coa.rollout import Codec
 from coa.rollout.policies.scripted import ScriptedPolicy
-from coa.tools.config import ToolsConfig, build_toolbox
+from coa.tools.build import build_toolbox
+from coa.tools.config import ToolsConfig
 from tests.rollout.helpers import SpyToolBox, code_turn
 
 from .helpers import TwoTurnPolicy, math_prompt

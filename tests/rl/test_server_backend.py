@@ -21,7 +21,6 @@ import torch
 import yaml
 
 import schemas
-from coa.llm.config import EndpointConfig
 from coa.rl.config import RLRunConfig
 from coa.rl.grpo import run_rl
 from coa.rollout import Generation, Sampling
@@ -46,7 +45,20 @@ def serve(tiny_model: Path) -> Iterator[ServeProcess]:
         server.stop()
 
 
-def server_config(model: Path, serve: ServeProcess, **kw: Any) -> RLRunConfig:
+@pytest.fixture(scope="module")
+def sglang_serve(tiny_model: Path) -> Iterator[ServeProcess]:
+    """coa.serve speaking SGLang's routes and completion metadata (--protocol sglang)."""
+    server = ServeProcess(
+        tiny_model, "--served-model-name", "student", "--protocol", "sglang", dev_mode=False
+    )
+    try:
+        server.wait_ready()
+        yield server
+    finally:
+        server.stop()
+
+
+def server_config(model: Path, serve: ServeProcess, engine: str = "auto", **kw: Any) -> RLRunConfig:
     """A short server-backed run on the random tiny model: one generation of at most 24 ids per
     episode, the overlong term over the whole budget (so lengths make rewards differ), truncated
     episodes trained (a random model rarely closes a tag), a large learning rate (weights move)."""
@@ -68,7 +80,13 @@ def server_config(model: Path, serve: ServeProcess, **kw: Any) -> RLRunConfig:
         "tools": ToolsConfig(enabled=("code",), record="off"),
         "rollout": {
             "backend": "server",
-            "server": EndpointConfig(name="coa-serve", base_url=serve.url, model="student", timeout_s=60),
+            "server": {
+                "name": "coa-serve",
+                "base_url": serve.url,
+                "model": "student",
+                "timeout_s": 60,
+                "engine": engine,
+            },
         },
     }
     return RLRunConfig.model_validate(values | kw)
@@ -111,9 +129,22 @@ def sampled_runs(ids: Sequence[int], mask: Sequence[int]) -> list[tuple[int, ...
 
 
 @pytest.mark.sandbox
+@pytest.mark.parametrize(
+    "engine",
+    [
+        "auto",  # probed: coa.serve in vLLM mode, its update_info disk transport
+        "vllm",  # vLLM's adapter: /collective_rpc to the worker extension, /update_weight_version
+        "sglang",  # SGLang's adapter against coa.serve --protocol sglang
+    ],
+)
 def test_server_backend_syncs_weights_and_trains_the_sampled_ids(
-    serve: ServeProcess, tiny_model: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    engine: str,
+    request: pytest.FixtureRequest,
+    tiny_model: Path,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
+    serve: ServeProcess = request.getfixturevalue("sglang_serve" if engine == "sglang" else "serve")
     generations: list[Generation] = []
     real = EndpointPolicy.generate
 
@@ -123,13 +154,15 @@ def test_server_backend_syncs_weights_and_trains_the_sampled_ids(
         return generation
 
     monkeypatch.setattr(EndpointPolicy, "generate", spy)
-    result = run_rl(prompts_table(6), server_config(tiny_model, serve), tmp_path / "run")
+    result = run_rl(prompts_table(6), server_config(tiny_model, serve, engine), tmp_path / "run")
     assert (result.global_step, result.rollout_backend, result.mode) == (3, "server", "sync")
+    assert result.rollout_stats["weight_version_mismatches"] == 0  # SGLang's reports agree with the stamps
     assert result.rollout_stats["weight_syncs"] == 3  # before each of the 3 generation batches
     table = pq.read_table(result.rollouts_file)
     assert schemas.ROLLOUT.check(table).ok
     rows = table.to_pylist()
     assert {r["step"] for r in rows} == {0, 1, 2}
+    assert not any(r["old_kv"] for r in rows)  # sync: no push lands while a generation runs
     assert all(r["policy_version"] == r["step"] for r in rows)  # the server sampled with the pushed weights
     sampled = {tuple(g.ids) for g in generations}
     for r in rows:
@@ -145,8 +178,9 @@ def test_server_backend_syncs_weights_and_trains_the_sampled_ids(
     assert max(abs(a - b) for a, b in zip(before, after, strict=True)) > 1e-3  # training moved them
     served = served_logprobs(serve, FIXED)
     assert close(served, after) and not close(served, before)
-    assert httpx.get(f"{serve.root}/health").json()["weight_version"] == 2
-    assert not list((tmp_path / "run" / "weight_sync").glob("*.safetensors"))  # removed at the end
+    version_route = "/model_info" if engine == "sglang" else "/weight_info"
+    assert httpx.get(f"{serve.root}{version_route}").json()["weight_version"] == "2"
+    assert not list((tmp_path / "run" / "weight_sync").glob("v*"))  # removed at the end
     # the recorded behaviour logprobs of step 2 are those of the synced weights
     row = next(r for r in rows if r["step"] == 2 and sum(r["loss_mask"]))
     full = row["prompt_ids"] + row["completion_ids"]
@@ -156,12 +190,15 @@ def test_server_backend_syncs_weights_and_trains_the_sampled_ids(
 
 
 @pytest.mark.sandbox
+@pytest.mark.parametrize("engine", ["auto", "sglang"])  # coa.serve's vLLM protocol (no version), SGLang's
 def test_async_run_trains_nothing_beyond_max_staleness(
-    serve: ServeProcess, tiny_model: Path, tmp_path: Path
+    engine: str, request: pytest.FixtureRequest, tiny_model: Path, tmp_path: Path
 ) -> None:
+    serve: ServeProcess = request.getfixturevalue("sglang_serve" if engine == "sglang" else "serve")
     config = server_config(
         tiny_model,
         serve,
+        engine,
         mode="async",
         max_staleness=1,
         max_steps=4,
@@ -176,12 +213,16 @@ def test_async_run_trains_nothing_beyond_max_staleness(
     kept = [r for r in rows if r["kept"]]
     assert len(kept) == 4 * 2 * 4  # every step trained prompts_per_step full groups
     assert all(r["policy_version"] is not None and r["step"] - r["policy_version"] <= 1 for r in kept)
+    # the server reports no version (vLLM's protocol): the client's stamp is the version, so groups
+    # generated while the trainer trained are one behind (the take step as version would make all 0)
+    assert any(r["step"] - r["policy_version"] == 1 for r in kept)
     stale = [r for r in rows if r["step"] - r["policy_version"] > 1]
     assert all(not r["kept"] for r in stale)
     assert result.rollout_stats["staleness_max"] <= 1
     assert result.rollout_stats["stale_dropped_groups"] * 4 == len(stale)
     assert all({"tis/weight_mean", "async/wait_s", "async/staleness_max"} <= set(p) for p in result.curves)
     assert all(p["async/staleness_max"] <= 1 and 0 < p["tis/weight_mean"] <= 2.0 for p in result.curves)
+    assert result.rollout_stats["weight_version_mismatches"] == 0  # SGLang's spans agree with the stamps
 
 
 def write_run(tmp_path: Path, serve: ServeProcess, model: Path, max_steps: int) -> tuple[Path, Path]:
@@ -245,3 +286,19 @@ def test_the_entropy_guard_stops_an_async_run_and_its_producer(
     with pytest.raises(EntropyCollapse):
         run_rl(prompts_table(6), config, tmp_path / "run")
     assert not [t for t in threading.enumerate() if t.name == "coa-rl-producer"]  # stopped, not leaked
+
+
+@pytest.mark.sandbox
+def test_tis_is_refused_on_raw_logprobs(tiny_model: Path, tmp_path: Path) -> None:
+    from coa.engines import EngineError
+
+    raw = ServeProcess(tiny_model, "--served-model-name", "student", "--logprobs-mode", "raw_logprobs")
+    try:
+        raw.wait_ready()
+        config = server_config(tiny_model, raw, "vllm", is_correction="tis", temperature=0.7)
+        with pytest.raises(EngineError) as refused:
+            run_rl(prompts_table(6), config, tmp_path / "run")
+    finally:
+        raw.stop()
+    assert "\n" not in str(refused.value) and "--logprobs-mode processed_logprobs" in str(refused.value)
+    assert not (tmp_path / "run" / "rollouts").exists()  # refused before any rollout

@@ -22,8 +22,9 @@ REPO = Path(__file__).resolve().parents[2]
 class ServeProcess:
     """A ``coa.serve`` subprocess: ``url`` is its base URL (``.../v1``), ``root`` without ``/v1``."""
 
-    def __init__(self, model: Path, *extra: str) -> None:
+    def __init__(self, model: Path, *extra: str, dev_mode: bool = True) -> None:
         env = os.environ | {"PYTHONPATH": str(REPO), "TOKENIZERS_PARALLELISM": "false"}
+        env["VLLM_SERVER_DEV_MODE"] = "1" if dev_mode else "0"  # vLLM's RL routes, gated as vLLM gates them
         command = [sys.executable, "-m", "coa.serve", "--model", str(model), "--port", "0", "--threads", "1"]
         self.log = tempfile.TemporaryFile(mode="w+")  # noqa: SIM115 - stderr: never a pipe nobody drains
         self.process = subprocess.Popen(

@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from coa.serve.engine import ContinuousBatcher, GenRequest, _filtered_probs
+from coa.serve.engine import ContinuousBatcher, GenRequest
+from coa.serve.sampling import filtered_probs
 from coa.serve.weights import assign_weights
 
 
@@ -85,7 +86,7 @@ def test_top_k_and_top_p_cuts_per_row() -> None:
     import torch
 
     logprobs = torch.log_softmax(torch.tensor([[4.0, 3.0, 2.0, 1.0], [4.0, 3.0, 2.0, 1.0]]), -1)
-    probs = _filtered_probs(logprobs, [2, 0], [1.0, 0.7])
+    probs = filtered_probs(logprobs, [2, 0], [1.0, 0.7])
     assert (probs[0] > 0).tolist() == [True, True, False, False]
     # row 2: p(first) = 0.64 < 0.7, so the second survives; the mass above the third is 0.88 >= 0.7
     assert (probs[1] > 0).tolist() == [True, True, False, False]

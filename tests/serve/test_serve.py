@@ -50,6 +50,15 @@ def served_logprobs(serve: ServeProcess, ids: list[int], model: str = "student")
     return [entries[i][str(ids[i])]["logprob"] for i in range(1, len(ids))]
 
 
+def info(serve: ServeProcess) -> dict[str, Any]:
+    """The stand-in's own counters, beside vLLM's ``/server_info`` fields."""
+    return httpx.get(f"{serve.root}/server_info").json()["coa"]  # type: ignore[no-any-return]
+
+
+def post(serve: ServeProcess, route: str, **kw: Any) -> httpx.Response:
+    return httpx.post(f"{serve.root}{route}", timeout=60, **kw)
+
+
 def close(a: list[float], b: list[float], tol: float = 1e-4) -> bool:
     return len(a) == len(b) and all(math.isclose(x, y, abs_tol=tol) for x, y in zip(a, b, strict=True))
 
@@ -67,9 +76,9 @@ def test_endpoint_policy_episodes_equal_hf_generate(
     endpoint = EndpointConfig(
         name="coa-serve", base_url=serve.url, model="student", max_retries=0, timeout_s=60
     )
-    before = httpx.get(f"{serve.root}/server_info").json()
+    before = info(serve)
     served = rollout(specs, EndpointPolicy(endpoint, codec, max_connections=4), SpyToolBox(), config)
-    after = httpx.get(f"{serve.root}/server_info").json()
+    after = info(serve)
     local = rollout(specs, HFPolicy(str(tiny_model), device="cpu", max_batch=4), SpyToolBox(), config)
     assert [e.completion_ids for e in served] == [e.completion_ids for e in local]
     assert [e.finish for e in served] == [e.finish for e in local]
@@ -78,7 +87,7 @@ def test_endpoint_policy_episodes_equal_hf_generate(
         sampled = [lp for lp, m in zip(s.logprobs, s.mask, strict=True) if m]
         expected = [lp for lp, m in zip(h.logprobs, h.mask, strict=True) if m]
         assert close(sampled, expected, 1e-3)  # type: ignore[arg-type]
-    assert all(e.policy_versions == [before["weight_version"]] * e.turns for e in served)
+    assert all(e.policy_versions == [None] * e.turns for e in served)  # vLLM's protocol reports none
     assert all(e.policy_versions == [None] * e.turns for e in local)  # HF generate reports none
     generated = sum(e.completion_tokens for e in served)
     assert after["steps"] - before["steps"] < generated  # rows shared decode steps (continuous batching)
@@ -89,7 +98,7 @@ def test_served_logprobs_follow_weight_updates(serve: ServeProcess, tiny_model: 
 
     base = load(tiny_model)
     assert close(served_logprobs(serve, FIXED), hf_logprobs(base, FIXED))
-    version = httpx.get(f"{serve.root}/health").json()["weight_version"]
+    assert httpx.get(f"{serve.root}/weight_info").json() == {"weight_version": "default"}
 
     changed = load(tiny_model)
     generator = torch.Generator().manual_seed(1)
@@ -101,29 +110,39 @@ def test_served_logprobs_follow_weight_updates(serve: ServeProcess, tiny_model: 
     old = hf_logprobs(base, FIXED)
     assert max(abs(a - b) for a, b in zip(new, old, strict=True)) > 0.05  # the change is visible
 
-    assert httpx.post(f"{serve.root}/pause", params={"mode": "wait"}).json()["paused"] is True
-    update = httpx.post(
-        f"{serve.root}/update_weights", json={"path": str(tmp_path / "v1"), "version": version + 1}
-    )
+    # vLLM's dev RL routes: pause, start, update {update_info}, finish {weight_version}, resume
+    assert post(serve, "/pause", params={"mode": "wait"}).json() == {"status": "paused"}
+    assert httpx.get(f"{serve.root}/is_paused").json() == {"is_paused": True}
+    assert post(serve, "/start_weight_update", json={"is_checkpoint_format": True}).status_code == 200
+    missing = post(serve, "/update_weights", json={"path": str(tmp_path / "v1")})  # coa.serve's old body
+    assert missing.status_code == 400 and "Missing 'update_info'" in missing.json()["message"]
+    update = post(serve, "/update_weights", json={"update_info": {"path": str(tmp_path / "v1")}})
     assert update.status_code == 200, update.text
-    assert httpx.post(f"{serve.root}/resume").json()["paused"] is False
+    assert post(serve, "/finish_weight_update", json={"weight_version": "step-1"}).status_code == 200
+    assert post(serve, "/resume").json() == {"status": "resumed"}
+    assert httpx.get(f"{serve.root}/weight_info").json() == {"weight_version": "step-1"}
     response = complete(serve, prompt=FIXED, prompt_logprobs=0)
-    assert response.json()["weight_version"] == version + 1
-    assert response.headers["x-weight-version"] == str(version + 1)
+    assert "weight_version" not in response.json()  # vLLM's completions carry no version
     assert close(served_logprobs(serve, FIXED), new)  # the NEW weights answer, not the old ones
 
-    bad = tmp_path / "bad.safetensors"
+    bad = tmp_path / "bad"
+    bad.mkdir()
     from safetensors.torch import save_file
 
-    save_file({"model.embed_tokens.weight": torch.zeros(3, 3)}, str(bad))
-    refused = httpx.post(f"{serve.root}/update_weights", json={"path": str(bad)})
+    save_file({"model.embed_tokens.weight": torch.zeros(3, 3)}, str(bad / "model.safetensors"))
+    post(serve, "/start_weight_update")
+    refused = post(serve, "/update_weights", json={"update_info": {"path": str(bad)}})
     assert refused.status_code == 400 and "shape" in refused.json()["message"]
     assert close(served_logprobs(serve, FIXED), new)  # nothing was half-applied
 
-    base.save_pretrained(tmp_path / "v0")  # an update without an explicit pause pauses around itself
-    restored = httpx.post(f"{serve.root}/update_weights", json={"path": str(tmp_path / "v0")})
-    assert restored.status_code == 200 and restored.json()["weight_version"] == version + 2
+    base.save_pretrained(tmp_path / "v0")  # the worker extension's route: /collective_rpc
+    rpc = {"method": "coa_load_weights", "args": [str(tmp_path / "v0")]}
+    assert post(serve, "/collective_rpc", json=rpc).json()["results"][0] > 0
+    assert post(serve, "/update_weight_version", json={"new_version": "step-2"}).status_code == 200
+    assert httpx.get(f"{serve.root}/weight_info").json() == {"weight_version": "step-2"}
     assert close(served_logprobs(serve, FIXED), old)
+    unknown = post(serve, "/collective_rpc", json={"method": "reload_weights"})
+    assert unknown.status_code == 500  # a method of a worker extension this server was not started with
 
 
 def test_adapter_changes_only_requests_naming_it(
@@ -183,19 +202,43 @@ def test_sampling_seeds_stops_and_bad_requests(serve: ServeProcess) -> None:
     assert choice["token_ids"] == ids[:cut] and choice["finish_reason"] == "stop"
     assert choice["stop_reason"] == ids[2]
 
-    assert complete(serve, prompt=FIXED, n=2).status_code == 400
     assert complete(serve, prompt=FIXED, frequency_penalty=0.5).status_code == 400  # not silently ignored
+    assert complete(serve, prompt=FIXED, min_p=0.1).status_code == 400
     assert complete(serve, prompt=[10**6]).status_code == 400
+    overflow = complete(serve, prompt=FIXED, max_tokens=10**6)
+    assert overflow.status_code == 400 and "max_model_len" in overflow.json()["message"]
+
+    # what every vLLM client sends: a batch of prompts, n choices each (prompt-major), ids as tokens
+    batch = complete(
+        serve,
+        prompt=[FIXED, FIXED[:5]],
+        n=2,
+        seed=3,
+        temperature=1.0,
+        max_tokens=4,
+        min_p=0.0,
+        repetition_penalty=1.0,
+        logprobs=0,
+        return_token_ids=True,
+        return_tokens_as_token_ids=True,
+        ignore_eos=True,
+        vllm_xargs={"ignored": "as vLLM ignores unknown fields"},
+    )
+    assert batch.status_code == 200, batch.text
+    choices = batch.json()["choices"]
+    assert [c["index"] for c in choices] == [0, 1, 2, 3]
+    assert [c["prompt_token_ids"] for c in choices] == [FIXED, FIXED, FIXED[:5], FIXED[:5]]
+    assert all(c["logprobs"]["tokens"] == [f"token_id:{t}" for t in c["token_ids"]] for c in choices)
 
 
 def test_requests_wait_while_paused(serve: ServeProcess) -> None:
-    assert httpx.post(f"{serve.root}/pause").status_code == 200
+    assert httpx.post(f"{serve.root}/pause", params={"mode": "keep"}).status_code == 200
     box: dict[str, httpx.Response] = {}
     thread = threading.Thread(target=lambda: box.setdefault("r", complete(serve, prompt=FIXED)))
     try:
         thread.start()
         time.sleep(0.5)
-        assert "r" not in box and httpx.get(f"{serve.root}/server_info").json()["waiting"] == 1
+        assert "r" not in box and info(serve)["waiting"] == 1
     finally:
         httpx.post(f"{serve.root}/resume")
     thread.join(30)

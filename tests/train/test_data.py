@@ -9,7 +9,14 @@ import pyarrow as pa
 import pytest
 
 import schemas
-from coa.format import IGNORE_INDEX, observation_spans
+from coa.format import (
+    IGNORE_INDEX,
+    FormatError,
+    chat_text,
+    check_observation_spans,
+    label_chat,
+    observation_spans,
+)
 from coa.train import SFTRunConfig
 from coa.train.data import ExampleError, encode_examples
 from coa.train.sft_trainer import build_trainer
@@ -70,13 +77,42 @@ def test_truncation_and_dropping_are_counted(tokenizer: Any) -> None:
         encode_examples(rows, tokenizer, prompt_len - 2)
 
 
-def test_corrupt_spans_and_bad_roles_are_rejected(tokenizer: Any) -> None:
+def test_training_masks_the_stored_spans_that_conversion_checked(tokenizer: Any) -> None:
+    """Training reads ``observation_spans`` and never scans the text again: spans corrupted after
+    conversion change the mask exactly as the column says; conversion's check rejects such spans."""
     row = arith_rows(1).to_pylist()[0]
-    shifted = dict(
-        row, observation_spans=[{"start": s["start"] + 1, "end": s["end"]} for s in row["observation_spans"]]
+    content = row["messages"][2]["content"]
+    spans = [(s["start"], s["end"]) for s in row["observation_spans"]]
+    assert spans and spans == observation_spans(content)
+    check_observation_spans(content, spans)  # what conversion wrote passes its check
+    (a, b), rest = spans[0], spans[1:]
+    shifted = [(a + len("<observation>\n"), b), *rest]  # a span that leaves out its opening tag
+    with pytest.raises(FormatError, match="observation_spans.*not one observation segment"):
+        check_observation_spans(content, shifted)
+    with pytest.raises(FormatError, match="observations, the spans"):
+        check_observation_spans(content, rest)  # an observation left unmasked
+
+    def labels(stored: list[tuple[int, int]]) -> list[int]:
+        corrupt = dict(row, observation_spans=[{"start": x, "end": y} for x, y in stored])
+        return encode_examples(schemas.SFT.from_rows([corrupt]), tokenizer, None).labels[0]
+
+    system, question = row["messages"][0]["content"], row["messages"][1]["content"]
+    text, start = chat_text(tokenizer, system, question, content)
+    ids, expected = label_chat(tokenizer, text, start)  # the spans found in the text
+    assert labels(spans) == expected
+    assert labels(shifted) == label_chat(tokenizer, text, start, shifted)[1] != expected
+    unmasked = labels([])  # no stored span: every token of the trajectory is trained, the prompt not
+    first = next(i for i, t in enumerate(expected) if t != IGNORE_INDEX)
+    assert unmasked[:first] == [IGNORE_INDEX] * first and unmasked[first:] == ids[first:]
+
+
+def test_disordered_spans_and_bad_roles_are_rejected(tokenizer: Any) -> None:
+    row = arith_rows(1).to_pylist()[0]
+    backwards = dict(
+        row, observation_spans=[{"start": s["end"], "end": s["start"]} for s in row["observation_spans"]]
     )
-    with pytest.raises(ExampleError, match="ex0@code_math: stored observation_spans"):
-        encode_examples(schemas.SFT.from_rows([shifted]), tokenizer, None)
+    with pytest.raises(ExampleError, match="ex0@code_math: stored observation_spans .* out of order"):
+        encode_examples(schemas.SFT.from_rows([backwards]), tokenizer, None)
     swapped = dict(row, messages=[row["messages"][1], row["messages"][0], row["messages"][2]])
     with pytest.raises(ExampleError, match=r"messages must be \[system, user, assistant\]"):
         encode_examples(schemas.SFT.from_rows([swapped]), tokenizer, None)

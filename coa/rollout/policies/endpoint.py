@@ -10,6 +10,13 @@ Transport: one ``aiohttp.ClientSession`` per engine run, its connector holding
 ``max_connections`` connections (the engine's concurrency). aiohttp's pool is constant-time per
 request and its HTTP parser is C; httpx's pool scans every connection on every request, which at
 64 connections and more cost more client CPU than everything else (``bench/bench_rollout.py``).
+With an engine client (:mod:`coa.engines`, the RL ``server`` backend) each request is stamped with
+the weight version the engine holds when it is sent (the ledger's; an engine-reported version is
+checked against it, a disagreement counted), names the engine's current model (the newest LoRA
+adapter's name under a LoRA sync), and carries a seed of its own (data-parallel vLLM engines
+share an RNG seed: unseeded requests repeat samples). A 400 saying the request exceeds the
+engine's context is :class:`~coa.engines.ContextOverflow` naming ``max_model_len``.
+
 The environment's proxy (``HTTP(S)_PROXY`` unless ``NO_PROXY`` matches the server) is read once
 per run, its credentials sent as proxy authorisation. Bodies are encoded and decoded with orjson
 (Prefect's own dependency): ~0.6 us for a request body and ~2 us for a response against ~35 and
@@ -18,7 +25,9 @@ per run, its credentials sent as proxy authorisation. Bodies are encoded and dec
 
 from __future__ import annotations
 
+import itertools
 import os
+import random
 import urllib.parse
 import urllib.request
 from collections.abc import Sequence
@@ -26,6 +35,7 @@ from typing import Any
 
 import orjson
 
+from coa.engines import ContextOverflow, EngineClient, is_context_overflow
 from coa.errors import InfraError
 from coa.llm.config import EndpointConfig
 from coa.rollout.policy import STOP_TAGS, Codec, Generation, Sampling
@@ -67,8 +77,21 @@ def no_token_api(url: str, seen: str) -> EndpointError:
 class EndpointPolicy:
     """Token-level completions from a vLLM-style server."""
 
-    def __init__(self, endpoint: EndpointConfig, codec: Codec, *, max_connections: int | None = None) -> None:
+    def __init__(
+        self,
+        endpoint: EndpointConfig,
+        codec: Codec,
+        *,
+        max_connections: int | None = None,
+        engine: EngineClient | None = None,
+        seed: int | None = None,
+    ) -> None:
         self.endpoint = endpoint
+        self.engine = engine
+        base = (
+            random.Random(seed).getrandbits(31) if seed is not None else random.SystemRandom().getrandbits(31)
+        )
+        self._seeds = itertools.count(base)
         self.codec = codec
         self.name = endpoint.model
         self.url = f"{endpoint.resolved_base_url()}/completions"
@@ -99,7 +122,7 @@ class EndpointPolicy:
     def body(self, prompt_ids: Sequence[int], max_new_tokens: int, sampling: Sampling) -> dict[str, Any]:
         """The request body for one generation."""
         body: dict[str, Any] = {
-            "model": self.endpoint.model,
+            "model": self.engine.request_model() if self.engine is not None else self.endpoint.model,
             "prompt": list(prompt_ids),
             "max_tokens": max_new_tokens,
             "temperature": sampling.temperature,
@@ -107,6 +130,7 @@ class EndpointPolicy:
             "logprobs": 1,
             "return_token_ids": True,
             "skip_special_tokens": False,
+            "seed": next(self._seeds) % (2**31),
         }
         if sampling.top_k:
             body["top_k"] = sampling.top_k
@@ -119,26 +143,25 @@ class EndpointPolicy:
     async def generate(
         self, prompt_ids: Sequence[int], max_new_tokens: int, sampling: Sampling
     ) -> Generation:
-        import aiohttp
-
         if self._session is None:
             raise RuntimeError("EndpointPolicy.generate before start(): run it through the rollout engine")
         data = orjson.dumps(self.body(prompt_ids, max_new_tokens, sampling))
+        stamped = self.engine.ledger.stamp() if self.engine is not None else None
         try:
-            async with self._session.post(
-                self.url, data=data, proxy=self._proxy, proxy_auth=self._proxy_auth
-            ) as response:
-                status, raw = response.status, await response.read()
-        except (TimeoutError, aiohttp.ClientError) as e:
-            raise EndpointError(f"completion endpoint {self.url} unreachable: {type(e).__name__}: {e}") from e
-        if status in (400, 404, 422):
-            raise no_token_api(self.url, f"HTTP {status}: {raw[:120].decode('utf-8', 'replace')!r}")
-        if status != 200:
-            text = raw[:300].decode("utf-8", "replace")
-            raise EndpointError(f"completion endpoint {self.url} answered {status}: {text}")
-        payload = orjson.loads(raw)
+            payload = await self._post(data, len(prompt_ids), max_new_tokens)
+        finally:
+            if self.engine is not None and stamped is not None:
+                self.engine.ledger.release(stamped)
         choice = payload["choices"][0]
-        version = payload.get("weight_version")  # coa.serve's; vLLM reports none
+        version: int | None
+        old_kv = False
+        if self.engine is not None and stamped is not None:
+            self.engine.ledger.check(stamped, self.engine.reported_version(payload))
+            version = stamped  # the client's stamp: the engine held these weights when it was sent
+            # a push that keeps running requests' KV (vLLM keep, SGLang in_place) landed while it ran
+            old_kv = self.engine.keeps_old_kv() and self.engine.ledger.current != stamped
+        else:
+            version = payload.get("weight_version")  # a server that reports an integer version
         ids = choice.get("token_ids")
         if ids is None:
             raise no_token_api(self.url, "its reply has no token_ids")
@@ -150,8 +173,32 @@ class EndpointPolicy:
         generation = self.codec.cut(ids, logprobs, max_new_tokens)
         finish, stop = generation.finish, generation.stop
         if finish == "length" and choice.get("finish_reason") == "stop":
-            matched = choice.get("stop_reason")  # a stop string the ids did not show, or EOS
+            matched = choice.get("stop_reason", choice.get("matched_stop"))  # vLLM's, SGLang's
             finish, stop = (
                 ("stop", matched) if isinstance(matched, str) and matched in STOP_TAGS else ("eos", None)
             )
-        return Generation(generation.ids, generation.logprobs, finish, stop, version)
+        return Generation(generation.ids, generation.logprobs, finish, stop, version, old_kv)
+
+    async def _post(self, data: bytes, prompt_len: int, max_new_tokens: int) -> dict[str, Any]:
+        import aiohttp
+
+        try:
+            async with self._session.post(
+                self.url, data=data, proxy=self._proxy, proxy_auth=self._proxy_auth
+            ) as response:
+                status, raw = response.status, await response.read()
+        except (TimeoutError, aiohttp.ClientError) as e:
+            raise EndpointError(f"completion endpoint {self.url} unreachable: {type(e).__name__}: {e}") from e
+        text = raw[:300].decode("utf-8", "replace")
+        if is_context_overflow(status, text):
+            raise ContextOverflow(
+                f"completion endpoint {self.url}: a prompt of {prompt_len} ids + max_tokens {max_new_tokens} "
+                "exceeds the server's max_model_len: lower max_total_tokens / max_new_tokens or start the "
+                "server with a larger --max-model-len"
+            )
+        if status in (400, 404, 422):
+            raise no_token_api(self.url, f"HTTP {status}: {raw[:120].decode('utf-8', 'replace')!r}")
+        if status != 200:
+            raise EndpointError(f"completion endpoint {self.url} answered {status}: {text}")
+        payload: dict[str, Any] = orjson.loads(raw)
+        return payload

@@ -3,17 +3,24 @@
 A reader puts an evaluation's number beside a leaderboard's only when both were scored by the same
 rule. Each scorer here is one benchmark's published rule (``published=True``) or, for task sets
 with none (the synthetic families, plain files), the project's own rule; its name and version go
-into every ``eval.v1`` row (``scorer``, ``scorer_version``), ``metrics.json`` and the report.
+into every ``eval.v1`` row (``scorer``, ``scorer_version``), ``metrics.json`` and the report. A
+published rule runs the publisher's own grader package, never a rewrite of it; ``ScorerInfo.package``
+names it with its installed version, in ``metrics.json`` and beside each number of ``coa score``
+(:mod:`.publishers`).
 
 =====================  =========================================  ===========================================
 scorer                 benchmarks                                  rule
 =====================  =========================================  ===========================================
 ``gaia``               GAIA                                        :mod:`.gaia`: numbers as floats, lists per
                                                                    element, strings without spaces/punctuation
-``browsecomp-grader``  BrowseComp                                  :mod:`.graders`: LLM grader, correct: yes
-``hle-judge``          Humanity's Last Exam                        :mod:`.graders`: LLM judge, correct: yes
-``livecodebench``      LiveCodeBench (v4, v5, …)                   :mod:`.livecodebench`: all tests, first
-                                                                   failure stops, LCB output comparison
+``simple-evals-        BrowseComp                                  :mod:`.graders`: simple-evals' grader
+browsecomp``                                                       (its template and parser, its package)
+``hle-browsecomp-      Humanity's Last Exam                        :mod:`.graders`: HLE's judge prompt as
+template``                                                         simple-evals' BrowseComp grader carries it
+``simple-evals-        SimpleQA                                    :mod:`.graders`: simple-evals' grader, A
+simpleqa``
+``livecodebench``      LiveCodeBench (v4, v5, …)                   :mod:`.livecodebench`: LCB's own
+                                                                   ``check_correctness`` in the sandbox
 ``afm-math-verify``    AIME 24/25, AMC 23, MATH-500, OlympiadBench math-verify as AFM's reward code uses it
 ``afm-mhqa-em``        NQ, HotpotQA, TriviaQA, PopQA, 2Wiki, …     AFM's ``mhqa_eval``: EM of the first ``|``
                                                                    answer (its published numbers)
@@ -44,6 +51,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from coa.errors import UserError
+from coa.scoring.benchmarks.publishers import LIVECODEBENCH, MATH_VERIFY, SIMPLE_EVALS, package_label
 
 __all__ = [
     "SCORERS",
@@ -65,6 +73,9 @@ class ScorerInfo:
     rule: str
     published: bool
     """True when this is the benchmark's own published rule (numbers comparable with its leaderboard)."""
+    package: str | None = None
+    """The publisher's grader package and its installed version (``"nvidia-simple-evals 26.3"``), or
+    None for the project's own rules."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -126,8 +137,9 @@ def _grader(name: str) -> ScoreFn:
 
         if not hasattr(judge, "complete"):
             raise UserError(f"the {name} grader needs an LLM judge (evaluate.judge: an endpoint)")
-        result, tag = grade(judge, name, str(task.get("question") or ""), prediction, _golds(task))
-        return bool(result.verdict), float(bool(result.verdict)), describe(result, tag)
+        result = grade(judge, name, str(task.get("question") or ""), prediction, _golds(task))
+        tag = f"{getattr(judge, 'model', 'judge')}/simple-evals {name}"
+        return result.verdict, float(result.verdict), describe(result, tag)
 
     return fn
 
@@ -195,8 +207,9 @@ def _coa_code(task: Mapping[str, Any], prediction: str, judge: Any) -> tuple[boo
 
 
 def _scorer(name: str, version: str, rule: str, published: bool, families: tuple[str, ...], fn: ScoreFn,
-            needs_judge: bool = False) -> Scorer:  # fmt: skip
-    return Scorer(ScorerInfo(name, version, rule, published), families, needs_judge, fn)
+            needs_judge: bool = False, package: str | None = None) -> Scorer:  # fmt: skip
+    label = package_label(package) if package else None
+    return Scorer(ScorerInfo(name, version, rule, published, label), families, needs_judge, fn)
 
 
 SCORERS: dict[str, Scorer] = {
@@ -212,41 +225,59 @@ SCORERS: dict[str, Scorer] = {
             _gaia,
         ),  # fmt: skip
         _scorer(
-            "browsecomp-grader",
+            "simple-evals-browsecomp",
             "1",
-            "BrowseComp LLM grader (prompt browsecomp-grader-v1): "
-            "correct: yes|no; a malformed reply is incorrect",
+            "simple-evals' BrowseComp grader, run from its package: its GRADER_TEMPLATE as the one user "
+            "message, its parser (first 'correct: (yes|no)', case-sensitive; no match is no)",
             True,
             ("web",),
             _grader("browsecomp"),
             needs_judge=True,
+            package=SIMPLE_EVALS,
         ),  # fmt: skip
         _scorer(
-            "hle-judge",
+            "hle-browsecomp-template",
             "1",
-            "HLE LLM judge (prompt hle-judge-v1): correct: yes|no; a malformed reply is incorrect",
+            "HLE's judge prompt as simple-evals' BrowseComp GRADER_TEMPLATE carries it (from HLE's "
+            "run_judge_results.py), read by BrowseComp's parser; not HLE's structured-output call, "
+            "which no package ships",
             True,
             ("web", "math"),
             _grader("hle"),
             needs_judge=True,
+            package=SIMPLE_EVALS,
+        ),  # fmt: skip
+        _scorer(
+            "simple-evals-simpleqa",
+            "1",
+            "simple-evals' SimpleQA grader, run from its package: its GRADER_TEMPLATE, its parser "
+            "(first A|B|C; no match is C); correct is A",
+            True,
+            ("web", "mhqa"),
+            _grader("simpleqa"),
+            needs_judge=True,
+            package=SIMPLE_EVALS,
         ),  # fmt: skip
         _scorer(
             "livecodebench",
-            "1",
-            "LiveCodeBench evaluator: every test passes (stops at the first "
-            "failure), 6 s per test, lines stripped and compared, decimals as numbers",
+            "2",
+            "LiveCodeBench's check_correctness run from its package inside the sandbox: its code "
+            "extraction (last block), its run_test (6 s per test, stdin as a text stream, tuples as "
+            "lists), its process and global timeout; every test must pass",
             True,
             ("code",),
             _livecodebench,
+            package=LIVECODEBENCH,
         ),  # fmt: skip
         _scorer(
             "afm-math-verify",
-            "1",
-            "math-verify as AFM's reward code uses it: parse the answer, "
-            "string match, else verify against \\boxed{gold}",
+            "2",
+            "math-verify as AFM's reward code uses it: parse the whole answer (no length limit), "
+            "string match, else verify against \\boxed{gold}; 5 s to parse, 5 s to verify",
             True,
             ("math",),
             _afm_math,
+            package=MATH_VERIFY,
         ),  # fmt: skip
         _scorer(
             "afm-mhqa-em",
@@ -299,8 +330,9 @@ _BENCHMARKS: tuple[tuple[str, str, re.Pattern[str]], ...] = tuple(
     (bench, scorer, re.compile(pattern))
     for bench, scorer, pattern in (
         ("gaia", "gaia", r"gaia"),
-        ("browsecomp", "browsecomp-grader", r"browse_?comp"),
-        ("hle", "hle-judge", r"(?:^|[^a-z])hle(?:[^a-z]|$)|humanity'?s?_?last_?exam"),
+        ("browsecomp", "simple-evals-browsecomp", r"browse_?comp"),
+        ("hle", "hle-browsecomp-template", r"(?:^|[^a-z])hle(?:[^a-z]|$)|humanity'?s?_?last_?exam"),
+        ("simpleqa", "simple-evals-simpleqa", r"simple_?qa"),
         ("livecodebench", "livecodebench", r"livecodebench|(?:^|[^a-z])lcb"),
         ("aime", "afm-math-verify", r"aime"),
         ("amc", "afm-math-verify", r"(?:^|[^a-z])amc"),

@@ -18,7 +18,6 @@ from prefect.states import Failed
 from coa import io
 from coa.errors import CoaError, describe
 from coa.execution import ShardExecutor
-from coa.rl.summary import RLSummary
 from coa.steps import Step, StepResult, run_step
 from tasks.publish import publish
 
@@ -72,10 +71,7 @@ def run_step_task(
         logger.error("%s: %s", step.name, describe(e))
         return Failed(message=describe(e))
     logger.info("%s: %s %s", step.name, "reused" if result.reused else "built", result.ref.uri)
-    if step.builder == "rl":  # RL's reward-hacking alarm, its no-correct-rollout warning
-        rl = RLSummary.from_dict(result.summary)
-        for message in (rl.alarm, rl.no_signal):
-            if message:
-                logger.warning("%s: %s", step.name, message)
+    for message in step.stage.facts(result).warnings:  # e.g. RL's reward-hacking alarm
+        logger.warning("%s: %s", step.name, message)
     publish(step, result, scope)
     return result

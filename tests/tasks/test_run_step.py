@@ -1,10 +1,10 @@
-"""The step task's progress lines (:mod:`tasks.steps`): a line a tenth, with the time left."""
+"""The step task's progress lines (:mod:`tasks.run_step`): a line a tenth, with the time left."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from tasks.steps import _progress, time_left
+from tasks.run_step import _progress, time_left
 
 
 class _Logger:

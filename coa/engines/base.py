@@ -1,0 +1,191 @@
+"""What every engine client shares: the errors, the client-side version ledger, the HTTP calls.
+
+A serving engine used as an RL rollout server gets the trainer's weights pushed to it as version
+``V`` and generates token ids; none of the released engines reports per completion which weights
+sampled it in a way the trainer can rely on (vLLM reports nothing; SGLang reports spans). So the
+client stamps each request with the version the engine held when the request was sent
+(:meth:`WeightLedger.stamp`); where the engine reports one, the report is compared with the stamp
+and a disagreement counted (:attr:`WeightLedger.mismatches`), never trusted silently.
+
+:class:`EngineClient` is the interface each adapter implements (:mod:`coa.engines.vllm`,
+:mod:`coa.engines.sglang`): check the routes it needs, push full weights or a LoRA adapter as a
+version, name the model a request uses, read an engine-reported version off a completion.
+"""
+
+from __future__ import annotations
+
+import threading
+from abc import ABC, abstractmethod
+from collections import Counter
+from pathlib import Path
+from typing import Any, Literal
+
+from coa.errors import InfraError, UserError
+
+EngineKind = Literal["vllm", "sglang", "coa"]
+"""vllm = ``vllm serve`` (or ``trl vllm-serve``); sglang = ``sglang.launch_server``; coa = coa.serve."""
+
+
+class EngineError(InfraError, RuntimeError):
+    """The serving engine is unreachable, lacks a route, or refused an update (exit 3)."""
+
+
+class ContextOverflow(UserError, ValueError):
+    """A prompt plus its generation budget is longer than the engine's ``max_model_len`` (exit 2)."""
+
+
+def is_context_overflow(status: int, text: str) -> bool:
+    """Whether an engine's error answer says the request is longer than its context."""
+    lowered = text.lower()
+    return status == 400 and ("maximum context length" in lowered or "max_model_len" in lowered)
+
+
+class WeightLedger:
+    """The client's record of which weight version each request was sent under (thread-safe).
+
+    ``current`` is the version the engine holds (set by a push before the engine resumes);
+    :meth:`stamp` / :meth:`release` count the requests in flight per version, so a version's files
+    are removed only once no request can still use them (:meth:`unused_below`).
+    """
+
+    def __init__(self, current: int = 0) -> None:
+        self.current = current
+        self.in_flight: Counter[int] = Counter()
+        self.mismatches = 0
+        self.reported = 0
+        self._lock = threading.Lock()
+
+    def stamp(self) -> int:
+        with self._lock:
+            self.in_flight[self.current] += 1
+            return self.current
+
+    def release(self, version: int) -> None:
+        with self._lock:
+            self.in_flight[version] -= 1
+            if self.in_flight[version] <= 0:
+                del self.in_flight[version]
+
+    def check(self, stamped: int, reported: str | None) -> None:
+        """Count an engine-reported version that is not the stamped one (None: the engine reports none)."""
+        if reported is None:
+            return
+        with self._lock:
+            self.reported += 1
+            if str(reported) != str(stamped):
+                self.mismatches += 1
+
+    def set(self, version: int) -> None:
+        with self._lock:
+            self.current = version
+
+    def unused_below(self, version: int) -> bool:
+        """No request sent under a version older than ``version`` is still in flight."""
+        with self._lock:
+            return not any(v < version for v in self.in_flight)
+
+
+class EngineClient(ABC):
+    """One serving engine, reached over HTTP at ``root`` (its address without ``/v1``)."""
+
+    kind: EngineKind
+    tis_fix = "set rl.is_correction: none, or sample at temperature 1"
+    logprobs_processed: bool | None = None
+    """Whether the engine's logprobs are those of the sampling distribution (after temperature):
+    True / False when known, None when the engine cannot tell (then TIS is refused)."""
+
+    def __init__(
+        self,
+        root: str,
+        model: str,
+        *,
+        timeout_s: float = 600.0,
+        api_key: str | None = None,
+        transport: Any = None,
+    ) -> None:
+        import httpx
+
+        self.root = root.rstrip("/")
+        self.model = model
+        self.ledger = WeightLedger()
+        self.old_kv_pushes = 0
+        headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+        self.http = httpx.Client(timeout=timeout_s, headers=headers, transport=transport)
+
+    # ------------------------------------------------------------------ the interface
+
+    @abstractmethod
+    def check(self) -> None:
+        """The engine serves ``model`` and has every route a push needs (else one line with the fix)."""
+
+    @abstractmethod
+    def push_weights(self, directory: Path, version: int) -> None:
+        """Load the full weights in ``directory`` (a HF model folder of safetensors) as ``version``."""
+
+    @abstractmethod
+    def push_adapter(self, directory: Path, version: int) -> None:
+        """Serve the peft LoRA adapter in ``directory`` as ``version`` (requests then name it)."""
+
+    def retire_adapter(self, version: int) -> None:  # noqa: B027 - only LoRA-capable engines override it
+        """Unload the adapter of ``version`` (its requests are done or dropped)."""
+
+    def request_model(self) -> str:
+        """The ``model`` a generation request names now (the base model, or the current adapter)."""
+        return self.model
+
+    def refuse_tis(self, temperature: float) -> None:
+        """Raise when TIS would divide by logprobs of another distribution than the one sampled."""
+        if temperature != 1.0 and self.logprobs_processed is not True:
+            seen = "raw" if self.logprobs_processed is False else "of unknown kind"
+            raise EngineError(
+                f"{self.kind} server logprobs are {seen}, not those of the sampling distribution at "
+                f"temperature {temperature}, so TIS would divide by the wrong probability: {self.tis_fix}"
+            )
+
+    def reported_version(self, payload: dict[str, Any]) -> str | None:
+        """The weight version the engine reports for a completion (None: it reports none)."""
+        return None
+
+    def keeps_old_kv(self) -> bool:
+        """Whether a generation running across a push continues on the new weights with its old KV cache."""
+        return False
+
+    # ------------------------------------------------------------------ HTTP
+
+    def call(self, method: str, route: str, fix: str, **kwargs: Any) -> Any:
+        """``method`` ``route``; a 404 names the route and ``fix``, any other failure the answer."""
+        import httpx
+
+        url = f"{self.root}{route}"
+        try:
+            response = self.http.request(method, url, **kwargs)
+        except httpx.HTTPError as e:
+            raise EngineError(f"{self.kind} server {url} unreachable ({type(e).__name__}: {e}): {fix}") from e
+        if response.status_code in (404, 405):
+            raise EngineError(
+                f"{self.kind} server has no {method} {route} (HTTP {response.status_code}): {fix}"
+            )
+        if response.status_code != 200:
+            text = " ".join(response.text[:300].split())
+            raise EngineError(f"{self.kind} server {method} {route} answered {response.status_code}: {text}")
+        if not response.content:
+            return None
+        try:
+            return response.json()
+        except ValueError:
+            return response.text
+
+    def served_models(self) -> list[str]:
+        data = self.call("GET", "/v1/models", "start the server with the served model name").get("data", [])
+        return [str(m.get("id")) for m in data]
+
+    def check_model(self, fix: str) -> None:
+        served = self.served_models()
+        if self.model not in served:
+            raise EngineError(
+                f"{self.kind} server at {self.root} does not serve {self.model!r} (it serves {served}): "
+                f"set rl.rollout.server.model to the served model name or {fix}"
+            )
+
+    def close(self) -> None:
+        self.http.close()

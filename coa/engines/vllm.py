@@ -1,0 +1,137 @@
+"""vLLM (``vllm serve`` 0.31, ``trl vllm-serve`` 1.16) and ``python -m coa.serve`` as RL rollout servers.
+
+The routes and bodies are vLLM's own (``vllm/entrypoints/serve/dev/rlhf/api_router.py``,
+``dev/rpc``, ``dev/cache``, ``serve/lora``); the RL routes exist only with
+``VLLM_SERVER_DEV_MODE=1``. A full-weight push, one machine, no NCCL:
+
+* ``weights="worker_extension"`` (vLLM): ``POST /pause?mode=keep`` → ``POST /collective_rpc
+  {"method": "coa_load_weights", "args": [<directory>]}`` (our worker extension,
+  :mod:`coa.engines.worker_extension`, started with ``--worker-extension-cls``) → ``POST
+  /update_weight_version {"new_version": "<V>"}`` → ``POST /reset_prefix_cache`` → ``POST /resume``.
+* ``weights="disk"`` (coa.serve): ``/pause`` → ``POST /start_weight_update`` → ``POST
+  /update_weights {"update_info": {"path": <directory>}}`` (the shape of vLLM's draft ``disk``
+  weight-transfer backend, PR 52152) → ``POST /finish_weight_update {"weight_version": "<V>"}`` →
+  ``/reset_prefix_cache`` → ``/resume``.
+
+A LoRA push is TRL's file-based sync: pause (keep) → ``POST /v1/load_lora_adapter`` under a new
+name per version (``<model>-v<V>``: vLLM keys its prefix cache on the adapter name) → resume; old
+names are unloaded by :meth:`VLLMEngine.retire_adapter`. vLLM completions carry no weight version:
+the ledger's stamp is the version.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Literal
+
+from coa.engines.base import EngineClient, EngineError, EngineKind
+
+WORKER_EXTENSION = "coa.engines.worker_extension.WeightLoader"
+"""The ``--worker-extension-cls`` that loads a safetensors directory in place (``coa_load_weights``)."""
+
+DEV_MODE_FIX = "start vLLM with VLLM_SERVER_DEV_MODE=1 (its RL routes /pause, /resume, /collective_rpc)"
+EXTENSION_FIX = f"start vLLM with --worker-extension-cls {WORKER_EXTENSION} (coa importable on the server)"
+LORA_FIX = "start vLLM with --enable-lora --max-lora-rank R and VLLM_ALLOW_RUNTIME_LORA_UPDATING=1"
+TIS_FIX = "start vLLM with --logprobs-mode processed_logprobs (or set rl.is_correction: none)"
+
+PauseMode = Literal["abort", "wait", "keep"]
+WeightsTransport = Literal["worker_extension", "disk"]
+
+
+class VLLMEngine(EngineClient):
+    """vLLM's RL routes; ``weights`` picks how full weights travel (see the module doc)."""
+
+    def __init__(
+        self,
+        root: str,
+        model: str,
+        *,
+        kind: EngineKind = "vllm",
+        pause_mode: PauseMode = "keep",
+        weights: WeightsTransport = "worker_extension",
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(root, model, **kwargs)
+        self.kind = kind
+        self.pause_mode = pause_mode
+        self.weights_transport = weights
+        self.adapter: str | None = None
+        self.tis_fix = TIS_FIX
+
+    def adapter_name(self, version: int) -> str:
+        return f"{self.model}-v{version}"
+
+    def request_model(self) -> str:
+        return self.adapter or self.model
+
+    def keeps_old_kv(self) -> bool:
+        return self.pause_mode == "keep"
+
+    # ------------------------------------------------------------------ checks
+
+    def check(self) -> None:
+        self.check_model("start the server with --served-model-name <model>")
+        self.call("GET", "/is_paused", DEV_MODE_FIX)
+        info = self.call("GET", "/server_info", DEV_MODE_FIX, params={"config_format": "json"})
+        mode = None
+        if isinstance(info, dict) and isinstance(info.get("vllm_config"), dict):
+            mode = (info["vllm_config"].get("model_config") or {}).get("logprobs_mode")
+        self.logprobs_processed = None if mode is None else mode == "processed_logprobs"
+        if self.weights_transport == "worker_extension":
+            self.rpc("coa_extension_ready", fix=EXTENSION_FIX)
+
+    # ------------------------------------------------------------------ pushes
+
+    def rpc(self, method: str, *args: str, fix: str = EXTENSION_FIX) -> Any:
+        body: dict[str, Any] = {"method": method, "args": list(args), "kwargs": {}, "timeout": None}
+        try:
+            return self.call("POST", "/collective_rpc", DEV_MODE_FIX, json=body)
+        except EngineError as e:
+            if "/collective_rpc answered" in str(e):  # the route exists; the method does not
+                raise EngineError(f"{self.kind} server could not run {method} on its workers: {fix}") from e
+            raise
+
+    def pause(self) -> None:
+        self.call("POST", "/pause", DEV_MODE_FIX, params={"mode": self.pause_mode})
+
+    def resume(self) -> None:
+        self.call("POST", "/resume", DEV_MODE_FIX)
+
+    def push_weights(self, directory: Path, version: int) -> None:
+        path = str(directory.resolve())
+        self.pause()
+        try:
+            if self.weights_transport == "worker_extension":
+                self.rpc("coa_load_weights", path)
+                self.call("POST", "/update_weight_version", DEV_MODE_FIX, json={"new_version": str(version)})
+            else:
+                self.call("POST", "/start_weight_update", DEV_MODE_FIX, json={"is_checkpoint_format": True})
+                self.call("POST", "/update_weights", DEV_MODE_FIX, json={"update_info": {"path": path}})
+                self.call(
+                    "POST", "/finish_weight_update", DEV_MODE_FIX, json={"weight_version": str(version)}
+                )
+            # a GRPO group shares its prompt: old-weight KV must not be reused from the prefix cache
+            self.call("POST", "/reset_prefix_cache", DEV_MODE_FIX)
+            self.ledger.set(version)
+        finally:
+            self.resume()
+
+    def push_adapter(self, directory: Path, version: int) -> None:
+        name = self.adapter_name(version)
+        body = {"lora_name": name, "lora_path": str(directory.resolve()), "load_inplace": False}
+        self.pause()
+        try:
+            self.call("POST", "/v1/load_lora_adapter", LORA_FIX, json=body)
+            self.adapter = name
+            self.ledger.set(version)
+        finally:
+            self.resume()
+
+    def retire_adapter(self, version: int) -> None:
+        name = self.adapter_name(version)
+        if name != self.adapter:
+            self.call("POST", "/v1/unload_lora_adapter", LORA_FIX, json={"lora_name": name})
+
+    def weight_version(self) -> str:
+        """The version the engine holds (``GET /weight_info``; ``"default"`` before any push)."""
+        return str(self.call("GET", "/weight_info", DEV_MODE_FIX)["weight_version"])

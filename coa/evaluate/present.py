@@ -1,0 +1,60 @@
+"""What a front end shows of the evaluation steps (:attr:`coa.steps.Stage.present`)."""
+
+from __future__ import annotations
+
+from coa import io
+from coa.evaluate.summary import EvalSummary, Headline, TrainingReportSummary
+from coa.facts import Fact, Facts, Link, Markdown, Table, link, show
+from coa.steps import StepResult
+
+
+def model_of(result: StepResult) -> str:
+    """The model an evaluation ran, as its lineage records it (an artifact URI or a folder/hub id)."""
+    model = io.read_lineage(result.ref).get("inputs", {}).get("model") or {}
+    return str(model.get("model") or model.get("uri") or "the model")
+
+
+def _headline(s: Headline, result: StepResult, what: str) -> tuple[Fact, ...]:
+    """The report's headline as markdown, with a link to the HTML report."""
+    if not s.headline:
+        return ()
+    text = s.headline + (f"\n\n[{what} report]({link(s.report)})" if s.report else "")
+    return (Markdown("headline", text, f"{what}: {result.ref.uri}"),)
+
+
+def present_eval(s: EvalSummary, result: StepResult) -> Facts:
+    """Metrics per family, per benchmark (pass@1 ± SE, pass@k, maj@K, tokens), the headline."""
+    items: list[Fact] = [
+        Table(
+            "metrics",
+            [{"family": f, **{k: show(v) for k, v in m.items()}} for f, m in s.metrics.items()],
+            f"Evaluation of {model_of(result)}: {result.ref.uri}",
+        )
+    ]
+    if s.benchmarks:
+        items.append(
+            Table(
+                "benchmarks",
+                [{"benchmark": b, **{k: show(v) for k, v in m.items()}} for b, m in s.benchmarks.items()],
+                "Evaluation per benchmark (pass@1 ± SE, pass@k, maj@K, tokens)",
+            )
+        )
+    return Facts((*items, *_headline(s, result, "Evaluation")))
+
+
+def present_eval_report(s: Headline, result: StepResult) -> Facts:
+    return Facts(_headline(s, result, "Evaluation report"))
+
+
+def present_report(s: TrainingReportSummary, result: StepResult) -> Facts:
+    """The comparison table (student before/after SFT vs the teacher) and a link to the report."""
+    return Facts(
+        (
+            Table(
+                "comparison",
+                [{k: show(v) for k, v in row.items()} for row in s.comparison],
+                "Student before/after SFT vs the teacher on the held-out tasks",
+            ),
+            Link("link", link(s.report or ""), "Training report"),
+        )
+    )

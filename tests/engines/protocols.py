@@ -1,0 +1,360 @@
+"""The engines' request and response shapes, transcribed (field names and types only) from their source.
+
+Sources read: the wheels of vLLM 0.31.0 (``vllm-0.31.0-cp38-abi3-manylinux_2_28_x86_64.whl``) and
+SGLang 0.5.23 (``sglang-0.5.23-cp311-cp311-manylinux_2_34_x86_64.whl``), unpacked with ``pip download
+--no-deps``; neither imports on a CPU box without its compiled dependencies, so the fields are
+written out here with the file and lines each comes from. Request models forbid extra fields:
+a field the engine does not declare fails the conformance test (vLLM's completion model would
+accept and log it; SGLang's structs would reject it).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict
+
+
+class Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class Empty(Strict):
+    """A route that reads no body (the body must be absent or empty)."""
+
+
+# ---------------------------------------------------------------------- vLLM 0.31
+
+VLLM_RLHF = "vllm/entrypoints/serve/dev/rlhf/api_router.py"
+
+
+class VLLMPauseQuery(Strict):
+    """``POST /pause`` query (rlhf/api_router.py:29-35): no body."""
+
+    mode: Literal["abort", "wait", "keep"] = "abort"
+    wait_for_inflight_requests: bool = False
+    clear_cache: bool = True
+
+
+class VLLMUpdateWeights(Strict):
+    """``POST /update_weights`` (rlhf/api_router.py:186-201): ``update_info`` required (else 400)."""
+
+    update_info: dict[str, Any]
+
+
+class VLLMFinishWeightUpdate(Strict):
+    """``POST /finish_weight_update`` (rlhf/api_router.py:204-210): ``weight_version`` embedded."""
+
+    weight_version: str | None = None
+
+
+class VLLMUpdateWeightVersion(Strict):
+    """``POST /update_weight_version`` (rlhf/api_router.py:213-219): ``new_version`` embedded, required."""
+
+    new_version: str
+
+
+class VLLMCollectiveRPC(Strict):
+    """``POST /collective_rpc`` (dev/rpc/api_router.py:23-43): only string args / kwargs."""
+
+    method: str
+    args: list[str] = []
+    kwargs: dict[str, str] = {}
+    timeout: float | None = None
+
+
+class VLLMResetPrefixCacheQuery(Strict):
+    """``POST /reset_prefix_cache`` query (dev/cache/api_router.py:20-24)."""
+
+    reset_running_requests: bool = False
+    reset_external: bool = False
+
+
+class VLLMServerInfoQuery(Strict):
+    """``GET /server_info`` query (dev/server_info/api_router.py:43-47)."""
+
+    config_format: Literal["text", "json"] = "text"
+
+
+class VLLMLoadLoRA(Strict):
+    """``POST /v1/load_lora_adapter`` (vllm/entrypoints/serve/lora/protocol.py:7-11)."""
+
+    lora_name: str
+    lora_path: str
+    load_inplace: bool = False
+    is_3d_lora_weight: bool = False
+
+
+class VLLMUnloadLoRA(Strict):
+    """``POST /v1/unload_lora_adapter`` (serve/lora/protocol.py:14-16)."""
+
+    lora_name: str
+    lora_int_id: int | None = None
+
+
+VLLM_COMPLETION_FIELDS = frozenset(
+    # vllm/entrypoints/openai/completion/protocol.py:46-253, the fields of CompletionRequest
+    [
+        "model",
+        "prompt",
+        "echo",
+        "frequency_penalty",
+        "logit_bias",
+        "logprobs",
+        "max_tokens",
+        "n",
+        "presence_penalty",
+        "seed",
+        "stop",
+        "stream",
+        "stream_options",
+        "suffix",
+        "temperature",
+        "top_p",
+        "user",
+        "use_beam_search",
+        "top_k",
+        "min_p",
+        "repetition_penalty",
+        "watermarking",
+        "length_penalty",
+        "stop_token_ids",
+        "include_stop_str_in_output",
+        "ignore_eos",
+        "min_tokens",
+        "skip_special_tokens",
+        "spaces_between_special_tokens",
+        "truncate_prompt_tokens",
+        "truncation_side",
+        "allowed_token_ids",
+        "prompt_logprobs",
+        "logprob_token_ids",
+        "bad_words",
+        "prompt_embeds",
+        "add_special_tokens",
+        "response_format",
+        "structured_outputs",
+        "priority",
+        "request_id",
+        "session_id",
+        "return_tokens_as_token_ids",
+        "return_token_ids",
+        "routed_experts_prompt_start",
+        "return_token_offsets",
+        "cache_salt",
+        "kv_transfer_params",
+        "ec_transfer_params",
+        "vllm_xargs",
+        "repetition_detection",
+        "thinking_token_budget",
+        "stream_interval",
+    ]
+)
+
+VLLM_ROUTES: dict[tuple[str, str], tuple[type[BaseModel] | None, type[BaseModel] | None]] = {
+    # (method, path): (query model, body model); None = nothing of that kind is read
+    ("POST", "/pause"): (VLLMPauseQuery, None),
+    ("POST", "/resume"): (None, None),  # rlhf/api_router.py:76-77
+    ("GET", "/is_paused"): (None, None),  # rlhf/api_router.py:139-153
+    ("POST", "/start_weight_update"): (None, None),  # rlhf/api_router.py:174-177 reads no body
+    ("POST", "/update_weights"): (None, VLLMUpdateWeights),
+    ("POST", "/finish_weight_update"): (None, VLLMFinishWeightUpdate),
+    ("POST", "/update_weight_version"): (None, VLLMUpdateWeightVersion),
+    ("GET", "/weight_info"): (None, None),  # rlhf/api_router.py:222-225
+    ("POST", "/collective_rpc"): (None, VLLMCollectiveRPC),
+    ("POST", "/reset_prefix_cache"): (VLLMResetPrefixCacheQuery, None),
+    ("GET", "/server_info"): (VLLMServerInfoQuery, None),
+    ("GET", "/v1/models"): (None, None),
+    ("POST", "/v1/load_lora_adapter"): (None, VLLMLoadLoRA),
+    ("POST", "/v1/unload_lora_adapter"): (None, VLLMUnloadLoRA),
+}
+
+VLLM_ANSWERS: dict[tuple[str, str], Any] = {
+    # the bodies the routes answer (the same files and lines)
+    ("POST", "/pause"): {"status": "paused"},
+    ("POST", "/resume"): {"status": "resumed"},
+    ("GET", "/is_paused"): {"is_paused": False},
+    ("POST", "/start_weight_update"): {"message": "Weight update started"},
+    ("POST", "/update_weights"): {"message": "Weights updated"},
+    ("POST", "/finish_weight_update"): {"message": "Weight update finished"},
+    ("POST", "/update_weight_version"): {"success": True, "new_version": "?"},
+    ("GET", "/weight_info"): {"weight_version": "default"},
+    ("POST", "/collective_rpc"): {"results": ["ok"]},  # dev/rpc/api_router.py:47-54: str() of each result
+    ("POST", "/reset_prefix_cache"): {"success": True},  # dev/cache/api_router.py:44
+    # dev/server_info/api_router.py:48-59 (config_format=json: the VllmConfig as a JSON tree)
+    ("GET", "/server_info"): {
+        "vllm_config": {"model_config": {"dtype": "torch.bfloat16", "logprobs_mode": "processed_logprobs"}},
+        "vllm_env": {},
+        "system_env": {},
+    },
+    # vllm/entrypoints/openai/models/protocol.py ModelCard (owned_by "vllm", max_model_len)
+    ("GET", "/v1/models"): {
+        "object": "list",
+        "data": [{"id": "student", "object": "model", "owned_by": "vllm", "max_model_len": 4096}],
+    },
+    ("POST", "/v1/load_lora_adapter"): "Success: LoRA adapter 'x' added successfully.",
+    ("POST", "/v1/unload_lora_adapter"): "Success: LoRA adapter 'x' removed successfully.",
+}
+
+VLLM_COMPLETION = {
+    # CompletionResponse (completion/protocol.py:641-649), CompletionResponseChoice (:613-628),
+    # CompletionLogProbs (:606-610); no weight version anywhere
+    "id": "cmpl-1",
+    "object": "text_completion",
+    "created": 0,
+    "model": "student",
+    "choices": [
+        {
+            "index": 0,
+            "text": "",
+            "logprobs": {
+                "text_offset": [],
+                "token_logprobs": [-0.5, -1.25],
+                "tokens": ["token_id:7", "token_id:9"],
+                "top_logprobs": [{"token_id:7": -0.5}, {"token_id:9": -1.25}],
+            },
+            "finish_reason": "length",
+            "stop_reason": None,
+            "token_ids": [7, 9],
+            "prompt_logprobs": None,
+            "prompt_token_ids": [1, 2, 3],
+        }
+    ],
+    "usage": {"prompt_tokens": 3, "completion_tokens": 2, "total_tokens": 5},
+}
+
+# ---------------------------------------------------------------------- SGLang 0.5.23
+
+SGLANG_IO = "sglang/srt/managers/io_struct.py"
+
+
+class SGLangBaseReq(Strict):
+    """BaseReq (io_struct.py:86-90): every request struct's own fields."""
+
+    rid: str | None = None
+    http_worker_ipc: str | None = None
+
+
+class SGLangPause(SGLangBaseReq):
+    """PauseGenerationReqInput (io_struct.py:1927-1946)."""
+
+    mode: Literal["abort", "retract", "in_place"] = "abort"
+
+
+class SGLangContinue(SGLangBaseReq):
+    """ContinueGenerationReqInput (io_struct.py:1949-1955)."""
+
+    torch_empty_cache: bool = True
+
+
+class SGLangUpdateFromDisk(SGLangBaseReq):
+    """UpdateWeightFromDiskReqInput (io_struct.py:1970-1993)."""
+
+    model_path: str
+    load_format: str | None = None
+    abort_all_requests: bool = False
+    weight_version: str | None = None
+    is_async: bool = False
+    torch_empty_cache: bool = False
+    keep_pause: bool = False
+    recapture_cuda_graph: bool = False
+    token_step: int = 0
+    flush_cache: bool = True
+
+
+SGLANG_COMPLETION_FIELDS = frozenset(
+    # sglang/srt/entrypoints/openai/protocol.py:365-467, the fields of CompletionRequest
+    [
+        "model",
+        "prompt",
+        "best_of",
+        "echo",
+        "frequency_penalty",
+        "logit_bias",
+        "logprobs",
+        "max_tokens",
+        "n",
+        "presence_penalty",
+        "seed",
+        "stop",
+        "stream",
+        "stream_options",
+        "suffix",
+        "temperature",
+        "top_p",
+        "user",
+        "return_hidden_states",
+        "return_routed_experts",
+        "routed_experts_start_len",
+        "return_cached_tokens_details",
+        "return_spec_tokens_details",
+        "return_token_ids",
+        "top_k",
+        "min_p",
+        "min_tokens",
+        "json_schema",
+        "regex",
+        "ebnf",
+        "repetition_penalty",
+        "stop_token_ids",
+        "stop_regex",
+        "no_stop_trim",
+        "ignore_eos",
+        "skip_special_tokens",
+        "lora_path",
+        "session_id",
+        "session_params",
+        "response_format",
+        "custom_params",
+        "custom_logit_processor",
+        "watermark",
+        "images_config",
+        "mm_processor_kwargs",
+        "data_parallel_rank",
+        "rid",
+        "extra_key",
+        "cache_salt",
+        "priority",
+        "custom_labels",
+    ]
+)
+
+SGLANG_ROUTES: dict[tuple[str, str], tuple[type[BaseModel] | None, type[BaseModel] | None]] = {
+    # sglang/srt/entrypoints/http_server.py
+    ("POST", "/pause_generation"): (None, SGLangPause),  # :1831-1841
+    ("POST", "/continue_generation"): (None, SGLangContinue),  # :1844-1854
+    ("POST", "/update_weights_from_disk"): (None, SGLangUpdateFromDisk),  # :1300-1326
+    ("GET", "/model_info"): (None, None),  # :812-840
+    ("GET", "/v1/models"): (None, None),
+}
+
+SGLANG_ANSWERS: dict[tuple[str, str], Any] = {
+    ("POST", "/pause_generation"): {"message": "Generation paused successfully.", "status": "ok"},
+    ("POST", "/continue_generation"): {"message": "Generation continued successfully.", "status": "ok"},
+    ("POST", "/update_weights_from_disk"): {"success": True, "message": "ok", "num_paused_requests": 0},
+    ("GET", "/model_info"): {"model_path": "/m", "is_generation": True, "weight_version": "default"},
+    ("GET", "/v1/models"): {"object": "list", "data": [{"id": "student", "owned_by": "sglang"}]},
+}
+
+SGLANG_COMPLETION = {
+    # CompletionResponse (openai/protocol.py:528-536) with metadata from
+    # build_endpoint_weight_version_metadata (utils/weight_versions.py:113-117); a span is a
+    # WeightVersionSpan (weight_versions.py:17-20), msgspec array_like: [version, start, end]
+    "id": "1",
+    "object": "text_completion",
+    "created": 0,
+    "model": "student",
+    "choices": [
+        {
+            "index": 0,
+            "text": "",
+            "logprobs": {"text_offset": [], "token_logprobs": [-0.5], "tokens": ["a"], "top_logprobs": [{}]},
+            "finish_reason": "stop",
+            "matched_stop": "</answer>",
+            "token_ids": [7],
+            "prompt_token_ids": [1, 2, 3],
+        }
+    ],
+    "usage": {"prompt_tokens": 3, "completion_tokens": 1, "total_tokens": 4},
+    "metadata": {"weight_version": "4", "weight_versions": [["3", 0, 1]]},
+}

@@ -1,0 +1,227 @@
+"""Every request an engine adapter sends, held to the engine's own request fields (transcribed in
+:mod:`tests.engines.protocols` with file:line citations), every answer it parses a recorded shape.
+
+The adapters talk to an ``httpx.MockTransport`` that plays the engine: it refuses a route the engine
+does not have (404, as the engine would), validates the query and body against the transcribed
+models (extra fields forbidden) and answers the recorded body. What the engines do with the
+requests is proven against coa.serve (tests/serve, tests/rl); no real vLLM or SGLang runs here.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from pydantic import BaseModel
+
+from coa.engines import ContextOverflow, EngineError, detect, is_context_overflow, open_engine
+from coa.engines.sglang import SGLangEngine
+from coa.engines.vllm import VLLMEngine
+from tests.engines import protocols as P
+
+Routes = dict[tuple[str, str], tuple[type[BaseModel] | None, type[BaseModel] | None]]
+
+
+class StartWeightUpdate(P.Strict):
+    """vLLM 0.31 reads no body here (rlhf/api_router.py:174-177); TRL 1.16's async client sends
+    ``is_checkpoint_format`` (trl/experimental/async_grpo/vllm_client.py, start_weight_update)."""
+
+    is_checkpoint_format: bool = False
+
+
+class Engine:
+    """An engine's routes as a mock transport: validates, records, answers."""
+
+    def __init__(self, routes: Routes, answers: dict[tuple[str, str], Any], **override: Any) -> None:
+        self.routes, self.answers = routes, answers | override
+        self.calls: list[tuple[str, str, dict[str, str], Any]] = []
+
+    def __call__(self, request: httpx.Request) -> httpx.Response:
+        key = (request.method, request.url.path)
+        if key not in self.routes:
+            return httpx.Response(404, json={"detail": "Not Found"})
+        query_model, body_model = self.routes[key]
+        params = dict(request.url.params)
+        if query_model is not None:
+            query_model.model_validate(params)
+        else:
+            assert not params, f"{key} reads no query, got {params}"
+        body = json.loads(request.content) if request.content else None
+        if key == ("POST", "/start_weight_update"):
+            body_model = StartWeightUpdate
+        if body_model is not None:
+            body_model.model_validate(body)
+        else:
+            assert body in (None, {}), f"{key} reads no body, got {body}"
+        self.calls.append((request.method, request.url.path, params, body))
+        answer = self.answers[key]
+        if isinstance(answer, httpx.Response):
+            return answer
+        if isinstance(answer, str):
+            return httpx.Response(200, text=answer)
+        return httpx.Response(200, json=answer)
+
+    def paths(self) -> list[str]:
+        return [path for _, path, _, _ in self.calls]
+
+
+def vllm(engine: Engine, **kw: Any) -> VLLMEngine:
+    return VLLMEngine("http://vllm:8000", "student", transport=httpx.MockTransport(engine), **kw)
+
+
+def model_folder(tmp_path: Path, name: str) -> Path:
+    folder = tmp_path / name
+    folder.mkdir()
+    (folder / "config.json").write_text("{}")
+    (folder / "model.safetensors").write_bytes(b"")
+    return folder
+
+
+def test_vllm_full_weights_through_the_worker_extension(tmp_path: Path) -> None:
+    engine = Engine(P.VLLM_ROUTES, P.VLLM_ANSWERS)
+    client = vllm(engine)
+    client.check()
+    assert client.logprobs_processed is True  # read from /server_info's model_config
+    engine.calls.clear()
+    client.push_weights(model_folder(tmp_path, "v000003"), 3)
+    assert engine.paths() == [
+        "/pause", "/collective_rpc", "/update_weight_version", "/reset_prefix_cache", "/resume"
+    ]  # fmt: skip
+    assert engine.calls[0][2] == {"mode": "keep"}
+    assert engine.calls[1][3] == {
+        "method": "coa_load_weights", "args": [str((tmp_path / "v000003").resolve())], "kwargs": {},
+        "timeout": None,
+    }  # fmt: skip
+    assert engine.calls[2][3] == {"new_version": "3"}  # vLLM's versions are strings
+    assert client.ledger.current == 3 and client.request_model() == "student"
+
+
+def test_coa_disk_transport_speaks_vllms_update_routes(tmp_path: Path) -> None:
+    engine = Engine(P.VLLM_ROUTES, P.VLLM_ANSWERS)
+    client = vllm(engine, kind="coa", weights="disk", pause_mode="wait")
+    client.push_weights(model_folder(tmp_path, "v000001"), 1)
+    assert engine.paths() == [
+        "/pause", "/start_weight_update", "/update_weights", "/finish_weight_update",
+        "/reset_prefix_cache", "/resume",
+    ]  # fmt: skip
+    assert engine.calls[2][3] == {"update_info": {"path": str((tmp_path / "v000001").resolve())}}
+    assert engine.calls[3][3] == {"weight_version": "1"}
+
+
+def test_vllm_lora_versions_are_new_adapter_names(tmp_path: Path) -> None:
+    engine = Engine(P.VLLM_ROUTES, P.VLLM_ANSWERS)
+    client = vllm(engine)
+    for version in (4, 5):
+        client.push_adapter(model_folder(tmp_path, f"a{version}"), version)
+    client.retire_adapter(4)
+    client.retire_adapter(5)  # the served one is never unloaded
+    loads = [body for _, path, _, body in engine.calls if path == "/v1/load_lora_adapter"]
+    assert [b["lora_name"] for b in loads] == ["student-v4", "student-v5"]
+    assert all(b["load_inplace"] is False for b in loads)
+    unloads = [body for _, path, _, body in engine.calls if path == "/v1/unload_lora_adapter"]
+    assert unloads == [{"lora_name": "student-v4"}]
+    assert client.request_model() == "student-v5" and client.ledger.current == 5
+
+
+def test_sglang_push_and_reported_versions(tmp_path: Path) -> None:
+    engine = Engine(P.SGLANG_ROUTES, P.SGLANG_ANSWERS)
+    client = SGLangEngine("http://sgl:30000", "student", transport=httpx.MockTransport(engine))
+    client.check()
+    engine.calls.clear()
+    client.push_weights(model_folder(tmp_path, "v000002"), 2)
+    assert engine.paths() == ["/pause_generation", "/update_weights_from_disk", "/continue_generation"]
+    assert engine.calls[0][3] == {"mode": "retract"} and not client.keeps_old_kv()
+    update = engine.calls[1][3]
+    assert update["model_path"] == str((tmp_path / "v000002").resolve()) and update["weight_version"] == "2"
+    assert update["flush_cache"] is True
+    assert client.reported_version(P.SGLANG_COMPLETION) == "3"  # the first token's span
+    assert client.reported_version({"metadata": {"weight_version": "7"}}) == "7"
+    assert client.reported_version({"metadata": {"weight_versions": [{"version": "5"}]}}) == "5"
+    in_place = SGLangEngine(
+        "http://sgl", "student", pause_mode="in_place", transport=httpx.MockTransport(engine)
+    )
+    engine.calls.clear()
+    in_place.push_weights(model_folder(tmp_path, "v000003"), 3)
+    assert engine.calls[0][3] == {"mode": "in_place"} and engine.calls[1][3]["flush_cache"] is False
+    assert in_place.keeps_old_kv()
+    with pytest.raises(EngineError, match="hub id"):  # a file, not a model folder
+        client.push_weights(tmp_path / "v000002" / "model.safetensors", 4)
+    refused = Engine(P.SGLANG_ROUTES, P.SGLANG_ANSWERS)
+    refused.answers[("POST", "/update_weights_from_disk")] = httpx.Response(
+        400, json={"success": False, "message": "bad shapes", "num_paused_requests": 0}
+    )
+    bad = SGLangEngine("http://sgl", "student", transport=httpx.MockTransport(refused))
+    with pytest.raises(EngineError, match="bad shapes"):
+        bad.push_weights(tmp_path / "v000003", 5)
+    assert refused.paths()[-1] == "/continue_generation" and bad.ledger.current == 0  # resumed, not moved
+
+
+def one_line(error: BaseException) -> str:
+    text = str(error)
+    assert "\n" not in text
+    return text
+
+
+def test_missing_routes_name_the_engine_and_the_fix() -> None:
+    no_dev = {k: v for k, v in P.VLLM_ROUTES.items() if k in {("GET", "/v1/models")}}
+    with pytest.raises(EngineError) as failed:
+        vllm(Engine(no_dev, P.VLLM_ANSWERS)).check()
+    assert "vllm server has no GET /is_paused" in one_line(failed.value)
+    assert "VLLM_SERVER_DEV_MODE=1" in str(failed.value) and failed.value.exit_code == 3
+
+    no_extension = Engine(P.VLLM_ROUTES, P.VLLM_ANSWERS)
+    no_extension.answers[("POST", "/collective_rpc")] = httpx.Response(500, json={"error": "no attribute"})
+    with pytest.raises(EngineError) as failed:
+        vllm(no_extension).check()
+    assert "--worker-extension-cls coa.engines.worker_extension.WeightLoader" in one_line(failed.value)
+
+    no_lora = {k: v for k, v in P.VLLM_ROUTES.items() if "lora" not in k[1]}
+    with pytest.raises(EngineError) as failed:
+        vllm(Engine(no_lora, P.VLLM_ANSWERS)).push_adapter(Path("/tmp"), 1)
+    assert "VLLM_ALLOW_RUNTIME_LORA_UPDATING=1" in one_line(failed.value)
+
+    other_model = Engine(P.VLLM_ROUTES, P.VLLM_ANSWERS)
+    with pytest.raises(EngineError, match="does not serve 'teacher'"):
+        VLLMEngine("http://vllm", "teacher", transport=httpx.MockTransport(other_model)).check()
+
+
+def test_tis_is_refused_on_raw_logprobs_away_from_temperature_1() -> None:
+    raw = Engine(P.VLLM_ROUTES, P.VLLM_ANSWERS)
+    info = P.VLLM_ANSWERS[("GET", "/server_info")]
+    raw.answers[("GET", "/server_info")] = info | {
+        "vllm_config": {"model_config": {"logprobs_mode": "raw_logprobs"}}
+    }
+    client = vllm(raw)
+    client.check()
+    client.refuse_tis(1.0)  # raw == processed at temperature 1 (no top-k / top-p in RL sampling)
+    with pytest.raises(EngineError) as failed:
+        client.refuse_tis(0.7)
+    assert "--logprobs-mode processed_logprobs" in one_line(failed.value)
+    unknown = vllm(Engine(P.VLLM_ROUTES, P.VLLM_ANSWERS))
+    with pytest.raises(EngineError, match="unknown"):
+        unknown.refuse_tis(0.7)  # never checked: not known to be processed
+
+
+def test_detect_probes_each_engine() -> None:
+    def transport(routes: Routes, answers: dict[tuple[str, str], Any]) -> httpx.MockTransport:
+        return httpx.MockTransport(Engine(routes, answers))
+
+    assert detect("http://s", transport=transport(P.SGLANG_ROUTES, P.SGLANG_ANSWERS)) == "sglang"
+    assert detect("http://v", transport=transport(P.VLLM_ROUTES, P.VLLM_ANSWERS)) == "vllm"
+    coa = P.VLLM_ANSWERS | {("GET", "/v1/models"): {"data": [{"id": "student", "owned_by": "coa"}]}}
+    assert detect("http://c", transport=transport(P.VLLM_ROUTES, coa)) == "coa"
+    other = P.VLLM_ANSWERS | {("GET", "/v1/models"): {"data": [{"id": "x", "owned_by": "openai"}]}}
+    with pytest.raises(EngineError, match=r"rl.rollout.server.engine: vllm \| sglang \| coa"):
+        detect("http://o", transport=transport(P.VLLM_ROUTES, other))
+    client = open_engine("coa", "http://c", "student")
+    assert isinstance(client, VLLMEngine) and client.weights_transport == "disk"
+
+
+def test_context_overflow_is_recognised() -> None:
+    vllm_message = "Input length (5000) exceeds model's maximum context length (4096)."
+    assert is_context_overflow(400, json.dumps({"message": vllm_message}))
+    assert not is_context_overflow(400, "prompt ids outside the vocabulary")
+    assert issubclass(ContextOverflow, ValueError) and ContextOverflow("x").exit_code == 2

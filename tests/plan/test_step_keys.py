@@ -1,0 +1,151 @@
+"""Keys from the code a step depends on: a step's code version hashes the files its stage's build
+can reach (its import closure in coa and schemas, with their packages' data files) and the stage's
+explicit version, never the whole tree. Edits are made on a copy of the source tree."""
+
+from __future__ import annotations
+
+import shutil
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from coa import io, version
+from coa.plan import load_pipeline_config, plan
+from coa.train import step as sft
+
+from .plan_keys import planned_keys
+
+REPO = Path(__file__).resolve().parents[2]
+WATCHED = ("sft", "evaluate.after", "evaluate.before")
+
+
+def _clear() -> None:
+    for cached in (
+        version._imports,
+        version.closure,
+        version._file_hash,
+        version.closure_version,
+        version.step_files,
+    ):
+        cached.cache_clear()
+
+
+@pytest.fixture
+def tree(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    """A copy of the source tree the code versions are computed from (the running code stays)."""
+    for package in ("coa", "schemas", "docs"):
+        shutil.copytree(REPO / package, tmp_path / package, ignore=shutil.ignore_patterns("__pycache__"))
+    monkeypatch.setattr(version, "_source_root", lambda: tmp_path)
+    _clear()
+    yield tmp_path
+    _clear()
+
+
+def _keys(tmp_path: Path) -> dict[str, str]:
+    _clear()
+    config = load_pipeline_config(REPO / "configs" / "demo.yaml")
+    return planned_keys(plan(config), io.Store(str(tmp_path / "store")))
+
+
+def _edit(path: Path, old: str, new: str) -> None:
+    text = path.read_text()
+    assert old in text, (path, old)
+    path.write_text(text.replace(old, new, 1))
+
+
+def test_the_closure_of_sft_holds_the_trainer_format_and_contract_not_the_cli() -> None:
+    files = version.closure_files(sft.STAGE.build.__module__)
+    assert {"coa/train/step.py", "coa/train/sft.py", "coa/train/sft_trainer.py", "schemas/sft.py"} <= set(
+        files
+    )
+    assert any(f.startswith("coa/format/") for f in files)
+    assert not [f for f in files if f.startswith(("coa/cli", "coa/_cli/", "coa/plan/", "coa/collect/"))], (
+        files
+    )
+    assert sft.STAGE.code_version().startswith("sft.v1+src.")
+
+
+@pytest.mark.parametrize(
+    ("path", "old", "new"),
+    [
+        (
+            "coa/_cli/stages.py",
+            'help="Keep the first N usable rows',
+            'help="Keep the first N usable rows (typo fixed)',
+        ),
+        ("docs/concepts/steps.md", "# ", "# Edited: "),
+        ("coa/rl/step.py", '"""Train ``base``', '"""Train (edited) ``base``'),
+        ("coa/plan/pipeline.py", '"""The steps of a pipeline run', '"""The steps (edited) of a pipeline run'),
+    ],
+    ids=["cli-help", "docs", "unrelated-stage", "plan-docstring"],
+)
+def test_an_unrelated_edit_keeps_the_sft_and_evaluation_keys(
+    tree: Path, path: str, old: str, new: str
+) -> None:
+    before = _keys(tree)
+    _edit(tree / path, old, new)
+    after = _keys(tree)
+    assert {s: after[s] for s in WATCHED} == {s: before[s] for s in WATCHED}
+
+
+@pytest.mark.parametrize(
+    ("path", "old", "new"),
+    [
+        ("coa/train/sft.py", '"""', '"""Edited. '),
+        ("coa/format/__init__.py", '"""', '"""Edited. '),
+        ("schemas/sft.py", "import pyarrow as pa", "import pyarrow as pa  # edited"),
+    ],
+    ids=["trainer", "coa-format", "sft-contract"],
+)
+def test_an_edit_to_what_sft_runs_changes_the_sft_and_evaluation_keys(
+    tree: Path, path: str, old: str, new: str
+) -> None:
+    before = _keys(tree)
+    _edit(tree / path, old, new)
+    after = _keys(tree)
+    assert after["sft"] != before["sft"] and after["evaluate.after"] != before["evaluate.after"]
+    assert after["synthetic"] == before["synthetic"]  # a stage that reaches none of it keeps its key
+
+
+def test_every_stage_names_contracts_that_have_a_module() -> None:
+    from coa.plan.stages import STAGES
+
+    for stage in STAGES.values():
+        assert all(version.contract_module(c) for c in stage.contracts()), stage.name
+        assert stage.code_version().startswith(f"{stage.name}.v{stage.version}+src.")
+
+
+def test_the_keys_of_the_demo_plan_are_fast_to_compute(tmp_path: Path) -> None:
+    _clear()
+    config = load_pipeline_config(REPO / "configs" / "demo.yaml")
+    steps = plan(config)
+    started = time.perf_counter()
+    planned_keys(steps, io.Store(str(tmp_path)))
+    cold = time.perf_counter() - started
+    started = time.perf_counter()
+    planned_keys(steps, io.Store(str(tmp_path)))
+    warm = time.perf_counter() - started
+    print(f"keys of the demo plan ({len(steps)} steps): {cold:.2f} s cold, {warm * 1000:.1f} ms cached")
+    assert cold < 20 and warm < 1
+
+
+def test_dry_run_says_which_steps_a_code_change_rebuilds_and_why(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from coa.plan.preview import preview
+    from coa.steps import Stage, run_step
+    from coa.synthetic import SyntheticConfig
+    from coa.synthetic import step as synthetic
+
+    store = io.Store(str(tmp_path))
+    step = synthetic.step(SyntheticConfig(train={"arithmetic": 2}, heldout={"arithmetic": 1}))
+    run_step(step, store)
+    assert [p.status for p in preview([step], store)] == ["reuse"]  # the same code: reused
+    files = dict(synthetic.STAGE.code_files())
+    edited = {**files, "coa/synthetic/arithmetic.py": "0" * 12}
+    monkeypatch.setattr(Stage, "code_files", lambda self: edited)
+    monkeypatch.setattr(Stage, "code_version", lambda self: "synthetic.v1+src.edited")
+    (planned,) = preview([step], store)
+    assert planned.status == "build (code changed: coa/synthetic/arithmetic.py)", planned.status
