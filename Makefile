@@ -75,8 +75,11 @@ lint: $(STAMP)
 typecheck: $(STAMP)
 	$(BIN)/mypy
 
-bench: $(STAMP)
-	cd bench && PYTHONPATH=.. ../$(BIN)/python bench_contract.py --quick
+# The quick set (bench/quick.py): every bench that needs neither a GPU nor a demo run, at --quick, each
+# through the harness (bench/harness.py). BENCH_ARGS narrows it: `make bench BENCH_ARGS="--only bench_contract"`.
+BENCH_ARGS ?=
+bench: $(STAMP) sysdeps
+	cd bench && PYTHONPATH=.. ../$(BIN)/python quick.py $(BENCH_ARGS)
 
 # The documentation site (mkdocs.yml, docs/): the reference pages are generated from the code.
 # Strict: a broken link or a page missing from the nav fails. Output in site/.

@@ -11,7 +11,7 @@ and p90 latency of the short requests, and the ratios hf_batched / hf.
 request that arrives meanwhile waits for the whole call: a short one behind a long one waits for
 the long one. ``hf_batched`` admits a request at the next decode step and lets it leave when done.
 
-Run: ``PYTHONPATH=. python bench/bench_batching.py [--requests 48] [--repeat 3]``.
+Run: ``PYTHONPATH=. python bench/bench_batching.py [--requests 48] [--repeat 3] [--quick] [--json F]``.
 """
 
 from __future__ import annotations
@@ -22,6 +22,8 @@ import statistics
 import tempfile
 import time
 from typing import Any
+
+from harness import Bench, main
 
 from coa.rollout import Sampling
 
@@ -53,22 +55,24 @@ async def drive(
         await policy.stop()
 
 
-def main() -> None:
-    import torch
-
-    from coa.model.tiny import TinyModelConfig, init_model
-    from coa.rollout.policies.hf import HFPolicy
-    from coa.rollout.policies.hf_batched import HFBatchedPolicy
-
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+def arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--requests", type=int, default=48)
     parser.add_argument("--short", type=int, default=16)
     parser.add_argument("--long", type=int, default=192)
     parser.add_argument("--tail-every", type=int, default=8)
     parser.add_argument("--gap-ms", type=float, default=5.0)
     parser.add_argument("--max-batch", type=int, default=16)
-    parser.add_argument("--repeat", type=int, default=3)
-    args = parser.parse_args()
+
+
+def run(args: argparse.Namespace, bench: Bench) -> None:
+    import torch
+
+    from coa.model.tiny import TinyModelConfig, init_model
+    from coa.rollout.policies.hf import HFPolicy
+    from coa.rollout.policies.hf_batched import HFBatchedPolicy
+
+    if args.quick:  # a smoke size: 12 requests, one timed round
+        args.requests, args.long, args.repeat = 12, 48, 1
     torch.set_num_threads(1)  # tiny model on a shared host: one intra-op thread is much faster
     shape = TinyModelConfig(
         vocab_size=512, hidden_size=64, num_layers=2, num_heads=4, num_kv_heads=2, intermediate_size=128
@@ -103,9 +107,16 @@ def main() -> None:
         wall, mean, p90, rate = (statistics.median(r[k] for r in rows) for k in range(4))
         medians[name] = (wall, mean, p90)
         print(f"{name:>11} {wall:>7.2f} {rate:>9.0f} {mean:>12.3f} {p90:>11.3f}")
+        bench.add_timing(f"{name} wall", [r[0] for r in rows])
+        bench.figure(f"{name} tokens/s", rate)
+        bench.figure(f"{name} short mean latency s", mean)
+        bench.figure(f"{name} short p90 latency s", p90)
     (w0, m0, p0), (w1, m1, p1) = medians["hf"], medians["hf_batched"]
     print(f"hf_batched / hf: wall {w1 / w0:.2f}, short-request mean latency {m1 / m0:.2f}, p90 {p1 / p0:.2f}")
+    bench.ratio("hf_batched / hf wall (medians)", w1, w0)
+    bench.ratio("hf_batched / hf short mean latency", m1, m0)
+    bench.ratio("hf_batched / hf short p90 latency", p1, p0)
 
 
 if __name__ == "__main__":
-    main()
+    main(run, __doc__, extra=arguments)

@@ -29,8 +29,8 @@ flight at ~0.3 ms a call: ~10 ms on 50). ``--jitter 0.2`` draws each latency fro
 the goals are set with the fixed latency (the default).
 
 Run: ``python bench/bench_collect.py [--latency-ms 50] [--max-rate 1280] [--levels 1,16,64,256]
-[--repeat 2] [--quick] [--jitter 0.2]`` (about 100 s; ``--quick``, one run per row and fewer
-calls, about 30 s).
+[--repeat 2] [--quick] [--jitter 0.2] [--json F]`` (about 100 s; ``--quick``, one run per row and
+fewer calls, about 30 s).
 """
 
 from __future__ import annotations
@@ -44,6 +44,8 @@ import random
 import socket
 import tempfile
 import time
+
+from harness import Bench, main
 
 
 def _reply(messages: list[dict[str, str]]) -> str:
@@ -291,28 +293,26 @@ def _best(runs: list[tuple[float, float, int]]) -> tuple[float, float, int]:
     return min(runs, key=lambda r: r[0])
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n")[0])
+def arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--latency-ms", type=float, default=50.0, help="base latency of the fake")
     parser.add_argument("--max-rate", type=float, default=1280.0, help="highest ideal calls/s of a row")
     parser.add_argument("--levels", default="1,16,64,256", help="calls in flight, comma-separated")
-    parser.add_argument(
-        "--repeat", type=int, default=None, help="runs per row, best kept (default 2; quick 1)"
-    )
-    parser.add_argument("--quick", action="store_true", help="fewer calls and tasks, one run per row")
     parser.add_argument(
         "--jitter",
         type=float,
         default=0.0,
         help="latency spread: each reply after L * U(1 - j, 1 + j) (default 0: fixed, as the goal is set)",
     )
-    args = parser.parse_args()
+
+
+def run(args: argparse.Namespace, bench: Bench) -> None:
+    """Runs per row: ``--repeat`` (default 2; ``--quick`` 1), the best kept."""
     base, quick = args.latency_ms / 1000, args.quick
     repeat = args.repeat or (1 if quick else 2)
     seconds = 1.0 if quick else 2.0  # timed ideal seconds per row
     levels = [int(x) for x in args.levels.split(",")]
     if not 0 <= args.jitter < 1:
-        parser.error("--jitter must be in [0, 1)")
+        raise SystemExit("--jitter must be in [0, 1)")
     fake = _Fake(args.jitter)
     try:
         with tempfile.TemporaryDirectory() as root:
@@ -342,6 +342,10 @@ def main() -> None:
                     f"{c:>9} {1000 * latency:>5.0f} {n:>6} {n / wall:>8.1f} {ideal:>7.1f} "
                     f"{n / wall / ideal:>6.2f} {n / raw / ideal:>8.2f} {1000 * cpu / n:>12.2f} {retries:>8}"
                 )
+                bench.add_timing(f"client {c} in flight", [wall])
+                bench.ratio(f"client {c} in flight calls/s / ideal", n / wall, ideal)
+                bench.figure(f"client {c} in flight ceiling", n / raw / ideal)
+                bench.figure(f"client {c} in flight CPU ms per call", 1000 * cpu / n)
             c = 64
             latency = _latency(c, base, args.max_rate)
             url, ideal = fake.url(latency), c / latency
@@ -358,6 +362,8 @@ def main() -> None:
                     f"{f'{c} {label}':>9} {1000 * latency:>5.0f} {n:>6} {n / wall:>8.1f} {ideal:>7.1f} "
                     f"{ratio} {'-':>8} {1000 * cpu / n:>12.2f}"
                 )
+                bench.add_timing(f"client {c} in flight, {label}", [w for w, _, _ in found])
+                bench.figure(f"client {c} in flight, {label}, CPU ms per call", 1000 * cpu / n)
             print("\n2) collection (real multi-agent runtime, endpoint backend, checkpoints)")
             head = f"{'in flight':>9} {'L ms':>5} {'tasks':>6} {'K calls':>8} {'tasks/s':>8} {'ideal':>7}"
             print(f"{head} {'ratio':>6} {'ceiling':>8} {'CPU ms/call':>12}")
@@ -379,9 +385,13 @@ def main() -> None:
                     f"{c:>9} {1000 * latency:>5.0f} {tasks:>6} {k:>8.1f} {rate:>8.2f} {ideal:>7.2f} "
                     f"{rate / ideal:>6.2f} {calls / raw / (c / latency):>8.2f} {1000 * cpu / calls:>12.2f}"
                 )
+                bench.add_timing(f"collection {c} in flight", [wall])
+                bench.ratio(f"collection {c} in flight tasks/s / ideal", rate, ideal)
+                bench.figure(f"collection {c} in flight ceiling", calls / raw / (c / latency))
+                bench.figure(f"collection {c} in flight CPU ms per call", 1000 * cpu / calls)
     finally:
         fake.stop()
 
 
 if __name__ == "__main__":
-    main()
+    main(run, __doc__, extra=arguments, repeat=None)

@@ -18,19 +18,18 @@ and in ``\\boxed{}``.
 Reported: per variant and seed the first probed step at which each copy reaches ``--target``
 (95%), ``>N`` when it did not within the run, and per copy the ratio of the mean such step of
 ``untied`` to ``tied`` (a run that did not get there counts as its length, so a ratio is an upper
-bound when tied runs fall short). ``--plot`` draws the curves; ``--out`` writes them as JSON. The data
+bound when tied runs fall short). ``--plot`` draws the curves; ``--json`` writes them in the record. The data
 come from the profile's plan up to ``convert`` in the store of ``COA_STORAGE_ROOT`` (reused when
 built). Runs are sequential; set ``OMP_NUM_THREADS`` to the cores you give it (the float sums, and so
 a run's outcome, follow the thread count).
 
     python bench/bench_copy_learning.py [--config configs/demo.yaml] [key=value ...] [--seeds 0,1,2] \\
-        [--variants tied,untied] [--steps 4000] [--every 250] [--plot copy.png] [--out copy.json] [--quick]
+        [--variants tied,untied] [--steps 4000] [--every 250] [--plot copy.png] [--json copy.json] [--quick]
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import re
 import statistics
 import tempfile
@@ -41,6 +40,7 @@ from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
+from harness import Bench, main
 
 from coa import io
 from coa.plan import load_pipeline_config, plan
@@ -246,10 +246,14 @@ def plot(runs: dict[str, dict[int, dict[str, Any]]], path: Path) -> None:
     fig.savefig(path, dpi=110)
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+DEMO = Path(__file__).resolve().parents[1] / "configs" / "demo.yaml"
+
+
+def arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("overrides", nargs="*", help="dotted key=value overrides of the profile")
-    parser.add_argument("--config", type=Path, default=Path("configs/demo.yaml"))
+    parser.add_argument(
+        "--config", type=Path, default=Path(__file__).resolve().parents[1] / "configs" / "demo.yaml"
+    )
     parser.add_argument("--seeds", default="0,1,2")
     parser.add_argument("--variants", default="tied,untied")
     parser.add_argument("--steps", type=int, default=4000)
@@ -257,9 +261,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--heldout", type=int, default=300, help="math tasks kept out for the probe")
     parser.add_argument("--target", type=float, default=0.95)
     parser.add_argument("--plot", type=Path)
-    parser.add_argument("--out", type=Path)
-    parser.add_argument("--quick", action="store_true", help="tiny sizes: a smoke run, numbers mean nothing")
-    args = parser.parse_args(argv)
+
+
+def run(args: argparse.Namespace, bench: Bench) -> None:
+    """``--quick``: tiny sizes, a smoke run (its numbers mean nothing)."""
     if args.quick:
         args.steps, args.every, args.heldout = 4, 2, 4
     variants = [v for v in args.variants.split(",") if v]
@@ -278,10 +283,21 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(report(runs, args.steps, args.target))
     if args.plot is not None:
         plot(runs, args.plot)
-    if args.out is not None:
-        args.out.write_text(json.dumps({"steps": args.steps, "runs": runs}, indent=2))
-    return 0
+    bench.figure("steps", args.steps)
+    bench.figure("runs", runs)
+    for variant, by_seed in runs.items():
+        bench.add_timing(f"{variant} training", [r["train_s"] for r in by_seed.values()])
+    if {"tied", "untied"} <= set(runs):  # the baseline: the tied student
+        for copy in COPIES:
+            mean = {
+                v: statistics.fmean(
+                    args.steps if (a := learned_at(r["curve"], copy, args.target)) is None else a
+                    for r in runs[v].values()
+                )
+                for v in ("tied", "untied")
+            }
+            bench.ratio(f"untied / tied steps to learn {copy}", mean["untied"], mean["tied"])
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    main(run, __doc__, extra=arguments)

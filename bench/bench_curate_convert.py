@@ -51,7 +51,7 @@ in them), curate throughput without sandbox scoring as a share of the scan's, th
 phase and the dedup + statistics state. For the memory slope, run it at several ``--rows``.
 
 Imports and the tokenizer load are done before each phase's clock starts. Run with
-``python bench/bench_curate_convert.py [--rows N] [--quick] [--profile]``.
+``python bench/bench_curate_convert.py [--rows N] [--quick] [--profile] [--json F]``.
 """
 
 from __future__ import annotations
@@ -63,7 +63,6 @@ import hashlib
 import multiprocessing as mp
 import random
 import resource
-import sys
 import tempfile
 import time
 from collections import Counter
@@ -73,6 +72,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
+from harness import Bench, main
 
 CHUNK_ROWS = 10_000  # rows per write = one row group of the raw file
 COA_SAMPLE = 10_000  # curated runs converted both ways (the CoA check once)
@@ -505,10 +505,8 @@ def phase_convert(root: str, curated: Any, tasks: Any, profile: bool) -> dict[st
 # -- main -----------------------------------------------------------------------------------
 
 
-def parse(argv: list[str]) -> Options:
-    p = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
+def arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--rows", type=int, default=100_000, help="raw trajectory rows (default 100000)")
-    p.add_argument("--quick", action="store_true", help="10k rows, 150 template tasks (< 2 min)")
     p.add_argument("--templates", type=int, default=300, help="synthetic train tasks the teacher solves")
     p.add_argument("--samples", type=int, default=1, help="teacher runs per template task (runs per task)")
     p.add_argument("--code-share", type=float, default=0.005, help="share of replicated tasks from code")
@@ -516,14 +514,17 @@ def parse(argv: list[str]) -> Options:
     p.add_argument("--near-share", type=float, default=0.02, help="share of near-duplicate tasks")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--profile", action="store_true", help="cProfile curate and convert (slower)")
-    a = p.parse_args(argv)
+
+
+def options(a: argparse.Namespace) -> Options:
+    """``--quick``: 10k rows, 150 template tasks (< 2 min)."""
     if a.quick:
         a.rows, a.templates = 10_000, min(a.templates, 150)
     return Options(a.rows, a.templates, a.samples, a.code_share, a.dup_share, a.near_share, a.seed, a.profile)
 
 
-def main(argv: list[str] | None = None) -> None:
-    opt = parse(sys.argv[1:] if argv is None else argv)
+def run(args: argparse.Namespace, bench: Bench) -> None:
+    opt = options(args)
     print(
         f"curate+convert benchmark: rows={opt.rows} templates={opt.templates}x{opt.samples} "
         f"code_share={opt.code_share} dup_share={opt.dup_share} near_share={opt.near_share}",
@@ -629,7 +630,21 @@ def main(argv: list[str] | None = None) -> None:
     for name, res in (("curate", cur), ("convert", con)):
         if res["profile"]:
             print(f"\n-- profile: {name} --\n{res['profile']}")
+    bench.add_timing("parquet scan (baseline)", scan["times"])
+    bench.add_timing("curate", [cur["seconds"]])
+    bench.add_timing("convert", [con["seconds"]])
+    bench.ratio(
+        "curate / scan, per row (wall)", cur["seconds"] / cur["rows_in"], scan["seconds"] / scan["rows"]
+    )
+    bench.ratio("curate throughput / scan throughput, CPU time", cur_cpu_rate, scan_cpu_rate)
+    bench.ratio("convert tokenization: bare / convert time", con["bare_tok_s"], con["tok_s"])
+    bench.ratio("convert CoA check: converted again / reused", con["coa_again_s"], con["coa_reuse_s"])
+    bench.figure("rows", opt.rows)
+    bench.figure("peak RSS MB", {"scan": scan["first_pass_peak_mb"], "curate": cur_peak, "convert": con_peak})
+    bench.figure("dedup state MB", cur["peak_state_mb"])
+    bench.figure("kept", cur["kept"])
+    bench.figure("quarantined", cur["reasons"])
 
 
 if __name__ == "__main__":
-    main()
+    main(run, __doc__, extra=arguments)

@@ -19,13 +19,13 @@ observation, an answer that is not the chain's last object; and where its *progr
 from (:func:`code_misses`): the answer's program against the reference program of the question's
 problem, literal for literal (the right program with the words or the numbers miscopied, another
 problem's program, a program otherwise wrong, no program).
-``--out`` writes it all as JSON.
+``--json`` writes it all in the run's record.
 
 ``--quick`` is a smoke run on tiny sizes (a few tasks per family, a 1-layer student, 4 SFT steps,
 8-token generations): it checks the machinery and prints a table whose numbers mean nothing.
 
     python bench/bench_demo_seeds.py [--config configs/demo.yaml] [key=value ...] [--seeds 0,1,2] \\
-        [--fixed-data] [--out seeds.json] [--quick]
+        [--fixed-data] [--json seeds.json] [--quick]
 """
 
 from __future__ import annotations
@@ -44,6 +44,8 @@ from collections import Counter
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
+
+from harness import Bench, main
 
 from coa import io
 from coa.format.answers import extract_code_block
@@ -410,23 +412,30 @@ def by_kind(runs: dict[int, dict[str, Any]], key: str) -> str:
     )
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+DEMO = Path(__file__).resolve().parents[1] / "configs" / "demo.yaml"
+
+
+def arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("overrides", nargs="*", help="dotted key=value overrides of the profile")
-    parser.add_argument("--config", type=Path, default=Path("configs/demo.yaml"))
+    parser.add_argument(
+        "--config", type=Path, default=Path(__file__).resolve().parents[1] / "configs" / "demo.yaml"
+    )
     parser.add_argument("--seeds", default="0,1,2", help="comma-separated seeds (default 0,1,2)")
     parser.add_argument(
         "--fixed-data", action="store_true", help="keep synthetic.seed: vary init and order only"
     )
-    parser.add_argument("--out", type=Path, help="write the runs and the spread as JSON")
-    parser.add_argument("--quick", action="store_true", help="tiny sizes: a smoke run, numbers mean nothing")
-    args = parser.parse_args(argv)
+
+
+def run(args: argparse.Namespace, bench: Bench) -> None:
+    """``--quick``: tiny sizes, a smoke run (its numbers mean nothing)."""
     seeds = [int(s) for s in args.seeds.split(",") if s.strip()]
     base = [*(QUICK if args.quick else []), *args.overrides]
     runs = {}
     for seed in seeds:
         print(f"seed {seed}:", flush=True)
+        start = time.perf_counter()
         runs[seed] = run_seed(args.config, [*base, *seed_overrides(seed, args.fixed_data)])
+        bench.add_timing(f"seed {seed} (its plan up to evaluate.after)", [time.perf_counter() - start])
     text, summary = table(runs)
     what = "init + data order" if args.fixed_data else "tasks + init + data order"
     print(
@@ -434,12 +443,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         + (" (--quick)" if args.quick else "")
     )
     print(text)
-    if args.out is not None:
-        args.out.write_text(
-            json.dumps({"seeds": seeds, "runs": runs, "spread": summary}, indent=2, default=str)
-        )
-    return 0
+    bench.figure("seeds", seeds)
+    bench.figure("runs", runs)
+    bench.figure("spread", summary)
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    main(run, __doc__, extra=arguments)

@@ -7,7 +7,8 @@ reports each one's seconds per step, the optimizer's own share, the ratio, and h
 runs' weights drifted apart (the kernels round differently; they compute the same update).
 
     python bench/bench_pretrain_adamw.py --model <student folder> [--steps 60] [--rounds 3] \\
-        [--batch-size 4] [--block 256]
+        [--batch-size 4] [--block 256] [--json F]
+    python bench/bench_pretrain_adamw.py --quick   # a tiny student built on the spot, 10 steps x 2 rounds
 """
 
 from __future__ import annotations
@@ -15,13 +16,15 @@ from __future__ import annotations
 import argparse
 import copy
 import json
+import tempfile
 import time
 from typing import Any
 
 import torch
+from harness import Bench, main
 
 
-def run(model: Any, batches: list[torch.Tensor], fused: bool) -> tuple[float, float]:
+def steps(model: Any, batches: list[torch.Tensor], fused: bool) -> tuple[float, float]:
     """Seconds per step and of it the optimizer's, over ``batches`` (one step each)."""
     optimizer = torch.optim.AdamW(
         model.parameters(), lr=2e-3, betas=(0.9, 0.98), weight_decay=0.01, fused=fused
@@ -39,18 +42,31 @@ def run(model: Any, batches: list[torch.Tensor], fused: bool) -> tuple[float, fl
     return total / len(batches), opt / len(batches)
 
 
-def main() -> None:
-    from transformers import AutoModelForCausalLM
-
-    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
-    parser.add_argument(
-        "--model", required=True, help="student model folder (coa model init, or the store's)"
-    )
+def arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--model", help="student model folder (coa model init, the store's; --quick: built)")
     parser.add_argument("--steps", type=int, default=60, help="steps per round and kind")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--batch-size", type=int, default=4)
     parser.add_argument("--block", type=int, default=256)
-    args = parser.parse_args()
+
+
+def run(args: argparse.Namespace, bench: Bench) -> None:
+    if args.quick:
+        args.steps, args.rounds, args.block = 5, 2, 64
+    if args.model is None:
+        if not args.quick:
+            raise SystemExit("--model is required (or --quick: a tiny student built on the spot)")
+        from smoke import tiny_student
+
+        with tempfile.TemporaryDirectory(prefix="coa-bench-adamw-") as folder:
+            args.model = str(tiny_student(folder))
+            measure(args, bench)
+        return
+    measure(args, bench)
+
+
+def measure(args: argparse.Namespace, bench: Bench) -> None:
+    from transformers import AutoModelForCausalLM
 
     start = AutoModelForCausalLM.from_pretrained(args.model, dtype=torch.float32)
     start.train()
@@ -63,7 +79,7 @@ def main() -> None:
     times: dict[str, list[tuple[float, float]]] = {"loop": [], "fused": []}
     for _ in range(args.rounds):
         for kind, model in models.items():
-            times[kind].append(run(model, batches, fused=kind == "fused"))
+            times[kind].append(steps(model, batches, fused=kind == "fused"))
     result: dict[str, Any] = {}
     for kind, rounds in times.items():
         step = sum(t for t, _ in rounds) / len(rounds)
@@ -82,7 +98,14 @@ def main() -> None:
     result["steps"] = args.steps * args.rounds
     result["threads"] = torch.get_num_threads()
     print(json.dumps(result, indent=2))
+    for kind, rounds in times.items():
+        bench.add_timing(f"{kind} s per step", [t for t, _ in rounds])
+        bench.add_timing(f"{kind} optimizer s per step", [o for _, o in rounds])
+    fused, loop = bench.timings["fused s per step"], bench.timings["loop s per step"]
+    bench.ratio("fused / loop s per step", fused, loop)
+    bench.figure("max_weight_difference", drift)
+    bench.figure("steps", result["steps"])
 
 
 if __name__ == "__main__":
-    main()
+    main(run, __doc__, extra=arguments)

@@ -20,8 +20,8 @@ printed apart. Each side first runs a small untimed collection and curation (imp
 same fake at the same concurrency (``bench_collect.bench_raw``): where it is far below 1, the fake
 and the machine, not the collection, set the pace, and no fan-out can help.
 
-Run: ``python bench/bench_ray.py [--tasks 1500] [--concurrency 64] [--latency-ms 50] [--repeat 2]``
-(about 90 s on 2 cores; ``--quick``: 600 tasks, one run per side, about 40 s).
+Run: ``python bench/bench_ray.py [--tasks 1500] [--concurrency 64] [--latency-ms 50] [--repeat 2]
+[--json F]`` (about 90 s on 2 cores; ``--quick``: 300 tasks, one run per side, about 40 s).
 """
 
 from __future__ import annotations
@@ -37,6 +37,8 @@ from typing import Any
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from harness import Bench, main  # noqa: E402
 
 
 def _tasks(store: Any, n: int) -> Any:
@@ -107,15 +109,15 @@ def _side(root: str, url: str, tasks: int, concurrency: int, executor: Any) -> t
     return collect_s, curate_s, collected.ref.rows("trajectories"), calls // 100
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n")[0])
+def arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--tasks", type=int, default=None, help="tasks collected per side (default 1500)")
     parser.add_argument("--concurrency", type=int, default=64, help="runs in flight in all, per side")
     parser.add_argument("--latency-ms", type=float, default=50.0, help="the fake endpoint's fixed latency")
-    parser.add_argument("--repeat", type=int, default=None, help="runs per side, fastest kept (default 2)")
-    parser.add_argument("--quick", action="store_true", help="600 tasks, one run per side")
-    args = parser.parse_args()
-    tasks = args.tasks or (600 if args.quick else 1500)
+
+
+def run(args: argparse.Namespace, bench: Bench) -> None:
+    """``--repeat``: runs per side, fastest kept (default 2; ``--quick``: 300 tasks, one run per side)."""
+    tasks = args.tasks or (300 if args.quick else 1500)
     repeat = args.repeat or (1 if args.quick else 2)
     workdir = tempfile.mkdtemp(prefix="coa-bench-ray-")
     os.environ.setdefault("PREFECT_HOME", os.path.join(workdir, "prefect"))
@@ -181,6 +183,14 @@ def main() -> None:
         f"ratio (one process / Ray): collection {one[0] / two[0]:.2f}, curation {one[1] / two[1]:.2f}, "
         f"collection + curation {(one[0] + one[1]) / (two[0] + two[1]):.2f} (goal >= 1.6)"
     )
+    for name, sides in (("one process", local), ("Ray, 2 workers", on_ray)):
+        bench.add_timing(f"{name} collect", [s[0] for s in sides])
+        bench.add_timing(f"{name} curate", [s[1] for s in sides])
+    bench.ratio("one process / Ray, collection", one[0], two[0])
+    bench.ratio("one process / Ray, curation", one[1], two[1])
+    bench.ratio("one process / Ray, collection + curation", one[0] + one[1], two[0] + two[1])
+    bench.figure("ceiling of ideal", ceiling)
+    bench.figure("Ray cold start s", cold_s)
 
 
 def _warm(_: int) -> int:
@@ -191,4 +201,4 @@ def _warm(_: int) -> int:
 
 
 if __name__ == "__main__":
-    main()
+    main(run, __doc__, extra=arguments, repeat=None)

@@ -15,13 +15,13 @@ for groups and pushing weights in async), mean and max staleness of the trained 
 versions), the share of groups dropped as stale, and async / sync steps per second.
 
     PYTHONPATH=. python bench/bench_rl_async.py [--steps 8] [--delay-ms 20] [--max-new 96] \\
-        [--max-staleness 2] [--out rl_async.json]
+        [--max-staleness 2] [--json rl_async.json]
+    PYTHONPATH=. python bench/bench_rl_async.py --quick   # 3 steps, <= 32 tokens an episode
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import statistics
 import subprocess
@@ -30,6 +30,8 @@ import tempfile
 import time
 from pathlib import Path
 from typing import Any
+
+from harness import Bench, main
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -96,7 +98,7 @@ class Server:
             self.process.wait()
 
 
-def run(mode: str, model: Path, args: argparse.Namespace, work: Path) -> dict[str, Any]:
+def one_mode(mode: str, model: Path, args: argparse.Namespace, work: Path) -> dict[str, Any]:
     import pyarrow.parquet as pq
 
     from coa.llm.config import EndpointConfig
@@ -155,16 +157,18 @@ def run(mode: str, model: Path, args: argparse.Namespace, work: Path) -> dict[st
     }
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+def arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--steps", type=int, default=8, help="optimizer steps per mode")
     parser.add_argument("--delay-ms", type=float, default=20.0, help="server decode step floor (ms)")
     parser.add_argument("--max-new", type=int, default=96, help="tokens per episode at most")
     parser.add_argument("--max-staleness", type=int, default=2, help="async: policy versions at most")
     parser.add_argument("--prompts-per-step", type=int, default=2)
     parser.add_argument("--group-size", type=int, default=4)
-    parser.add_argument("--out", type=Path, default=None, help="write the results as JSON")
-    args = parser.parse_args(argv)
+
+
+def run(args: argparse.Namespace, bench: Bench) -> None:
+    if args.quick:
+        args.steps, args.max_new = 3, 32
 
     import torch
 
@@ -177,7 +181,7 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
         model = init_model(texts(), tiny, work / "model")
-        results = [run(mode, model, args, work) for mode in ("sync", "async")]
+        results = [one_mode(mode, model, args, work) for mode in ("sync", "async")]
     sync, asyn = results
     ratio = asyn["steps_per_s"] / sync["steps_per_s"]
     print(
@@ -196,11 +200,11 @@ def main(argv: list[str] | None = None) -> int:
             f"{r['episodes']} | {r['tokens_p50']} / {r['tokens_p90']} / {r['tokens_max']} |"
         )
     print(f"\nasync / sync optimizer steps per second: {ratio:.2f}x (max_staleness {args.max_staleness})")
-    if args.out is not None:
-        args.out.write_text(json.dumps({"args": vars(args) | {"out": str(args.out)}, "results": results,
-                                        "ratio": ratio}, indent=2))  # fmt: skip
-    return 0
+    for r in results:
+        bench.add_timing(f"{r['mode']} training loop", [r["train_s"]])
+        bench.figure(r["mode"], r)
+    bench.ratio("async / sync optimizer steps per second", asyn["steps_per_s"], sync["steps_per_s"])
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    main(run, __doc__, extra=arguments)

@@ -301,7 +301,7 @@ def run(args: argparse.Namespace, bench: Bench) -> None:
     (args.out / "bench_rl_gpu.json").write_text(json.dumps(report, indent=2))
 
 
-def options(p: argparse.ArgumentParser) -> None:
+def arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--prompts", type=Path, required=True, help="rl_prompt.v1 Parquet file")
     p.add_argument("--sft-data", type=Path, required=True, help="sft.v1 rows (tokenizer; completion lengths)")
     p.add_argument("--out", type=Path, required=True)
@@ -321,4 +321,4 @@ def options(p: argparse.ArgumentParser) -> None:
 
 
 if __name__ == "__main__":
-    main(run, __doc__, extra=options)
+    main(run, __doc__, extra=arguments)

@@ -39,7 +39,7 @@ its family the one the round sampled (``sampling.families``).
    settings, greedy (one sample). The table: accuracy, format-valid share, completion tokens per
    task, the paired difference against the SFT model with its 95% paired-bootstrap interval
    (:func:`coa.evaluate.compare.compare`), training time, steps, and how far each model's weights
-   moved from the SFT model's (relative L2). ``--out`` writes it as JSON.
+   moved from the SFT model's (relative L2). ``--json`` writes it in the run's record.
 
 5. **Where the points come from**: the same tasks by kind (the generator's spec or template, e.g.
    ``fizzbuzz``), each model's correct count per kind (:func:`by_kind`), and for a round the correct
@@ -56,7 +56,7 @@ its family the one the round sampled (``sampling.families``).
 evaluations of N tasks (a few CPU minutes).
 
     python bench/bench_rl_vs_sft.py [--config configs/demo.yaml] [key=value ...] [--rl URI] \\
-        [--heldout 200] [--sft-families code] [--also mhqa,math] [--lr 2e-4] [--out rl_vs_sft.json] \\
+        [--heldout 200] [--sft-families code] [--also mhqa,math] [--lr 2e-4] [--json rl_vs_sft.json] \\
         [--quick]
 """
 
@@ -73,6 +73,7 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
+from harness import Bench, main
 
 from coa import io
 from coa.errors import CheckFailed, UserError
@@ -593,10 +594,12 @@ def format_kinds(result: dict[str, Any]) -> str:
     return aligned_table(lines)
 
 
-def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
-    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+DEMO = Path(__file__).resolve().parents[1] / "configs" / "demo.yaml"
+
+
+def arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("overrides", nargs="*", help="dotted key=value overrides the run was made with")
-    parser.add_argument("--config", "-c", default="configs/demo.yaml", help="YAML profile of the run")
+    parser.add_argument("--config", "-c", default=str(DEMO), help="YAML profile of the run")
     parser.add_argument("--heldout", type=int, default=None, help="held-out tasks (default 200; quick: 8)")
     parser.add_argument("--family", default=None, help="task family to compare on (default: rl.families)")
     parser.add_argument(
@@ -615,10 +618,10 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
         "--candidate", default="rl", choices=CANDIDATES, help="compare RL (default) or round 2's model"
     )
     parser.add_argument("--work-dir", default=None, help="keep the continued-SFT model here (default: temp)")
-    parser.add_argument("--out", default=None, help="write the table as JSON here")
-    parser.add_argument("--quick", action="store_true", help="smoke run: few tasks, <= 10 s of training")
-    args = parser.parse_args(argv)
 
+
+def run(args: argparse.Namespace, bench: Bench) -> None:
+    """``--quick``: a smoke run, few tasks, <= 10 s of training."""
     config = load_pipeline_config(args.config, args.overrides)
     heldout = args.heldout if args.heldout is not None else (QUICK_HELDOUT if args.quick else 200)
     result = run_bench(
@@ -650,11 +653,18 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
         print(f"check: on the run's own {check['tasks']} held-out tasks the SFT model scores "
               f"{check['accuracy_here']:.0%} here, {check['accuracy_committed']:.0%} in evaluate.after "
               f"(per-task agreement {check['agreement']:.0%})")  # fmt: skip
-    if args.out:
-        Path(args.out).write_text(json.dumps(result, indent=2, default=str))
-        print(f"wrote {args.out}")
-    return result
+    bench.figure("result", result)
+    for name, seconds in result["eval_wall_s"].items():
+        bench.add_timing(f"{name} evaluation", [seconds])
+    bench.add_timing("continued SFT (wall)", [result["continued_sft_wall_s"]])
+    rows = {r["model"]: r for r in result["models"]}
+    for name in (args.candidate, "continued_sft"):  # each against the SFT model, in points
+        delta = rows[name].get("delta_accuracy") or {}
+        bench.figure(f"{name} - sft accuracy", delta.get("delta"))
+    baseline = rows["continued_sft"]["accuracy"]  # the candidate against the baseline it must beat
+    if baseline:
+        bench.ratio(f"{args.candidate} / continued SFT accuracy", rows[args.candidate]["accuracy"], baseline)
 
 
 if __name__ == "__main__":
-    main()
+    main(run, __doc__, extra=arguments)

@@ -27,7 +27,7 @@ same episodes on a scripted policy. The engine's ``lockstep`` differs from it in
 of its tools run, and sorting a wave by length before cutting it into batches.
 
 Run: ``PYTHONPATH=. python bench/bench_rollout.py [--latency-ms 50] [--quick] [--in-flight 16,64,256]
-[--repeat 3] [--parts endpoint,overlap,hf]``. ``CPU ms/req`` is the bare client's CPU per request,
+[--repeat 3] [--parts endpoint,overlap,hf] [--json F]``. ``CPU ms/req`` is the bare client's CPU per request,
 beside the engine's ``CPU ms/gen``.
 """
 
@@ -41,6 +41,8 @@ import tempfile
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
+
+from harness import Bench, main
 
 from coa.rollout import Codec, Episode, EpisodeSpec, Generation, RolloutConfig, run_episodes
 from coa.rollout.engine import advance, call_tool, close, next_budget
@@ -139,7 +141,11 @@ def _serve(script: TurnScript, latency_s: float, conn: Any) -> None:
 
 
 def bench_endpoint(
-    latencies_s: Sequence[float], quick: bool, in_flight: Sequence[int] | None = None, repeat: int = 1
+    latencies_s: Sequence[float],
+    quick: bool,
+    in_flight: Sequence[int] | None = None,
+    repeat: int = 1,
+    bench: Bench | None = None,
 ) -> None:
     """Episodes/s of the engine and of the bare client at each concurrency; with ``repeat`` > 1 the two
     alternate and each column is the median of the repeats (the machine is shared: a ratio of medians
@@ -191,6 +197,11 @@ def bench_endpoint(
                     f"{rate / ceiling:>10.2f}",
                     flush=True,
                 )
+                if bench is not None:
+                    row = f"endpoint L {latency_s * 1000:.0f} ms, {c} in flight"
+                    bench.ratio(f"{row}: episodes/s / ideal", rate, ideal)
+                    bench.ratio(f"{row}: episodes/s / bare client's", rate, ceiling)
+                    bench.figure(f"{row}: CPU ms per generation", statistics.median(cpus))
         finally:
             server.terminate()
             server.join(timeout=10)
@@ -232,7 +243,7 @@ def _wait_for(url: str) -> None:
             time.sleep(0.2)
 
 
-def bench_overlap(latency_s: float, quick: bool) -> None:
+def bench_overlap(latency_s: float, quick: bool, bench: Bench | None = None) -> None:
     codec = bench_codec()
     n, c = (64, 32) if quick else (256, 64)
     rng = random.Random(0)
@@ -274,6 +285,11 @@ def bench_overlap(latency_s: float, quick: bool) -> None:
         print(
             f"{schedule:>9} {n:>8} {c:>9} {new_wall:>7.2f} {n / new_wall:>8.1f} {old_wall / new_wall:>6.2f}"
         )
+        if bench is not None:
+            bench.add_timing(f"overlap {schedule}", [new_wall])
+            bench.ratio(f"overlap {schedule} / old loop, episodes/s", old_wall, new_wall)
+    if bench is not None:
+        bench.add_timing("overlap old loop", [old_wall])
 
 
 class ForcedScript:
@@ -305,7 +321,7 @@ class ForcedScript:
         return forced
 
 
-def bench_hf(quick: bool) -> None:
+def bench_hf(quick: bool, bench: Bench | None = None) -> None:
     import functools
 
     import torch
@@ -376,38 +392,42 @@ def bench_hf(quick: bool) -> None:
                 turns, tools = sum(e.turns for e in eps), sum(len(e.tool_calls) for e in eps)
                 counts = f"{cpu:>6.2f} {calls:>9} {turns:>6} {tools:>6}"
                 print(f"{student:>9} {name:>9} {wall:>7.2f} {counts} {old_wall / wall:>6.2f}")
+                if bench is not None:
+                    bench.add_timing(f"hf {student} {name}", [wall])
+                    if name != "old loop":
+                        bench.ratio(f"hf {student} {name} / old loop, wall", wall, old_wall)
             for name in ("async", "lockstep"):
                 same = sum(
                     a.completion_ids == b.completion_ids for a, b in zip(old, best[name][3], strict=True)
                 )
                 print(f"{'':>9} {name}: the old loop's ids in {same}/{len(rows)} episodes")
+                if bench is not None:
+                    bench.figure(f"hf {student} {name}: episodes with the old loop's ids", [same, len(rows)])
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+def arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--latency-ms", type=float, default=50.0)
-    parser.add_argument("--quick", action="store_true", help="a fast smoke run")
     parser.add_argument(
         "--in-flight",
         default=None,
         help="episodes in flight for part 1, e.g. 16,64,256 (default 64,256; quick 16,64)",
     )
-    parser.add_argument(
-        "--repeat", type=int, default=1, help="part 1: engine and bare client alternate; medians"
-    )
     parser.add_argument("--parts", default="endpoint,overlap,hf", help="which parts to run (comma-separated)")
-    args = parser.parse_args()
+
+
+def run(args: argparse.Namespace, bench: Bench) -> None:
+    """``--repeat`` (default 1): part 1's engine and bare client alternate; medians."""
     latency = args.latency_ms / 1000
     parts = set(args.parts.split(","))
     in_flight = [int(c) for c in args.in_flight.split(",")] if args.in_flight else None
     if "endpoint" in parts:
         latencies = [latency] if args.quick or in_flight else [latency, 10 * latency]
-        bench_endpoint(latencies, args.quick, in_flight, max(1, args.repeat))
+        bench_endpoint(latencies, args.quick, in_flight, max(1, args.repeat or 1), bench)
     if "overlap" in parts:
-        bench_overlap(latency, args.quick)
+        bench_overlap(latency, args.quick, bench)
     if "hf" in parts:
-        bench_hf(args.quick)
+        bench_hf(args.quick, bench)
 
 
 if __name__ == "__main__":
-    main()
+    main(run, __doc__, extra=arguments, repeat=None)

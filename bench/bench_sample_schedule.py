@@ -11,8 +11,9 @@ run. ``lockstep`` should repeat all of them; ``async`` repeats those whose batch
 same. Nothing is written to the store.
 
 Run: ``PYTHONPATH=. python bench/bench_sample_schedule.py [--store .coa/store] [--repeat 2]
-[overrides…]`` (e.g. ``synthetic.seed=1 student.tiny.seed=1`` for a demo run under seed 1: the
-overrides only pick the step's config; the model and tasks are the store's).
+[--quick: 4 tasks, twice each schedule] [--json F] [overrides…]`` (e.g. ``synthetic.seed=1
+student.tiny.seed=1`` for a demo run under seed 1: the overrides only pick the step's config; the
+model and tasks are the store's).
 """
 
 from __future__ import annotations
@@ -23,6 +24,8 @@ import json
 import time
 from pathlib import Path
 from typing import Any
+
+from harness import Bench, main
 
 from coa.errors import UserError
 from coa.plan.config import load_pipeline_config
@@ -77,14 +80,18 @@ def sample_once(
     }
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+REPO = Path(__file__).resolve().parents[1]
+
+
+def arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("overrides", nargs="*", help="config overrides (dotted key=value)")
-    parser.add_argument("--config", default="configs/demo.yaml")
+    parser.add_argument("--config", default=str(REPO / "configs" / "demo.yaml"))
     parser.add_argument("--store", default=".coa/store", type=Path)
-    parser.add_argument("--repeat", type=int, default=2)
-    parser.add_argument("--out", type=Path, default=None, help="write the runs as JSON here")
-    args = parser.parse_args()
+
+
+def run(args: argparse.Namespace, bench: Bench) -> None:
+    if args.quick:
+        args.repeat = 2
     steps = {s.name: s for s in plan(load_pipeline_config(args.config, args.overrides))}
     if "sample.r1" not in steps:
         raise UserError(f"{args.config} has no sample.r1 step: set rounds: 2 or more")
@@ -95,17 +102,19 @@ def main() -> None:
     import pyarrow.parquet as pq
 
     rows = select(pq.read_table(tasks / "train.parquet").to_pylist(), step.config)
+    if args.quick:
+        rows = rows[:4]
     print(f"{model.name}: {len(rows)} tasks x {step.config.samples} samples, backend {step.config.backend}")
     print(f"{'schedule':>9} {'run':>4} {'wall s':>7} {'calls':>6} {'correct':>8} {'kept':>5} {'ids':>13}")
     runs: list[dict[str, Any]] = []
     for k in range(args.repeat):
         for schedule in SCHEDULES:
             config = step.config.model_copy(update={"schedule": schedule})
-            run = sample_once(config, tools, rows, model)
-            runs.append(run)
+            one = sample_once(config, tools, rows, model)
+            runs.append(one)
             print(
-                f"{schedule:>9} {k + 1:>4} {run['wall_s']:>7.1f} {run['calls']:>6} {run['correct']:>8} "
-                f"{run['kept']:>5} {run['ids']:>13}"
+                f"{schedule:>9} {k + 1:>4} {one['wall_s']:>7.1f} {one['calls']:>6} {one['correct']:>8} "
+                f"{one['kept']:>5} {one['ids']:>13}"
             )
     for schedule in SCHEDULES:
         mine = [r["per_episode"] for r in runs if r["schedule"] == schedule]
@@ -114,11 +123,11 @@ def main() -> None:
         print(
             f"{schedule}: the same ids in all {len(mine)} runs: {same}/{len(mine[0])} episodes; wall {walls}"
         )
-    if args.out is not None:
-        args.out.write_text(
-            json.dumps([{k: v for k, v in r.items() if k != "per_episode"} for r in runs], indent=1)
-        )
+        bench.add_timing(f"{schedule} sampling", walls)
+        bench.figure(f"{schedule} episodes with the same ids in every run", [same, len(mine[0])])
+    bench.ratio("lockstep / async wall", bench.timings["lockstep sampling"], bench.timings["async sampling"])
+    bench.figure("runs", [{k: v for k, v in r.items() if k != "per_episode"} for r in runs])
 
 
 if __name__ == "__main__":
-    main()
+    main(run, __doc__, extra=arguments)

@@ -20,7 +20,7 @@ calls in all): ``one-use`` (``programs_per_sandbox=1``: each call's sandbox is d
 one started) against ``reused`` (the code tool's default, ``PROGRAMS_PER_SANDBOX``), by wall time
 and by the machine's CPU time per call (``/proc/stat``, so the sandboxes' own CPU counts).
 
-Run: ``python bench/bench_sandbox.py [--runs N] [--calls N] [--workers 2] [--load N] [--quick]``.
+Run: ``python bench/bench_sandbox.py [--runs N] [--calls N] [--workers 2] [--load N] [--quick] [--json F]``.
 """
 
 from __future__ import annotations
@@ -33,6 +33,8 @@ import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
+
+from harness import Bench, main
 
 from coa.tools.code import (
     TEST_CONFIG,
@@ -214,27 +216,38 @@ def bench_tool_load(calls: int, threads: int, config: SandboxConfig) -> dict[str
     return out
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n")[0])
+def arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--runs", type=int, default=200, help="code-scoring runs (5 tests each)")
     parser.add_argument("--calls", type=int, default=40, help="code-tool calls per mode")
     parser.add_argument("--workers", type=int, default=2, help="runs scored in parallel")
     parser.add_argument("--load", type=int, default=1000, help="code-tool calls under load, per mode")
     parser.add_argument("--threads", type=int, default=8, help="callers at once under load")
-    parser.add_argument("--quick", action="store_true", help="60 runs, 15 calls, 300 under load (~1 minute)")
-    args = parser.parse_args(argv)
+
+
+def run(args: argparse.Namespace, bench: Bench) -> None:
+    """``--quick``: 60 runs, 15 calls, 300 under load (~1 minute)."""
     if args.quick:
         args.runs, args.calls, args.load = 60, 15, 300
     ok, message = sandbox_available()
     if not ok:
         print(f"no sandbox here: {message}", file=sys.stderr)
-        return 1
+        raise SystemExit(1)
     print(message)
-    bench_scoring(args.runs, args.workers, TEST_CONFIG)
-    bench_tool(args.calls, SandboxConfig())
-    bench_tool_load(args.load, args.threads, SandboxConfig())
-    return 0
+    scoring = bench_scoring(args.runs, args.workers, TEST_CONFIG)
+    for mode, ms in scoring.items():
+        bench.figure(f"scoring {mode} ms per run of 5 tests", ms)
+    for mode in ("per-run", "batch"):
+        bench.ratio(f"scoring {mode} / old, ms per run", scoring[mode], scoring["old"])
+    tool = bench_tool(args.calls, SandboxConfig())
+    bench.figure("code tool cold ms per call (mean)", tool["cold"])
+    bench.figure("code tool pooled ms per call (mean)", tool["pooled"])
+    bench.ratio("code tool pooled / cold latency", tool["pooled"], tool["cold"])
+    load = bench_tool_load(args.load, args.threads, SandboxConfig())
+    for key, value in load.items():
+        bench.figure(f"under load {key} ms per call", value)
+    bench.ratio("under load reused / one-use, wall per call", load["reused"], load["one-use"])
+    bench.ratio("under load reused / one-use, CPU per call", load["reused_cpu"], load["one-use_cpu"])
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    main(run, __doc__, extra=arguments)

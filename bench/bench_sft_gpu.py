@@ -286,7 +286,7 @@ def run(args: argparse.Namespace, bench: Bench) -> None:
     (args.out / "bench_sft_gpu.json").write_text(json.dumps(reports, indent=2))
 
 
-def options(p: argparse.ArgumentParser) -> None:
+def arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--data", type=Path, required=True, help="sft.v1 Parquet file")
     p.add_argument("--out", type=Path, required=True, help="models, runs and bench_sft_gpu.json go here")
     p.add_argument("--shapes", default="0.5b,1.5b", help=f"comma-separated, of {', '.join(SHAPES)}")
@@ -372,4 +372,4 @@ if __name__ == "__main__":
     if len(sys.argv) == 3 and sys.argv[1] == BARE_TRL:
         bare_trl(Path(sys.argv[2]))
     else:
-        main(run, __doc__, extra=options)
+        main(run, __doc__, extra=arguments)

@@ -13,7 +13,8 @@ must end with the first run's weights, bit for bit: the bench checks it.
 
     python bench/bench_sft_heldout.py --data <store>/converted/<artifact>/sft.parquet \
         --model <store>/model/<tiny-student artifact>/model [--profile configs/demo.yaml] \
-        [--steps 300] [--every 50,250]
+        [--steps 300] [--every 50,250] [--json F]
+    python bench/bench_sft_heldout.py --quick   # a tiny student and 64 examples built, 20 steps
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from harness import Bench, main
 from transformers import AutoModelForCausalLM
 
 from coa import io
@@ -80,29 +82,48 @@ def heldout_pass_seconds(
     return out
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--data", required=True, help="converted artifact URI or an sft.v1 Parquet file")
-    parser.add_argument("--model", required=True, help="student model folder")
+REPO = Path(__file__).resolve().parents[1]
+
+
+def arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--data", help="converted artifact URI or an sft.v1 Parquet file (--quick: built)")
+    parser.add_argument("--model", help="student model folder (--quick: built)")
     parser.add_argument(
-        "--profile", type=Path, default=Path("configs/demo.yaml"), help="its sft section is used"
+        "--profile", type=Path, default=REPO / "configs" / "demo.yaml", help="its sft section is used"
     )
     parser.add_argument("--steps", type=int, default=300)
     parser.add_argument("--every", default="50,250", help="eval_steps to compare with the last step only")
-    args = parser.parse_args()
 
+
+def run(args: argparse.Namespace, bench: Bench) -> None:
+    if args.quick:
+        args.steps, args.every = 20, "10"
+    if args.data is None or args.model is None:
+        if not args.quick:
+            raise SystemExit("--data and --model are required (or --quick: both built on the spot)")
+        from smoke import sft_table, tiny_student
+
+        with tempfile.TemporaryDirectory(prefix="coa-bench-heldout-") as folder:
+            args.model = args.model or str(tiny_student(folder))
+            measure(args, bench, sft_table(96) if args.data is None else None)
+        return
+    measure(args, bench, None)
+
+
+def measure(args: argparse.Namespace, bench: Bench, table: Any) -> None:
     sft = dict(load_yaml_layers(args.profile).get("sft") or {})
     unplanned = ("max_steps", "save_steps", "eval_steps", "time_budget_s", "warmup_steps", "logging_steps")
     params = {k: v for k, v in sft.items() if k in SFTParams.model_fields and k not in unplanned}
-    parquet = args.data.endswith(".parquet")
-    table = io.read_parquet_file(args.data) if parquet else io.read_table(args.data, "sft")
+    if table is None:
+        parquet = args.data.endswith(".parquet")
+        table = io.read_parquet_file(args.data) if parquet else io.read_table(args.data, "sft")
     families = sft.get("families")
     examples = select_examples(table, list(families)) if families else table
     report: dict[str, Any] = {
         "profile": str(args.profile),
         "steps": args.steps,
         "threads": torch.get_num_threads(),
-        "heldout_pass": heldout_pass_seconds(args.model, examples, params),
+        "heldout_pass": heldout_pass_seconds(args.model, examples, params, repeats=1 if args.quick else 5),
     }
     print("held-out pass", json.dumps(report["heldout_pass"]), flush=True)
     every = [int(e) for e in args.every.split(",")]
@@ -134,7 +155,14 @@ def main() -> None:
         often.heldout_loss_curve[-1][1],
     ]
     print(json.dumps(report, indent=2))
+    for name in PASSES:
+        bench.figure(f"held-out pass {name} s (median)", passes[name]["s"])
+    bench.ratio("held-out pass by length / in split order", passes[PASSES[1]]["s"], passes[PASSES[0]]["s"])
+    bench.add_timing("SFT step (pass at the last step only)", [step_s])
+    for key, value in report.items():
+        if key not in ("heldout_pass", "profile", "steps", "threads"):
+            bench.figure(key, value)
 
 
 if __name__ == "__main__":
-    main()
+    main(run, __doc__, extra=arguments)

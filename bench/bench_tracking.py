@@ -6,7 +6,8 @@ per ``logging_steps``; opening the run timed apart), then ``coa.tracking.log_sum
 evaluation-sized summary for ``--steps`` steps (what every built step adds). Wall and CPU time, the
 median of ``--repeat`` runs; the backends alternate so the shared host's load hits both alike.
 
-    PYTHONPATH=. python bench/bench_tracking.py --points 200 --steps 10 --repeat 3
+    PYTHONPATH=. python bench/bench_tracking.py --points 200 --steps 10 --repeat 3 [--json F]
+    PYTHONPATH=. python bench/bench_tracking.py --quick   # 20 points, 2 steps, once
 """
 
 from __future__ import annotations
@@ -20,6 +21,8 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+
+from harness import Bench, main
 
 SUMMARY = {
     "metrics": {f: {"pass@1": 0.5, "pass@1_se": 0.1, "maj@4": 0.6, "n": 50, "tokens_per_task": 812.0}
@@ -69,14 +72,15 @@ def one(backend: str, points: int, steps: int, folder: Path) -> dict[str, float]
     return out
 
 
-def main() -> None:
-    raw = argparse.RawDescriptionHelpFormatter
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=raw)
+def arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--points", type=int, default=200)
     parser.add_argument("--steps", type=int, default=10)
-    parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--child", help=argparse.SUPPRESS)
-    args = parser.parse_args()
+
+
+def run(args: argparse.Namespace, bench: Bench) -> None:
+    if args.quick:
+        args.points, args.steps, args.repeat = 20, 2, 1
     if args.child:
         folder = Path(tempfile.mkdtemp(prefix="coa-bench-tracking-"))
         print(json.dumps(one(args.child, args.points, args.steps, folder)))
@@ -96,7 +100,13 @@ def main() -> None:
         print(f"| {backend} | {med['open_wall']:.1f} / {med['open_cpu']:.1f} "
               f"| {med['point_wall']:.2f} / {med['point_cpu']:.2f} "
               f"| {med['step_wall']:.1f} / {med['step_cpu']:.1f} |")  # fmt: skip
+        for key in ("open", "point", "step"):
+            bench.add_timing(f"{backend} {key} wall", [r[f"{key}_wall"] for r in runs])
+            bench.figure(f"{backend} {key} cpu s (median)", statistics.median(r[f"{key}_cpu"] for r in runs))
+    for key in ("point", "step"):
+        ours, base = bench.timings[f"trackio {key} wall"], bench.timings[f"tensorboard {key} wall"]
+        bench.ratio(f"trackio / tensorboard per {key}, wall", ours.median, base.median)
 
 
 if __name__ == "__main__":
-    main()
+    main(run, __doc__, extra=arguments)

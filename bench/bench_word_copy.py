@@ -16,18 +16,19 @@ lists them): the SFT model, the conversion (its ``sft`` table: the training ques
 teacher's text) and the synthetic tasks (their ``heldout`` table).
 
     python bench/bench_word_copy.py --model MODEL_URI --converted CONVERTED_URI --tasks SYNTHETIC_URI \\
-        [--train 60] [--out words.json]
+        [--train 60] [--json words.json] [--quick: 8 questions a split]
 """
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
-import json
 from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
+
+from harness import Bench, main
 
 from coa import io
 from coa.synthetic import programming
@@ -124,19 +125,26 @@ def summary(probes: Sequence[Probe]) -> dict[str, dict[str, Any]]:
     return out
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--model", required=True, help="the SFT (or RL) model artifact URI")
-    parser.add_argument("--converted", required=True, help="the conversion artifact URI (its sft table)")
-    parser.add_argument("--tasks", required=True, help="the synthetic tasks artifact URI (its heldout table)")
+def arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--model", help="the SFT (or RL) model artifact URI")
+    parser.add_argument("--converted", help="the conversion artifact URI (its sft table)")
+    parser.add_argument("--tasks", help="the synthetic tasks artifact URI (its heldout table)")
     parser.add_argument("--train", type=int, default=60, help="training questions to probe (default 60)")
-    parser.add_argument("--out", type=Path, help="write every probe and the summary as JSON")
-    args = parser.parse_args(argv)
+
+
+def run(args: argparse.Namespace, bench: Bench) -> None:
+    """``--quick``: 8 training and 8 held-out questions."""
+    if None in (args.model, args.converted, args.tasks):
+        raise SystemExit("--model, --converted and --tasks are required: a demo run's artifacts (coa show)")
+    if args.quick:
+        args.train = min(args.train, 8)
     sft_rows = io.read_table(args.converted, "sft", columns=["family", "messages"]).to_pylist()
     system, lead = lead_of(sft_rows)
     seen = [r["messages"][1]["content"] for r in sft_rows if r["family"] == "code"]
     train = list(dict.fromkeys(q for q in seen if fizzbuzz_params(q) is not None))[: args.train]
     heldout = [t["question"] for t in io.read_table(args.tasks, "heldout", columns=["question"]).to_pylist()]
+    if args.quick:
+        heldout = [q for q in heldout if fizzbuzz_params(q) is not None][:8]
     probes = probe(io.local_folder(args.model, "model"), system, lead, {"train": train, "heldout": heldout})
     result = summary(probes)
     for split, s in result.items():
@@ -146,11 +154,15 @@ def main(argv: Sequence[str] | None = None) -> int:
             f"first word right {s['first_word_right']}; most frequent output {common['text']!r} "
             f"({common['count']} times)"
         )
-    if args.out:
-        rows = [dataclasses.asdict(p) | {"both": p.both, "first": p.first} for p in probes]
-        args.out.write_text(json.dumps({"summary": result, "probes": rows}, indent=1))
-    return 0
+    bench.figure("summary", result)
+    bench.figure("probes", [dataclasses.asdict(p) | {"both": p.both, "first": p.first} for p in probes])
+    train_s, held_s = result.get("train"), result.get("heldout")
+    if train_s and held_s and train_s["both_words_right"]:  # held-out against the questions it trained on
+        share = {
+            k: s["both_words_right"] / s["questions"] for k, s in (("train", train_s), ("heldout", held_s))
+        }
+        bench.ratio("held-out / training share with both words right", share["heldout"], share["train"])
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    main(run, __doc__, extra=arguments)

@@ -173,11 +173,16 @@ class Bench:
         }
 
 
-def parser(doc: str | None, extra: Extra | None = None) -> argparse.ArgumentParser:
-    """The shared arguments (``--repeat``, ``--quick``, ``--json``) plus the bench's own."""
+def parser(doc: str | None, extra: Extra | None = None, repeat: int | None = 3) -> argparse.ArgumentParser:
+    """The shared arguments (``--repeat``, ``--quick``, ``--json``) plus the bench's own.
+
+    ``repeat`` is ``--repeat``'s default: a bench whose default depends on ``--quick`` passes None
+    and picks its own when the argument is left out.
+    """
     first = (doc or "").strip().splitlines()[0] if doc else None
     p = argparse.ArgumentParser(description=first)
-    p.add_argument("--repeat", type=int, default=3, help="timed runs per measurement (default 3)")
+    shown = "the bench's own" if repeat is None else repeat
+    p.add_argument("--repeat", type=int, default=repeat, help=f"timed runs per measurement (default {shown})")
     p.add_argument("--quick", action="store_true", help="the small size `make bench` runs")
     p.add_argument("--json", type=Path, default=None, help="write the run's record here")
     if extra is not None:
@@ -191,9 +196,10 @@ def main(
     extra: Extra | None = None,
     argv: list[str] | None = None,
     name: str | None = None,
+    repeat: int | None = 3,
 ) -> dict[str, Any]:
     """Parse the arguments, print the machine, run the bench, write and return its record."""
-    args = parser(doc, extra).parse_args(argv)
+    args = parser(doc, extra, repeat).parse_args(argv)
     bench_name = name or Path(sys.argv[0]).stem
     bench = Bench(bench_name, {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()})
     info = machine()

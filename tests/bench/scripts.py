@@ -6,6 +6,7 @@ import importlib.util
 import sys
 from pathlib import Path
 from types import ModuleType
+from typing import Any
 
 REPO = Path(__file__).resolve().parents[2]
 if str(REPO / "bench") not in sys.path:  # the scripts import their siblings (the harness) by bare name
@@ -20,3 +21,12 @@ def load_script(name: str) -> ModuleType:
     sys.modules[spec.name] = module
     spec.loader.exec_module(module)
     return module
+
+
+def run_bench(name: str, argv: list[str]) -> dict[str, Any]:
+    """``python bench/<name>.py *argv`` in this process, through the harness: the run's record."""
+    script = load_script(name)
+    harness = load_script("harness")
+    return harness.main(
+        script.run, script.__doc__, extra=getattr(script, "arguments", None), argv=argv, name=name
+    )

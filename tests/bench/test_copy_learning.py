@@ -8,7 +8,7 @@ from types import ModuleType
 
 import pytest
 
-from tests.bench.scripts import REPO, load_script
+from tests.bench.scripts import REPO, load_script, run_bench
 
 
 def load_bench() -> ModuleType:
@@ -61,8 +61,11 @@ def test_quick_run_trains_both_variants(
 ) -> None:
     monkeypatch.chdir(REPO)
     out, png = tmp_path / "copy.json", tmp_path / "copy.png"
-    assert load_bench().main(["--quick", "--seeds", "0", "--out", str(out), "--plot", str(png)]) == 0
-    runs = json.loads(out.read_text())["runs"]
+    record = run_bench(
+        "bench_copy_learning", ["--quick", "--seeds", "0", "--json", str(out), "--plot", str(png)]
+    )
+    runs = json.loads(out.read_text())["figures"]["runs"]
+    assert set(record["ratios"]) == {f"untied / tied steps to learn {c}" for c in load_bench().COPIES}
     assert set(runs) == {"tied", "untied"}
     for variant in runs.values():
         curve = variant["0"]["curve"]

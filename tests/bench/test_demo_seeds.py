@@ -9,7 +9,7 @@ from types import ModuleType
 
 import pytest
 
-from tests.bench.scripts import REPO, load_script
+from tests.bench.scripts import REPO, load_script, run_bench
 
 
 def load_bench() -> ModuleType:
@@ -36,8 +36,9 @@ def test_quick_run_trains_one_student_per_seed(
 ) -> None:
     monkeypatch.chdir(REPO)
     out = tmp_path / "seeds.json"
-    assert load_bench().main(["--quick", "--seeds", "0,1", "--out", str(out)]) == 0
-    result = json.loads(out.read_text())
+    record = run_bench("bench_demo_seeds", ["--quick", "--seeds", "0,1", "--json", str(out)])
+    assert set(record["timings"]) == {f"seed {s} (its plan up to evaluate.after)" for s in (0, 1)}
+    result = json.loads(out.read_text())["figures"]
     runs = result["runs"]
     assert set(runs) == {"0", "1"} and runs["0"]["evaluation"] != runs["1"]["evaluation"]
     assert all(r["sft_steps"] == 4 and r["sft_steps_per_min"] > 0 for r in runs.values())

@@ -49,3 +49,13 @@ def test_the_contract_bench_runs_quick(tmp_path: Path) -> None:
     record = harness.main(script.run, script.__doc__, argv=argv, name="bench_contract")
     assert record["figures"]["rows"] == 2_000
     assert record["ratios"]["checked / raw"] > 0
+
+
+def test_a_bench_may_leave_repeat_to_its_quick_size() -> None:
+    harness = load_script("harness")
+    seen = []
+    harness.main(lambda args, bench: seen.append(args.repeat), "t", argv=["--quick"], name="t", repeat=None)
+    harness.main(
+        lambda args, bench: seen.append(args.repeat), "t", argv=["--repeat", "5"], name="t", repeat=None
+    )
+    assert seen == [None, 5]

@@ -14,7 +14,7 @@ from coa import io
 from coa.errors import UserError
 from coa.plan import load_pipeline_config, plan
 from coa.steps import StepResult, run_step
-from tests.bench.scripts import REPO, load_script
+from tests.bench.scripts import REPO, load_script, run_bench
 from tests.flows.test_pipeline_flow import TINY_TRAINING
 
 OVERRIDES = [
@@ -61,9 +61,10 @@ def test_three_models_on_fresh_heldout_tasks_with_continued_sft_for_the_rl_time(
     store, done = build(config, BUILT)
 
     out, work = tmp_path / "table.json", tmp_path / "work"
-    result = bench.main([*OVERRIDES, "--quick", "--heldout", "4", "--out", str(out), "--work-dir", str(work)])
+    argv = [*OVERRIDES, "--quick", "--heldout", "4", "--json", str(out), "--work-dir", str(work)]
+    result = run_bench("bench_rl_vs_sft", argv)["figures"]["result"]
 
-    assert json.loads(out.read_text()) == json.loads(json.dumps(result, default=str))
+    assert json.loads(out.read_text())["figures"]["result"] == json.loads(json.dumps(result, default=str))
     assert result["family"] == "code" and result["heldout"] == 4
     rows = {r["model"]: r for r in result["models"]}
     assert list(rows) == ["sft", "rl", "continued_sft"]
@@ -136,9 +137,8 @@ def test_round_two_against_continued_sft_for_the_rounds_sampling_and_training_ti
         bench.locate(load_pipeline_config("configs/demo.yaml", OVERRIDES), io.Store(), candidate="sft.r2")
     store, done = build(config, ROUND_BUILT)
 
-    result = bench.main(
-        [*ROUND_OVERRIDES, "--candidate", "sft.r2", "--quick", "--heldout", "4", "--also", "math,code"]
-    )
+    argv = [*ROUND_OVERRIDES, "--candidate", "sft.r2", "--quick", "--heldout", "4", "--also", "math,code"]
+    result = run_bench("bench_rl_vs_sft", argv)["figures"]["result"]
 
     assert (result["candidate"], result["family"], result["heldout"]) == ("sft.r2", "code", 4)
     rows = {r["model"]: r for r in result["models"]}
