@@ -36,5 +36,9 @@ async def open_teacher(config: CollectConfig, storage_root: str | None) -> Async
         raise UserError(
             "collect.backend=endpoint needs collect.llm.endpoints (an OpenAI-compatible endpoint)"
         )
+    if config.preflight:  # before the first run: a dead or wrong endpoint fails in seconds (exit 3)
+        from coa.llm.preflight import check_endpoints
+
+        await check_endpoints([config.llm.endpoint("teacher")], what="teacher", fix="collect.llm.endpoints")
     async with LLMRouter(config.llm) as router:
         yield MultiAgentTeacher(EndpointBackend(router), tools, config.teacher)
