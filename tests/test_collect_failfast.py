@@ -109,3 +109,14 @@ def test_the_circuit_breaker_stops_a_collection_whose_endpoint_died(
     again = run_step(step, store)
     assert again.summary["collect"]["resumed"] == 1  # the finished run was kept
     assert again.summary["statuses"] == {"completed": 40}
+
+
+def test_an_unreachable_judge_fails_its_check_in_seconds() -> None:
+    from coa.llm import EndpointConfig, LLMConfig
+    from coa.scoring.judge import LLMJudge
+
+    dead = EndpointConfig(name="judge", base_url=f"http://127.0.0.1:{closed_port()}/v1", model="j")
+    t0 = time.monotonic()
+    with pytest.raises(EndpointUnusable, match=r"judge endpoint 'judge' .*evaluate.judge.endpoints"):
+        LLMJudge(LLMConfig(endpoints=(dead,))).check()
+    assert time.monotonic() - t0 < 5
