@@ -57,21 +57,39 @@ def rerun_hint(store: io.Store, uri: str) -> str:
 
 
 def resumes(store: io.Store, uri: str) -> str:
-    """What a rebuild of ``uri`` resumes from: ``checkpoint N`` (training), else its checkpoints."""
+    """What a rebuild of ``uri`` resumes from, read from disk: ``checkpoint N (its path)`` of the last
+    *complete* checkpoint (its trainer state is there; a checkpoint being written lives under a
+    ``.staging`` folder and is never counted), or that it starts again from step 0."""
     fs, folder = io.filesystem(store.checkpoint_uri(uri), store.settings)
     if not fs.exists(folder):
         return ""
     states = fs.glob(posixpath.join(folder, "checkpoint-*", "trainer_state.json")) + fs.glob(
         posixpath.join(folder, "*", "checkpoint-*", "trainer_state.json")
     )
-    steps = [
-        int(n)
-        for n in (posixpath.basename(posixpath.dirname(p)).split("-")[-1] for p in states)
-        if n.isdigit()
-    ]
-    if steps:
-        return f"; resumes from checkpoint {max(steps)}"
-    return "; resumes from its checkpoints" if fs.ls(folder, detail=False) else ""
+    found = []
+    for state in states:
+        checkpoint = posixpath.dirname(state)
+        number = posixpath.basename(checkpoint).split("-")[-1]
+        if number.isdigit() and "/.staging/" not in f"/{checkpoint}/" and _readable_json(fs, state):
+            found.append((int(number), checkpoint))
+    if found:
+        step, path = max(found)
+        return f"; resumes from checkpoint {step} ({path})"
+    trained = fs.glob(posixpath.join(folder, "*", "checkpoint-*")) + fs.glob(
+        posixpath.join(folder, "checkpoint-*")
+    )
+    if trained or fs.exists(posixpath.join(folder, "checkpoints")):
+        return f"; starts again from step 0 (no complete checkpoint in {folder})"
+    return "; resumes from what it checkpointed" if fs.ls(folder, detail=False) else ""
+
+
+def _readable_json(fs: Any, path: str) -> bool:
+    try:
+        with fs.open(path, "rb") as fh:
+            json.loads(fh.read())
+    except (OSError, ValueError):
+        return False
+    return True
 
 
 def last_failure(store: io.Store, uri: str) -> dict[str, Any] | None:

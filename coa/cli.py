@@ -42,6 +42,10 @@ class _OneLineErrors(TyperGroup):
             said = io.storage_failure(e)
             if io.is_disk_full(e):
                 infra: CoaError = io.StorageFull(f"no space left on the device ({e}): free space and rerun")
+            elif "couldn't connect to" in str(e):  # transformers: a hub model neither cached nor reachable
+                from coa._cli.common import hub_unreachable
+
+                infra = hub_unreachable(None, " ".join(str(e).split())[:200])
             elif said is not None:
                 infra = io.StorageUnavailable(
                     f"the store failed a request ({said}): check the storage service "

@@ -11,8 +11,10 @@ so the run's graph has a node for it all the same. The child run's graph edges a
 upstream results (passed as ``upstream``), never every step before it. A child that fails with a
 reason (a failed check, bad input, a refused spec) fails the step with that reason, as an inline
 run would; "infrastructure error" is kept for a child that crashed, was cancelled, or completed
-without committing at the expected address. A crashed child (its process killed mid-build) names
-the step and how to go on: rerun, which resumes from the step's last checkpoint.
+without committing at the expected address. A crashed child (its process killed mid-build) is sent
+again (:data:`CRASH_RETRIES` times), each retry resuming from the step's last complete checkpoint;
+after the last one the failure names the step and how to go on: rerun, which resumes from the
+checkpoint it names (read from disk).
 """
 
 from __future__ import annotations
@@ -30,12 +32,15 @@ from prefect.states import Completed
 from prefect.utilities.engine import link_state_to_result
 
 from coa import io, tracking
-from coa.attempts import rerun_hint
+from coa.attempts import rerun_hint, resumes
 from coa.errors import InfraError, describe
 from coa.plan.spec import spec_of
 from coa.resources import BuildResources
 from coa.steps import Step, StepResult, resolve
 from tasks.run_step import run_step_task
+
+CRASH_RETRIES = 2
+"""Times a crashed child run is sent again before the step fails."""
 
 
 def committed(uri: str, step: str, store: io.Store) -> StepResult | None:
@@ -55,10 +60,14 @@ def run_on_pool(
     deployment: str,
     timeout_s: float | None = None,
     scope: str = "",
+    crash_retries: int = CRASH_RETRIES,
 ) -> StepResult | str:
     """Run ``step`` through ``deployment``: its committed result, or the one line saying why not.
 
-    ``upstream``: the results of the steps it reads (:func:`flows.pipeline.upstream_of`)."""
+    ``upstream``: the results of the steps it reads (:func:`flows.pipeline.upstream_of`). A child run
+    that crashed (its process died; with the heartbeat automation of ``infra/prefect/`` also a run
+    whose worker was killed) is sent again up to ``crash_retries`` times: each retry resumes from the
+    step's last complete checkpoint, which the warning names, read from disk."""
     logger = get_run_logger()
     store = io.Store()
     spec = spec_of(step, resolve(step, upstream), store)
@@ -73,11 +82,30 @@ def run_on_pool(
         "tracking": tracking.for_dispatch(),  # the parent's tracker: the child's run reports there too
     }
     name = f"{flow_run.name or 'run'}/{step.name}"
-    logger.info("%s: dispatched to deployment %s as %s (key %s)", step.name, deployment, name, spec.key)
-    child: FlowRun = run_deployment(  # type: ignore[assignment]
-        deployment, parameters=parameters, timeout=timeout_s, flow_run_name=name
-    )
-    state = child.state
+    for attempt in range(crash_retries + 1):
+        run_name = name if attempt == 0 else f"{name}/retry-{attempt}"
+        logger.info(
+            "%s: dispatched to deployment %s as %s (key %s)", step.name, deployment, run_name, spec.key
+        )
+        child: FlowRun = run_deployment(  # type: ignore[assignment]
+            deployment, parameters=parameters, timeout=timeout_s, flow_run_name=run_name
+        )
+        state = child.state
+        if state is None or not state.is_crashed() or attempt == crash_retries:
+            break
+        # the process building the step died (a worker killed, OOM, a lost machine): run it again,
+        # from the step's last complete checkpoint, a bounded number of times
+        why = " ".join((state.message or "no message").split()).rstrip(".")
+        then = resumes(store, spec.uri).removeprefix("; ") or "builds it again"
+        logger.warning(
+            "%s: flow run %s crashed (%s); retry %d of %d: it %s",
+            step.name,
+            child.name,
+            why,
+            attempt + 1,
+            crash_retries,
+            then,
+        )
     if state is None or not state.is_final():
         return describe(
             InfraError(f"flow run {child.name} of {deployment} did not finish within {timeout_s} s")
@@ -87,10 +115,11 @@ def run_on_pool(
     if not state.is_completed():
         why = " ".join((state.message or "no message").split()).rstrip(".")
         if state.is_crashed():  # the process building the step died (SIGKILL, OOM, a lost machine)
+            tries = f" (after {crash_retries} retries)" if crash_retries else ""
             return describe(
                 InfraError(
-                    f"flow run {child.name} of {deployment} crashed while building {step.name} ({why}): "
-                    f"nothing was committed; {rerun_hint(store, spec.uri)}"
+                    f"flow run {child.name} of {deployment} crashed while building {step.name} ({why})"
+                    f"{tries}: nothing was committed; {rerun_hint(store, spec.uri)}"
                 )
             )
         return describe(InfraError(f"flow run {child.name} of {deployment} ended {state.name}: {why}"))

@@ -73,6 +73,18 @@ def test_show_prints_lineage_json(tmp_path: Path) -> None:
     assert json.loads(json.dumps(lineage))["kind"] == "tasks"
 
 
+def test_show_a_damaged_artifact_fails_with_one_clear_line(tmp_path: Path) -> None:
+    """A truncated table is not "0 rows" and a success: exit 1, the damage named, no traceback."""
+    ref = cases.write_tasks(Store(), {"a": 1})
+    table = Path(ref.uri) / "tasks.parquet"
+    table.write_bytes(table.read_bytes()[:40])
+    result = runner.invoke(app, ["show", ref.uri])
+    assert result.exit_code == 1, result.output
+    message = " ".join(result.output.split())
+    assert "is damaged: tasks: tasks.parquet" in message and "coa validate" in message
+    assert "Traceback" not in result.output
+
+
 def _uri(output: str) -> str:
     """The artifact URI a stage command prints on its last line."""
     return output.strip().splitlines()[-1].split()[-1]
@@ -165,3 +177,32 @@ def test_format_check_reports_each_row_and_exit_code(tmp_path: Path) -> None:
     assert runner.invoke(app, ["format", "check", "--variant", "code_math", str(only_good)]).exit_code == 0
     unknown = runner.invoke(app, ["format", "check", "--variant", "poetry", str(only_good)])
     assert unknown.exit_code == 2
+
+
+def test_a_hub_model_with_no_network_is_one_line_not_a_traceback(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import socket
+    import time
+
+    from huggingface_hub import constants
+
+    from coa._cli.common import _model_input
+    from coa.errors import InfraError
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    monkeypatch.setattr(constants, "ENDPOINT", f"http://127.0.0.1:{port}")
+    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(tmp_path / "hub"))
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    t0 = time.monotonic()
+    with pytest.raises(
+        InfraError, match=r"model someorg/somemodel: not in the local Hugging Face cache"
+    ) as e:
+        _model_input("someorg/somemodel")
+    assert (
+        time.monotonic() - t0 < 5
+        and e.value.exit_code == 3
+        and "hf download someorg/somemodel" in str(e.value)
+    )

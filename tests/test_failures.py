@@ -197,4 +197,6 @@ def test_dry_run_after_an_interrupted_sft_names_the_checkpoint_it_resumes_from(
     with pytest.raises(KeyboardInterrupt):
         run_step(sft_step.step(config, base, data, callbacks=[InterruptAt(3)]), store)
     (planned,) = preview([sft_step.step(config, base, data)], store)
-    assert planned.status == "build (last attempt failed: interrupted (Ctrl-C); resumes from checkpoint 2)"
+    assert planned.status.startswith(
+        "build (last attempt failed: interrupted (Ctrl-C); resumes from checkpoint 2 ("
+    ) and planned.status.endswith("/checkpoints/checkpoint-2))")  # read from disk: its path

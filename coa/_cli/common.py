@@ -10,7 +10,7 @@ import typer
 from rich.console import Console
 
 from coa import io
-from coa.errors import CoaError, UserError
+from coa.errors import CoaError, InfraError, UserError
 
 console = Console()
 err = Console(stderr=True)
@@ -99,7 +99,40 @@ def _model_input(value: str) -> Any:
                 f"--model {value}: not a folder, and no hub model of that id is in the local cache "
                 f"(HF_HUB_OFFLINE is set): {hint}"
             ) from None
+    elif not local:
+        check_hub(value)
     return ModelInput.parse(value)
+
+
+def check_hub(model_id: str, timeout_s: float = 3.0) -> None:
+    """A hub model id that is not in the local cache needs the hub: refuse it in one line (exit 3)
+    when the hub does not answer, instead of a long retry and a traceback from ``from_pretrained``."""
+    import socket
+    import urllib.parse
+
+    from huggingface_hub import constants, snapshot_download
+
+    try:
+        snapshot_download(model_id, local_files_only=True)
+        return  # cached: no network needed
+    except Exception:  # noqa: BLE001 - not (fully) cached: the hub must answer
+        pass
+    url = urllib.parse.urlsplit(constants.ENDPOINT)
+    port = url.port or (443 if url.scheme == "https" else 80)
+    try:
+        socket.create_connection((url.hostname or "", port), timeout=timeout_s).close()
+    except OSError as e:
+        raise hub_unreachable(model_id, f"{constants.ENDPOINT}: {e}") from None
+
+
+def hub_unreachable(model_id: str | None, why: str) -> InfraError:
+    """The one-line error for a hub model that is neither cached nor downloadable here."""
+    named = f"model {model_id}" if model_id else "a hub model"
+    fetch = f"`hf download {model_id}`" if model_id else "`hf download <id>`"
+    return InfraError(
+        f"{named}: not in the local Hugging Face cache and the hub is unreachable ({why}); download it "
+        f"where there is network ({fetch}, then set HF_HUB_OFFLINE=1) or give a local model folder"
+    )
 
 
 def _raw_table(uri: str) -> str:

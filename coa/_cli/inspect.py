@@ -175,6 +175,14 @@ def show(
         console.print(schema_table)
         for row in raw.slice(0, rows).to_pylist():
             console.print_json(_clip(row))
+    damaged = [f"{tname}: {p}" for tname, _, _, problems in loaded for p in problems]
+    if damaged:  # a damaged file is not an empty table: say so and fail (a failed check, exit 1)
+        more = f" (+{len(damaged) - 1} more)" if len(damaged) > 1 else ""
+        raise _fail(
+            f"{uri} is damaged: {damaged[0]}{more}; the row counts above leave out what does not read. "
+            "`coa validate` lists every problem; rebuild the artifact (rerun the step that made it)",
+            code=1,
+        )
 
 
 def _clip(row: dict[str, Any], limit: int = 300) -> str:

@@ -33,12 +33,35 @@ class ModelReply:
     cost_usd: float | None = None
 
 
-class ModelError(InfraError, RuntimeError):
-    """A model call failed in a way the run records as an error step (e.g. context too long)."""
+class ModelError(CoaError, RuntimeError):
+    """The model answered, but not usably (off the agents' text protocol, context too long): the
+    run records it as an error step and, when it ends the run, the run failed on its data; the
+    endpoint works. ``kind`` is the error label (``AgentParsingError``, ``ContextLengthExceeded``)."""
 
     def __init__(self, kind: str, message: str) -> None:
         self.kind = kind
         super().__init__(f"{kind}: {message}")
+
+
+class ModelUnavailable(ModelError, InfraError):
+    """The model call itself failed (endpoint down, retries exhausted, refused): infrastructure
+    (exit 3). Recorded the same way, but a collection counts it towards its failed share and its
+    circuit breaker, never as the run's own failure."""
+
+    exit_code = InfraError.exit_code
+
+
+DATA_ERROR_KINDS = frozenset({"AgentParsingError", "ContextLengthExceeded"})
+"""Error labels of a run that ended because of what the model answered, not because the endpoint
+failed: the run failed (data), the endpoint works."""
+
+
+def infra_failure(error: str | None) -> bool:
+    """Whether a run that ended in status ``error`` with this ``error`` text failed on infrastructure
+    (an endpoint down or refusing), not on what the model answered (:data:`DATA_ERROR_KINDS`)."""
+    if not error:
+        return True
+    return error.split(":", 1)[0].strip() not in DATA_ERROR_KINDS
 
 
 class BudgetStop(CoaError, RuntimeError):

@@ -1,10 +1,11 @@
 """The agents' model is an OpenAI-compatible endpoint, through :mod:`coa.llm` (limits, retries,
 budget, cache). Errors map onto what the runtime understands: a budget stop ends collection
-cleanly; a context-length error or a request that cannot succeed is recorded as an error step."""
+cleanly; a context-length error is the run's failure (:class:`ModelError`), a request that cannot
+succeed an infrastructure failure (:class:`ModelUnavailable`); both are recorded as an error step."""
 
 from __future__ import annotations
 
-from coa.agents.backend import BudgetStop, Message, ModelError, ModelReply, current_run_id
+from coa.agents.backend import BudgetStop, Message, ModelError, ModelReply, ModelUnavailable, current_run_id
 from coa.llm import BudgetExhausted, ContextLengthExceeded, LLMError, LLMRouter
 
 
@@ -24,8 +25,8 @@ class EndpointBackend:
             raise BudgetStop(str(e)) from None
         except ContextLengthExceeded as e:
             raise ModelError("ContextLengthExceeded", str(e)) from None
-        except LLMError as e:
-            raise ModelError(type(e).__name__, str(e)) from None
+        except LLMError as e:  # the endpoint failed, not the model's answer: infrastructure
+            raise ModelUnavailable(type(e).__name__, str(e)) from None
         return ModelReply(
             text=result.text,
             prompt_tokens=result.prompt_tokens,

@@ -26,7 +26,15 @@ from coa.agents.actions import (
     parse_reflection,
     parse_verification,
 )
-from coa.agents.backend import BudgetStop, Message, ModelBackend, ModelError, ModelReply, current_run_id
+from coa.agents.backend import (
+    BudgetStop,
+    Message,
+    ModelBackend,
+    ModelError,
+    ModelReply,
+    ModelUnavailable,
+    current_run_id,
+)
 from coa.agents.config import TeacherConfig as TeacherConfig  # its home is coa.agents.config
 from coa.errors import CoaError
 from coa.tools.toolbox import ToolBox
@@ -234,6 +242,8 @@ class MultiAgentTeacher:
         ]
         try:
             final, final_reply = await self._ask("manager", messages, ("final_answer",), rec)
+        except ModelUnavailable:  # the endpoint failed: the run ends on infrastructure
+            raise
         except ModelError:  # it could not restate it: the verified proposal stands
             rec.add("manager", "final_answer", text=proposed)
             return proposed
@@ -285,6 +295,8 @@ class MultiAgentTeacher:
         for _ in range(self.config.max_agent_steps):
             try:
                 action, reply = await self._ask(agent, messages, allowed, rec)
+            except ModelUnavailable:  # the endpoint failed: the run ends on infrastructure
+                raise
             except ModelError as e:  # a sub-agent that cannot answer in format aborts its delegation only
                 return f"{agent} failed: {e}"
             if action.review:  # the agent's review of the last observation (a reflection step)

@@ -46,6 +46,22 @@ class CollectConfig(StrictModel):
         "rerun runs the failed runs again (the finished ones stay checkpointed). The failed share is in "
         "the summary either way.",
     )
+    preflight: bool = Field(
+        default=True,
+        exclude=True,
+        description="Check each endpoint the collection calls (the teacher) with one short request before "
+        "the first run: unreachable or not serving chat completions -> exit 3 within seconds, with the fix. "
+        "How the collection runs, not part of its identity.",
+    )
+    max_consecutive_failures: int = Field(
+        default=8,
+        ge=0,
+        exclude=True,
+        description="Circuit breaker: stop the collection after this many runs in a row ended in an "
+        "infrastructure error (exit 3, the finished runs stay checkpointed) instead of spending every "
+        "run's retries; 0 = never. A run the model failed by answering off the agents' protocol is the "
+        "run's failure, not infrastructure, and does not count. Not part of the collection's identity.",
+    )
     retry_failed: bool = Field(
         default=False,
         description="Repair the collection: a new artifact that keeps the finished runs and re-runs only "

@@ -26,7 +26,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 import schemas
-from coa.agents.backend import BudgetStop
+from coa.agents.backend import BudgetStop, infra_failure
 from coa.errors import CheckFailed, InfraError
 from coa.io import filesystem, write_atomic
 
@@ -209,7 +209,7 @@ class CheckpointFolder:
             out.update({r["run_id"]: (r["status"], r["error"]) for r in part if r["run_id"] in wanted})
         return out
 
-    def forget(self, status: str) -> int:
+    def forget(self, status: str, only: Callable[[str | None], bool] | None = None) -> int:
         """Drop the checkpointed runs that ended with ``status`` (a rerun runs them again); how many.
 
         Each file holding one is rewritten without them under its new name before the old one goes,
@@ -220,7 +220,12 @@ class CheckpointFolder:
             with self.fs.open(path, "rb") as fh:
                 table = schemas.TRAJECTORY.conform(pq.read_table(fh))
             statuses = table.column("status").to_pylist()
-            keep = [i for i, s in enumerate(statuses) if s != status]
+            errors = table.column("error").to_pylist()
+            keep = [
+                i
+                for i, (s, e) in enumerate(zip(statuses, errors, strict=True))
+                if s != status or (only is not None and not only(e))
+            ]
             if len(keep) == len(statuses):
                 continue
             dropped += len(statuses) - len(keep)
@@ -232,6 +237,11 @@ class CheckpointFolder:
                 write_atomic(self.fs, posixpath.join(self.path, new), buffer.getvalue().to_pybytes())
             self.fs.rm(path)
         return dropped
+
+    def forget_infra_failures(self) -> int:
+        """:meth:`forget` the runs that failed on infrastructure (status ``error`` whose error is not the
+        model's answer, :func:`~coa.agents.backend.infra_failure`); those the model failed stay."""
+        return self.forget(FAILED_STATUS, only=infra_failure)
 
     def remove(self) -> None:
         if self.fs.exists(self.path):
@@ -250,14 +260,40 @@ class CollectOutcome:
         return not self.budget_stopped
 
 
+class CircuitBreaker:
+    """Trips after ``limit`` runs in a row ended in an infrastructure error (0: never).
+
+    A run that failed because of what the model answered (off-protocol, context too long) is data, not
+    infrastructure: it resets the streak like a finished run."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.streak = 0
+        self.last_error: str | None = None
+        self.tripped = False
+
+    def record(self, row: Mapping[str, Any]) -> bool:
+        """Count a finished run; whether the breaker is (now) open."""
+        if row.get("status") == FAILED_STATUS and infra_failure(row.get("error")):
+            self.streak += 1
+            self.last_error = row.get("error")
+            if self.limit and self.streak >= self.limit:
+                self.tripped = True
+        else:
+            self.streak = 0
+        return self.tripped
+
+
 async def collect_runs(
     teacher: Teacher,
     planned: Sequence[PlannedRun],
     checkpoints: CheckpointFolder,
     concurrency: int = 4,
     progress: Callable[[int, int], None] | None = None,
+    breaker: CircuitBreaker | None = None,
 ) -> CollectOutcome:
-    """Run every planned run that has no checkpoint yet, ``concurrency`` at a time."""
+    """Run every planned run that has no checkpoint yet, ``concurrency`` at a time; with a
+    ``breaker``, stop starting runs once it trips (the caller raises)."""
     done = checkpoints.done()
     todo = [p for p in planned if p.run_id not in done]
     resumed = len(planned) - len(todo)
@@ -287,10 +323,26 @@ async def collect_runs(
             finished += 1
             if progress:
                 progress(finished, len(planned))
+            if breaker is not None and breaker.record(row):
+                tripped.set()
+                return
 
+    tripped = asyncio.Event()
+    workers: list[asyncio.Future[Any]] = [asyncio.ensure_future(worker()) for _ in range(max(1, concurrency))]
+    watch: asyncio.Future[Any] = asyncio.ensure_future(tripped.wait())
     try:
-        await asyncio.gather(*(worker() for _ in range(max(1, concurrency))))
-    finally:  # also on an error or an interrupt: what finished is kept for the resume
+        running: set[asyncio.Future[Any]] = set(workers)
+        while running and not tripped.is_set():
+            ended, running = await asyncio.wait(running | {watch}, return_when=asyncio.FIRST_COMPLETED)
+            running.discard(watch)
+            for future in ended - {watch}:
+                future.result()  # a worker's error ends the collection
+    finally:  # also on a tripped breaker, an error or an interrupt: the runs in flight are redone on
+        # the rerun; what finished is kept for the resume
+        watch.cancel()
+        for future in workers:
+            future.cancel()
+        await asyncio.gather(*workers, watch, return_exceptions=True)
         checkpoints.write_batch(checkpoints.drain())
     return CollectOutcome(len(planned), resumed, finished - resumed, stop.is_set())
 
@@ -298,7 +350,16 @@ async def collect_runs(
 def summarize(table: pa.Table) -> dict[str, Any]:
     """Headline numbers of a trajectory table: success, tokens, tool calls, cost, errors by kind."""
     rows = table.select(
-        ["status", "correct", "prompt_tokens", "completion_tokens", "n_tool_calls", "cost_usd", "steps"]
+        [
+            "status",
+            "error",
+            "correct",
+            "prompt_tokens",
+            "completion_tokens",
+            "n_tool_calls",
+            "cost_usd",
+            "steps",
+        ]
     ).to_pylist()
     n = len(rows)
     errors: collections.Counter[str] = collections.Counter()
@@ -310,7 +371,7 @@ def summarize(table: pa.Table) -> dict[str, Any]:
             if s["role"] == "tool_call" and s["tool_name"]:
                 tools[s["tool_name"]] += 1
     statuses = collections.Counter(r["status"] for r in rows)
-    failed = statuses.get(FAILED_STATUS, 0)
+    failed = sum(1 for r in rows if r["status"] == FAILED_STATUS and infra_failure(r["error"]))
     scored = [r["correct"] for r in rows if r["correct"] is not None]
     costs = [r["cost_usd"] for r in rows if r["cost_usd"] is not None]
     return {
@@ -333,7 +394,9 @@ class CollectionIncomplete(CheckFailed, RuntimeError):
 
 
 FAILED_STATUS = "error"
-"""The status of a run the model backend failed (an endpoint down, retries exhausted): infrastructure."""
+"""The status of a run the model backend failed: an endpoint down or retries exhausted
+(infrastructure), or a model that answered off the agents' protocol (the run's own failure; its
+error starts with one of :data:`~coa.agents.backend.DATA_ERROR_KINDS`)."""
 
 
 class CollectionFailed(InfraError, RuntimeError):
@@ -352,11 +415,11 @@ def check_failed_share(
     the checkpoints, so the rerun runs them again) when every run failed or more than ``max_share`` did."""
     total = len(run_ids) if total is None else total
     statuses = checkpoints.statuses(run_ids)
-    errors = [e for s, e in statuses.values() if s == FAILED_STATUS]
+    errors = [e for s, e in statuses.values() if s == FAILED_STATUS and infra_failure(e)]
     share = len(errors) / total if total else 0.0
     if errors and (len(errors) == total or share > max_share):
         example = " ".join(str(errors[0]).split())[:160]
-        checkpoints.forget(FAILED_STATUS)
+        checkpoints.forget_infra_failures()
         raise CollectionFailed(
             f"the collection failed as a whole: {len(errors)} of {total} runs ({share:.0%}; "
             f"collect.max_failed_share={max_share:g}) ended in an infrastructure error, e.g. {example!r}; "

@@ -12,9 +12,15 @@
   bypass the LLM cache (a cached reply that led to the failure is never replayed as the answer to a
   retry) and its summary says how many requests it sent.
 
-A collection in which every run, or more than ``collect.max_failed_share`` of them, ended in an
-infrastructure error (status ``error``: an endpoint down, retries exhausted) is not committed: the
-step raises :class:`~coa.collect.runs.CollectionFailed` (exit 3), the failed runs are dropped from the
+Before the first run the teacher endpoint is checked (``collect.preflight``): unreachable or not
+serving chat completions is exit 3 within seconds. While it runs,
+``collect.max_consecutive_failures`` runs in a row that end in an infrastructure error stop it (a
+circuit breaker, exit 3, the finished runs kept). A run whose model answered off the agents'
+protocol is that run's failure (status ``error``, error ``AgentParsingError: …``): it is committed
+with the others and never counts as infrastructure. A collection in which every run, or more than
+``collect.max_failed_share`` of them, ended in an infrastructure error (status ``error``: an
+endpoint down, retries exhausted) is not committed: the step raises
+:class:`~coa.collect.runs.CollectionFailed` (exit 3), the failed runs are dropped from the
 checkpoints so the rerun runs them again, and the finished ones are kept. The failed share is in the
 summary either way.
 """
@@ -34,6 +40,8 @@ from coa.collect.config import CollectConfig
 from coa.collect.runs import (
     FAILED_STATUS,
     CheckpointFolder,
+    CircuitBreaker,
+    CollectionFailed,
     CollectionIncomplete,
     CollectOutcome,
     PlannedRun,
@@ -73,13 +81,17 @@ def _build(b: Build) -> None:
         log.warning("collect: %s", warning)
     planned = plan_runs(tasks, config.samples_per_task)
     checkpoints = CheckpointFolder(b.store.checkpoint_uri(b.writer.uri))
+    breaker = CircuitBreaker(config.max_consecutive_failures)
 
     async def run() -> CollectOutcome:
         async with open_teacher(config, b.store.root) as teacher:
-            return await collect_runs(teacher, planned, checkpoints, config.concurrency, b.progress)
+            return await collect_runs(
+                teacher, planned, checkpoints, config.concurrency, b.progress, breaker=breaker
+            )
 
     if b.executor is None:
         outcome = asyncio.run(run())
+        stop_if_tripped(breaker, checkpoints, "fix the endpoint (collect.llm) and rerun the same command")
     else:  # ranges of the plan as shards on the executor (execution.engine: ray), same checkpoints
         outcome = collect_sharded(b.executor, config, planned, checkpoints, b.store.root, b.progress)
     if outcome.budget_stopped:
@@ -100,6 +112,20 @@ def _build(b: Build) -> None:
     b.writer.extra_lineage["collect"] = {**dataclasses.asdict(outcome), **failed}
     b.report(CollectSummary(**summarize_rows(b), collect=_outcome(outcome), warnings=tuple(warnings)))
     b.cleanup.append(checkpoints.remove)
+
+
+def stop_if_tripped(breaker: CircuitBreaker, checkpoints: CheckpointFolder, hint: str) -> None:
+    """Raise :class:`CollectionFailed` (exit 3) when the circuit breaker stopped the collection; the
+    runs that failed on infrastructure are dropped from the checkpoints (the rerun runs them again)."""
+    if not breaker.tripped:
+        return
+    checkpoints.forget_infra_failures()
+    example = " ".join(str(breaker.last_error).split())[:160]
+    raise CollectionFailed(
+        f"the collection stopped after {breaker.streak} runs in a row ended in an infrastructure error "
+        f"(collect.max_consecutive_failures={breaker.limit}), e.g. {example!r}; nothing was committed, the "
+        f"finished runs are kept: {hint}"
+    )
 
 
 def requests_sent(teacher: object) -> int:
@@ -154,14 +180,19 @@ def _build_retry(b: Build) -> None:
     fresh = config.model_copy(update={"llm": config.llm.model_copy(update={"cache": False})})
     sent = [0]
 
+    breaker = CircuitBreaker(config.max_consecutive_failures)
+
     async def run() -> CollectOutcome:
         async with open_teacher(fresh, b.store.root) as teacher:
             try:
-                return await collect_runs(teacher, planned, checkpoints, config.concurrency, b.progress)
+                return await collect_runs(
+                    teacher, planned, checkpoints, config.concurrency, b.progress, breaker=breaker
+                )
             finally:
                 sent[0] = requests_sent(teacher)
 
     outcome = asyncio.run(run()) if planned else CollectOutcome(0, 0, 0, False)
+    stop_if_tripped(breaker, checkpoints, "fix the endpoint (collect.llm) and rerun with --retry-failed")
     if outcome.budget_stopped:
         raise CollectionIncomplete(
             f"the LLM budget ran out after retrying {outcome.resumed + outcome.ran} of {len(planned)} failed "

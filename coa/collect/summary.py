@@ -44,7 +44,11 @@ class CollectSummary(StepSummary):
     completion_rate: float = Field(description="completed / runs.")
     accuracy: float | None = Field(description="Share of scored runs that were correct; None if none scored.")
     statuses: dict[str, int] = Field(description="Runs per status.")
-    failed_share: float = Field(default=0.0, description="Share of runs that ended in an error.")
+    failed_share: float = Field(
+        default=0.0,
+        description="Share of runs that ended in an infrastructure error (not those the model failed by "
+        "answering off the agents' protocol: they count under statuses.error only).",
+    )
     prompt_tokens: int = Field(description="Prompt tokens over every run.")
     completion_tokens: int = Field(description="Completion tokens over every run.")
     tool_calls: dict[str, int] = Field(description="Tool calls per tool.")

@@ -22,8 +22,8 @@ from coa.tools.build import build_toolbox
 @contextlib.asynccontextmanager
 async def open_teacher(config: CollectConfig, storage_root: str | None) -> AsyncIterator[MultiAgentTeacher]:
     """The configured teacher; closes its HTTP clients on exit."""
-    tools = build_toolbox(config.tools, storage_root)
     if config.backend == "offline":
+        tools = build_toolbox(config.tools, storage_root)
         offline = config.offline
         if "wiki_search" in config.tools.enabled and "web_search" not in config.tools.enabled:
             offline = offline.model_copy(update={"search_tool": "wiki_search"})
@@ -36,5 +36,10 @@ async def open_teacher(config: CollectConfig, storage_root: str | None) -> Async
         raise UserError(
             "collect.backend=endpoint needs collect.llm.endpoints (an OpenAI-compatible endpoint)"
         )
+    if config.preflight:  # before anything is built: a dead or wrong endpoint fails in seconds (exit 3)
+        from coa.llm.preflight import check_endpoints
+
+        await check_endpoints([config.llm.endpoint("teacher")], what="teacher", fix="collect.llm.endpoints")
+    tools = build_toolbox(config.tools, storage_root)
     async with LLMRouter(config.llm) as router:
         yield MultiAgentTeacher(EndpointBackend(router), tools, config.teacher)

@@ -137,6 +137,7 @@ def _build(b: Build) -> None:
         from coa.scoring.judge import LLMJudge, judge_prompt
 
         judge = LLMJudge(config.judge)
+        judge.check()  # before the first task: a dead or wrong judge endpoint fails in seconds
         b.writer.extra_lineage["judge"] = {"model": judge.model, "prompt_version": judge_prompt()["version"]}
     try:
         result = evaluate_tasks(tasks, generator, ledger, config, b.progress, counts, judge)
@@ -225,6 +226,7 @@ def _build_predictions(b: Build) -> None:
         from coa.scoring.judge import LLMJudge, judge_prompt
 
         judge = LLMJudge(config.judge)
+        judge.check()  # before the first task: a dead or wrong judge endpoint fails in seconds
         b.writer.extra_lineage["judge"] = {"model": judge.model, "prompt_version": judge_prompt()["version"]}
     try:
         result, document = score_prediction_files(

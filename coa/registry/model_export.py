@@ -255,6 +255,17 @@ def task_sources(graph: Graph) -> list[str]:
 # -- the command -------------------------------------------------------------------------------
 
 
+def portable(text: str, root: str) -> str:
+    """``text`` with the local store's absolute root left out of every artifact path (``/home/me/
+    store/models/sft-1a2b`` -> ``models/sft-1a2b``, relative to the store): an exported folder
+    travels, this machine's paths stay here. A remote store's URIs (``s3://…``) name the same place
+    everywhere and are kept."""
+    if "://" in root:
+        return text
+    prefix = root.rstrip("/") + "/"
+    return text.replace(prefix, "")
+
+
 def export_model(
     value: str, out: str, license_id: str | None = None, registry: Registry | None = None
 ) -> ExportResult:
@@ -279,9 +290,9 @@ def export_model(
     stage = target.parent / f".{target.name}.partial-{uuid.uuid4().hex[:8]}"
     try:
         shutil.copytree(io.local_folder(ref, "model"), stage)
-        (stage / CARD_FILE).write_text(card, encoding="utf-8")
+        (stage / CARD_FILE).write_text(portable(card, root), encoding="utf-8")
         (stage / LINEAGE_FILE).write_text(
-            json.dumps(graph.to_dict(), indent=2, default=str), encoding="utf-8"
+            portable(json.dumps(graph.to_dict(), indent=2, default=str), root), encoding="utf-8"
         )
         if target.exists():
             target.rmdir()

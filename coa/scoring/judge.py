@@ -67,6 +67,13 @@ class LLMJudge:
         self._router: LLMRouter | None = None
         self._lock = threading.Lock()
 
+    def check(self, fix: str = "evaluate.judge.endpoints") -> None:
+        """Check the judge endpoint with one short request before the first task is judged: unreachable
+        or not serving chat completions raises :class:`~coa.llm.preflight.EndpointUnusable` (exit 3)."""
+        from coa.llm.preflight import check_endpoints
+
+        asyncio.run(check_endpoints([self.config.endpoint("judge")], what="judge", fix=fix))
+
     def _submit(self, coro: Any) -> Future[Any]:
         with self._lock:
             if self._loop is None:

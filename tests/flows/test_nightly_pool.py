@@ -7,10 +7,11 @@ the gpu worker as step specs, which it rebuilds without planning. The lineage of
 names the process that built it: the gpu worker's flow-run process, not the nightly flow's. Night 3
 dispatches curation, whose gate cannot pass: the night fails with curation's own one-line reason.
 
-Night 1 is first run once more, and the gpu worker's process building its SFT is SIGKILLed right after
-a checkpoint: that night fails within a bounded time with one line naming the step, the crash and how
-to go on (rerun: it resumes from checkpoint N); the rerun of night 1 resumes the SFT from that
-checkpoint and commits at the key the killed run was building.
+In night 1 the gpu worker's process building its SFT is SIGKILLed right after a checkpoint: the
+child run is Crashed, the nightly flow sends the step again (``tasks/dispatch.py``, a bounded number
+of times) with a warning naming the checkpoint it resumes from (read from disk), and the retry
+resumes the SFT from that checkpoint, runs the steps left (steps run = planned) and commits at the
+key the killed run was building; the night completes.
 """
 
 from __future__ import annotations
@@ -88,7 +89,7 @@ def _night_with_sft_killed(
         "--param", "config_path=configs/demo.yaml",
         "--param", f"overrides={json.dumps(overrides)}",
         "--param", f"night={night}",
-        "--watch", "--watch-timeout", "420",
+        "--watch", "--watch-timeout", "600",
     ]  # fmt: skip
     proc = subprocess.Popen(command, env={**env, "COLUMNS": "240"}, cwd=REPO, text=True,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT)  # fmt: skip
@@ -106,7 +107,7 @@ def _night_with_sft_killed(
         killed = time.monotonic()
         folder = states[0].parents[2].name  # the address the SFT was building
         assert not (store / "model" / folder / io.MANIFEST).exists(), "the SFT committed before the kill"
-        out, _ = proc.communicate(timeout=420)
+        out, _ = proc.communicate(timeout=600)  # the retry, then the rest of the night
     finally:
         if proc.poll() is None:
             proc.kill()
@@ -117,19 +118,22 @@ def _night_with_sft_killed(
 
 
 def _check_killed_night(
-    out: subprocess.CompletedProcess[str], run: dict[str, Any], child: dict[str, Any], seconds: float
+    env: dict[str, str],
+    out: subprocess.CompletedProcess[str],
+    run: dict[str, Any],
+    child: dict[str, Any],
+    runs: list[dict[str, Any]],
 ) -> None:
-    """A gpu worker killed mid-step: the night fails (no hang) with one line naming the step, the crash
-    and the checkpoint the rerun resumes from; the child run is Crashed."""
+    """A gpu worker's process killed mid-step: the child run is Crashed, the night sends the step again
+    with a warning naming the checkpoint it resumes from, the retry completes and so does the night."""
     assert child["state_type"] == "CRASHED", child["state"]
-    reason = (
-        f"sft: infrastructure error: flow run {child['name']} of run-one-step/gpu crashed while building sft"
-    )
-    message = run["state"]["message"]
-    assert out.returncode == 1 and run["state_type"] == "FAILED" and message.startswith(reason), message
-    assert "nothing was committed; rerun the same command: it resumes from checkpoint" in message, message
-    assert reason in " ".join(out.stdout.split()), out.stdout[-3000:]  # what --watch printed
-    assert seconds < 120, f"the night took {seconds:.0f} s to fail after its worker was killed"
+    assert out.returncode == 0 and run["state_type"] == "COMPLETED", out.stdout[-3000:]
+    retry = next(r for r in runs if r["name"] == f"{child['name']}/retry-1")
+    assert retry["state_type"] == "COMPLETED" and retry["work_pool_name"] == "gpu", retry["state"]
+    logs = _post(env, "logs/filter", {"logs": {"flow_run_id": {"any_": [run["id"]]}}})
+    said = " ".join(" ".join(log["message"].split()) for log in logs)
+    assert f"flow run {child['name']} crashed" in said, said[-3000:]
+    assert "retry 1 of 2: it resumes from checkpoint " in said and "/checkpoints/checkpoint-" in said
 
 
 def _check_failed_night(
@@ -157,11 +161,11 @@ def test_two_nights_on_the_gpu_pool(prefect_env: dict[str, str], tmp_path: Path,
     workers = [_start([str(BIN / "prefect"), "worker", "start", "--pool", p], env, logs[p]) for p in logs]
     night1 = next(iter(TRAIN))
     try:
-        killed_out, crashed, killed_at, seconds = _night_with_sft_killed(
+        killed_out, crashed, killed_at, _ = _night_with_sft_killed(
             env, night1, [TRAIN[night1], *NIGHT, *KILL_WINDOW], storage_root
         )
-        for night in TRAIN:
-            out = _night(env, night, [TRAIN[night], *NIGHT, *(KILL_WINDOW if night == night1 else [])])
+        for night in list(TRAIN)[1:]:  # night 1 completed through the retry of its killed SFT
+            out = _night(env, night, [TRAIN[night], *NIGHT])
             assert out.returncode == 0, out.stdout + "".join(log.read_text()[-3000:] for log in logs.values())
         failed = _night(env, "2026-01-03", FAILING)
     finally:
@@ -172,10 +176,10 @@ def test_two_nights_on_the_gpu_pool(prefect_env: dict[str, str], tmp_path: Path,
     runs = _post(env, "flow_runs/filter")
     killed_run = next(
         r for r in runs if flows[r["flow_id"]] == "nightly" and r["parameters"]["night"] == night1
-        and r["state_type"] == "FAILED"
     )  # fmt: skip
-    _check_killed_night(killed_out, killed_run, crashed, seconds)
-    runs = [r for r in runs if r["id"] not in {killed_run["id"], crashed["id"]}]  # the rest: never killed
+    _check_killed_night(env, killed_out, killed_run, crashed, runs)
+    retried = f"{crashed['name']}/retry-1"
+    runs = [r for r in runs if r["id"] != crashed["id"]]  # the crashed child: checked above
     nights = {r["parameters"]["night"]: r for r in runs if flows[r["flow_id"]] == "nightly"}
     assert {n: r["name"] for n, r in nights.items()} == {
         n: f"nightly-demo-{n}" for n in [*TRAIN, "2026-01-03"]
@@ -198,7 +202,7 @@ def test_two_nights_on_the_gpu_pool(prefect_env: dict[str, str], tmp_path: Path,
         assert set(children) == {"sft", "rl"}  # dispatch.gpu_steps; nothing else left the cpu pool
         for name, child in children.items():
             assert child["state_type"] == "COMPLETED" and child["work_pool_name"] == "gpu"
-            assert child["name"] == f"{run['name']}/{name}" and child["parent_task_run_id"]
+            assert child["name"] in (f"{run['name']}/{name}", retried) and child["parent_task_run_id"]
             assert child["id"] in logs["gpu"].read_text() and child["id"] not in logs["cpu"].read_text()
             model = io.open_artifact(stages[night][name])
             assert child["parameters"]["spec"]["key"] == model.key  # built at the key the spec named
@@ -206,7 +210,7 @@ def test_two_nights_on_the_gpu_pool(prefect_env: dict[str, str], tmp_path: Path,
             assert str(built_by["pid"]) == str(child["infrastructure_pid"]).rsplit(":", 1)[-1], built_by
             assert str(built_by["pid"]) != str(run["infrastructure_pid"]).rsplit(":", 1)[-1]
 
-    # night 1's rerun resumed the killed SFT from its checkpoint, at the key the killed run was building
+    # night 1's retry resumed the killed SFT from its checkpoint, at the key the killed run was building
     sft1 = json.loads(io.read_file(stages[night1]["sft"], "sft_result.json"))
     assert Path(stages[night1]["sft"]).name == killed_at, (stages[night1]["sft"], killed_at)
     assert sft1["start_step"] >= 2 and sft1["start_step"] + sft1["steps_run"] == sft1["steps_planned"] == 40

@@ -22,6 +22,8 @@ import uvicorn
 from fastapi import FastAPI, Request
 from fastapi.responses import Response
 
+from coa.llm.preflight import PROBE
+
 DEFAULT_USAGE = {"prompt_tokens": 11, "completion_tokens": 7, "total_tokens": 18}
 _USE_DEFAULT: Any = object()
 
@@ -78,6 +80,10 @@ class FakeLLMServer:
         self._lock = threading.Lock()
         self.script: deque[Reply] = deque()
         self.default = Reply()
+        self.probe = Reply()
+        """The reply to a stage's endpoint check (:mod:`coa.llm.preflight`): answered apart, neither
+        recorded nor taken from the script, so scripted runs see only their own calls."""
+        self.probes = 0
         self.requests: list[Recorded] = []
         self.in_flight = 0
         self.max_in_flight = 0
@@ -91,6 +97,8 @@ class FakeLLMServer:
         with self._lock:
             self.script.clear()
             self.default = Reply()
+            self.probe = Reply()
+            self.probes = 0
             self.requests.clear()
             self.in_flight = 0
             self.max_in_flight = 0
@@ -135,6 +143,11 @@ class FakeLLMServer:
 
     async def _handle(self, request: Request) -> Response:
         body = await request.json()
+        if body.get("messages") == PROBE:
+            with self._lock:
+                self.probes += 1
+                reply = self.probe
+            return await self._reply(reply, body)
         with self._lock:
             peer = f"{request.client.host}:{request.client.port}" if request.client else ""
             self.requests.append(Recorded(time.monotonic(), dict(request.headers), body, peer))
@@ -142,22 +155,26 @@ class FakeLLMServer:
             self.in_flight += 1
             self.max_in_flight = max(self.max_in_flight, self.in_flight)
         try:
-            if reply.delay:
-                await asyncio.sleep(reply.delay)
-            if reply.raw is not None:
-                content = reply.raw
-            else:
-                data = reply.body
-                if data is None:
-                    last = body.get("messages", [{}])[-1].get("content", "")
-                    data = completion(f"echo: {last}")
-                content = json.dumps(data)
-            return Response(
-                content=content,
-                status_code=reply.status,
-                media_type="application/json",
-                headers=reply.headers,
-            )
+            return await self._reply(reply, body)
         finally:
             with self._lock:
                 self.in_flight -= 1
+
+    @staticmethod
+    async def _reply(reply: Reply, body: dict[str, Any]) -> Response:
+        if reply.delay:
+            await asyncio.sleep(reply.delay)
+        if reply.raw is not None:
+            content = reply.raw
+        else:
+            data = reply.body
+            if data is None:
+                last = body.get("messages", [{}])[-1].get("content", "")
+                data = completion(f"echo: {last}")
+            content = json.dumps(data)
+        return Response(
+            content=content,
+            status_code=reply.status,
+            media_type="application/json",
+            headers=reply.headers,
+        )

@@ -7,6 +7,8 @@
   :class:`TrainRun`, :class:`TrainStage`), declared once;
 * :mod:`~coa.train.kit.run`: output folder, checkpoints and resume checks, the plan file, the loop,
   the steps-run guard, atomic result files;
+* :mod:`~coa.train.kit.checkpoints`: checkpoints written atomically, rotated over complete ones, what a
+  rerun resumes from (read from disk);
 * :mod:`~coa.train.kit.callbacks`: step counter, log lines, last-step log, progress (imports
   transformers);
 * :mod:`~coa.train.kit.launch`: in process or ``accelerate launch`` (one implementation);

@@ -4,8 +4,11 @@ for every recipe).
 A launched run gets a self-contained resolved config: its input rows written to a Parquet file in
 the output folder (atomically; a rerun reuses it), the recipe's data field pointing at that file,
 the YAML written atomically too; then ``accelerate launch --config_file <accelerate_config>
-[--num_processes N] -m <recipe.module> --config resolved.yaml --output-dir OUT --resume``. The run
-resumes from its checkpoints when a killed stage is rerun. When it fails on purpose, its entry
+[--num_processes N] -m <recipe.module> --config resolved.yaml --output-dir OUT --resume``, under
+:mod:`coa.train.kit.guard` in a process group of its own with its own log file (``OUT/train.log``):
+the trainer never holds the worker's output pipe, and it is ended with the process that launched it
+(interrupted, cancelled or killed) instead of writing on alone. The run resumes from its last
+complete checkpoint when a killed stage is rerun. When it fails on purpose, its entry
 point (:mod:`coa.train.kit.entry`) leaves its error in ``failure.json`` and the launcher raises the
 same error class with the same one-line message here; any other exit is the recipe's error naming
 the command.
@@ -15,6 +18,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -26,6 +30,7 @@ from coa.train.kit.recipe import Recipe
 
 FAILURE_FILE = "failure.json"
 RESOLVED_FILE = "resolved.yaml"
+LOG_FILE = "train.log"
 
 
 def resolve_launcher(config: Any) -> Literal["in_process", "accelerate"]:
@@ -81,11 +86,46 @@ def launch_accelerate(
     if num_processes is not None:
         cmd += ["--num_processes", str(num_processes)]
     cmd += ["-m", recipe.module, "--config", str(resolved), "--output-dir", str(out), "--resume"]
-    proc = subprocess.run(cmd, check=False)
-    if proc.returncode != 0:
+    log_file = out / LOG_FILE
+    returncode = run_guarded(cmd, log_file)
+    if returncode != 0:
         if failure.is_file():
             said = json.loads(failure.read_text())
             error = recipe.errors().get(said["error"], recipe.error)
-            raise error(f"{said['message']} (in `accelerate launch -m {recipe.module}`; its log is above)")
-        raise recipe.error(f"`{' '.join(cmd)}` exited with {proc.returncode}; its log is above")
+            raise error(f"{said['message']} (in `accelerate launch -m {recipe.module}`; its log: {log_file})")
+        raise recipe.error(f"`{' '.join(cmd)}` exited with {returncode}; its log: {log_file}")
     return dict(json.loads((out / recipe.result_file).read_text()))
+
+
+def run_guarded(cmd: list[str], log_file: Path, grace_s: float = 5.0) -> int:
+    """Run ``cmd`` under :mod:`coa.train.kit.guard` in a process group of its own, its output appended
+    to ``log_file`` (never this process's pipe); its exit status. If this process is interrupted or
+    ends the run (Ctrl-C, a cancelled flow run) the group is ended here (SIGTERM, then SIGKILL after
+    ``grace_s``); if it is killed outright, the guard ends the group itself."""
+    log_file.parent.mkdir(parents=True, exist_ok=True)
+    with log_file.open("ab") as log:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "coa.train.kit.guard", "--", *cmd],
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+        try:
+            return proc.wait()
+        finally:
+            if proc.poll() is None:
+                _end_group(proc, grace_s)
+
+
+def _end_group(proc: subprocess.Popen[bytes], grace_s: float) -> None:
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        try:
+            os.killpg(proc.pid, sig)
+        except ProcessLookupError:
+            return
+        try:
+            proc.wait(timeout=grace_s)
+            return
+        except subprocess.TimeoutExpired:
+            continue

@@ -2,8 +2,8 @@
 plan file, the loop, the steps-run guard, atomic result files.
 
 A run's output folder holds ``checkpoints/checkpoint-N`` (written by the trainer every
-``save_steps`` and at the end), the recipe's plan file and, once finished, ``model/`` and its
-result file (:func:`finish`).
+``save_steps`` and at the end, atomically: :mod:`coa.train.kit.checkpoints`), the recipe's plan
+file and, once finished, ``model/`` and its result file (:func:`finish`).
 
 * :func:`open_run` before the trainer is built: a fresh run refuses a folder that already holds
   checkpoints (two runs would mix); a resumed run continues from the last *complete* checkpoint
@@ -28,6 +28,7 @@ from typing import Any, TypeVar
 
 from pydantic import BaseModel
 
+from coa.train.kit import checkpoints
 from coa.train.kit.recipe import Recipe
 
 CHECKPOINTS_DIR = "checkpoints"
@@ -99,6 +100,9 @@ def write_plan(recipe: Recipe, trainer: Any, start: RunStart, plan: dict[str, An
 def train(recipe: Recipe, trainer: Any, start: RunStart, planned: int) -> float:
     """Run the loop from ``start`` (see the module doc); the wall time of the loop in seconds."""
     t0 = time.perf_counter()
+    if trainer.is_world_process_zero():  # what a killed save left is never read nor rotated
+        checkpoints.clean(start.checkpoints)
+    checkpoints.install(trainer)
     if start.last is not None and start.start_step >= planned:
         load_finished(recipe, trainer, start.last)
         # the callbacks see the loop start where it ends (step counter, held-out scores, budget)
@@ -133,21 +137,13 @@ def load_finished(recipe: Recipe, trainer: Any, checkpoint: Path) -> None:
     trainer.state = TrainerState.load_from_json(str(checkpoint / TRAINER_STATE))
 
 
-def checkpoint_step(path: Path) -> int:
-    """The N of a ``checkpoint-N`` folder (-1 when the name has none)."""
-    try:
-        return int(path.name.rsplit("-", 1)[1])
-    except (IndexError, ValueError):
-        return -1
+checkpoint_step = checkpoints.checkpoint_step
 
 
 def last_checkpoint(ckpt_dir: str | Path) -> Path | None:
-    """The highest-step complete checkpoint (its trainer state, written last, exists), or None."""
-    folder = Path(ckpt_dir)
-    if not folder.is_dir():
-        return None
-    done = [p for p in folder.glob("checkpoint-*") if p.is_dir() and (p / TRAINER_STATE).is_file()]
-    return max(done, key=checkpoint_step, default=None)
+    """The highest-step complete checkpoint (its trainer state, written last, exists and parses), or
+    None; see :mod:`coa.train.kit.checkpoints`."""
+    return checkpoints.last_complete(ckpt_dir)
 
 
 def finish(
