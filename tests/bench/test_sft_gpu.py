@@ -64,7 +64,7 @@ def test_the_rollout_comparison_runs_quick_on_a_tiny_model(tmp_path: Path) -> No
         "--out",
         str(tmp_path / "o"),
     ]
-    record = harness.main(bench.run, bench.__doc__, bench.options, argv=argv, name="bench_rl_gpu")
+    record = harness.main(bench.run, bench.__doc__, bench.arguments, argv=argv, name="bench_rl_gpu")
     rollouts = record["figures"]["rollouts"]
     assert rollouts["requests"] == 4 and 4 <= rollouts["completion_tokens"] <= 4 * 16
     assert rollouts["tokens_per_s"]["ours (hf_batched)"] > 0 and rollouts["tokens_per_s"]["generate"] > 0
