@@ -15,6 +15,7 @@ from __future__ import annotations
 import ast
 import functools
 import hashlib
+import threading
 from importlib import metadata
 from pathlib import Path
 
@@ -70,6 +71,11 @@ def _module_file(module: str) -> Path | None:
     return None
 
 
+_PARSE = threading.Lock()
+"""``ast.parse`` from two threads at once can fail on CPython 3.11 ("AST constructor recursion depth
+mismatch", python/cpython#106905): a flow's steps compute their code versions in task threads."""
+
+
 @functools.cache
 def _imports(module: str) -> tuple[str, ...]:
     """The project modules ``module`` imports anywhere in its file (at the top, in a function, under
@@ -79,7 +85,9 @@ def _imports(module: str) -> tuple[str, ...]:
         return ()
     package = module if path.name == "__init__.py" else module.rpartition(".")[0]
     found: set[str] = set()
-    for node in ast.walk(ast.parse(path.read_bytes(), str(path))):
+    with _PARSE:
+        tree = ast.parse(path.read_bytes(), str(path))
+    for node in ast.walk(tree):
         if isinstance(node, ast.Import):
             found.update(a.name for a in node.names)
         elif isinstance(node, ast.ImportFrom):

@@ -149,3 +149,19 @@ def test_dry_run_says_which_steps_a_code_change_rebuilds_and_why(
     monkeypatch.setattr(Stage, "code_version", lambda self: "synthetic.v1+src.edited")
     (planned,) = preview([step], store)
     assert planned.status == "build (code changed: coa/synthetic/arithmetic.py)", planned.status
+
+
+def test_code_versions_computed_from_many_threads_at_once_agree() -> None:
+    """A flow's steps compute their code versions in Prefect task threads: concurrent ``ast.parse``
+    must not fail (CPython 3.11's AST recursion-depth check is not thread-safe) and all agree."""
+    import concurrent.futures
+
+    from coa import version
+
+    modules = ["coa.train.step", "coa.rl.step", "coa.evaluate.step", "coa.collect.step"] * 4
+    version._imports.cache_clear()
+    version.closure.cache_clear()
+    with concurrent.futures.ThreadPoolExecutor(8) as pool:
+        found = list(pool.map(lambda m: version.closure(m), modules))
+    assert all(found[i] == found[i % 4] for i in range(len(modules)))
+    assert all(len(files) > 5 for files in found)
