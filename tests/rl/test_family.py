@@ -185,7 +185,8 @@ def test_coa_rl_with_auto_families_and_no_evaluation_says_how_to_fix_it(storage_
     converted = writer.commit()
     result = CliRunner().invoke(
         # a local folder: a hub id would first need the hub (refused in one line without network)
-        app, ["rl", "--data", converted.uri, "--model", str(storage_root), "rl.families=auto"]
+        app,
+        ["rl", "--data", converted.uri, "--model", str(storage_root), "rl.families=auto"],
     )
     said = " ".join(result.output.split())
     assert result.exit_code == 2 and "pass `--eval` (coa rl)" in said, said
