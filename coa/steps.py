@@ -203,6 +203,14 @@ class Stage:
         return f"{self.name}.v{self.version}+src.{files_version(self.code_files())}"
 
 
+def warm_code_versions(steps: Iterable[Step]) -> None:
+    """Compute each step's code version now, on the calling thread (a flow's own), so that the task
+    threads that run the steps read it from the cache: CPython 3.11's ``ast`` is not thread-safe
+    ("AST constructor recursion depth mismatch", python/cpython#106905), whoever else parses."""
+    for step in steps:
+        step.stage.code_version()
+
+
 @dataclasses.dataclass(frozen=True)
 class Step:
     """A stage instance: a :class:`Stage`, a name, a frozen config, named inputs.

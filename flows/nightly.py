@@ -37,7 +37,7 @@ from coa.plan.nightly import (
 from coa.registry import Registry
 from coa.registry.gate import Verdict, apply, verdict_markdown
 from coa.registry.ledger import Ledger
-from coa.steps import ModelInput, StepResult
+from coa.steps import ModelInput, StepResult, warm_code_versions
 from flows.pipeline import fail, publish_lineage, publish_summary, run_planned_step
 from tasks.fanout import executor
 from tasks.outcome import project_errors_fail
@@ -68,6 +68,7 @@ def nightly(
     champion_model = ModelInput.parse(champion.model_uri) if champion else None
     earlier = ledger.before(night, promotion.previous_nights)
     steps = nightly_plan(cfg, champion_model, earlier, registry.settings)
+    warm_code_versions(steps)  # here, not in the task threads (coa.steps.warm_code_versions)
     logger.info("nightly %r, night %s: %s", cfg.run_name, night, " → ".join(s.name for s in steps))
     done: dict[str, StepResult] = {}
     seconds: dict[str, float] = {}

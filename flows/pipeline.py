@@ -33,7 +33,7 @@ from coa.lineage import to_markdown, trace
 from coa.plan import PipelineConfig, load_pipeline_config, plan
 from coa.plan.preview import select
 from coa.plan.run_result import RunResult, run_result
-from coa.steps import Step, StepResult, Upstream
+from coa.steps import Step, StepResult, Upstream, warm_code_versions
 from tasks.dispatch import run_on_pool
 from tasks.fanout import executor
 from tasks.outcome import project_errors_fail
@@ -59,6 +59,7 @@ def pipeline(
     logger = get_run_logger()
     cfg = load_pipeline_config(config_path, overrides or [])  # a bad profile: one line (project_errors_fail)
     steps = plan(cfg)
+    warm_code_versions(steps)  # here, not in the task threads (coa.steps.warm_code_versions)
     scope = scope_of("pipeline", config_path)
     logger.info("pipeline %r: %s", cfg.run_name, " → ".join(s.name for s in steps))
     done: dict[str, StepResult] = {}

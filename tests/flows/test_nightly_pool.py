@@ -97,7 +97,9 @@ def _night_with_sft_killed(
         deadline = time.monotonic() + 420
         states: list[Path] = []
         while not states:
-            assert proc.poll() is None, "the night ended before its SFT wrote a checkpoint"
+            if proc.poll() is not None:  # what --watch printed says why (a step's one-line failure)
+                said = proc.stdout.read()[-4000:] if proc.stdout else ""
+                raise AssertionError(f"the night ended before its SFT wrote a checkpoint:\n{said}")
             assert time.monotonic() < deadline, "no SFT checkpoint within 420 s"
             time.sleep(0.02)
             states = list(store.glob("checkpoints/model/*/checkpoints/checkpoint-*/trainer_state.json"))
