@@ -66,7 +66,8 @@ def main(argv: list[str] | None = None) -> int:
     import uvicorn
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from coa.serve.app import ModelServer, create_app
+    from coa.serve.app import ModelServer
+    from coa.serve.routes import create_app
 
     if args.threads:
         torch.set_num_threads(args.threads)
