@@ -4,7 +4,7 @@
   ``schemas``; every artifact's lineage records it (which code built it, exactly);
 * :func:`step_files` / :func:`files_version`: what a step's content key hashes
   (:meth:`coa.steps.Stage.code_version`): the import closure of its build module within the
-  project, found by parsing (``import`` and ``from … import`` anywhere in a file, the package
+  project, found by compiling (``import`` and ``from … import`` anywhere in a file, the package
   ``__init__``s Python runs, each reached package's data files), and the modules of the data
   contracts it reads and writes. A CLI help string, a docs page or an unrelated stage is outside
   it, so editing them rebuilds nothing; an edit to anything the build can run re-keys the step.
@@ -12,10 +12,11 @@
 
 from __future__ import annotations
 
-import ast
+import dis
 import functools
 import hashlib
-import threading
+import types
+from collections.abc import Iterator
 from importlib import metadata
 from pathlib import Path
 
@@ -71,33 +72,48 @@ def _module_file(module: str) -> Path | None:
     return None
 
 
-_PARSE = threading.Lock()
-"""``ast.parse`` from two threads at once can fail on CPython 3.11 ("AST constructor recursion depth
-mismatch", python/cpython#106905): a flow's steps compute their code versions in task threads."""
+def _import_statements(code: types.CodeType) -> Iterator[tuple[str, int, tuple[str, ...]]]:
+    """(module, level, names) of every import in ``code`` and the code nested in it (functions,
+    classes, ``if TYPE_CHECKING:`` blocks): each ``IMPORT_NAME`` instruction with the level and the
+    from-list the compiler loads just before it."""
+    todo = [code]
+    while todo:
+        current = todo.pop()
+        instructions = list(dis.get_instructions(current))
+        for i, instruction in enumerate(instructions):
+            if instruction.opname != "IMPORT_NAME":
+                continue
+            level, names = 0, ()
+            if i >= 2 and instructions[i - 1].opname == "LOAD_CONST":
+                level = instructions[i - 2].argval if isinstance(instructions[i - 2].argval, int) else 0
+                names = tuple(instructions[i - 1].argval or ())
+            yield str(instruction.argval), level, names
+        todo += [c for c in current.co_consts if isinstance(c, types.CodeType)]
 
 
 @functools.cache
 def _imports(module: str) -> tuple[str, ...]:
     """The project modules ``module`` imports anywhere in its file (at the top, in a function, under
-    ``TYPE_CHECKING``): static, so a lazy import counts as a dependency too."""
+    ``TYPE_CHECKING``): static, so a lazy import counts as a dependency too.
+
+    Read from the bytecode ``compile`` makes, not from ``ast.parse``: CPython 3.11's AST objects
+    share one recursion counter between threads, so a parse on one thread while another (ours or
+    Prefect's) builds an AST fails with "AST constructor recursion depth mismatch"; compiling to
+    bytecode builds no Python AST objects."""
     path = _module_file(module)
     if path is None:
         return ()
     package = module if path.name == "__init__.py" else module.rpartition(".")[0]
     found: set[str] = set()
-    with _PARSE:
-        tree = ast.parse(path.read_bytes(), str(path))
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Import):
-            found.update(a.name for a in node.names)
-        elif isinstance(node, ast.ImportFrom):
-            base = node.module or ""
-            if node.level:
-                parts = package.split(".")
-                parts = parts[: len(parts) - node.level + 1]
-                base = ".".join([*parts, base] if base else parts)
-            found.add(base)
-            found.update(f"{base}.{a.name}" for a in node.names)  # `from coa import io`: a submodule
+    code = compile(path.read_bytes(), str(path), "exec", dont_inherit=True)
+    for name, level, names in _import_statements(code):
+        base = name
+        if level:
+            parts = package.split(".")
+            parts = parts[: len(parts) - level + 1]
+            base = ".".join([*parts, name] if name else parts)
+        found.add(base)
+        found.update(f"{base}.{n}" for n in names if n != "*")  # `from coa import io`: a submodule
     return tuple(sorted(m for m in found if _module_file(m) is not None))
 
 

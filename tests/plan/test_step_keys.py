@@ -165,3 +165,46 @@ def test_code_versions_computed_from_many_threads_at_once_agree() -> None:
         found = list(pool.map(lambda m: version.closure(m), modules))
     assert all(found[i] == found[i % 4] for i in range(len(modules)))
     assert all(len(files) > 5 for files in found)
+
+
+def test_code_versions_survive_another_thread_building_python_asts() -> None:
+    """CPython 3.11 keeps one AST recursion counter for all threads: a Prefect or user thread that
+    calls ``ast.parse`` while a flow computes its keys used to fail the flow ("AST constructor
+    recursion depth mismatch", CI 2026-12-01). Keys are read from bytecode: no Python AST built."""
+    import ast
+    import threading
+
+    from coa import version
+
+    source = Path(version.__file__).read_text() * 4
+    stop = threading.Event()
+    errors: list[BaseException] = []
+
+    def parse_forever() -> None:
+        while not stop.is_set():
+            try:
+                ast.parse(source)
+            except BaseException as e:  # noqa: BLE001 - recorded, the test reports it
+                errors.append(e)
+                return
+
+    class Cycle:  # garbage whose finalizer gives the GIL away, as a collection inside a parse may
+        def __init__(self) -> None:
+            self.me = self
+
+        def __del__(self) -> None:
+            time.sleep(0)
+
+    other = threading.Thread(target=parse_forever, daemon=True)
+    other.start()
+    try:
+        for _ in range(3):
+            version._imports.cache_clear()
+            version.closure.cache_clear()
+            for _ in range(2000):
+                Cycle()
+            assert len(version.closure("coa.rl.step")) > 5
+    finally:
+        stop.set()
+        other.join(10)
+    assert not errors, errors
