@@ -42,32 +42,3 @@ def test_the_peak_is_read_from_the_device_name_most_specific_first() -> None:
     assert mfu.peak_tflops("AMD EPYC, 2 threads") is None and mfu.peak_tflops(None) is None
     # 0.5 B parameters at 100k tokens/s is 3e14 FLOP/s: 30% of a 1 PFLOP/s peak
     assert mfu.mfu(100_000, 500_000_000, 1000.0) == pytest.approx(0.3)
-
-
-@pytest.mark.slow  # ~2 minutes on 2 busy cores: transformers' continuous batching is slow on a CPU
-def test_the_rollout_comparison_runs_quick_on_a_tiny_model(tmp_path: Path) -> None:
-    """The three generation backends on the same requests (CPU, tiny shape): each one's useful tokens/s."""
-    from tests.rl.helpers import prompts_table
-
-    bench = load_script("bench_rl_gpu")
-    harness = load_script("harness")
-    sft, rl = tmp_path / "sft.parquet", tmp_path / "rl.parquet"
-    pq.write_table(arith_rows(20, seed=0), sft)
-    pq.write_table(prompts_table(2), rl)
-    argv = [
-        "--quick",
-        "--rollouts-only",
-        "--prompts",
-        str(rl),
-        "--sft-data",
-        str(sft),
-        "--out",
-        str(tmp_path / "o"),
-    ]
-    record = harness.main(bench.run, bench.__doc__, bench.arguments, argv=argv, name="bench_rl_gpu")
-    rollouts = record["figures"]["rollouts"]
-    assert rollouts["requests"] == 4 and 4 <= rollouts["completion_tokens"] <= 4 * 16
-    assert rollouts["tokens_per_s"]["ours (hf_batched)"] > 0 and rollouts["tokens_per_s"]["generate"] > 0
-    assert "rollout tokens/s ours / generate" in record["ratios"]
-    saved = json.loads((tmp_path / "o" / "bench_rl_gpu.json").read_text())
-    assert "rl_step" not in saved and saved["rollouts"] == rollouts

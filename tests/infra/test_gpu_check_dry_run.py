@@ -68,7 +68,10 @@ def test_the_benches_dry_run_through_the_same_commands(tmp_path: Path) -> None:
     assert tiny["ours"]["mfu"] is None  # no peak for a CPU: no MFU rather than a made-up one
     assert sft["ratios"]["tiny ours / bare TRL (tokens/s)"] > 0
     rl = json.loads((out / "rl.json").read_text())
-    assert rl["figures"]["rollouts"]["tokens_per_s"]["ours (hf_batched)"] > 0
+    rollouts = rl["figures"]["rollouts"]  # the three backends on the same requests
+    assert rollouts["tokens_per_s"]["ours (hf_batched)"] > 0 and rollouts["tokens_per_s"]["generate"] > 0
+    assert rollouts["requests"] > 0 and rollouts["completion_tokens"] >= rollouts["requests"]
+    assert "rollout tokens/s ours / generate" in rl["ratios"]
     step = rl["figures"]["rl_step"]
     assert step["steps"] == 1 and step["episodes"] > 0
     assert set(step["split"]) == {"generation_s", "tools_s", "training_s", "total_s"}
