@@ -120,3 +120,35 @@ def test_an_unreachable_judge_fails_its_check_in_seconds() -> None:
     with pytest.raises(EndpointUnusable, match=r"judge endpoint 'judge' .*evaluate.judge.endpoints"):
         LLMJudge(LLMConfig(endpoints=(dead,))).check()
     assert time.monotonic() - t0 < 5
+
+
+@pytest.mark.parametrize(
+    ("provider", "said"),
+    [
+        ("retrieve", r"retrieve search endpoint \(http://127\.0\.0\.1:\d+/retrieve\) .*connection error"),
+        ("serper", r"serper search endpoint .* COA_TEST_NO_SUCH_KEY .* is not set"),
+    ],
+)
+def test_a_dead_search_endpoint_fails_in_seconds_before_any_run(
+    tmp_path: Path, provider: str, said: str
+) -> None:
+    """The search tools' endpoints are checked too (the rule-based teacher calls the real tools): a
+    retrieve server that is down, a Serper key that is not set: exit 3 before the first run, not after
+    every run has spent its retries; with ``record: replay`` no endpoint is called, so none is checked."""
+    from coa.collect.config import CollectConfig
+    from coa.tools.build import check_tools
+
+    url = f"http://127.0.0.1:{closed_port()}"
+    search = {
+        "provider": provider,
+        "retrieve": {"url": f"{url}/retrieve", "max_retries": 4},
+        "serper": {"url": f"{url}/search", "api_key_env": "COA_TEST_NO_SUCH_KEY"},
+    }
+    config = CollectConfig.model_validate({"tools": {"enabled": ["web_search"], "search": search}})
+    store = io.Store(str(tmp_path / "store"))
+    t0 = time.monotonic()
+    with pytest.raises(EndpointUnusable, match=said) as failed:
+        run_step(collect_step.step(config, _task_input(store, 40)), store)
+    assert time.monotonic() - t0 < 10 and failed.value.exit_code == 3
+    assert f"fix collect.tools.search.{provider} " in str(failed.value)
+    check_tools(config.tools.model_copy(update={"record": "replay"}), "collect.tools")  # raises nothing
