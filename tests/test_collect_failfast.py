@@ -90,9 +90,15 @@ def test_an_off_protocol_teacher_fails_its_runs_not_the_collection(
     assert result.summary["failed_share"] == 0.0 and result.summary["statuses"] == {"error": 3}
 
 
+@pytest.mark.parametrize("shards", [None, 2], ids=["one-process", "sharded"])
 def test_the_circuit_breaker_stops_a_collection_whose_endpoint_died(
-    server: FakeLLMServer, tmp_path: Path
+    server: FakeLLMServer, tmp_path: Path, shards: int | None
 ) -> None:
+    """In one process, and sharded (the Ray driver's path, its shards run here one after the other:
+    each shard has its breaker, and a tripped shard trips the collection's)."""
+    from coa.execution import InProcessExecutor
+
+    executor = InProcessExecutor(shards=shards) if shards else None
     store = io.Store(str(tmp_path / "store"))
     server.reset()
     server.push(*happy_replies())  # the first run finishes, then the endpoint is down
@@ -100,13 +106,13 @@ def test_the_circuit_breaker_stops_a_collection_whose_endpoint_died(
     config = _endpoint_config(server, max_consecutive_failures=3, max_failed_share=1.0)
     step = collect_step.step(config, _task_input(store, 40))
     with pytest.raises(CollectionFailed, match=r"after 3 runs in a row .*max_consecutive_failures=3"):
-        run_step(step, store)
-    # 1 run's replies + 3 failed runs x 2 attempts (max_retries=1), not 39 runs' worth
-    assert server.hits <= len(happy_replies()) + 3 * 2
+        run_step(step, store, executor=executor)
+    # 1 run's replies + 3 failed runs x 2 attempts (max_retries=1) per shard, not 39 runs' worth
+    assert server.hits <= len(happy_replies()) + (shards or 1) * 3 * 2
     server.default = Reply()
     for _ in range(40):
         server.push(*happy_replies())
-    again = run_step(step, store)
+    again = run_step(step, store, executor=executor)
     assert again.summary["collect"]["resumed"] == 1  # the finished run was kept
     assert again.summary["statuses"] == {"completed": 40}
 
