@@ -22,6 +22,7 @@ from pathlib import PurePath
 from prefect.artifacts import create_link_artifact, create_markdown_artifact, create_table_artifact
 
 from coa import io, pages
+from coa.errors import describe
 from coa.facts import Fact, Markdown, Page, Table
 from coa.steps import Step, StepResult
 
@@ -47,9 +48,14 @@ def _description(step: Step, fact: Fact) -> str:
 
 
 def page_markdown(page: Page) -> str:
-    """The markdown artifact of a committed HTML page: where to open it, then the page itself."""
+    """The markdown artifact of a committed HTML page: where to open it, then the page itself (or,
+    when the page cannot be read, the one line saying why: publishing never fails the step)."""
     uri = io.join(page.uri, page.relpath)
-    url = io.browser_url(uri)
+    try:
+        url = io.browser_url(uri)
+        text = io.read_file(page.uri, page.relpath).decode()
+    except io.ArtifactError as e:
+        return f"The report `{uri}` cannot be shown: {describe(e)}"
     if url.startswith("file://"):
         where = (
             f"Full report: `{url}` (a local store: open it in a browser on the machine that holds the "
@@ -59,10 +65,7 @@ def page_markdown(page: Page) -> str:
         where = f"[Open the full report]({url})"
     else:
         days = io.LINK_EXPIRES_S // 86400
-        where = (
-            f"[Open the full report]({url}) (`{uri}`: presigned, valid {days} days from publishing)"
-        )
-    text = io.read_file(page.uri, page.relpath).decode()
+        where = f"[Open the full report]({url}) (`{uri}`: presigned, valid {days} days from publishing)"
     if len(text) > MAX_PAGE_CHARS:
         return f"{where}\n\nThe report ({len(text) // 1000:,} KB) is too large to show here."
     folder = posixpath.dirname(uri)

@@ -144,3 +144,14 @@ def test_reports_on_s3_link_to_presigned_urls_a_browser_opens(server: None, s3_r
     assert report.status_code == 200 and "<h2>Headline</h2>" in report.text  # no credentials needed
     docs = page.split('<a href="', 1)[1].split('"', 1)[0]  # the relative link, presigned too
     assert "data_docs/index.html" in docs and httpx.get(docs, timeout=10).text == "<p>expectations</p>"
+
+
+def test_a_report_that_cannot_be_read_is_one_line_not_a_failed_step(tmp_path: Any) -> None:
+    from coa.facts import Page
+    from tasks.publish import page_markdown
+
+    writer = io.Store(str(tmp_path / "store"), Settings.from_env()).writer("eval", "demo", {"n": 1})
+    writer.write_file("report.html", _report("eval report"))
+    ref = writer.commit()
+    said = page_markdown(Page("report", ref.uri, "gone.html"))
+    assert said.startswith(f"The report `{ref.uri}/gone.html` cannot be shown: ") and "has no file" in said
