@@ -69,4 +69,3 @@ def show(value: Any) -> Any:
     if isinstance(value, dict | list):
         return json.dumps(value, sort_keys=True)
     return value
-
