@@ -1,9 +1,10 @@
 """What a stage shows of a step, as plain facts any front end renders (:attr:`coa.steps.Stage.present`).
 
-A stage turns its typed summary into :class:`Facts`: tables, markdown, links and warnings, each named
-by a short ``what`` (``summary``, ``loss-curve``…). The Prefect layer makes one Prefect artifact per
-fact (keyed per flow, profile and step) and logs the warnings; a notebook or the CLI can print the
-same facts. No stage knows a front end, and no front end knows a stage.
+A stage turns its typed summary into :class:`Facts`: tables, markdown, links, pages (its committed
+HTML reports) and warnings, each named by a short ``what`` (``summary``, ``loss-curve``…). The
+Prefect layer makes one Prefect artifact per fact (keyed per flow, profile and step) and logs the
+warnings; a notebook or the CLI can print the same facts. No stage knows a front end, and no
+front end knows a stage.
 """
 
 from __future__ import annotations
@@ -35,7 +36,20 @@ class Link:
     description: str = ""
 
 
-Fact = Table | Markdown | Link
+@dataclasses.dataclass(frozen=True)
+class Page:
+    """An HTML report committed with an artifact (``relpath`` inside the artifact at ``uri``): a front
+    end shows it in place (the Prefect layer: its tables and figures as a markdown artifact, with a
+    link a browser can open: a presigned https URL on S3), since a ``file://`` or ``s3://`` link is
+    no use to a browser on another machine."""
+
+    what: str
+    uri: str
+    relpath: str
+    description: str = ""
+
+
+Fact = Table | Markdown | Link | Page
 
 
 @dataclasses.dataclass(frozen=True)
@@ -55,8 +69,3 @@ def show(value: Any) -> Any:
     if isinstance(value, dict | list):
         return json.dumps(value, sort_keys=True)
     return value
-
-
-def link(uri: str) -> str:
-    """A link a browser can follow: ``file://`` for a local store, the URI itself otherwise."""
-    return uri if "://" in uri else f"file://{uri}"

@@ -2,7 +2,8 @@
 
 One stylesheet, one way to render a table (values formatted, escaped), one way to embed a matplotlib
 figure (PNG, base64, closed after use) and one page frame, so the curation report, the training
-report and the reports still to come look and read alike and open offline.
+report and the reports still to come look and read alike and open offline; and one way to show such a
+page inside a front end's markdown (:func:`in_markdown`).
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ from __future__ import annotations
 import base64
 import html
 import io
+import re
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -91,3 +93,68 @@ def page(title: str, body: Sequence[str]) -> str:
         f"<!doctype html><html><head><meta charset='utf-8'><title>{escape(title)}</title>"
         f"<style>{CSS}</style></head><body><h1>{escape(title)}</h1>{''.join(body)}</body></html>\n"
     )
+
+
+_DROPPED = re.compile(r"<(script|style|head|title)\b[^>]*>.*?</\1\s*>", re.S | re.I)
+_MARKED = re.compile(r"<span class=\"(?:ok|fail)\">(.*?)</span>", re.S)
+_RELATIVE = re.compile(r"""\b(href|src)=(["'])(?![a-z][a-z0-9+.-]*:|#|/)([^"']+)\2""", re.I)
+_TAGS = re.compile(r"<[^>]+>")
+_BLOCK = re.compile(
+    r"<h(?P<level>[1-6])\b[^>]*>(?P<title>.*?)</h(?P=level)\s*>|<table\b[^>]*>(?P<table>.*?)</table\s*>",
+    re.S | re.I,
+)
+_LINK = re.compile(r"""<a\b[^>]*\bhref=["']([^"']*)["'][^>]*>(.*?)</a\s*>""", re.S | re.I)
+_ROW = re.compile(r"<tr\b[^>]*>(.*?)</tr\s*>", re.S | re.I)
+_CELL = re.compile(r"<t([hd])\b[^>]*>(.*?)</t\1\s*>", re.S | re.I)
+
+
+def _cell(cell_html: str) -> str:
+    """A table cell's text for a markdown table: one line, markdown's characters escaped, bold and
+    links kept as markdown."""
+    urls: list[str] = []
+
+    def link(m: re.Match[str]) -> str:
+        urls.append(m.group(1).replace(")", "%29"))
+        return f"\x01{m.group(2)}\x02"
+
+    marked = _LINK.sub(link, re.sub(r"</?strong>", "\x00", cell_html))
+    text = " ".join(html.unescape(_TAGS.sub("", marked)).split())
+    text = re.sub(r"([\\`*_\[\]<>|])", r"\\\1", text).replace("\x00", "**").replace("\x01", "[")
+    for url in urls:
+        text = text.replace("\x02", f"]({url})", 1)
+    return text or " "
+
+
+def _markdown_table(table_html: str) -> str:
+    """A table of this kit (a header row, then rows) as a markdown table, which the UI styles."""
+    rows = [[_cell(c[1]) for c in _CELL.findall(r)] for r in _ROW.findall(table_html)]
+    rows = [r for r in rows if r]
+    if not rows:
+        return ""
+    width = max(len(r) for r in rows)
+    lines = ["| " + " | ".join(r + [" "] * (width - len(r))) + " |" for r in rows]
+    return "\n".join([lines[0], "|" + "---|" * width, *lines[1:]])
+
+
+def in_markdown(page_html: str, resolve: Callable[[str], str]) -> str:
+    """A page of this kit as markdown for a renderer that takes sanitized HTML inside markdown (the
+    Prefect UI's): its body only (no stylesheet, head or scripts), headings and tables as markdown
+    (the renderer styles those, not bare ``<h2>`` and ``<table>``), PASSED/FAILED marks in bold,
+    links and images relative to the page made absolute by ``resolve`` (a relative path → a URL a
+    browser opens), and each stretch of HTML one block (a blank line would end it mid-figure)."""
+    body = re.search(r"<body\b[^>]*>(.*)</body\s*>", page_html, re.S | re.I)
+    text = _DROPPED.sub("", body.group(1) if body else page_html)
+    text = _MARKED.sub(r"<strong>\1</strong>", text)
+    text = _RELATIVE.sub(lambda m: f"{m.group(1)}={m.group(2)}{resolve(m.group(3))}{m.group(2)}", text)
+    blocks: list[str] = []
+    last = 0
+    for m in _BLOCK.finditer(text):
+        blocks.append("\n".join(line for line in text[last : m.start()].splitlines() if line.strip()))
+        if m.group("level"):
+            title = " ".join(html.unescape(_TAGS.sub("", m.group("title"))).split())
+            blocks.append("#" * int(m.group("level")) + " " + title)
+        else:
+            blocks.append(_markdown_table(m.group("table")))
+        last = m.end()
+    blocks.append("\n".join(line for line in text[last:].splitlines() if line.strip()))
+    return "\n\n".join(b.strip() for b in blocks if b.strip()) + "\n"

@@ -12,7 +12,7 @@ upstream results (passed as ``upstream``), never every step before it. A child t
 reason (a failed check, bad input, a refused spec) fails the step with that reason, as an inline
 run would; "infrastructure error" is kept for a child that crashed, was cancelled, or completed
 without committing at the expected address. A crashed child (its process killed mid-build) is sent
-again (:data:`CRASH_RETRIES` times), each retry resuming from the step's last complete checkpoint;
+again (``dispatch.crash_retries`` times), each retry resuming from the step's last complete checkpoint;
 after the last one the failure names the step and how to go on: rerun, which resumes from the
 checkpoint it names (read from disk).
 """
@@ -39,9 +39,6 @@ from coa.resources import BuildResources
 from coa.steps import Step, StepResult, resolve
 from tasks.run_step import run_step_task
 
-CRASH_RETRIES = 2
-"""Times a crashed child run is sent again before the step fails."""
-
 
 def committed(uri: str, step: str, store: io.Store) -> StepResult | None:
     """The committed result at ``uri`` (a recorded failed check is returned too: the step task
@@ -60,14 +57,15 @@ def run_on_pool(
     deployment: str,
     timeout_s: float | None = None,
     scope: str = "",
-    crash_retries: int = CRASH_RETRIES,
+    crash_retries: int = 2,
 ) -> StepResult | str:
     """Run ``step`` through ``deployment``: its committed result, or the one line saying why not.
 
     ``upstream``: the results of the steps it reads (:func:`flows.pipeline.upstream_of`). A child run
     that crashed (its process died; with the heartbeat automation of ``infra/prefect/`` also a run
-    whose worker was killed) is sent again up to ``crash_retries`` times: each retry resumes from the
-    step's last complete checkpoint, which the warning names, read from disk."""
+    whose worker was killed) is sent again up to ``crash_retries`` times (``dispatch.crash_retries``):
+    each retry resumes from the step's last complete checkpoint, which the warning names, read from
+    disk."""
     logger = get_run_logger()
     store = io.Store()
     spec = spec_of(step, resolve(step, upstream), store)

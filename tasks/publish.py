@@ -5,16 +5,29 @@ Keys are unique per flow, profile and step (``pipeline-demo-collect-summary`` an
 ``pipeline-demo-collect-heldout-summary`` are two artifacts; ``nightly-demo-…`` keeps its own);
 tables rather than code blocks (the UI clips wide code); links point at the committed artifact
 (its store URI), never at a temporary folder.
+
+A :class:`~coa.facts.Page` (an HTML report committed with its artifact: curation's data-quality report,
+an evaluation's, the training report) becomes a markdown artifact that shows the page itself in the
+UI, figures included (the UI renders sanitized HTML and ``data:`` images inside markdown), headed by
+a link a browser can open: a presigned URL on S3 (valid :data:`coa.io.LINK_EXPIRES_S`), the
+``file://`` path for a local store, which a browser opens only on the machine that holds the store
+(typed in: browsers do not follow ``file://`` links from a web page).
 """
 
 from __future__ import annotations
 
+import posixpath
 from pathlib import PurePath
 
 from prefect.artifacts import create_link_artifact, create_markdown_artifact, create_table_artifact
 
-from coa.facts import Fact, Markdown, Table
+from coa import io, pages
+from coa.errors import describe
+from coa.facts import Fact, Markdown, Page, Table
 from coa.steps import Step, StepResult
+
+MAX_PAGE_CHARS = 2_000_000
+"""A page larger than this is linked, not shown: the UI loads an artifact whole."""
 
 
 def artifact_key(*parts: str) -> str:
@@ -34,6 +47,31 @@ def _description(step: Step, fact: Fact) -> str:
     return f"`{step.name}`: {fact.description}" if fact.description else f"`{step.name}`"
 
 
+def page_markdown(page: Page) -> str:
+    """The markdown artifact of a committed HTML page: where to open it, then the page itself (or,
+    when the page cannot be read, the one line saying why: publishing never fails the step)."""
+    uri = io.join(page.uri, page.relpath)
+    try:
+        url = io.browser_url(uri)
+        text = io.read_file(page.uri, page.relpath).decode()
+    except io.ArtifactError as e:
+        return f"The report `{uri}` cannot be shown: {describe(e)}"
+    if url.startswith("file://"):
+        where = (
+            f"Full report: `{url}` (a local store: open it in a browser on the machine that holds the "
+            "store; on S3 this is a link). Shown below as the UI renders it."
+        )
+    elif url == uri:  # already a web address
+        where = f"[Open the full report]({url})"
+    else:
+        days = io.LINK_EXPIRES_S // 86400
+        where = f"[Open the full report]({url}) (`{uri}`: presigned, valid {days} days from publishing)"
+    if len(text) > MAX_PAGE_CHARS:
+        return f"{where}\n\nThe report ({len(text) // 1000:,} KB) is too large to show here."
+    folder = posixpath.dirname(uri)
+    return f"{where}\n\n---\n\n" + pages.in_markdown(text, lambda rel: io.browser_url(io.join(folder, rel)))
+
+
 def publish(step: Step, result: StepResult, scope: str = "") -> None:
     """The stage's Prefect artifacts for a built or reused step; ``scope`` (the flow and its profile,
     :func:`scope_of`) prefixes their keys so runs of other flows and profiles keep their own."""
@@ -44,5 +82,7 @@ def publish(step: Step, result: StepResult, scope: str = "") -> None:
             create_table_artifact(key=key, table=[dict(row) for row in fact.rows], description=description)
         elif isinstance(fact, Markdown):
             create_markdown_artifact(key=key, markdown=fact.text, description=description)
+        elif isinstance(fact, Page):
+            create_markdown_artifact(key=key, markdown=page_markdown(fact), description=description)
         else:
             create_link_artifact(key=key, link=fact.url, description=description)

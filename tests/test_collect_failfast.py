@@ -90,9 +90,15 @@ def test_an_off_protocol_teacher_fails_its_runs_not_the_collection(
     assert result.summary["failed_share"] == 0.0 and result.summary["statuses"] == {"error": 3}
 
 
+@pytest.mark.parametrize("shards", [None, 2], ids=["one-process", "sharded"])
 def test_the_circuit_breaker_stops_a_collection_whose_endpoint_died(
-    server: FakeLLMServer, tmp_path: Path
+    server: FakeLLMServer, tmp_path: Path, shards: int | None
 ) -> None:
+    """In one process, and sharded (the Ray driver's path, its shards run here one after the other:
+    each shard has its breaker, and a tripped shard trips the collection's)."""
+    from coa.execution import InProcessExecutor
+
+    executor = InProcessExecutor(shards=shards) if shards else None
     store = io.Store(str(tmp_path / "store"))
     server.reset()
     server.push(*happy_replies())  # the first run finishes, then the endpoint is down
@@ -100,13 +106,13 @@ def test_the_circuit_breaker_stops_a_collection_whose_endpoint_died(
     config = _endpoint_config(server, max_consecutive_failures=3, max_failed_share=1.0)
     step = collect_step.step(config, _task_input(store, 40))
     with pytest.raises(CollectionFailed, match=r"after 3 runs in a row .*max_consecutive_failures=3"):
-        run_step(step, store)
-    # 1 run's replies + 3 failed runs x 2 attempts (max_retries=1), not 39 runs' worth
-    assert server.hits <= len(happy_replies()) + 3 * 2
+        run_step(step, store, executor=executor)
+    # 1 run's replies + 3 failed runs x 2 attempts (max_retries=1) per shard, not 39 runs' worth
+    assert server.hits <= len(happy_replies()) + (shards or 1) * 3 * 2
     server.default = Reply()
     for _ in range(40):
         server.push(*happy_replies())
-    again = run_step(step, store)
+    again = run_step(step, store, executor=executor)
     assert again.summary["collect"]["resumed"] == 1  # the finished run was kept
     assert again.summary["statuses"] == {"completed": 40}
 
@@ -120,3 +126,35 @@ def test_an_unreachable_judge_fails_its_check_in_seconds() -> None:
     with pytest.raises(EndpointUnusable, match=r"judge endpoint 'judge' .*evaluate.judge.endpoints"):
         LLMJudge(LLMConfig(endpoints=(dead,))).check()
     assert time.monotonic() - t0 < 5
+
+
+@pytest.mark.parametrize(
+    ("provider", "said"),
+    [
+        ("retrieve", r"retrieve search endpoint \(http://127\.0\.0\.1:\d+/retrieve\) .*connection error"),
+        ("serper", r"serper search endpoint .* COA_TEST_NO_SUCH_KEY .* is not set"),
+    ],
+)
+def test_a_dead_search_endpoint_fails_in_seconds_before_any_run(
+    tmp_path: Path, provider: str, said: str
+) -> None:
+    """The search tools' endpoints are checked too (the rule-based teacher calls the real tools): a
+    retrieve server that is down, a Serper key that is not set: exit 3 before the first run, not after
+    every run has spent its retries; with ``record: replay`` no endpoint is called, so none is checked."""
+    from coa.collect.config import CollectConfig
+    from coa.tools.build import check_tools
+
+    url = f"http://127.0.0.1:{closed_port()}"
+    search = {
+        "provider": provider,
+        "retrieve": {"url": f"{url}/retrieve", "max_retries": 4},
+        "serper": {"url": f"{url}/search", "api_key_env": "COA_TEST_NO_SUCH_KEY"},
+    }
+    config = CollectConfig.model_validate({"tools": {"enabled": ["web_search"], "search": search}})
+    store = io.Store(str(tmp_path / "store"))
+    t0 = time.monotonic()
+    with pytest.raises(EndpointUnusable, match=said) as failed:
+        run_step(collect_step.step(config, _task_input(store, 40)), store)
+    assert time.monotonic() - t0 < 10 and failed.value.exit_code == 3
+    assert f"fix collect.tools.search.{provider} " in str(failed.value)
+    check_tools(config.tools.model_copy(update={"record": "replay"}), "collect.tools")  # raises nothing

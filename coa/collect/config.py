@@ -49,7 +49,8 @@ class CollectConfig(StrictModel):
     preflight: bool = Field(
         default=True,
         exclude=True,
-        description="Check each endpoint the collection calls (the teacher) with one short request before "
+        description="Check each endpoint the collection calls (the teacher, the search tools' serper or "
+        "retrieve endpoints) with one short request before "
         "the first run: unreachable or not serving chat completions -> exit 3 within seconds, with the fix. "
         "How the collection runs, not part of its identity.",
     )

@@ -10,6 +10,11 @@ re-run.
 
 The LLM budget (``collect.llm.budget_tokens`` / ``budget_usd``) is split across the shards in
 proportion to their runs, so the shards together never spend more than the run's budget.
+
+Each shard has its own circuit breaker (``collect.max_consecutive_failures`` runs in a row failed on
+infrastructure stop the shard from starting more); the driver trips the collection's breaker when
+any shard's tripped, so a dead endpoint costs at most that many failed runs per shard, not every
+run's retries, and the step fails as the one-process build does (exit 3, finished runs kept).
 """
 
 from __future__ import annotations
@@ -19,7 +24,7 @@ import dataclasses
 from collections.abc import Callable, Sequence
 
 from coa.collect.config import CollectConfig
-from coa.collect.runs import CheckpointFolder, CollectOutcome, PlannedRun, collect_runs
+from coa.collect.runs import CheckpointFolder, CircuitBreaker, CollectOutcome, PlannedRun, collect_runs
 from coa.collect.teacher import open_teacher
 from coa.execution import ShardExecutor, shard_ranges
 
@@ -38,15 +43,28 @@ class CollectShard:
     flush_seconds: float = 5.0
 
 
-def run_shard(shard: CollectShard) -> CollectOutcome:
-    """Run the shard's runs that have no checkpoint yet (in a worker, or in this process)."""
+@dataclasses.dataclass(frozen=True)
+class ShardOutcome:
+    """What a shard did, and whether its circuit breaker stopped it (with the streak and an error)."""
+
+    outcome: CollectOutcome
+    tripped: bool = False
+    streak: int = 0
+    last_error: str | None = None
+
+
+def run_shard(shard: CollectShard) -> ShardOutcome:
+    """Run the shard's runs that have no checkpoint yet (in a worker, or in this process), until
+    they are done or its circuit breaker trips."""
     folder = CheckpointFolder(shard.checkpoints, batch_seconds=shard.flush_seconds)
+    breaker = CircuitBreaker(shard.config.max_consecutive_failures)
 
     async def run() -> CollectOutcome:
         async with open_teacher(shard.config, shard.storage_root) as teacher:
-            return await collect_runs(teacher, shard.runs, folder, shard.config.concurrency)
+            return await collect_runs(teacher, shard.runs, folder, shard.config.concurrency, breaker=breaker)
 
-    return asyncio.run(run())
+    outcome = asyncio.run(run())
+    return ShardOutcome(outcome, breaker.tripped, breaker.streak, breaker.last_error)
 
 
 def shard_config(config: CollectConfig, runs: int, planned: int) -> CollectConfig:
@@ -67,8 +85,10 @@ def collect_sharded(
     checkpoints: CheckpointFolder,
     storage_root: str,
     progress: Callable[[int, int], None] | None = None,
+    breaker: CircuitBreaker | None = None,
 ) -> CollectOutcome:
-    """Run ``planned`` as ``executor.shards`` shards; the outcome of the whole collection."""
+    """Run ``planned`` as ``executor.shards`` shards; the outcome of the whole collection. ``breaker``
+    is tripped (as the first tripped shard's was) when any shard's circuit breaker stopped it."""
     done = checkpoints.done()
     resumed = 0
     shards: list[CollectShard] = []
@@ -82,7 +102,11 @@ def collect_sharded(
         shards.append(CollectShard(index, cfg, storage_root, checkpoints.uri, runs, executor.flush_seconds))
     if progress:
         progress(resumed, len(planned))
-    outcomes = executor.map(run_shard, shards, SHARD_TASK) if shards else []
+    results = executor.map(run_shard, shards, SHARD_TASK) if shards else []
+    tripped = next((r for r in results if r.tripped), None)
+    if breaker is not None and tripped is not None:
+        breaker.tripped, breaker.streak, breaker.last_error = True, tripped.streak, tripped.last_error
+    outcomes = [r.outcome for r in results]
     ran = sum(o.ran for o in outcomes)
     resumed += sum(o.resumed for o in outcomes)
     if progress:

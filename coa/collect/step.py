@@ -91,9 +91,10 @@ def _build(b: Build) -> None:
 
     if b.executor is None:
         outcome = asyncio.run(run())
-        stop_if_tripped(breaker, checkpoints, "fix the endpoint (collect.llm) and rerun the same command")
     else:  # ranges of the plan as shards on the executor (execution.engine: ray), same checkpoints
-        outcome = collect_sharded(b.executor, config, planned, checkpoints, b.store.root, b.progress)
+        executor, root = b.executor, b.store.root
+        outcome = collect_sharded(executor, config, planned, checkpoints, root, b.progress, breaker)
+    stop_if_tripped(breaker, checkpoints, "fix the endpoint (collect.llm) and rerun the same command")
     if outcome.budget_stopped:
         raise CollectionIncomplete(
             f"the LLM budget ran out after {outcome.resumed + outcome.ran} of {outcome.planned} runs; "

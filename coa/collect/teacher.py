@@ -16,12 +16,14 @@ from coa.agents.offline import RuleBasedBackend
 from coa.agents.runtime import MultiAgentTeacher
 from coa.collect.config import CollectConfig
 from coa.errors import UserError
-from coa.tools.build import build_toolbox
+from coa.tools.build import build_toolbox, check_tools
 
 
 @contextlib.asynccontextmanager
 async def open_teacher(config: CollectConfig, storage_root: str | None) -> AsyncIterator[MultiAgentTeacher]:
     """The configured teacher; closes its HTTP clients on exit."""
+    if config.preflight:  # the search endpoints, before anything is built (exit 3 within seconds)
+        check_tools(config.tools, fix="collect.tools")
     if config.backend == "offline":
         tools = build_toolbox(config.tools, storage_root)
         offline = config.offline

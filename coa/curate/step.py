@@ -43,8 +43,7 @@ from coa.curate.rollouts import RolloutRuns
 from coa.curate.shards import scored_batches as sharded_scoring
 from coa.curate.summary import CurationStats
 from coa.curate.task_stats import TaskStats
-from coa.facts import Facts, Link, Markdown
-from coa.facts import link as browser_link
+from coa.facts import Facts, Markdown, Page
 from coa.format.from_run import coa_check
 from coa.scoring.runs import answer_scorer, code_tests, fill_correct, score_code
 from coa.steps import Build, Stage, Step, StepInput, StepResult, StepSummary, TableInput
@@ -259,13 +258,14 @@ def _build(b: Build) -> None:
 
 
 def present(s: CurateSummary, result: StepResult) -> Facts:
-    """The curation headline and a link to the data-quality report."""
+    """The curation headline and the data-quality report itself (a front end shows it in place)."""
     return Facts(
         (
             Markdown("headline", s.headline, f"Curation headline: {result.ref.uri}"),
-            Link(
+            Page(
                 "report",
-                browser_link(s.report or io.join(result.ref.uri, "report.html")),
+                result.ref.uri,
+                posixpath.basename(s.report or REPORT_FILE),
                 "Data-quality report (committed with the curated artifact)",
             ),
         )

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import posixpath
+
 from coa import io
 from coa.evaluate.summary import EvalSummary, Headline, TrainingReportSummary
-from coa.facts import Fact, Facts, Link, Markdown, Table, link, show
+from coa.facts import Fact, Facts, Markdown, Page, Table, show
 from coa.steps import StepResult
 
 
@@ -15,11 +17,13 @@ def model_of(result: StepResult) -> str:
 
 
 def _headline(s: Headline, result: StepResult, what: str) -> tuple[Fact, ...]:
-    """The report's headline as markdown, with a link to the HTML report."""
-    if not s.headline:
-        return ()
-    text = s.headline + (f"\n\n[{what} report]({link(s.report)})" if s.report else "")
-    return (Markdown("headline", text, f"{what}: {result.ref.uri}"),)
+    """The report's headline as markdown, and the HTML report itself (a front end shows it in place)."""
+    items: list[Fact] = [Markdown("headline", s.headline, f"{what}: {result.ref.uri}")] if s.headline else []
+    if s.report:
+        items.append(
+            Page("report", result.ref.uri, posixpath.basename(s.report), f"{what} (the HTML report)")
+        )
+    return tuple(items)
 
 
 def present_eval(s: EvalSummary, result: StepResult) -> Facts:
@@ -47,7 +51,7 @@ def present_eval_report(s: Headline, result: StepResult) -> Facts:
 
 
 def present_report(s: TrainingReportSummary, result: StepResult) -> Facts:
-    """The comparison table (student before/after SFT vs the teacher) and a link to the report."""
+    """The comparison table (student before/after SFT vs the teacher) and the report itself."""
     return Facts(
         (
             Table(
@@ -55,6 +59,6 @@ def present_report(s: TrainingReportSummary, result: StepResult) -> Facts:
                 [{k: show(v) for k, v in row.items()} for row in s.comparison],
                 "Student before/after SFT vs the teacher on the held-out tasks",
             ),
-            Link("link", link(s.report or ""), "Training report"),
         )
+        + _headline(s, result, "Training report")
     )

@@ -37,7 +37,7 @@ from coa.evaluate.stage import EVAL_TABLE, METRICS_FILE, evaluate_tasks, open_ge
 from coa.evaluate.summary import EvalReportSummary, EvalSummary, TrainingReportSummary
 from coa.evaluate.training_report import ROUND_EVAL, ROUND_MODEL, write_training_report
 from coa.steps import Build, ModelInput, Stage, Step, StepInput, TableInput
-from coa.tools.build import build_toolbox
+from coa.tools.build import build_toolbox, check_tools
 from coa.tools.config import ToolsConfig
 
 BENCHMARK_INPUT = "benchmark{}"
@@ -127,6 +127,7 @@ def _build(b: Build) -> None:
     if config.tool_record is not None:
         tools = tools.model_copy(update={"record": config.tool_record})
     root = config.recording or (b.store.root if "://" not in b.store.root else None)
+    check_tools(tools, "evaluate.tools")  # before the first task: a dead search endpoint fails in seconds
     ledger = LedgerToolBox(
         build_toolbox(tools, root, config.leak_guard.blocked_hosts),
         tools.record if root is not None else "off",

@@ -34,6 +34,8 @@ from coa.io.integrity import _MANIFESTS as _MANIFESTS
 from coa.io.integrity import _sha256 as _sha256
 from coa.io.integrity import move_aside, problems, size_mismatch, verify
 from coa.io.read import (
+    LINK_EXPIRES_S,
+    browser_url,
     file_batches,
     iter_batches,
     local_folder,
@@ -68,6 +70,7 @@ from coa.io.refs import (
 from coa.io.writer import ArtifactWriter, Store, write_atomic
 
 __all__ = [
+    "LINK_EXPIRES_S",
     "DAMAGED_DIR",
     "LINEAGE",
     "LOCKS_DIR",
@@ -78,6 +81,7 @@ __all__ = [
     "ArtifactError",
     "ArtifactRef",
     "ArtifactWriter",
+    "browser_url",
     "IntegrityError",
     "StorageFull",
     "StorageUnavailable",

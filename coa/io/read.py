@@ -238,3 +238,27 @@ def path_fingerprint(uri: str, settings: Settings | None = None) -> str:
         h.update(posixpath.relpath(f, path).encode())
         h.update(_sha256(fs, f).encode())
     return h.hexdigest()
+
+
+LINK_EXPIRES_S = 7 * 24 * 3600
+"""How long a presigned link to an object on S3 stays valid: a week, the most SigV4 signs for (with
+temporary credentials the link dies with them, sooner)."""
+
+
+def browser_url(uri: str, settings: Settings | None = None, expires_s: int = LINK_EXPIRES_S) -> str:
+    """A URL a browser can open for the file at ``uri``: on S3 a presigned https (or the endpoint's)
+    URL valid ``expires_s`` seconds; ``http(s)://`` as it is; a local file as ``file://`` (which only
+    a browser on the machine that holds the store opens, and only typed in, not followed from a page)."""
+    if uri.startswith(("http://", "https://")):
+        return uri
+    if "://" not in uri:
+        return pathlib.Path(uri).resolve().as_uri()
+    fs, path = filesystem(uri, settings)
+    if _is_local(fs):
+        return pathlib.Path(path).resolve().as_uri()
+    try:
+        return str(fs.sign(path, expiration=expires_s))
+    except NotImplementedError as exc:
+        raise ArtifactError(
+            f"{uri}: its filesystem ({fs.protocol}) cannot sign a link for a browser"
+        ) from exc

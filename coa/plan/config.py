@@ -62,6 +62,12 @@ class DispatchConfig(StrictModel):
     timeout_s: float | None = Field(
         default=None, gt=0, description="Longest wait for a dispatched step's flow run; None = no limit."
     )
+    crash_retries: int = Field(
+        default=2,
+        ge=0,
+        description="Times a dispatched step's flow run that crashed (its process or its worker died) is "
+        "sent again, each retry resuming from the step's last complete checkpoint; 0: it fails at once.",
+    )
 
     def dispatches(self, step_name: str) -> bool:
         """Whether ``step_name`` runs on the deployment."""

@@ -14,8 +14,21 @@ from coa.tools.config import SearchConfig, ToolsConfig
 from coa.tools.crawl import make_crawl_tool
 from coa.tools.sandbox import SandboxConfig
 from coa.tools.search import BlockingSearch, LocalBM25Search, make_web_search_tool, make_wiki_search_tool
-from coa.tools.search_providers import build_search_provider
+from coa.tools.search_providers import build_search_provider, check_search
 from coa.tools.toolbox import FunctionToolBox, ObservationStore
+
+
+def check_tools(config: ToolsConfig, fix: str) -> None:
+    """Check the endpoint behind each enabled search tool before a stage's first run
+    (:func:`~coa.tools.search_providers.check_search`: exit 3 within seconds, with the fix); ``fix``
+    is where the stage's tools are configured (``collect.tools``). With ``record: replay`` the tools
+    answer from recordings only, and no endpoint is called."""
+    if config.record == "replay":
+        return
+    if "web_search" in config.enabled:
+        check_search(config.search, fix=f"{fix}.search")
+    if "wiki_search" in config.enabled:
+        check_search(config.wiki, fix=f"{fix}.wiki")
 
 
 def build_toolbox(

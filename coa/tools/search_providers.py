@@ -179,3 +179,34 @@ def build_search_provider(
     if documents is None:
         raise ValueError("local_bm25 needs documents or an index_dir")
     return LocalBM25Search(documents)
+
+
+def check_search(config: SearchConfig, *, fix: str, timeout_s: float = 5.0) -> None:
+    """One query to the endpoint behind a search tool before a stage's first run (no retries, at most
+    ``timeout_s``): unreachable, refusing, without its key or not answering the provider's JSON raises
+    :class:`~coa.llm.preflight.EndpointUnusable` (exit 3) naming the endpoint and the setting to fix
+    (``fix``: e.g. ``collect.tools.search``). ``local_bm25`` needs no check. The query counts as one
+    search with the provider (one Serper credit)."""
+    from coa.llm.preflight import EndpointUnusable
+
+    provider: SerperSearch | RetrieveServerSearch
+    if config.provider == "local_bm25":
+        return
+    if config.provider == "serper":
+        serper = config.serper
+        quick = {"max_retries": 0, "timeout_s": min(serper.timeout_s, timeout_s)}
+        provider = SerperSearch(serper.model_copy(update=quick))
+        where, setting = f"serper search endpoint ({serper.url})", f"{fix}.serper (url, api_key_env)"
+    else:
+        retrieve = config.retrieve
+        quick = {"max_retries": 0, "timeout_s": min(retrieve.timeout_s, timeout_s)}
+        provider = RetrieveServerSearch(retrieve.model_copy(update=quick))
+        url = retrieve.url or (f"${retrieve.url_env}" if retrieve.url_env else "no url")
+        where, setting = f"retrieve search endpoint ({url})", f"{fix}.retrieve (url, url_env)"
+    try:
+        provider.search("preflight check", top_k=1)
+    except SearchError as e:
+        raise EndpointUnusable(
+            f"{where} failed its check before the first run: {e}; start the server or fix {setting}, "
+            "then rerun the same command"
+        ) from None

@@ -67,3 +67,38 @@ def test_benchmarks_named_in_the_config_with_their_limits_and_samples(
         and "pass@2" in built.summary["benchmarks"]["all"]
     )
     assert "report.html" in built.ref.files and "pass@1" in built.summary["headline"]
+
+
+def test_a_dead_search_endpoint_fails_the_evaluation_before_its_first_task(
+    tiny_model: Path,  # noqa: F811
+    tmp_path: Path,
+) -> None:
+    import socket
+    import time
+
+    import pytest
+
+    from coa.llm.preflight import EndpointUnusable
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]  # closed once the block ends: nothing listens there
+    store = io.Store(str(tmp_path / "store"))
+    writer = store.writer("tasks", "unit", {"n": 1})
+    writer.write_table("heldout", tasks_table(task(0, "Who?", family="mhqa")), schemas.TASK)
+    tasks_ref = writer.commit()
+    wiki = {
+        "provider": "retrieve",
+        "retrieve": {"url": f"http://127.0.0.1:{port}/retrieve", "max_retries": 5},
+    }
+    tools = ToolsConfig.model_validate({"enabled": ["wiki_search"], "record": "off", "wiki": wiki})
+    config = EvalConfig(max_turns=2, max_new_tokens=8, max_total_tokens=16, prompt_style="brief")
+    step = eval_step.step(
+        config, tools, TableInput(tasks_ref, "heldout"), ModelInput(external=str(tiny_model))
+    )
+    t0 = time.monotonic()
+    with pytest.raises(
+        EndpointUnusable, match=r"retrieve search endpoint .* fix evaluate\.tools\.wiki\.retrieve"
+    ):
+        run_step(step, store)
+    assert time.monotonic() - t0 < 10

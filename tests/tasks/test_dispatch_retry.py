@@ -76,3 +76,20 @@ def test_a_child_that_keeps_crashing_fails_after_the_bounded_retries(
     assert len(sent) == 3 and isinstance(message, str)
     assert "crashed while building synthetic" in message and "(after 2 retries)" in message
     assert f"it resumes from checkpoint 4 ({folder})" in message
+
+
+def test_crash_retries_is_the_dispatch_config_key(
+    storage_root: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from coa.config import ConfigError
+    from coa.plan import load_pipeline_config
+
+    repo = Path(__file__).resolve().parents[2]
+    assert load_pipeline_config(repo / "configs/demo.yaml").dispatch.crash_retries == 2
+    with pytest.raises(ConfigError, match=r"dispatch\.crash_retries"):
+        load_pipeline_config(repo / "configs/demo.yaml", ["dispatch.crash_retries=-1"])
+    never = load_pipeline_config(repo / "configs/demo.yaml", ["dispatch.crash_retries=0"]).dispatch
+    sent = _fake(monkeypatch, crashes=1)
+    message = dispatch.run_on_pool(STEP, {}, never.deployment, crash_retries=never.crash_retries)
+    assert sent == ["run/synthetic"] and isinstance(message, str)  # not sent again
+    assert "crashed while building synthetic" in message and "retries)" not in message
