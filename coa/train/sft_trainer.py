@@ -150,6 +150,7 @@ def build_trainer(
         callbacks=[counter, LogLastStep(), LogToLogger(SFT.logger), *callbacks],
     )
     trainer.remove_callback(PrinterCallback)  # logs go to the `coa.train.sft` logger instead
+    log_rank(trainer, batch)
     trainer.coa_fused_lm_head = fused_lm_head
     trainer.coa_trained_positions_head = config.head_positions == "trained" and peft_config is None
     trainer.coa_liger = liger
@@ -160,14 +161,27 @@ def build_trainer(
 
 
 def rank_batch(config: SFTRunConfig) -> ranks.RankBatch:
-    """This rank's share of the run's global batch (``batch_size * grad_accumulation``), logged once
-    per rank so a launched run shows its ranks are real; :class:`SFTError` when it cannot be shared."""
+    """This rank's share of the run's global batch (``batch_size * grad_accumulation``); :class:`SFTError`
+    when the ranks cannot share it."""
     try:
-        batch = ranks.split_batch(config.batch_size, config.grad_accumulation, ranks.world_size())
+        return ranks.split_batch(config.batch_size, config.grad_accumulation, ranks.world_size())
     except ValueError as e:
         raise SFTError(str(e)) from None
-    log.info("rank %d of %d (pid %d): %s", ranks.rank(), batch.world_size, os.getpid(), batch.describe())
-    return batch
+
+
+def log_rank(trainer: Any, batch: ranks.RankBatch) -> None:
+    """One line per rank (so a launched run shows its ranks are real): rank, world size, pid, how the
+    ranks run (accelerate's distributed type) and the batch; a warning when an FSDP config did not
+    take (accelerate 1.15 enables FSDP on accelerators only: on CPU the ranks run plain DDP)."""
+    kind = str(getattr(trainer.accelerator.distributed_type, "value", trainer.accelerator.distributed_type))
+    log.info("rank %d of %d (pid %d, %s): %s", ranks.rank(), batch.world_size, os.getpid(), kind,
+             batch.describe())  # fmt: skip
+    if os.environ.get("ACCELERATE_USE_FSDP", "").lower() == "true" and kind != "FSDP":
+        log.warning(
+            "the accelerate config asks for FSDP but this run is %s: accelerate shards with FSDP on GPUs "
+            "only, so these ranks each hold the whole model (plain data parallelism)",
+            kind,
+        )
 
 
 def split_heldout(examples: pa.Table, fraction: float, max_examples: int) -> tuple[pa.Table, pa.Table]:

@@ -1,6 +1,5 @@
 """One rank of ``test_multi_rank.test_replans_follow_rank_0s_clock``: a :class:`TimeBudget` driven by
-this rank's own (fake) clock in a gloo group. A module of its own so that a spawned rank imports only
-the budget, not the trainer (TRL) the test module imports."""
+this rank's own (fake) clock in a gloo group (the rank processes are forked from the test's)."""
 
 from __future__ import annotations
 

@@ -35,7 +35,7 @@ LAUNCH_TIMEOUT_S = 240.0
 LOSS_TOLERANCE = 1e-4
 """Largest difference allowed between a 2-rank and a 1-process loss (float32 reductions in another
 order: the all-reduce sums two halves where one process sums the whole)."""
-RANK_LINE = re.compile(r"rank (\d) of (\d) \(pid (\d+)\): (.*)")
+RANK_LINE = re.compile(r"rank (\d) of (\d) \(pid (\d+), (\w+)\): (.*)")
 
 
 @pytest.fixture(autouse=True)
@@ -67,12 +67,12 @@ def _config(tiny_model: Path, **kw: Any) -> SFTRunConfig:
     return SFTRunConfig(**(values | kw))
 
 
-def _rank_lines(out: Path) -> dict[int, tuple[int, int, str]]:
-    """``{rank: (world size, pid, batch)}`` from the run's log (the last launch's line per rank)."""
-    found: dict[int, tuple[int, int, str]] = {}
+def _rank_lines(out: Path) -> dict[int, tuple[int, int, str, str]]:
+    """``{rank: (world size, pid, distributed type, batch)}`` from the run's log (the last launch's)."""
+    found: dict[int, tuple[int, int, str, str]] = {}
     for line in (out / LOG_FILE).read_text().splitlines():
         if m := RANK_LINE.search(line):
-            found[int(m[1])] = (int(m[2]), int(m[3]), m[4])
+            found[int(m[1])] = (int(m[2]), int(m[3]), m[4], m[5])
     return found
 
 
@@ -83,7 +83,7 @@ def _kill_rank_after_checkpoint(out: Path, rank: int, step: int, done: threading
     deadline = time.monotonic() + LAUNCH_TIMEOUT_S
     while not done.is_set() and time.monotonic() < deadline:
         if state.is_file() and (out / LOG_FILE).is_file():
-            pid = _rank_lines(out).get(rank, (0, 0, ""))[1]
+            pid = _rank_lines(out).get(rank, (0, 0, "", ""))[1]
             if pid:
                 os.kill(pid, signal.SIGKILL)
                 killed.append(pid)
@@ -127,9 +127,9 @@ def test_two_ranks_train_like_one_process_and_a_killed_rank_resumes(
     two = launch_torchrun(SFT, sft_rows, config, out, 2, timeout_s=LAUNCH_TIMEOUT_S)
     resumed_s = time.perf_counter() - t0
     lines = _rank_lines(out)
-    assert sorted(lines) == [0, 1] and {w for w, _, _ in lines.values()} == {2}
-    assert len({pid for _, pid, _ in lines.values()} | set(killed)) == 3  # two live ranks, one dead one
-    assert lines[0][2] == "2 rank(s) x 4 per micro-batch x 1 accumulated = 8 per optimizer step"
+    assert sorted(lines) == [0, 1] and {(w, kind) for w, _, kind, _ in lines.values()} == {(2, "MULTI_CPU")}
+    assert len({pid for _, pid, _, _ in lines.values()} | set(killed)) == 3  # two live ranks, one dead one
+    assert lines[0][3] == "2 rank(s) x 4 per micro-batch x 1 accumulated = 8 per optimizer step"
     assert two["start_step"] in (4, 8) and two["global_step"] == two["steps_planned"] == 12
     assert two["steps_run"] == 12 - two["start_step"]
     # the same examples per step: the tokens seen (both ranks' sum, resumed ones too) equal one process's
@@ -166,7 +166,7 @@ def test_replans_follow_rank_0s_clock(tmp_path: Path) -> None:
     step (10 s: 20 steps), rank 1 0.05 s (it alone would run all 100); both stop at rank 0's step."""
     import torch.multiprocessing as mp
 
-    ctx = mp.get_context("spawn")
+    ctx = mp.get_context("fork")  # the ranks start with what this process imported (spawn: a minute here)
     queue = ctx.Queue()
     store = str(tmp_path / "store")
     procs = [
@@ -218,3 +218,65 @@ Root Cause (first observed failure):
         "rank 1 failed first with exit code -9 (Signal 9 (SIGKILL) received by PID 4242)"
     )
     assert rank_failure("Traceback ...\nValueError: x") is None
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("accelerate_config", ["ddp.yaml", "fsdp2.yaml"])
+def test_several_gpus_under_the_shipped_configs(
+    accelerate_config: str, tiny_model: Path, sft_rows: pa.Table, tmp_path: Path
+) -> None:
+    """On a machine with 2+ GPUs: the shipped DDP and FSDP2 configs run one rank per GPU (accelerate's
+    distributed type as named: FSDP takes only on GPUs) and the final model loads unsharded."""
+    import torch
+
+    if torch.cuda.device_count() < 2:
+        pytest.skip("needs 2+ CUDA GPUs")
+    from transformers import AutoModelForCausalLM
+
+    from coa.train.kit.launch import launch_accelerate
+
+    n = 2
+    out = tmp_path / accelerate_config
+    config = _config(tiny_model, batch_size=4, grad_accumulation=n)
+    shipped = Path(__file__).resolve().parents[2] / "infra" / "accelerate" / accelerate_config
+    result = launch_accelerate(SFT, sft_rows, config, out, str(shipped), n, timeout_s=LAUNCH_TIMEOUT_S)
+    assert result["global_step"] == result["steps_run"] == 8 and result["device"].startswith("cuda")
+    kinds = {kind for _, _, kind, _ in _rank_lines(out).values()}
+    assert kinds == {"MULTI_GPU" if accelerate_config == "ddp.yaml" else "FSDP"}
+    assert len(_rank_lines(out)) == n
+    AutoModelForCausalLM.from_pretrained(out / "model")
+
+
+def test_both_recipes_launch_as_their_stage_says(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """launcher torchrun or accelerate, num_processes passed on; a one-process accelerate config with
+    several processes refused before anything starts (accelerate would start one process)."""
+    from coa.rl.config import RL, RLStageConfig
+    from coa.train.config import SFTStageConfig
+    from coa.train.kit import launch as kit_launch
+
+    seen: list[tuple[list[str], str]] = []
+
+    def launched(r: Any, rows: Any, c: Any, out: Path, prefix: list[str], how: str, t: Any) -> dict[str, Any]:
+        seen.append((prefix, how))
+        return {}
+
+    monkeypatch.setattr(kit_launch, "_launch", launched)
+    accelerate = Path(__file__).resolve().parents[2] / "infra" / "accelerate"
+    for recipe, stage in ((SFT, SFTStageConfig), (RL, RLStageConfig)):
+        kit_launch.launch(
+            recipe, None, None, tmp_path, stage(max_steps=1, launcher="torchrun", num_processes=2)
+        )
+        assert seen[-1][1] == "torchrun" and seen[-1][0][-3:] == ["--standalone", "--nproc_per_node", "2"]
+        ddp = stage(
+            max_steps=1,
+            launcher="accelerate",
+            accelerate_config=str(accelerate / "ddp.yaml"),
+            num_processes=4,
+        )
+        kit_launch.launch(recipe, None, None, tmp_path, ddp)
+        assert seen[-1][1] == "accelerate launch" and seen[-1][0][-2:] == ["--num_processes", "4"]
+        one = ddp.model_copy(update={"accelerate_config": str(accelerate / "single_gpu.yaml")})
+        with pytest.raises(recipe.error, match=rf"runs one process .* {recipe.name}.num_processes is 4: set "
+                           rf"{recipe.name}.accelerate_config to infra/accelerate/ddp.yaml"):  # fmt: skip
+            kit_launch.launch(recipe, None, None, tmp_path, one)
+    assert len(seen) == 4
