@@ -104,13 +104,19 @@ def calibrate_step_time(trainer: Any, config: SFTRunConfig) -> float:
     :class:`coa.train.budget.TimeBudget` corrects while training. The model being trained is
     untouched and the seed is reset afterwards. The copy doubles the model's memory for a moment:
     the time budget is meant for small runs (the CPU demo); give ``max_steps`` otherwise. Under
-    several ranks every rank runs the copy (its steps are collectives) and all take rank 0's time.
+    several ranks every rank runs the copy (its steps are collectives) and all take rank 0's time
+    (checked under DDP on CPU ranks; refused under DeepSpeed, whose ZeRO-3 partitions the model).
     """
     import copy
     import tempfile
 
     from transformers import set_seed
 
+    if world_size() > 1 and getattr(trainer, "is_deepspeed_enabled", False):
+        raise SFTError(
+            "time_budget_s under DeepSpeed on several ranks: the calibration trains a copy of the model, "
+            "which ZeRO-3 holds partitioned; give sft.max_steps instead (or train with ddp.yaml / fsdp2.yaml)"
+        )
     indices, n_steps = calibration_order(trainer, config)
     timer = StepTimer()
     with tempfile.TemporaryDirectory(prefix="coa-sft-calibration-") as tmp:

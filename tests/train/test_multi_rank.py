@@ -280,3 +280,18 @@ def test_both_recipes_launch_as_their_stage_says(monkeypatch: pytest.MonkeyPatch
                            rf"{recipe.name}.accelerate_config to infra/accelerate/ddp.yaml"):  # fmt: skip
             kit_launch.launch(recipe, None, None, tmp_path, one)
     assert len(seen) == 4
+
+
+def test_time_budget_under_deepspeed_on_several_ranks_is_refused(
+    monkeypatch: pytest.MonkeyPatch, tiny_model: Path
+) -> None:
+    """The calibration copies the model: under ZeRO-3 it is partitioned, so the budget is refused there
+    with the key to set instead (DDP ranks calibrate: test_time_budget_ends_every_rank_at_the_same_step)."""
+    from types import SimpleNamespace
+
+    from coa.train.sft_plan import calibrate_step_time
+
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    config = _config(tiny_model, max_steps=None, time_budget_s=10.0)
+    with pytest.raises(SFTError, match=r"under DeepSpeed on several ranks: .* give sft.max_steps"):
+        calibrate_step_time(SimpleNamespace(is_deepspeed_enabled=True), config)
