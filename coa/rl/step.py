@@ -29,7 +29,7 @@ from coa.rl.present import present
 from coa.rl.signal import learning_signal
 from coa.rl.summary import RLCollapsed, RLSummary
 from coa.steps import Build, Stage, Step, StepInput
-from coa.train.kit.launch import launch_accelerate, resolve_launcher, work_dir
+from coa.train.kit.launch import launch, resolve_launcher, work_dir
 
 PROMPTS_TABLE = "rl_prompts"
 ROLLOUTS_TABLE = "rollouts"
@@ -115,9 +115,7 @@ def _build(b: Build) -> None:
             progress = [progress_callback(b.progress)] if b.progress is not None else []
             result = run_rl(prompts.read(), run_config, out, resume=True, callbacks=[*callbacks, *progress])
         else:
-            launched = launch_accelerate(
-                RL, prompts.read(), run_config, out, config.accelerate_config, config.num_processes
-            )
+            launched = launch(RL, prompts.read(), run_config, out, config)  # accelerate or torchrun
             result = RLResult.model_validate(launched)
     except EntropyCollapse as e:
         b.writer.write_table(ROLLOUTS_TABLE, read_rollouts(out / ROLLOUTS_DIR), schemas.ROLLOUT)

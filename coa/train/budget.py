@@ -9,6 +9,12 @@ out): the steps left are what the time left allows, never more than the trainer 
 (``HEADROOM`` times the first plan). The learning-rate schedule follows the plan in force (:func:`follow_plan`
 stretches or shrinks its decay; the warm-up is untouched), so the decay ends where the run ends.
 
+**Several ranks.** Every rank runs the callback, but the plan is decided on rank 0 and broadcast
+(:func:`coa.train.kit.ranks.broadcast_from_rank0`) at each re-plan, so all ranks stop at the same
+step: each rank's own clock would plan differently, and a rank that stops early leaves the others
+waiting in a collective. The re-plans happen at the same steps on every rank (their timing depends on
+the step count only), which the broadcast, a collective, needs.
+
 The plan in force is ``state.max_steps``, saved in each checkpoint's ``trainer_state.json``; a
 resumed run keeps the plan of its checkpoint and does not re-plan (the wall clock of an interrupted
 run says nothing about the budget left).
@@ -23,6 +29,8 @@ from collections.abc import Callable
 from typing import Any
 
 from transformers import TrainerCallback
+
+from coa.train.kit.ranks import broadcast_from_rank0, rank
 
 log = logging.getLogger("coa.train.sft")
 
@@ -90,6 +98,7 @@ class TimeBudget(TrainerCallback):
         self._start = 0.0
         self._first_step = 0
         self._ends: deque[float] = deque(maxlen=SPEED_WINDOW + 1)
+        self._ended = False
 
     def on_train_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         self._start = self.clock()
@@ -108,6 +117,9 @@ class TimeBudget(TrainerCallback):
             self._replan(int(state.global_step), now)
         state.max_steps = self.plan.steps
         if state.global_step >= self.plan.steps:
+            if not self._ended:
+                self._ended = True
+                log.info("rank %d: the time budget ends the run at step %d", rank(), state.global_step)
             control.should_training_stop = True
             control.should_log = True
             if str(getattr(args.save_strategy, "value", args.save_strategy)) == "steps":
@@ -126,6 +138,7 @@ class TimeBudget(TrainerCallback):
         time_left = self.budget_s - (now - self._start)
         steps = step + max(0, int(time_left / per_step)) if per_step > 0 else self.plan.steps
         steps = min(self.cap, max(step, steps))
+        steps = int(broadcast_from_rank0(steps))  # rank 0 decides: every rank stops at the same step
         if steps != self.plan.steps:
             log.debug(
                 "time budget: %.0f s left at %.3f s/step (last %d steps): plan %d -> %d steps",

@@ -83,9 +83,13 @@ class SFTParams(TrainLoop):
     batch_size: int = Field(
         default=8,
         ge=1,
-        description="Per-device batch: examples, or packed rows of max_length tokens with packing.",
+        description="Micro-batch: examples, or packed rows of max_length tokens with packing. The global "
+        "batch, batch_size x grad_accumulation per optimizer step, is the same on any number of ranks: "
+        "they share it (the accumulation divided first, else the micro-batch; coa.train.kit.ranks).",
     )
-    grad_accumulation: int = Field(default=1, ge=1, description="Micro-batches per optimizer step.")
+    grad_accumulation: int = Field(
+        default=1, ge=1, description="Micro-batches per optimizer step (of one process; see batch_size)."
+    )
     heldout_fraction: float = Field(
         default=0.02,
         ge=0,

@@ -14,7 +14,6 @@ import dataclasses
 import json
 import logging
 import math
-import os
 import statistics
 import time
 from collections.abc import Sequence
@@ -25,6 +24,7 @@ from transformers.trainer_callback import PrinterCallback
 
 from coa.train.budget import HEADROOM, StepPlan, TimeBudget
 from coa.train.config import SFT, SFTError, SFTRunConfig
+from coa.train.kit.ranks import broadcast_from_rank0, world_size
 from coa.train.kit.run import TRAINER_STATE, RunStart
 from coa.train.sft_trainer import CoaSFTTrainer
 
@@ -103,16 +103,20 @@ def calibrate_step_time(trainer: Any, config: SFTRunConfig) -> float:
     only: on the 2-core CPU demo step time drifts by 10-50% during a run, which
     :class:`coa.train.budget.TimeBudget` corrects while training. The model being trained is
     untouched and the seed is reset afterwards. The copy doubles the model's memory for a moment:
-    the time budget is meant for small single-process runs (the CPU demo); give ``max_steps``
-    otherwise.
+    the time budget is meant for small runs (the CPU demo); give ``max_steps`` otherwise. Under
+    several ranks every rank runs the copy (its steps are collectives) and all take rank 0's time
+    (checked under DDP on CPU ranks; refused under DeepSpeed, whose ZeRO-3 partitions the model).
     """
     import copy
     import tempfile
 
     from transformers import set_seed
 
-    if int(os.environ.get("WORLD_SIZE", "1")) > 1:
-        raise SFTError("time_budget_s needs a single-process run; give max_steps for distributed training")
+    if world_size() > 1 and getattr(trainer, "is_deepspeed_enabled", False):
+        raise SFTError(
+            "time_budget_s under DeepSpeed on several ranks: the calibration trains a copy of the model, "
+            "which ZeRO-3 holds partitioned; give sft.max_steps instead (or train with ddp.yaml / fsdp2.yaml)"
+        )
     indices, n_steps = calibration_order(trainer, config)
     timer = StepTimer()
     with tempfile.TemporaryDirectory(prefix="coa-sft-calibration-") as tmp:
@@ -142,7 +146,8 @@ def calibrate_step_time(trainer: Any, config: SFTRunConfig) -> float:
     ends = timer.ends[CALIBRATION_WARMUP - 1 :]
     seconds = [b - a for a, b in zip(ends, ends[1:], strict=False)]
     tokens = [float(t) for t in timer.step_tokens[CALIBRATION_WARMUP:]]
-    return step_seconds_at(tokens, seconds, mean_step_tokens(trainer, config))
+    measured = step_seconds_at(tokens, seconds, mean_step_tokens(trainer, config))
+    return broadcast_from_rank0(measured)  # every rank plans the same steps
 
 
 def step_seconds_at(tokens: Sequence[float], seconds: Sequence[float], at_tokens: float) -> float:
@@ -180,7 +185,8 @@ def calibration_order(trainer: Any, config: SFTRunConfig) -> tuple[list[int], in
 
 
 def mean_step_tokens(trainer: Any, config: SFTRunConfig) -> float:
-    """Mean tokens computed per optimizer step over one epoch of the trainer's own batch order."""
+    """Mean tokens one rank computes per optimizer step over one epoch of the run's batch order (the
+    global batch's tokens shared by the ranks)."""
     lengths = [len(ids) for ids in trainer.train_dataset["input_ids"]]
     order = list(iter(trainer._get_train_sampler(trainer.train_dataset)))
     size = config.batch_size
@@ -192,7 +198,7 @@ def mean_step_tokens(trainer: Any, config: SFTRunConfig) -> float:
     per_step = [
         sum(tokens[i : i + config.grad_accumulation]) for i in range(0, len(tokens), config.grad_accumulation)
     ]
-    return statistics.fmean(per_step)
+    return statistics.fmean(per_step) / world_size()  # each rank computes its share of a step
 
 
 class StepTimer(TrainerCallback):

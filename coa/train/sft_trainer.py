@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import os
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -37,6 +38,7 @@ from coa.train.budget import StepPlan, follow_plan
 from coa.train.config import SFT, LoraSettings, SFTError, SFTRunConfig
 from coa.train.data import EncodedExamples, encode_examples
 from coa.train.kernels import apply_layer_kernels, liger_loss, resolve_liger
+from coa.train.kit import ranks
 from coa.train.kit.callbacks import LogLastStep, LogToLogger, StepCounter
 from coa.train.kit.run import CHECKPOINTS_DIR
 from coa.train.kit.tracking import tracking_args
@@ -80,12 +82,13 @@ def build_trainer(
     scheduler_kwargs: dict[str, Any] = {}
     if scheduler == "cosine" and config.min_lr_ratio > 0:
         scheduler, scheduler_kwargs = "cosine_with_min_lr", {"min_lr_rate": config.min_lr_ratio}
+    batch = rank_batch(config)
     # The arguments come first: under DeepSpeed ZeRO-3 they make from_pretrained load the weights sharded.
     args = SFTConfig(
         output_dir=str(Path(output_dir) / CHECKPOINTS_DIR),
         max_steps=max_steps or config.max_steps or 1,
-        per_device_train_batch_size=config.batch_size,
-        gradient_accumulation_steps=config.grad_accumulation,
+        per_device_train_batch_size=batch.per_rank,
+        gradient_accumulation_steps=batch.accumulation,
         learning_rate=config.learning_rate,
         lr_scheduler_type=scheduler,
         lr_scheduler_kwargs=scheduler_kwargs,
@@ -147,6 +150,7 @@ def build_trainer(
         callbacks=[counter, LogLastStep(), LogToLogger(SFT.logger), *callbacks],
     )
     trainer.remove_callback(PrinterCallback)  # logs go to the `coa.train.sft` logger instead
+    log_rank(trainer, batch)
     trainer.coa_fused_lm_head = fused_lm_head
     trainer.coa_trained_positions_head = config.head_positions == "trained" and peft_config is None
     trainer.coa_liger = liger
@@ -154,6 +158,30 @@ def build_trainer(
         trainer.add_callback(HeldoutLoss(trainer, heldout, config.eval_steps, config.batch_size))
     n_heldout = len(heldout.input_ids) if heldout is not None else 0
     return BuiltTrainer(trainer, encoded, counter, bf16, str(args.device), n_heldout)
+
+
+def rank_batch(config: SFTRunConfig) -> ranks.RankBatch:
+    """This rank's share of the run's global batch (``batch_size * grad_accumulation``); :class:`SFTError`
+    when the ranks cannot share it."""
+    try:
+        return ranks.split_batch(config.batch_size, config.grad_accumulation, ranks.world_size())
+    except ValueError as e:
+        raise SFTError(str(e)) from None
+
+
+def log_rank(trainer: Any, batch: ranks.RankBatch) -> None:
+    """One line per rank (so a launched run shows its ranks are real): rank, world size, pid, how the
+    ranks run (accelerate's distributed type) and the batch; a warning when an FSDP config did not
+    take (accelerate 1.15 enables FSDP on accelerators only: on CPU the ranks run plain DDP)."""
+    kind = str(getattr(trainer.accelerator.distributed_type, "value", trainer.accelerator.distributed_type))
+    log.info("rank %d of %d (pid %d, %s): %s", ranks.rank(), batch.world_size, os.getpid(), kind,
+             batch.describe())  # fmt: skip
+    if os.environ.get("ACCELERATE_USE_FSDP", "").lower() == "true" and kind != "FSDP":
+        log.warning(
+            "the accelerate config asks for FSDP but this run is %s: accelerate shards with FSDP on GPUs "
+            "only, so these ranks each hold the whole model (plain data parallelism)",
+            kind,
+        )
 
 
 def split_heldout(examples: pa.Table, fraction: float, max_examples: int) -> tuple[pa.Table, pa.Table]:
@@ -213,6 +241,18 @@ class CoaSFTTrainer(SFTTrainer):
     coa_trained_positions_head: bool = False
     coa_liger: bool = False  # Liger's fused linear cross-entropy at the trained positions (CUDA)
     coa_step_plan: StepPlan | None = None  # a time budget's plan: the schedule follows it
+
+    def _get_train_sampler(self, train_dataset: Any = None) -> Any:
+        """``group_by_length`` over the global batch (``transformers`` groups by one rank's share), so
+        the example order, which the ranks then share batch by batch, is the same on any number of
+        ranks: N ranks train on the examples one process would, step for step."""
+        if self.args.train_sampling_strategy != "group_by_length":
+            return super()._get_train_sampler(train_dataset)
+        from transformers.trainer_pt_utils import LengthGroupedSampler
+
+        dataset = train_dataset if train_dataset is not None else self.train_dataset
+        step_batch = self.args.train_batch_size * self.args.gradient_accumulation_steps
+        return LengthGroupedSampler(step_batch * max(1, self.args.world_size), dataset=dataset)
 
     def create_scheduler(self, num_training_steps: int, optimizer: Any = None) -> Any:
         created = self.lr_scheduler is None

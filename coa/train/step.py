@@ -6,7 +6,8 @@ steps planned and run.
 
 **Where training runs.** ``launcher: auto`` trains in this process on a CPU and launches
 ``accelerate launch --config_file <accelerate_config> -m coa.train.sft --config resolved.yaml`` when
-a CUDA GPU is present, so one GPU and a multi-GPU ZeRO-3 node run the same code path. Checkpoints
+a CUDA GPU is present, so one GPU and a multi-GPU node (DDP, FSDP2, ZeRO-3: ``num_processes``) run
+the same code path; ``launcher: torchrun`` starts ``num_processes`` ranks with torchrun instead. Checkpoints
 go to ``{root}/checkpoints/model/<name>-<key>`` (local roots; remote roots checkpoint under
 ``~/.cache/coa``); a rerun after a crash or a kill resumes from the last one and the folder is
 removed once the artifact is committed.
@@ -26,7 +27,7 @@ from coa import io
 from coa.facts import Facts, Markdown, show
 from coa.steps import Build, Stage, Step, StepInput, StepResult
 from coa.train.config import SFT, SFTError, SFTParams, SFTResult, SFTRunConfig, SFTStageConfig
-from coa.train.kit.launch import launch_accelerate, resolve_launcher, work_dir
+from coa.train.kit.launch import launch, resolve_launcher, work_dir
 from coa.train.summary import SFTSummary
 
 SFT_TABLE = "sft"
@@ -84,9 +85,7 @@ def _build(b: Build) -> None:
         progress = [progress_callback(b.progress)] if b.progress is not None else []
         result = run_sft(examples, run_config, out, resume=True, callbacks=[*callbacks, *progress])
     else:
-        launched = launch_accelerate(
-            SFT, examples, run_config, out, config.accelerate_config, config.num_processes
-        )
+        launched = launch(SFT, examples, run_config, out, config)
         result = SFTResult.model_validate(launched)
     b.writer.put_folder(MODEL_FOLDER, result.model_dir)
     b.writer.put_file(LOSS_PNG, result.loss_curve_png)

@@ -54,7 +54,8 @@ class TrainLoop(StrictModel):
         gt=0,
         description="Train for at most this many seconds: the plan is fitted to the measured step time and "
         "re-fitted while training so the run ends on time, never past max_steps (SFT: setup and "
-        "calibration not counted; single-process runs only).",
+        "calibration not counted). Under several ranks rank 0's clock decides and every rank stops at "
+        "the same step.",
     )
     learning_rate: LearningRate
     max_grad_norm: float = Field(default=1.0, gt=0, description="Gradient clipping norm.")
@@ -79,14 +80,22 @@ class TrainRun(StrictModel):
 class TrainStage(StrictModel):
     """Where a pipeline training stage runs."""
 
-    launcher: Literal["auto", "in_process", "accelerate"] = Field(
+    launcher: Literal["auto", "in_process", "accelerate", "torchrun"] = Field(
         default="auto",
-        description="auto = in this process on CPU, `accelerate launch` when a CUDA GPU is present.",
+        description="auto = in this process on CPU, `accelerate launch` when a CUDA GPU is present; "
+        "torchrun = `torchrun --standalone --nproc_per_node num_processes` (plain DDP; gloo on CPU: "
+        "how several ranks are tested without GPUs).",
     )
     accelerate_config: str = Field(
         default="infra/accelerate/single_gpu.yaml",
-        description="accelerate config for the launched run (multi_gpu_zero3.yaml for DeepSpeed ZeRO-3).",
+        description="accelerate config for the launched run: single_gpu.yaml (one process), ddp.yaml "
+        "(a full copy per GPU; to ~3B parameters), fsdp2.yaml (FSDP2, sharded) or multi_gpu_zero3.yaml "
+        "(DeepSpeed ZeRO-3) beyond. The batch (batch_size x grad_accumulation) is global: the ranks "
+        "share it.",
     )
     num_processes: int | None = Field(
-        default=None, ge=1, description="Override of the accelerate config's process count (GPUs)."
+        default=None,
+        ge=1,
+        description="Ranks (GPUs): overrides the accelerate config's process count; torchrun's "
+        "--nproc_per_node (default 1).",
     )

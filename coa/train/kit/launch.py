@@ -1,23 +1,27 @@
-"""Where a training stage runs: in this process, or under ``accelerate launch`` (one implementation
-for every recipe).
+"""Where a training stage runs: in this process, or launched under ``accelerate launch`` or
+``torchrun`` (one implementation for every recipe).
 
 A launched run gets a self-contained resolved config: its input rows written to a Parquet file in
 the output folder (atomically; a rerun reuses it), the recipe's data field pointing at that file,
 the YAML written atomically too; then ``accelerate launch --config_file <accelerate_config>
-[--num_processes N] -m <recipe.module> --config resolved.yaml --output-dir OUT --resume``, under
+[--num_processes N] -m <recipe.module> --config resolved.yaml --output-dir OUT --resume`` (or
+``torchrun --standalone --nproc_per_node N -m <recipe.module> ...``: plain DDP, gloo on CPU), under
 :mod:`coa.train.kit.guard` in a process group of its own with its own log file (``OUT/train.log``):
 the trainer never holds the worker's output pipe, and it is ended with the process that launched it
 (interrupted, cancelled or killed) instead of writing on alone. The run resumes from its last
 complete checkpoint when a killed stage is rerun. When it fails on purpose, its entry
 point (:mod:`coa.train.kit.entry`) leaves its error in ``failure.json`` and the launcher raises the
 same error class with the same one-line message here; any other exit is the recipe's error naming
-the command.
+the command and, when a rank died (torchrun's multi-line ``ChildFailedError`` report in the log),
+which rank and how, in one line (:func:`rank_failure`). The resolved config is the same for any
+number of ranks: its batch is the global batch, which the ranks share (:mod:`coa.train.kit.ranks`).
 """
 
 from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -33,7 +37,10 @@ RESOLVED_FILE = "resolved.yaml"
 LOG_FILE = "train.log"
 
 
-def resolve_launcher(config: Any) -> Literal["in_process", "accelerate"]:
+Launcher = Literal["in_process", "accelerate", "torchrun"]
+
+
+def resolve_launcher(config: Any) -> Launcher:
     """Where a training stage runs: its ``launcher``, or by the hardware when ``auto``."""
     if config.launcher != "auto":
         return config.launcher  # type: ignore[no-any-return]
@@ -53,6 +60,14 @@ def work_dir(store_root: str, artifact_uri: str) -> Path:
     return cache / "checkpoints" / "/".join(artifact_uri.rstrip("/").split("/")[-2:])
 
 
+def launch(recipe: Recipe, rows: Any, config: Any, out: Path, stage: Any) -> dict[str, Any]:
+    """Run ``recipe`` as the stage config ``stage`` says (``launcher`` accelerate or torchrun,
+    ``accelerate_config``, ``num_processes``); its result file's JSON."""
+    if resolve_launcher(stage) == "torchrun":
+        return launch_torchrun(recipe, rows, config, out, stage.num_processes or 1)
+    return launch_accelerate(recipe, rows, config, out, stage.accelerate_config, stage.num_processes)
+
+
 def launch_accelerate(
     recipe: Recipe,
     rows: Any,
@@ -60,15 +75,50 @@ def launch_accelerate(
     out: Path,
     accelerate_config: str,
     num_processes: int | None = None,
+    timeout_s: float | None = None,
 ) -> dict[str, Any]:
     """Run ``recipe`` on ``rows`` (a ``pyarrow.Table``) under ``accelerate launch``; its result file's
-    JSON. Raises the launched run's own error (see the module doc)."""
-    import pyarrow.parquet as pq
+    JSON. Raises the launched run's own error (see the module doc), or the recipe's error when the run
+    is still going after ``timeout_s`` (it is then ended)."""
+    check_accelerate_config(recipe, accelerate_config, num_processes)
+    cmd = [sys.executable, "-m", "accelerate.commands.launch", "--config_file", accelerate_config]
+    if num_processes is not None:
+        cmd += ["--num_processes", str(num_processes)]
+    return _launch(recipe, rows, config, out, cmd, "accelerate launch", timeout_s)
 
-    if not Path(accelerate_config).is_file():
+
+def launch_torchrun(
+    recipe: Recipe, rows: Any, config: Any, out: Path, num_processes: int, timeout_s: float | None = None
+) -> dict[str, Any]:
+    """Run ``recipe`` on ``rows`` under ``torchrun --standalone --nproc_per_node num_processes`` (a
+    free rendezvous port; DDP over NCCL with CUDA, gloo on CPU); as :func:`launch_accelerate`."""
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone"]
+    cmd += ["--nproc_per_node", str(num_processes)]
+    return _launch(recipe, rows, config, out, cmd, "torchrun", timeout_s)
+
+
+def check_accelerate_config(recipe: Recipe, accelerate_config: str, num_processes: int | None) -> None:
+    """Refuse a missing accelerate config, or several processes under a one-process config (accelerate
+    would start one process, which would train alone)."""
+    path = Path(accelerate_config)
+    if not path.is_file():
         raise recipe.error(
             f"accelerate config {accelerate_config} not found (paths are relative to the repo root)"
         )
+    values = yaml.safe_load(path.read_text()) or {}
+    if (num_processes or 1) > 1 and str(values.get("distributed_type", "NO")) == "NO":
+        raise recipe.error(
+            f"{accelerate_config} runs one process (distributed_type: NO) but {recipe.name}.num_processes "
+            f"is {num_processes}: set {recipe.name}.accelerate_config to infra/accelerate/ddp.yaml (to ~3B "
+            "parameters), fsdp2.yaml or multi_gpu_zero3.yaml"
+        )
+
+
+def _launch(
+    recipe: Recipe, rows: Any, config: Any, out: Path, prefix: list[str], how: str, timeout_s: float | None
+) -> dict[str, Any]:
+    import pyarrow.parquet as pq
+
     out.mkdir(parents=True, exist_ok=True)
     data = out / recipe.data_file
     if not data.exists():
@@ -82,26 +132,57 @@ def launch_accelerate(
     tmp.replace(resolved)
     failure = out / FAILURE_FILE
     failure.unlink(missing_ok=True)
-    cmd = [sys.executable, "-m", "accelerate.commands.launch", "--config_file", accelerate_config]
-    if num_processes is not None:
-        cmd += ["--num_processes", str(num_processes)]
-    cmd += ["-m", recipe.module, "--config", str(resolved), "--output-dir", str(out), "--resume"]
+    cmd = [*prefix, "-m", recipe.module, "--config", str(resolved), "--output-dir", str(out), "--resume"]
     log_file = out / LOG_FILE
-    returncode = run_guarded(cmd, log_file)
+    offset = log_file.stat().st_size if log_file.exists() else 0
+    try:
+        returncode = run_guarded(cmd, log_file, timeout_s=timeout_s)
+    except subprocess.TimeoutExpired:
+        raise recipe.error(
+            f"`{how} -m {recipe.module}` was still running after {timeout_s:g} s and was ended; its log: "
+            f"{log_file}"
+        ) from None
     if returncode != 0:
         if failure.is_file():
             said = json.loads(failure.read_text())
             error = recipe.errors().get(said["error"], recipe.error)
-            raise error(f"{said['message']} (in `accelerate launch -m {recipe.module}`; its log: {log_file})")
-        raise recipe.error(f"`{' '.join(cmd)}` exited with {returncode}; its log: {log_file}")
+            raise error(f"{said['message']} (in `{how} -m {recipe.module}`; its log: {log_file})")
+        with log_file.open("rb") as log:
+            log.seek(offset)
+            died = rank_failure(log.read().decode(errors="replace"))
+        why = f": {died}" if died else ""
+        raise recipe.error(
+            f"`{how} -m {recipe.module}` exited with {returncode}{why}; rerun the stage to resume from "
+            f"the last checkpoint; its log: {log_file}"
+        )
     return dict(json.loads((out / recipe.result_file).read_text()))
 
 
-def run_guarded(cmd: list[str], log_file: Path, grace_s: float = 5.0) -> int:
+_ROOT_CAUSE = re.compile(
+    r"Root Cause \(first observed failure\):.*?rank\s*:\s*(?P<rank>\d+).*?exitcode\s*:\s*(?P<code>-?\d+)"
+    r".*?traceback\s*:\s*(?P<why>[^\n]*)",
+    re.DOTALL,
+)
+
+
+def rank_failure(log_text: str) -> str | None:
+    """torchrun's report of a failed run (its ``ChildFailedError`` block, also under ``accelerate
+    launch``) in one line: which rank failed first, its exit code and why; None if the log has none."""
+    found = _ROOT_CAUSE.search(log_text)
+    if found is None:
+        return None
+    why = found["why"].strip()
+    if why.startswith("To enable traceback"):  # an exception: torchrun points at its own docs instead
+        why = "it raised an error; its traceback is in the log above the report"
+    return f"rank {found['rank']} failed first with exit code {found['code']} ({why})"
+
+
+def run_guarded(cmd: list[str], log_file: Path, grace_s: float = 5.0, timeout_s: float | None = None) -> int:
     """Run ``cmd`` under :mod:`coa.train.kit.guard` in a process group of its own, its output appended
     to ``log_file`` (never this process's pipe); its exit status. If this process is interrupted or
     ends the run (Ctrl-C, a cancelled flow run) the group is ended here (SIGTERM, then SIGKILL after
-    ``grace_s``); if it is killed outright, the guard ends the group itself."""
+    ``grace_s``); if it is killed outright, the guard ends the group itself. Past ``timeout_s`` the
+    group is ended and ``subprocess.TimeoutExpired`` raised."""
     log_file.parent.mkdir(parents=True, exist_ok=True)
     with log_file.open("ab") as log:
         proc = subprocess.Popen(
@@ -112,7 +193,7 @@ def run_guarded(cmd: list[str], log_file: Path, grace_s: float = 5.0) -> int:
             start_new_session=True,
         )
         try:
-            return proc.wait()
+            return proc.wait(timeout=timeout_s)
         finally:
             if proc.poll() is None:
                 _end_group(proc, grace_s)
