@@ -79,6 +79,11 @@ class WeightLedger:
         with self._lock:
             self.current = version
 
+    def unused(self, version: int) -> bool:
+        """No request sent under ``version`` is still in flight."""
+        with self._lock:
+            return self.in_flight[version] <= 0
+
     def unused_below(self, version: int) -> bool:
         """No request sent under a version older than ``version`` is still in flight."""
         with self._lock:
@@ -129,8 +134,12 @@ class EngineClient(ABC):
     def retire_adapter(self, version: int) -> None:  # noqa: B027 - only LoRA-capable engines override it
         """Unload the adapter of ``version`` (its requests are done or dropped)."""
 
-    def request_model(self) -> str:
-        """The ``model`` a generation request names now (the base model, or the current adapter)."""
+    def retire_adapters(self) -> None:  # noqa: B027 - only LoRA-capable engines override it
+        """Unload every adapter this client loaded, the served one too (the end of a run)."""
+
+    def request_model(self, version: int | None = None) -> str:
+        """The ``model`` a request stamped with ``version`` names (the base model, or that version's
+        adapter under a LoRA sync: the stamp and the adapter a request uses are then one)."""
         return self.model
 
     def refuse_tis(self, temperature: float) -> None:

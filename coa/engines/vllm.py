@@ -56,16 +56,21 @@ class VLLMEngine(EngineClient):
         self.pause_mode = pause_mode
         self.weights_transport = weights
         self.adapter: str | None = None
+        self.adapters: set[int] = set()
+        """The versions whose adapters are loaded (pushed and not yet retired)."""
         self.tis_fix = TIS_FIX
 
     def adapter_name(self, version: int) -> str:
         return f"{self.model}-v{version}"
 
-    def request_model(self) -> str:
+    def request_model(self, version: int | None = None) -> str:
+        if version is not None and version in self.adapters:
+            return self.adapter_name(version)
         return self.adapter or self.model
 
     def keeps_old_kv(self) -> bool:
-        return self.pause_mode == "keep"
+        # a request names its adapter, which serves it to its end: a push never changes its weights
+        return self.pause_mode == "keep" and self.adapter is None
 
     # ------------------------------------------------------------------ checks
 
@@ -121,7 +126,17 @@ class VLLMEngine(EngineClient):
         body = {"lora_name": name, "lora_path": str(directory.resolve()), "load_inplace": False}
         self.pause()
         try:
-            self.call("POST", "/v1/load_lora_adapter", LORA_FIX, json=body)
+            try:
+                self.call("POST", "/v1/load_lora_adapter", LORA_FIX, json=body)
+            except EngineError as e:
+                if "already been loaded" not in str(e):
+                    raise
+                # a killed run (or one resumed at this version) left an adapter of this name: replace it,
+                # and drop the prefix cache that may hold its KV
+                self.call("POST", "/v1/unload_lora_adapter", LORA_FIX, json={"lora_name": name})
+                self.call("POST", "/v1/load_lora_adapter", LORA_FIX, json=body)
+                self.call("POST", "/reset_prefix_cache", DEV_MODE_FIX)
+            self.adapters.add(version)
             self.adapter = name
             self.ledger.set(version)
         finally:
@@ -131,6 +146,15 @@ class VLLMEngine(EngineClient):
         name = self.adapter_name(version)
         if name != self.adapter:
             self.call("POST", "/v1/unload_lora_adapter", LORA_FIX, json={"lora_name": name})
+            self.adapters.discard(version)
+
+    def retire_adapters(self) -> None:
+        for version in sorted(self.adapters):
+            self.call(
+                "POST", "/v1/unload_lora_adapter", LORA_FIX, json={"lora_name": self.adapter_name(version)}
+            )
+        self.adapters.clear()
+        self.adapter = None
 
     def weight_version(self) -> str:
         """The version the engine holds (``GET /weight_info``; ``"default"`` before any push)."""
