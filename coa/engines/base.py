@@ -95,6 +95,8 @@ class EngineClient(ABC):
 
     kind: EngineKind
     tis_fix = "set rl.is_correction: none, or sample at temperature 1"
+    streams_weights = False
+    """Full weights travel as tensors (:meth:`push_model`), not as a folder (:meth:`push_weights`)."""
     logprobs_processed: bool | None = None
     """Whether the engine's logprobs are those of the sampling distribution (after temperature):
     True / False when known, None when the engine cannot tell (then TIS is refused)."""
@@ -126,6 +128,10 @@ class EngineClient(ABC):
     @abstractmethod
     def push_weights(self, directory: Path, version: int) -> None:
         """Load the full weights in ``directory`` (a HF model folder of safetensors) as ``version``."""
+
+    def push_model(self, model: Any, version: int) -> None:
+        """Stream ``model``'s weights to the engine as ``version`` (engines with :attr:`streams_weights`)."""
+        raise EngineError(f"the {self.kind} client pushes weights as a folder, not as tensors")
 
     @abstractmethod
     def push_adapter(self, directory: Path, version: int) -> None:

@@ -93,6 +93,13 @@ class RLServer(EndpointConfig):
         "through the coa worker extension), sglang (`sglang.launch_server`), coa (`python -m coa.serve`); "
         "auto = probe /model_info and /v1/models (docs/how-to/rl-async.md gives each command line).",
     )
+    transport: Literal["auto", "worker_extension", "nccl"] = Field(
+        default="auto",
+        description="How full weights reach vLLM: auto / worker_extension = a folder per version loaded by "
+        "the coa worker extension (one machine, one filesystem); nccl = the tensors over NCCL through TRL's "
+        "weight-transfer client (trainer and engine on different GPUs; vLLM importable beside the trainer; "
+        "not yet run against a real engine). coa.serve always takes the folder.",
+    )
     sglang_pause_mode: Literal["retract", "in_place"] = Field(
         default="retract",
         description="SGLang's pause for a weight push: retract = running requests recompute their KV on "

@@ -68,6 +68,7 @@ def engine_for(endpoint: EndpointConfig, pause_mode: Any = "keep") -> EngineClie
     """The adapter of the engine behind ``endpoint`` (``engine: auto`` probes it)."""
     kind = endpoint.engine if isinstance(endpoint, RLServer) else "auto"
     sglang_pause = endpoint.sglang_pause_mode if isinstance(endpoint, RLServer) else "retract"
+    weights = endpoint.transport if isinstance(endpoint, RLServer) else "auto"
     key = os.environ.get(endpoint.api_key_env) if endpoint.api_key_env else None
     return open_engine(
         kind,
@@ -77,6 +78,7 @@ def engine_for(endpoint: EndpointConfig, pause_mode: Any = "keep") -> EngineClie
         sglang_pause_mode=sglang_pause,
         timeout_s=endpoint.timeout_s,
         api_key=key,
+        weights=weights,
     )
 
 
@@ -119,6 +121,12 @@ class WeightSync:
     def push(self, model: Any, version: int) -> None:
         """Save ``model`` as ``v<version>/`` and make the engine load it as ``version``."""
         start = time.perf_counter()
+        if self.engine.streams_weights and not self.adapter:  # NCCL: the tensors, no folder
+            self.engine.push_model(model, version)
+            self.version = version
+            self.pushes += 1
+            self.seconds += time.perf_counter() - start
+            return
         self.folder.mkdir(parents=True, exist_ok=True)
         final, tmp = self.directory(version), self.folder / f".v{version:06d}.tmp"
         shutil.rmtree(tmp, ignore_errors=True)
