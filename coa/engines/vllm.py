@@ -156,7 +156,7 @@ class VLLMEngine(EngineClient):
     def open_transfer(self, model: Any) -> Any:
         """TRL's NCCL ``WeightTransferClient`` for ``model`` (its manifest: names, dtypes, shapes), joined."""
         require_vllm()
-        from accelerate import PartialState
+        from accelerate.state import PartialState
         from trl.experimental.async_grpo.vllm_client import VLLMClient
         from trl.experimental.async_grpo.weight_transfer import WeightTransferClient
 

@@ -18,7 +18,8 @@ peft model, and served under a new name per version (``<model>-v<V>``, vLLM's
 version it is stamped with. An adapter is unloaded, and its folder removed, once it is beyond
 ``max_staleness`` (no group sampled with it could still be trained) and no request uses it (vLLM may
 read a loaded adapter's folder again when it evicts it from its CPU cache, so the folder stays until
-then).
+then). With ``rl.rollout.server.transport: nccl`` (vLLM) no folder is written: the engine client
+streams the tensors through TRL's weight-transfer client (:meth:`coa.engines.EngineClient.push_model`).
 """
 
 from __future__ import annotations
@@ -119,7 +120,8 @@ class WeightSync:
         return self.folder / f"v{version:06d}"
 
     def push(self, model: Any, version: int) -> None:
-        """Save ``model`` as ``v<version>/`` and make the engine load it as ``version``."""
+        """Save ``model`` as ``v<version>/`` (the full model, or the adapter alone) and make the engine
+        load it as ``version``; an engine that streams weights (NCCL) gets the tensors instead."""
         start = time.perf_counter()
         if self.engine.streams_weights and not self.adapter:  # NCCL: the tensors, no folder
             self.engine.push_model(model, version)
