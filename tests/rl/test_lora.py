@@ -163,3 +163,40 @@ def test_lora_config_refuses_what_is_not_built() -> None:
     with pytest.raises(ValueError, match="set rl.lora"):
         RLRunConfig.model_validate({"base_model": "m", "rollout": {"weight_sync": "adapter"}})
     assert RLRunConfig.model_validate(base).lora.dropout == 0.0  # type: ignore[union-attr]
+
+
+@pytest.mark.sandbox
+def test_a_killed_lora_run_resumes_and_replaces_a_leftover_adapter(
+    serve: ServeProcess, tiny_model: Path, tmp_path: Path
+) -> None:
+    """Killed after checkpoint 1, the run resumes from the adapter checkpoint; an adapter of the name
+    it pushes next (``student-v1``, as a killed run may leave behind) is replaced, not reused."""
+    from transformers import TrainerCallback
+
+    from .test_grpo import _Kill
+
+    out, config = tmp_path / "run", server_config(tiny_model, serve, lora=LORA, max_steps=3)
+    with pytest.raises(KeyboardInterrupt):
+        run_rl(prompts_table(6), config, out, callbacks=[_Kill(1)])
+    checkpoint = out / CHECKPOINTS_DIR / "checkpoint-1"
+    stranger = with_adapter(tiny_model, checkpoint)  # another adapter loaded under the name v1 will take
+    for module in stranger.modules():
+        if hasattr(module, "lora_B"):
+            for weight in module.lora_B.values():
+                weight.weight.data.normal_(0, 1)
+    stranger.save_pretrained(str(tmp_path / "stranger"))
+    body = {"lora_name": "student-v1", "lora_path": str(tmp_path / "stranger")}
+    assert httpx.post(f"{serve.url}/load_lora_adapter", json=body, timeout=60).status_code == 200
+    left = served_logprobs(serve, "student-v1", FIXED)
+
+    served: dict[int, list[float]] = {}
+
+    class Probe(TrainerCallback):  # type: ignore[misc]
+        def on_step_end(self, args: Any, state: Any, control: Any, **kw: Any) -> None:
+            served[state.global_step - 1] = served_logprobs(serve, f"student-v{state.global_step - 1}", FIXED)
+
+    result = run_rl(prompts_table(6), config, out, resume=True, callbacks=[Probe()])
+    assert (result.start_step, result.global_step) == (1, 3)
+    resumed = logprobs_of(with_adapter(tiny_model, checkpoint), FIXED)
+    assert close(served[1], resumed) and not close(served[1], left)  # the checkpoint's adapter, replaced
+    assert [m["id"] for m in httpx.get(f"{serve.url}/models").json()["data"]] == ["student"]
