@@ -76,15 +76,24 @@ def open_engine(
     timeout_s: float = 600.0,
     api_key: str | None = None,
     transport: Any = None,
+    weights: Literal["auto", "worker_extension", "nccl"] = "auto",
 ) -> EngineClient:
-    """The adapter of ``kind`` (``auto``: the one :func:`detect` finds) for the server at ``root``."""
+    """The adapter of ``kind`` (``auto``: the one :func:`detect` finds) for the server at ``root``;
+    ``weights``: how full weights travel to vLLM (auto: the worker extension; coa.serve: its disk one)."""
     from coa.engines.sglang import SGLangEngine
     from coa.engines.vllm import VLLMEngine, WeightsTransport
 
     if kind == "auto":
         kind = detect(root, timeout_s=min(timeout_s, 30.0), api_key=api_key, transport=transport)
     common: dict[str, Any] = {"timeout_s": timeout_s, "api_key": api_key, "transport": transport}
+    if weights == "nccl" and kind != "vllm":
+        raise EngineError(
+            f"rl.rollout.server.transport: nccl is vLLM's weight transfer, but the server is {kind}: "
+            'set transport: auto, or serve with vLLM (--weight-transfer-config \'{"backend": "nccl"}\')'
+        )
     if kind == "sglang":
         return SGLangEngine(root, model, pause_mode=sglang_pause_mode, **common)
-    weights: WeightsTransport = "disk" if kind == "coa" else "worker_extension"
-    return VLLMEngine(root, model, kind=kind, pause_mode=pause_mode, weights=weights, **common)
+    chosen: WeightsTransport = (
+        "disk" if kind == "coa" else ("nccl" if weights == "nccl" else "worker_extension")
+    )
+    return VLLMEngine(root, model, kind=kind, pause_mode=pause_mode, weights=chosen, **common)

@@ -79,6 +79,11 @@ class WeightLedger:
         with self._lock:
             self.current = version
 
+    def unused(self, version: int) -> bool:
+        """No request sent under ``version`` is still in flight."""
+        with self._lock:
+            return self.in_flight[version] <= 0
+
     def unused_below(self, version: int) -> bool:
         """No request sent under a version older than ``version`` is still in flight."""
         with self._lock:
@@ -90,6 +95,8 @@ class EngineClient(ABC):
 
     kind: EngineKind
     tis_fix = "set rl.is_correction: none, or sample at temperature 1"
+    streams_weights = False
+    """Full weights travel as tensors (:meth:`push_model`), not as a folder (:meth:`push_weights`)."""
     logprobs_processed: bool | None = None
     """Whether the engine's logprobs are those of the sampling distribution (after temperature):
     True / False when known, None when the engine cannot tell (then TIS is refused)."""
@@ -122,6 +129,10 @@ class EngineClient(ABC):
     def push_weights(self, directory: Path, version: int) -> None:
         """Load the full weights in ``directory`` (a HF model folder of safetensors) as ``version``."""
 
+    def push_model(self, model: Any, version: int) -> None:
+        """Stream ``model``'s weights to the engine as ``version`` (engines with :attr:`streams_weights`)."""
+        raise EngineError(f"the {self.kind} client pushes weights as a folder, not as tensors")
+
     @abstractmethod
     def push_adapter(self, directory: Path, version: int) -> None:
         """Serve the peft LoRA adapter in ``directory`` as ``version`` (requests then name it)."""
@@ -129,8 +140,12 @@ class EngineClient(ABC):
     def retire_adapter(self, version: int) -> None:  # noqa: B027 - only LoRA-capable engines override it
         """Unload the adapter of ``version`` (its requests are done or dropped)."""
 
-    def request_model(self) -> str:
-        """The ``model`` a generation request names now (the base model, or the current adapter)."""
+    def retire_adapters(self) -> None:  # noqa: B027 - only LoRA-capable engines override it
+        """Unload every adapter this client loaded, the served one too (the end of a run)."""
+
+    def request_model(self, version: int | None = None) -> str:
+        """The ``model`` a request stamped with ``version`` names (the base model, or that version's
+        adapter under a LoRA sync: the stamp and the adapter a request uses are then one)."""
         return self.model
 
     def refuse_tis(self, temperature: float) -> None:

@@ -13,6 +13,15 @@ The routes and bodies are vLLM's own (``vllm/entrypoints/serve/dev/rlhf/api_rout
   weight-transfer backend, PR 52152) → ``POST /finish_weight_update {"weight_version": "<V>"}`` →
   ``/reset_prefix_cache`` → ``/resume``.
 
+* ``weights="nccl"`` (vLLM started with ``--weight-transfer-config '{"backend": "nccl"}'``, trainer
+  and engine on different GPUs): the tensors themselves, through **TRL's own weight-transfer client**
+  (``trl.experimental.async_grpo.weight_transfer.WeightTransferClient``: ``/init_weight_transfer_engine``
+  once, then ``/start_weight_update`` → ``/update_weights {"update_info": {names, dtype_names,
+  shapes}}`` while it broadcasts over NCCL → ``/finish_weight_update``), between our ``/pause`` and
+  ``/resume``, then ``/update_weight_version`` and ``/reset_prefix_cache``. It needs vLLM importable
+  in the trainer's environment (vLLM's PyNccl); :meth:`VLLMEngine.check` says so in one line. Not
+  run against a real engine: the route bodies are checked against transcribed fixtures only.
+
 A LoRA push is TRL's file-based sync: pause (keep) → ``POST /v1/load_lora_adapter`` under a new
 name per version (``<model>-v<V>``: vLLM keys its prefix cache on the adapter name) → resume; old
 names are unloaded by :meth:`VLLMEngine.retire_adapter`. vLLM completions carry no weight version:
@@ -33,9 +42,13 @@ DEV_MODE_FIX = "start vLLM with VLLM_SERVER_DEV_MODE=1 (its RL routes /pause, /r
 EXTENSION_FIX = f"start vLLM with --worker-extension-cls {WORKER_EXTENSION} (coa importable on the server)"
 LORA_FIX = "start vLLM with --enable-lora --max-lora-rank R and VLLM_ALLOW_RUNTIME_LORA_UPDATING=1"
 TIS_FIX = "start vLLM with --logprobs-mode processed_logprobs (or set rl.is_correction: none)"
+NCCL_FIX = (
+    "install vllm==0.31.0 beside the trainer (pyproject's `gpu` extra; TRL's weight-transfer client needs "
+    "vLLM's PyNccl) or set rl.rollout.server.transport: worker_extension (one machine, one filesystem)"
+)
 
 PauseMode = Literal["abort", "wait", "keep"]
-WeightsTransport = Literal["worker_extension", "disk"]
+WeightsTransport = Literal["worker_extension", "disk", "nccl"]
 
 
 class VLLMEngine(EngineClient):
@@ -56,20 +69,30 @@ class VLLMEngine(EngineClient):
         self.pause_mode = pause_mode
         self.weights_transport = weights
         self.adapter: str | None = None
+        self.streams_weights = weights == "nccl"
+        self.transfer: Any = None
+        """TRL's ``WeightTransferClient`` (``nccl``), opened at the first push."""
+        self.adapters: set[int] = set()
+        """The versions whose adapters are loaded (pushed and not yet retired)."""
         self.tis_fix = TIS_FIX
 
     def adapter_name(self, version: int) -> str:
         return f"{self.model}-v{version}"
 
-    def request_model(self) -> str:
+    def request_model(self, version: int | None = None) -> str:
+        if version is not None and version in self.adapters:
+            return self.adapter_name(version)
         return self.adapter or self.model
 
     def keeps_old_kv(self) -> bool:
-        return self.pause_mode == "keep"
+        # a request names its adapter, which serves it to its end: a push never changes its weights
+        return self.pause_mode == "keep" and self.adapter is None
 
     # ------------------------------------------------------------------ checks
 
     def check(self) -> None:
+        if self.weights_transport == "nccl":
+            require_vllm()
         self.check_model("start the server with --served-model-name <model>")
         self.call("GET", "/is_paused", DEV_MODE_FIX)
         info = self.call("GET", "/server_info", DEV_MODE_FIX, params={"config_format": "json"})
@@ -116,12 +139,60 @@ class VLLMEngine(EngineClient):
         finally:
             self.resume()
 
+    def push_model(self, model: Any, version: int) -> None:
+        """``nccl``: stream ``model``'s tensors to the engine as ``version`` through TRL's client."""
+        if self.transfer is None:
+            self.transfer = self.open_transfer(model)
+        self.pause()
+        try:
+            # TRL: /start_weight_update, /update_weights {update_info} + the broadcast, /finish_weight_update
+            self.transfer.send_weights((name, p.detach()) for name, p in vllm_named_params(model))
+            self.call("POST", "/update_weight_version", DEV_MODE_FIX, json={"new_version": str(version)})
+            self.call("POST", "/reset_prefix_cache", DEV_MODE_FIX)
+            self.ledger.set(version)
+        finally:
+            self.resume()
+
+    def open_transfer(self, model: Any) -> Any:
+        """TRL's NCCL ``WeightTransferClient`` for ``model`` (its manifest: names, dtypes, shapes), joined."""
+        require_vllm()
+        from accelerate.state import PartialState
+        from trl.experimental.async_grpo.vllm_client import VLLMClient
+        from trl.experimental.async_grpo.weight_transfer import WeightTransferClient
+
+        names, dtypes, shapes = [], [], []
+        for name, param in vllm_named_params(model):
+            names.append(name)
+            dtypes.append(str(param.dtype).split(".")[-1])
+            shapes.append(list(param.shape))
+        manifest = {"names": names, "dtype_names": dtypes, "shapes": shapes}
+        PartialState()  # TRL's client logs through accelerate's logger (the trainer made it already)
+        transfer = WeightTransferClient(VLLMClient(self.root), manifest)
+        transfer.init_weight_transfer()
+        return transfer
+
+    def close(self) -> None:
+        if self.transfer is not None:
+            self.transfer.destroy()
+            self.transfer = None
+        super().close()
+
     def push_adapter(self, directory: Path, version: int) -> None:
         name = self.adapter_name(version)
         body = {"lora_name": name, "lora_path": str(directory.resolve()), "load_inplace": False}
         self.pause()
         try:
-            self.call("POST", "/v1/load_lora_adapter", LORA_FIX, json=body)
+            try:
+                self.call("POST", "/v1/load_lora_adapter", LORA_FIX, json=body)
+            except EngineError as e:
+                if "already been loaded" not in str(e):
+                    raise
+                # a killed run (or one resumed at this version) left an adapter of this name: replace it,
+                # and drop the prefix cache that may hold its KV
+                self.call("POST", "/v1/unload_lora_adapter", LORA_FIX, json={"lora_name": name})
+                self.call("POST", "/v1/load_lora_adapter", LORA_FIX, json=body)
+                self.call("POST", "/reset_prefix_cache", DEV_MODE_FIX)
+            self.adapters.add(version)
             self.adapter = name
             self.ledger.set(version)
         finally:
@@ -131,7 +202,33 @@ class VLLMEngine(EngineClient):
         name = self.adapter_name(version)
         if name != self.adapter:
             self.call("POST", "/v1/unload_lora_adapter", LORA_FIX, json={"lora_name": name})
+            self.adapters.discard(version)
+
+    def retire_adapters(self) -> None:
+        for version in sorted(self.adapters):
+            self.call(
+                "POST", "/v1/unload_lora_adapter", LORA_FIX, json={"lora_name": self.adapter_name(version)}
+            )
+        self.adapters.clear()
+        self.adapter = None
 
     def weight_version(self) -> str:
         """The version the engine holds (``GET /weight_info``; ``"default"`` before any push)."""
         return str(self.call("GET", "/weight_info", DEV_MODE_FIX)["weight_version"])
+
+
+def require_vllm() -> None:
+    """vLLM importable in this (the trainer's) environment, else one line naming the fix."""
+    from trl.import_utils import is_vllm_available
+
+    if not is_vllm_available():
+        raise EngineError(
+            f"rl.rollout.server.transport: nccl needs vLLM importable in the trainer: {NCCL_FIX}"
+        )
+
+
+def vllm_named_params(model: Any) -> Any:
+    """``(name, parameter)`` as vLLM names them: TRL's own walk (the one its async trainer sends)."""
+    from trl.experimental.async_grpo.async_grpo_trainer import _iter_vllm_named_params
+
+    return _iter_vllm_named_params(model)

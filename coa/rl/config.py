@@ -18,6 +18,7 @@ from coa.errors import CheckFailed
 from coa.llm.config import EndpointConfig, LLMConfig
 from coa.rollout.config import MaxTotalTokens, MaxTurns, RolloutLimits
 from coa.tools.config import ToolsConfig
+from coa.train.config import LoraSettings
 from coa.train.kit.config import RESUME_FREE_FIELDS as KIT_RESUME_FREE
 from coa.train.kit.config import (
     LearningRate,
@@ -92,6 +93,13 @@ class RLServer(EndpointConfig):
         "through the coa worker extension), sglang (`sglang.launch_server`), coa (`python -m coa.serve`); "
         "auto = probe /model_info and /v1/models (docs/how-to/rl-async.md gives each command line).",
     )
+    transport: Literal["auto", "worker_extension", "nccl"] = Field(
+        default="auto",
+        description="How full weights reach vLLM: auto / worker_extension = a folder per version loaded by "
+        "the coa worker extension (one machine, one filesystem); nccl = the tensors over NCCL through TRL's "
+        "weight-transfer client (trainer and engine on different GPUs; vLLM importable beside the trainer; "
+        "not yet run against a real engine). coa.serve always takes the folder.",
+    )
     sglang_pause_mode: Literal["retract", "in_place"] = Field(
         default="retract",
         description="SGLang's pause for a weight push: retract = running requests recompute their KV on "
@@ -114,11 +122,13 @@ class RLRollout(StrictModel):
         description="The completions server of backend=server (base_url or base_url_env, and the served "
         f"model name); null = base URL from ${SERVER_URL_ENV} and model from ${SERVER_MODEL_ENV}.",
     )
-    weight_sync: Literal["full"] = Field(
-        default="full",
+    weight_sync: Literal["auto", "full", "adapter"] = Field(
+        default="auto",
         description="How the server gets the trainer's weights: full = a model folder per version "
-        "(safetensors) the engine loads through its own routes (coa.engines; the folder must be on a "
-        "filesystem both reach). RL trains full weights only; coa.engines' LoRA push is not used here.",
+        "(safetensors) the engine loads through its own routes; adapter = the LoRA adapter of `rl.lora`, "
+        "one folder and one adapter name per version (vLLM's /v1/load_lora_adapter: vLLM, coa.serve), "
+        "requests naming it; auto = adapter with `rl.lora`, else full (coa.engines; the folder must be "
+        "on a filesystem both reach).",
     )
     pause_mode: Literal["keep", "wait"] = Field(
         default="keep",
@@ -139,6 +149,23 @@ class RLRollout(StrictModel):
         default=None,
         description="Folder the weight files are written to (null = `weight_sync/` in the run's output "
         "folder); the server must read the same path.",
+    )
+
+
+class RLLora(LoraSettings):
+    """LoRA adapters trained by GRPO instead of all weights (``rl.lora``; needs ``peft``).
+
+    The final ``model/`` is the base with the adapter merged (what evaluation and the next stages
+    load), the adapter itself is kept in ``adapter/``.
+    """
+
+    dropout: float = Field(
+        default=0.0,
+        ge=0,
+        lt=1,
+        description="Dropout on the adapter input. 0 by default in RL: with dropout the trainer's "
+        "probability of a sampled token is not the one the (dropout-free) sampler had, which the "
+        "importance ratio and the clip read as off-policy drift.",
     )
 
 
@@ -275,6 +302,11 @@ class RLParams(TrainLoop, RolloutLimits):
         description="async: groups generated or queued at once at most; null = prompts_per_step * "
         "(max_staleness + 1).",
     )
+    lora: RLLora | None = Field(
+        default=None,
+        description="Train LoRA adapters (r, alpha, target_modules, dropout) instead of all weights; null "
+        "= full weights. With backend=server the adapter is pushed by name (rl.rollout.weight_sync).",
+    )
     is_correction: Literal["none", "tis"] = Field(
         default="none",
         description="Importance correction for behaviour/trainer mismatch: tis = truncated importance "
@@ -338,7 +370,34 @@ class RLParams(TrainLoop, RolloutLimits):
                 "rl.mode: async generates from a completions server while the trainer trains: set "
                 "rl.rollout.backend: server (the in-process backends share the trainer's weights)"
             )
+        self._check_lora()
         return self
+
+    def _check_lora(self) -> None:
+        sync = self.rollout.weight_sync
+        if sync == "adapter" and self.lora is None:
+            raise ValueError(
+                "rl.rollout.weight_sync: adapter pushes the LoRA adapter of rl.lora: set rl.lora"
+            )
+        if self.lora is None:
+            return
+        if sync == "full" and self.rollout.backend == "server":
+            raise ValueError(
+                "rl.lora with rl.rollout.weight_sync: full would push merged weights, which is not built: "
+                "use weight_sync: adapter (or auto) with a vLLM or coa.serve server"
+            )
+        if self.rollout.backend == "hf_batched":
+            raise ValueError(
+                "rl.lora with rl.rollout.backend: hf_batched is not supported (its batcher would generate "
+                "with the base model, not the adapter): use backend hf or server"
+            )
+
+    @property
+    def adapter_sync(self) -> bool:
+        """backend=server pushes the LoRA adapter (by name), not full weights."""
+        return (
+            self.rollout.backend == "server" and self.lora is not None and self.rollout.weight_sync != "full"
+        )
 
     @property
     def episodes_per_generation(self) -> int:
@@ -378,7 +437,12 @@ class RLResult(BaseModel):
 
     model_config = ConfigDict(frozen=True)
 
-    model_dir: str = Field(description="The final model and tokenizer.")
+    model_dir: str = Field(
+        description="The final model and tokenizer (for LoRA: the base with the adapter merged)."
+    )
+    adapter_dir: str | None = Field(
+        default=None, description="The LoRA adapter (rl.lora); None for full weights."
+    )
     output_dir: str
     steps_planned: int = Field(description="Optimizer steps of the plan in force at the end.")
     steps_run: int = Field(description="Optimizer steps taken in this call (the plan minus resumed steps).")

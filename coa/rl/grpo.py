@@ -23,6 +23,11 @@ observations carry no gradient and do not count in the token-mean. Text is never
 The reward functions TRL calls only hand back the terms computed with the rollouts (one function
 per term, so each is logged as ``rewards/<term>/mean``).
 
+**LoRA** (``rl.lora``): TRL wraps the model with the adapters (peft); the ``server`` backend pushes
+the adapter alone, under a new name per version (:mod:`coa.rl.server`), ``hf`` generates with the
+peft model. ``model/`` is then the base with the adapter merged (what evaluation and the next
+stages load), ``adapter/`` the adapter alone.
+
 **Guards.** The entropy TRL logs each step is checked against ``entropy_floor``: a collapse stops
 the run with :class:`EntropyCollapse` (a failed check). A run that ends with another number of
 optimizer steps than its plan raises :class:`RLStepCountError` and writes no model.
@@ -76,6 +81,7 @@ from coa.train.kit.run import CHECKPOINTS_DIR
 log = logging.getLogger(RL.logger)
 
 MODEL_DIR = kit.MODEL_DIR
+ADAPTER_DIR = "adapter"
 ROLLOUTS_FILE = "rollouts.parquet"
 PLAN_FILE = RL.plan_file
 RESULT_FILE = RL.result_file
@@ -211,12 +217,18 @@ def build_trainer(
         from coa.rl.tis import corrected_trainer
 
         trainer_class = corrected_trainer(GRPOTrainer)
+    peft_config = None
+    if config.lora is not None:
+        from coa.train.sft_trainer import peft_config_of
+
+        peft_config = peft_config_of(config.lora)
     trainer = trainer_class(
         model=model,
         reward_funcs=[_term_reward(t) for t in TERMS],
         args=args,
         train_dataset=Dataset.from_list([{"prompt": r["prompt_id"]} for r in rows]),
         processing_class=tokenizer,
+        peft_config=peft_config,
         rollout_func=rollouts,
         callbacks=[counter, guard, LogToLogger(RL.logger, "rl step", CURVE_KEYS, digits=4), *callbacks],
     )
@@ -285,6 +297,17 @@ def _rl_result(
     import pyarrow.parquet as pq
 
     out = start.out
+    adapter_dir = out / ADAPTER_DIR if config.lora is not None else None
+
+    def save(trainer: Any, model_dir: Path) -> None:
+        """``model/``: the full model (LoRA: the base with the adapter merged, what evaluation and the
+        next stages load, as SFT's); ``adapter/``: the LoRA adapter alone (what a server loads by name)."""
+        if adapter_dir is None:
+            trainer.save_model(str(model_dir))
+            return
+        trainer.save_model(str(adapter_dir))
+        if trainer.is_world_process_zero():
+            save_merged(trainer.accelerator.unwrap_model(trainer.model), trainer.processing_class, model_dir)
 
     def measure(model_dir: Path) -> RLResult:
         table = read_rollouts(out / ROLLOUTS_DIR)
@@ -292,6 +315,7 @@ def _rl_result(
         heldout: HeldoutEval | None = getattr(trainer, "coa_heldout", None)
         return RLResult(
             model_dir=str(model_dir),
+            adapter_dir=str(adapter_dir) if adapter_dir is not None else None,
             output_dir=str(out),
             steps_planned=planned,
             steps_run=steps,
@@ -318,7 +342,15 @@ def _rl_result(
         title = f"GRPO/DAPO: {result.global_step} steps, {result.rollouts} rollouts"
         plot_curves(result.curves, Path(result.curves_png), title, heldout=result.heldout, alarm=result.alarm)
 
-    return kit.finish(RL, trainer, start, measure, plot)
+    return kit.finish(RL, trainer, start, measure, plot, save)
+
+
+def save_merged(peft_model: Any, tokenizer: Any, model_dir: Path) -> None:
+    """The base model with the adapter merged, to ``model_dir``, at the end of a run (the trainer's
+    model is merged in place, as SFT's; the result file, written after it, marks a finished run)."""
+    merged = peft_model.merge_and_unload()
+    merged.save_pretrained(str(model_dir), safe_serialization=True)
+    tokenizer.save_pretrained(str(model_dir))
 
 
 def _run(config: RLRunConfig, output_dir: str | None, resume: bool) -> RLResult:

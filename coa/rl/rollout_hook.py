@@ -60,7 +60,17 @@ class Rollouts:
 
             self.endpoint = server_endpoint(config)
             folder = Path(config.rollout.sync_dir) if config.rollout.sync_dir else out / "weight_sync"
-            self.sync = WeightSync(self.endpoint, folder, config.rollout.pause_mode)
+            self.sync = WeightSync(
+                self.endpoint,
+                folder,
+                config.rollout.pause_mode,
+                adapter=config.adapter_sync,
+                # sync: each batch is done before the next push; async: a group more than max_staleness
+                # generation batches old is never trained
+                retire_after=1
+                if config.mode == "sync"
+                else (config.max_staleness + 1) * config.steps_per_generation,
+            )
             self.sync.check()
             if (
                 config.is_correction == "tis"

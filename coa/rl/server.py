@@ -11,20 +11,32 @@ the trainer's global optimizer step; every request the policy sends afterwards i
 by the client (no engine reports it reliably), which the rollout rows record as ``policy_version``.
 A version's directory is removed once a newer one is loaded and no request sent under it is still
 in flight (the previous one is kept: SGLang falls back to it when a load fails).
+
+With ``rl.lora`` (``weight_sync: adapter``) only the adapter is saved, ``save_pretrained`` of the
+peft model, and served under a new name per version (``<model>-v<V>``, vLLM's
+``/v1/load_lora_adapter``, as TRL's async trainer does); each request names the adapter of the
+version it is stamped with. An adapter is unloaded, and its folder removed, once it is beyond
+``max_staleness`` (no group sampled with it could still be trained) and no request uses it (vLLM may
+read a loaded adapter's folder again when it evicts it from its CPU cache, so the folder stays until
+then). With ``rl.rollout.server.transport: nccl`` (vLLM) no folder is written: the engine client
+streams the tensors through TRL's weight-transfer client (:meth:`coa.engines.EngineClient.push_model`).
 """
 
 from __future__ import annotations
 
+import logging
 import os
 import shutil
 import time
 from pathlib import Path
 from typing import Any
 
-from coa.engines import EngineClient, open_engine
+from coa.engines import EngineClient, EngineError, open_engine
 from coa.llm.config import EndpointConfig
 from coa.rl.config import SERVER_MODEL_ENV, SERVER_URL_ENV, RLParams, RLServer
 from coa.rollout.policies.endpoint import EndpointError
+
+log = logging.getLogger("coa.rl")
 
 
 def server_endpoint(params: RLParams) -> RLServer:
@@ -57,6 +69,7 @@ def engine_for(endpoint: EndpointConfig, pause_mode: Any = "keep") -> EngineClie
     """The adapter of the engine behind ``endpoint`` (``engine: auto`` probes it)."""
     kind = endpoint.engine if isinstance(endpoint, RLServer) else "auto"
     sglang_pause = endpoint.sglang_pause_mode if isinstance(endpoint, RLServer) else "retract"
+    weights = endpoint.transport if isinstance(endpoint, RLServer) else "auto"
     key = os.environ.get(endpoint.api_key_env) if endpoint.api_key_env else None
     return open_engine(
         kind,
@@ -66,6 +79,7 @@ def engine_for(endpoint: EndpointConfig, pause_mode: Any = "keep") -> EngineClie
         sglang_pause_mode=sglang_pause,
         timeout_s=endpoint.timeout_s,
         api_key=key,
+        weights=weights,
     )
 
 
@@ -78,10 +92,15 @@ class WeightSync:
         folder: Path,
         pause_mode: str = "keep",
         engine: EngineClient | None = None,
+        adapter: bool = False,
+        retire_after: int = 1,
     ) -> None:
         self.endpoint = endpoint
         self.folder = folder
         self.pause_mode = pause_mode
+        self.adapter = adapter
+        self.retire_after = retire_after
+        """adapter sync: versions (optimizer steps) after which an adapter no group can use is unloaded."""
         self._engine = engine
         self.version: int | None = None
         self.pushes = 0
@@ -101,19 +120,38 @@ class WeightSync:
         return self.folder / f"v{version:06d}"
 
     def push(self, model: Any, version: int) -> None:
-        """Save ``model`` as ``v<version>/`` and make the engine load it as ``version``."""
+        """Save ``model`` as ``v<version>/`` (the full model, or the adapter alone) and make the engine
+        load it as ``version``; an engine that streams weights (NCCL) gets the tensors instead."""
         start = time.perf_counter()
+        if self.engine.streams_weights and not self.adapter:  # NCCL: the tensors, no folder
+            self.engine.push_model(model, version)
+            self.version = version
+            self.pushes += 1
+            self.seconds += time.perf_counter() - start
+            return
         self.folder.mkdir(parents=True, exist_ok=True)
         final, tmp = self.directory(version), self.folder / f".v{version:06d}.tmp"
         shutil.rmtree(tmp, ignore_errors=True)
         model.save_pretrained(str(tmp), safe_serialization=True)  # config.json: SGLang needs a model folder
         shutil.rmtree(final, ignore_errors=True)
         tmp.rename(final)
-        self.engine.push_weights(final, version)
         previous, self.version = self.version, version
+        if self.adapter:
+            self.engine.push_adapter(final, version)
+            self.retire(version)
+        else:
+            self.engine.push_weights(final, version)
+            self.prune(keep_from=previous if previous is not None else version)
         self.pushes += 1
-        self.prune(keep_from=previous if previous is not None else version)
         self.seconds += time.perf_counter() - start
+
+    def retire(self, current: int) -> None:
+        """Unload the adapters at least ``retire_after`` versions behind ``current`` that no request uses."""
+        for path in sorted(self.folder.glob("v*")):
+            version = int(path.name[1:])
+            if current - version >= self.retire_after and self.engine.ledger.unused(version):
+                self.engine.retire_adapter(version)
+                shutil.rmtree(path, ignore_errors=True)
 
     def prune(self, keep_from: int) -> None:
         """Remove the directories older than ``keep_from`` that no request in flight was sent under."""
@@ -123,8 +161,15 @@ class WeightSync:
                 shutil.rmtree(path, ignore_errors=True)
 
     def clean(self) -> None:
-        """Remove the weight directories this run wrote (each was loaded before its push returned)."""
+        """Remove the weight directories this run wrote (each was loaded before its push returned) and
+        unload its adapters (adapter sync: the next run on the server reuses their names)."""
+        if self._engine is not None:
+            try:
+                if self.adapter:
+                    self._engine.retire_adapters()
+            except EngineError as e:  # the end of a run (maybe a failed one): say so, never mask its error
+                log.warning("could not unload this run's adapters from the server: %s", e)
+            finally:
+                self._engine.close()
         for path in self.folder.glob("v*"):
             shutil.rmtree(path, ignore_errors=True)
-        if self._engine is not None:
-            self._engine.close()

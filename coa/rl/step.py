@@ -34,6 +34,7 @@ from coa.train.kit.launch import launch, resolve_launcher, work_dir
 PROMPTS_TABLE = "rl_prompts"
 ROLLOUTS_TABLE = "rollouts"
 MODEL_FOLDER = "model"
+ADAPTER_FOLDER = "adapter"
 RESULT_FILE = RL.result_file
 CURVES_PNG = "rl_curves.png"
 
@@ -123,6 +124,8 @@ def _build(b: Build) -> None:
         b.fail(str(e))
         return
     b.writer.put_folder(MODEL_FOLDER, result.model_dir)
+    if result.adapter_dir is not None:  # rl.lora: model/ is merged; the adapter alone, for a server
+        b.writer.put_folder(ADAPTER_FOLDER, result.adapter_dir)
     rollouts = read_rollouts(out / ROLLOUTS_DIR)
     b.writer.write_table(ROLLOUTS_TABLE, rollouts, schemas.ROLLOUT)
     ids = prompts.read(["prompt_id", "family"]).to_pydict()

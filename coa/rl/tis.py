@@ -11,14 +11,32 @@ batch (TRL's ``old_per_token_logps``, before any of the batch's optimizer steps)
 ``behaviour_logprobs``). The weight is detached, never larger than the cap, and exactly 1 where
 no behaviour logprob was recorded (environment ids, which the mask excludes anyway, and padding).
 
-Why not TRL's own correction: TRL 1.16 computes an importance ratio from a ``rollout_func``'s
-``logprobs`` (``vllm_importance_sampling_correction``, modes ``token_truncate`` ... in
-``trl/trainer/grpo_trainer.py``) only inside ``if self.use_vllm and
-self.vllm_importance_sampling_correction`` (both where ``old_per_token_logps`` is computed and
-where the ratio is), and ``use_vllm=True`` builds TRL's own vLLM client and imports vLLM in the
-trainer process. Our rollouts come from ``coa.engines`` or in process, with ``use_vllm=False``,
-so that gap forces :func:`corrected_trainer` to override ``_generate_and_score_completions`` and
-``_compute_loss``. The engine's logprobs must be of the sampling distribution: the RL stage refuses
+Why not TRL's own correction: TRL 1.16 computes and applies an importance ratio from a
+``rollout_func``'s ``logprobs`` (``vllm_importance_sampling_correction``, modes ``token_truncate``
+...) only when ``use_vllm`` is true, and no field of the ``rollout_func``'s output changes that.
+The lines, in ``trl/trainer/grpo_trainer.py`` of trl 1.16.0:
+
+* 2643-2645: ``old_per_token_logps`` is computed only ``if gradient_accumulation_steps %
+  generate_every != 0 or (self.use_vllm and self.vllm_importance_sampling_correction)``;
+* 2660: the ratio (``vllm_importance_sampling_ratio``) is computed only ``if self.use_vllm and
+  self.vllm_importance_sampling_correction``; 2908-2909: only then is it put in the batch;
+* 3146-3147: the loss multiplies by ``inputs["importance_sampling_ratio"]`` only ``if
+  self.use_vllm and self.vllm_importance_sampling_correction``;
+* and ``use_vllm`` cannot be set for a ``rollout_func`` that brings its own engine: 1105-1140 build
+  TRL's own vLLM client (``VLLMGeneration``, which imports vLLM in the trainer and connects to
+  ``vllm_server_*``) and 2202-2205 push the weights through it before every ``rollout_func`` call.
+
+What TRL reads from the ``rollout_func``'s ``logprobs`` on any other path is only
+``sampling_per_token_logps`` (2463-2478, 2910-2911), which the loss reads only for the off-policy
+sequence mask (3068-3073, ``off_policy_mask_threshold``, not set by the RL stage). So the
+correction is one override of the trainer's **public** hook ``compute_loss`` (transformers'
+documented extension point; no private method of TRL is overridden): it reads
+``sampling_per_token_logps`` and ``old_per_token_logps`` from the inputs TRL hands it and folds the
+weights into per-token advantages, which TRL's loss takes as ``(B, T)`` (3055-3059). Where TRL
+skipped ``old_per_token_logps`` (each generation batch feeds one optimizer step), the weights
+have not moved since the batch was generated, and one no-grad forward through TRL's own
+``_get_per_token_logps_and_entropies`` (called, not overridden: same temperature and numerics as
+TRL's) gives them. The engine's logprobs must be of the sampling distribution: the RL stage refuses
 TIS at a temperature other than 1 when the engine cannot say so
 (:meth:`coa.engines.EngineClient.refuse_tis`).
 """
@@ -50,43 +68,44 @@ def corrected_trainer(base: type) -> type:
     class TISTrainer(base):  # type: ignore[misc,valid-type]
         coa_tis_cap: float | None = None
 
-        def _generate_and_score_completions(self, inputs: Any) -> dict[str, Any]:
-            out: dict[str, Any] = super()._generate_and_score_completions(inputs)
-            if self.coa_tis_cap is None or out.get("sampling_per_token_logps") is None:
-                return out
-            old = out.get("old_per_token_logps")
-            if old is None:  # one optimizer step per batch: TRL skips it; the trainer's logprobs now
-                ids = torch.cat([out["prompt_ids"], out["completion_ids"]], dim=1)
-                attention = torch.cat([out["prompt_mask"], out["completion_mask"]], dim=1)
+        def compute_loss(
+            self,
+            model: Any,
+            inputs: dict[str, Any],
+            return_outputs: bool = False,
+            num_items_in_batch: Any = None,
+        ) -> Any:
+            if self.coa_tis_cap is not None and inputs.get("sampling_per_token_logps") is not None:
+                inputs = self.coa_tis_inputs(inputs)
+            return super().compute_loss(model, inputs, return_outputs, num_items_in_batch)
+
+        def coa_tis_inputs(self, inputs: dict[str, Any]) -> dict[str, Any]:
+            """``inputs`` with the advantages weighted token by token by :func:`tis_weights`."""
+            old = inputs.get("old_per_token_logps")
+            if old is None:  # one optimizer step per batch: the weights are still the batch's
+                ids = torch.cat([inputs["prompt_ids"], inputs["completion_ids"]], dim=1)
+                attention = torch.cat([inputs["prompt_mask"], inputs["completion_mask"]], dim=1)
                 with torch.no_grad():
                     old, _, _ = self._get_per_token_logps_and_entropies(
                         self.model,
                         ids,
                         attention,
-                        out["completion_ids"].size(1),
+                        inputs["completion_ids"].size(1),
                         batch_size=self.args.per_device_train_batch_size,
                     )
-                out["old_per_token_logps"] = old
-            weights = tis_weights(
-                old, out["sampling_per_token_logps"], out["completion_mask"], self.coa_tis_cap
+            mask = inputs["completion_mask"]
+            cap = self.coa_tis_cap
+            assert cap is not None  # compute_loss calls it only with a cap
+            weights = tis_weights(old, inputs["sampling_per_token_logps"], mask, cap)
+            known = mask > 0
+            metrics = self._metrics["train"]
+            metrics["tis/weight_mean"].append(float(weights[known].mean()) if known.any() else 1.0)
+            metrics["tis/capped_share"].append(
+                float((weights[known] >= cap).float().mean()) if known.any() else 0.0
             )
-            out["coa_tis_weights"] = weights
-            known = out["completion_mask"] > 0
-            self._metrics["train"]["tis/weight_mean"].append(
-                float(weights[known].mean()) if known.any() else 1.0
-            )
-            self._metrics["train"]["tis/capped_share"].append(
-                float((weights[known] >= self.coa_tis_cap).float().mean()) if known.any() else 0.0
-            )
-            return out
-
-        def _compute_loss(self, model: Any, inputs: dict[str, Any]) -> Any:
-            weights = inputs.get("coa_tis_weights")
-            if weights is not None:
-                advantages = inputs["advantages"]
-                advantages = advantages.unsqueeze(1) if advantages.dim() == 1 else advantages
-                inputs = {**inputs, "advantages": advantages * weights}
-            return super()._compute_loss(model, inputs)
+            advantages = inputs["advantages"]
+            advantages = advantages.unsqueeze(1) if advantages.dim() == 1 else advantages
+            return {**inputs, "advantages": advantages * weights}
 
     TISTrainer.__name__ = TISTrainer.__qualname__ = f"TIS{base.__name__}"
     return TISTrainer

@@ -92,6 +92,48 @@ class VLLMUnloadLoRA(Strict):
     lora_int_id: int | None = None
 
 
+class VLLMInitWeightTransfer(Strict):
+    """``POST /init_weight_transfer_engine``: ``init_info`` required (400 "Missing 'init_info'" otherwise).
+    Transcribed from the reference note (engine-protocols.md, vLLM's RL routes table) and the body TRL
+    1.16's client sends (trl/experimental/async_grpo/vllm_client.py, init_weight_transfer_engine);
+    not re-read from vLLM 0.31's own source."""
+
+    init_info: dict[str, Any]
+
+
+class NCCLInitInfo(Strict):
+    """The NCCL backend's ``init_info`` (engine-protocols.md: master_address, master_port, rank_offset,
+    world_size; ``packed`` since vLLM 0.28, trl/experimental/async_grpo/weight_transfer.py)."""
+
+    master_address: str
+    master_port: int
+    rank_offset: int
+    world_size: int
+    packed: bool = False
+
+
+class NCCLUpdateInfo(Strict):
+    """The NCCL backend's ``update_info`` (engine-protocols.md: names, dtype_names, shapes; ``packed``
+    before vLLM 0.28): the server sizes its receive buffers from it."""
+
+    names: list[str]
+    dtype_names: list[str]
+    shapes: list[list[int]]
+    packed: bool = False
+
+
+VLLM_NCCL_ROUTES = {
+    ("GET", "/health"): (None, None),
+    ("GET", "/get_world_size"): (None, None),  # read by TRL 1.16's client (vllm_client.py get_world_size)
+    ("POST", "/init_weight_transfer_engine"): (None, VLLMInitWeightTransfer),
+}
+VLLM_NCCL_ANSWERS = {
+    ("GET", "/health"): "",
+    ("GET", "/get_world_size"): {"world_size": 1},
+    ("POST", "/init_weight_transfer_engine"): {"message": "Weight transfer initialized"},
+}
+
+
 VLLM_COMPLETION_FIELDS = frozenset(
     # vllm/entrypoints/openai/completion/protocol.py:46-253, the fields of CompletionRequest
     [

@@ -126,6 +126,36 @@ def test_vllm_lora_versions_are_new_adapter_names(tmp_path: Path) -> None:
     assert client.request_model() == "student-v5" and client.ledger.current == 5
 
 
+def test_vllm_lora_requests_name_their_versions_adapter(tmp_path: Path) -> None:
+    """A request stamped with version V names ``<model>-vV`` while V is loaded; a name a killed run left
+    loaded is replaced (vLLM's 400 "has already been loaded", serving_models.py), and the end of a run
+    unloads every adapter it loaded."""
+    engine = Engine(P.VLLM_ROUTES, P.VLLM_ANSWERS)
+    loads = {"n": 0}
+
+    def transport(request: httpx.Request) -> httpx.Response:
+        if request.url.path == "/v1/load_lora_adapter" and loads["n"] == 0:
+            loads["n"] += 1
+            name = json.loads(request.content)["lora_name"]
+            message = f"The lora adapter '{name}' has already been loaded."
+            return httpx.Response(400, json={"error": {"message": message, "type": "BadRequestError"}})
+        return engine(request)
+
+    client = VLLMEngine("http://vllm:8000", "student", transport=httpx.MockTransport(transport))
+    assert client.request_model(0) == "student"  # nothing pushed: the base model
+    client.push_adapter(model_folder(tmp_path, "a2"), 2)
+    assert engine.paths() == [
+        "/pause", "/v1/unload_lora_adapter", "/v1/load_lora_adapter", "/reset_prefix_cache", "/resume"
+    ]  # fmt: skip
+    client.push_adapter(model_folder(tmp_path, "a3"), 3)
+    assert (client.request_model(2), client.request_model(3)) == ("student-v2", "student-v3")
+    assert not client.keeps_old_kv()  # a request keeps its adapter to its end
+    engine.calls.clear()
+    client.retire_adapters()
+    assert [body["lora_name"] for _, _, _, body in engine.calls] == ["student-v2", "student-v3"]
+    assert client.request_model(3) == "student"
+
+
 def test_sglang_push_and_reported_versions(tmp_path: Path) -> None:
     engine = Engine(P.SGLANG_ROUTES, P.SGLANG_ANSWERS)
     client = SGLangEngine("http://sgl:30000", "student", transport=httpx.MockTransport(engine))

@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import math
 import threading
+from collections import defaultdict
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -99,17 +101,67 @@ def test_tis_weights_of_a_hand_made_batch() -> None:
 
 
 def test_the_tis_trainer_weights_each_tokens_advantage() -> None:
+    """Through the public ``compute_loss`` hook: the batch's trainer logprobs (TRL's
+    ``old_per_token_logps``) against the behaviour ones, else one no-grad forward."""
     seen: dict[str, Any] = {}
+    forwards: list[int] = []
 
     class Base:
-        def _compute_loss(self, model: Any, inputs: dict[str, Any]) -> Any:
+        _metrics: dict[str, Any] = {"train": defaultdict(list)}
+        args = SimpleNamespace(per_device_train_batch_size=2)
+        model = None
+
+        def compute_loss(self, model: Any, inputs: dict[str, Any], *rest: Any) -> Any:
+            seen.clear()
             seen.update(inputs)
             return inputs["advantages"].sum()
 
+        def _get_per_token_logps_and_entropies(
+            self, model: Any, ids: Any, mask: Any, keep: int, **kw: Any
+        ) -> Any:
+            forwards.append(keep)
+            return torch.log(torch.tensor([[0.5, 0.5], [0.5, 0.5]])), None, None
+
     trainer = corrected_trainer(Base)()
-    weights = torch.tensor([[2.0, 0.5], [1.0, 1.0]])
-    trainer._compute_loss(None, {"advantages": torch.tensor([1.0, -2.0]), "coa_tis_weights": weights})
-    assert torch.equal(seen["advantages"], torch.tensor([[2.0, 0.5], [-2.0, -2.0]]))
+    trainer.coa_tis_cap = 2.0
+    behaviour = torch.log(torch.tensor([[0.25, 1.0], [0.5, 0.5]]))
+    inputs = {
+        "advantages": torch.tensor([1.0, -2.0]),
+        "sampling_per_token_logps": behaviour,
+        "old_per_token_logps": torch.log(torch.tensor([[0.75, 0.5], [0.5, 0.5]])),
+        "completion_mask": torch.ones(2, 2),
+    }
+    trainer.compute_loss(None, inputs)
+    assert torch.allclose(seen["advantages"], torch.tensor([[2.0, 0.5], [-2.0, -2.0]]))  # 3 capped at 2
+    assert not forwards
+    ids = {
+        "prompt_ids": torch.ones(2, 1),
+        "prompt_mask": torch.ones(2, 1),
+        "completion_ids": torch.ones(2, 2),
+    }
+    trainer.compute_loss(None, {**inputs, "old_per_token_logps": None, **ids})
+    assert forwards == [2]  # no old logprobs (one optimizer step per batch): the weights now
+    assert torch.allclose(seen["advantages"], torch.tensor([[2.0, 0.5], [-2.0, -2.0]]))
+    trainer.coa_tis_cap = None
+    trainer.compute_loss(None, inputs)
+    assert torch.equal(seen["advantages"], inputs["advantages"])  # is_correction: none
+
+
+def test_trl_still_corrects_only_with_use_vllm() -> None:
+    """The TRL 1.16 lines coa/rl/tis.py cites: if a TRL upgrade corrects a rollout_func's logprobs
+    without use_vllm, this fails and the override can go."""
+    import trl.trainer.grpo_trainer as grpo
+
+    lines = Path(grpo.__file__).read_text().splitlines()
+    gate = "self.use_vllm and self.vllm_importance_sampling_correction"
+    assert gate in " ".join(lines[2642:2645])  # old_per_token_logps (2643-2645)
+    assert gate in lines[2659]  # the ratio (2660)
+    assert gate in lines[2907] and "importance_sampling_ratio" in lines[2908]  # into the batch (2908-2909)
+    loss = lines[3145:3147]  # the loss (3146-3147)
+    assert gate in loss[0] and 'inputs["importance_sampling_ratio"]' in loss[1]
+    assert 'output["sampling_per_token_logps"]' in lines[2910]  # what a rollout_func's logprobs become
+    # no other place applies it (the other two: VESPO's mode check at 936, the ratio's metrics at 2860)
+    assert [i + 1 for i, line in enumerate(lines) if gate in line] == [936, 2644, 2660, 2860, 2908, 3146]
 
 
 def test_async_needs_the_server_backend() -> None:

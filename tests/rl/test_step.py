@@ -12,7 +12,7 @@ import schemas
 from coa import io
 from coa.plan import PipelineConfig, load_pipeline_config, not_planned, plan
 from coa.rl import step as rl_step
-from coa.rl.config import RLStageConfig
+from coa.rl.config import RLLora, RLStageConfig
 from coa.steps import ModelInput, Step, StepResult, TableInput, run_step
 from coa.tools.config import ToolsConfig
 
@@ -49,6 +49,28 @@ def test_rl_step_commits_model_rollouts_and_lineage_then_reuses(
     assert (Path(ModelInput(ref=built.ref).local_path()) / "config.json").is_file()
     again = run_step(step, store)
     assert again.reused and again.ref.uri == built.ref.uri
+
+
+def test_a_lora_rl_step_commits_the_merged_model_and_the_adapter(tiny_model: Path, tmp_path: Path) -> None:
+    """rl.lora: the artifact's model/ is the merged model (what evaluate loads, no peft) and adapter/ the
+    adapter alone."""
+    from transformers import AutoModelForCausalLM
+
+    store = io.Store(str(tmp_path / "store"))
+    writer = store.writer("converted", "coa", {"test": 2})
+    writer.write_table("rl_prompts", prompts_table(4), schemas.RL_PROMPT)
+    converted = writer.commit()
+    config = RLStageConfig(
+        max_steps=2, prompts_per_step=2, group_size=2, steps_per_generation=2, save_steps=2, max_turns=2,
+        max_new_tokens=12, max_total_tokens=24, overlong_buffer=8, entropy_floor=None, launcher="in_process",
+        tools=ToolsConfig(enabled=("code",), record="off"), lora=RLLora(r=4, alpha=8),
+    )  # fmt: skip
+    step = rl_step.step(config, ModelInput(external=str(tiny_model)), TableInput(converted, "rl_prompts"))
+    built = run_step(step, store)
+    model = Path(ModelInput(ref=built.ref).local_path())
+    merged = AutoModelForCausalLM.from_pretrained(str(model))
+    assert not any("lora" in k for k in merged.state_dict())
+    assert (io.local_folder(built.ref, rl_step.ADAPTER_FOLDER) / "adapter_config.json").is_file()
 
 
 def _check_published(built: StepResult, step: Step, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -119,10 +119,12 @@ class EndpointPolicy:
             await self._session.close()
         self._session = None
 
-    def body(self, prompt_ids: Sequence[int], max_new_tokens: int, sampling: Sampling) -> dict[str, Any]:
-        """The request body for one generation."""
+    def body(
+        self, prompt_ids: Sequence[int], max_new_tokens: int, sampling: Sampling, version: int | None = None
+    ) -> dict[str, Any]:
+        """The request body for one generation (sent under weight ``version``, when stamped)."""
         body: dict[str, Any] = {
-            "model": self.engine.request_model() if self.engine is not None else self.endpoint.model,
+            "model": self.engine.request_model(version) if self.engine is not None else self.endpoint.model,
             "prompt": list(prompt_ids),
             "max_tokens": max_new_tokens,
             "temperature": sampling.temperature,
@@ -145,9 +147,9 @@ class EndpointPolicy:
     ) -> Generation:
         if self._session is None:
             raise RuntimeError("EndpointPolicy.generate before start(): run it through the rollout engine")
-        data = orjson.dumps(self.body(prompt_ids, max_new_tokens, sampling))
         stamped = self.engine.ledger.stamp() if self.engine is not None else None
         try:
+            data = orjson.dumps(self.body(prompt_ids, max_new_tokens, sampling, stamped))
             payload = await self._post(data, len(prompt_ids), max_new_tokens)
         finally:
             if self.engine is not None and stamped is not None:
