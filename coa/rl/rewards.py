@@ -29,7 +29,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from coa.format import check_format, extract_answer
-from coa.rl.config import RLParams
+from coa.rl.config import RLStageConfig
 from coa.rollout import Episode
 from coa.scoring import AnswerJudge
 
@@ -84,7 +84,7 @@ def score_episodes(
     episodes: Sequence[Episode],
     prompts: Sequence[Mapping[str, Any]],
     texts: Sequence[str],
-    params: RLParams,
+    params: RLStageConfig,
     judge: AnswerJudge | None = None,
 ) -> list[Reward]:
     """The reward of each episode against its ``rl_prompt.v1`` row (same order)."""

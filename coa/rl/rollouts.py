@@ -32,7 +32,7 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from coa.rl.config import RLParams
+from coa.rl.config import RLStageConfig
 from coa.rl.rewards import TERMS, Reward, model_text, score_episodes
 from coa.rollout import Codec, Episode, EpisodeSpec, Policy, RolloutConfig, rollout
 
@@ -76,7 +76,7 @@ class RolloutBatch:
     stats: dict[str, float]
 
 
-def rollout_config(params: RLParams, greedy: bool = False) -> RolloutConfig:
+def rollout_config(params: RLStageConfig, greedy: bool = False) -> RolloutConfig:
     """Sampled episodes under the run's limits (greedy ones for the held-out score); EOS closes an
     answer so TRL sees it finished."""
     return RolloutConfig(
@@ -102,7 +102,7 @@ class RolloutSource:
     def __init__(
         self,
         prompts: Sequence[Mapping[str, Any]],
-        params: RLParams,
+        params: RLStageConfig,
         toolbox: Any,
         judge: Any = None,
         greedy: bool = False,

@@ -23,7 +23,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from coa.errors import UserError
-from coa.rl.config import RL, EntropyCollapse, RLParams, RLResult, RLRunConfig, RLStageConfig
+from coa.rl.config import RL, EntropyCollapse, RLResult, RLRunConfig, RLStageConfig
 from coa.rl.family import EVAL_COLUMNS, pick_family, unreachable_families
 from coa.rl.present import present
 from coa.rl.signal import learning_signal
@@ -81,7 +81,7 @@ def _build(b: Build) -> None:
     config: RLStageConfig = b.step.config
     base, prompts = b.model("base"), b.table("prompts")
     out = work_dir(b.store.root, b.writer.uri)
-    params = config.model_dump(include=set(RLParams.model_fields))
+    params = config.model_dump()
     choice = None
     if config.families == "auto":
         rows = prompts.read(["family", "variant"]).to_pydict()

@@ -25,7 +25,7 @@ import pyarrow.compute as pc
 from coa import io
 from coa.facts import Facts, Markdown, show
 from coa.steps import Build, Stage, Step, StepInput, StepResult
-from coa.train.config import SFT, SFTError, SFTParams, SFTResult, SFTRunConfig, SFTStageConfig
+from coa.train.config import SFT, SFTError, SFTResult, SFTRunConfig, SFTStageConfig
 from coa.train.kit.launch import launch_accelerate, resolve_launcher, work_dir
 from coa.train.summary import SFTSummary
 
@@ -75,7 +75,7 @@ def _build(b: Build) -> None:
     base, data = b.model("base"), b.table("data")
     out = work_dir(b.store.root, b.writer.uri)
     examples = select_examples(data.read(), config.families)
-    params = config.model_dump(include=set(SFTParams.model_fields))
+    params = config.model_dump()
     run_config = SFTRunConfig(**params, base_model=base.local_path(), output_dir=str(out))
     if resolve_launcher(config) == "in_process":
         from coa.train.kit.callbacks import progress_callback
