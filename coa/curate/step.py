@@ -41,7 +41,7 @@ from coa.curate.decontam import load_benchmarks
 from coa.curate.filters import RowView
 from coa.curate.rollouts import RolloutRuns
 from coa.curate.shards import scored_batches as sharded_scoring
-from coa.curate.summary import CurationStats
+from coa.curate.stats import CurationStats
 from coa.curate.task_stats import TaskStats
 from coa.facts import Facts, Link, Markdown
 from coa.facts import link as browser_link
@@ -114,7 +114,7 @@ def report_uri(ref: io.ArtifactRef) -> str:
     return io.join(ref.uri, REPORT_FILE)
 
 
-def previous_summary(store: io.Store, name: str, exclude: str) -> CurationStats | None:
+def previous_stats(store: io.Store, name: str, exclude: str) -> CurationStats | None:
     """The summary of the most recent other committed curate artifact with this name."""
     fs, root = io.filesystem(posixpath.join(store.root, "curated"))
     if not fs.exists(root):
@@ -187,7 +187,7 @@ def _build(b: Build) -> None:
                 yield filled
 
     benchmarks = load_benchmarks(config.decontam.benchmarks)
-    previous = previous_summary(b.store, config.name, b.writer.uri)
+    previous = previous_stats(b.store, config.name, b.writer.uri)
     committed_report = io.join(b.writer.uri, REPORT_FILE)
     try:
         with tempfile.TemporaryDirectory(prefix="coa-curate-") as out_dir:

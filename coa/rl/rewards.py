@@ -55,8 +55,10 @@ class Reward:
         return float(getattr(self, name))
 
 
-def model_text(episode: Episode, eos_ids: frozenset[int], decode: Any) -> str:
-    """The episode's text without an end-of-turn id the model or the engine closed it with."""
+def decode_completion(episode: Episode, eos_ids: frozenset[int], decode: Any) -> str:
+    """The episode's completion ids decoded, without the end-of-turn ids the model or the engine closed
+    it with (unlike :func:`coa.rollout.model_text`, which keeps the episode's own text when it did not
+    end on an end-of-turn id)."""
     ids = list(episode.completion_ids)
     while ids and ids[-1] in eos_ids:
         ids.pop()

@@ -33,7 +33,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from coa.rl.config import RLStageConfig
-from coa.rl.rewards import TERMS, Reward, model_text, score_episodes
+from coa.rl.rewards import TERMS, Reward, decode_completion, score_episodes
 from coa.rollout import Codec, Episode, EpisodeSpec, Policy, RolloutConfig, rollout
 
 TRUNCATED = frozenset({"generation_limit", "token_limit", "turn_limit"})
@@ -137,7 +137,7 @@ class RolloutSource:
         ]
         episodes = rollout(specs, policy, self.toolbox, self.config)
         codec = policy.codec
-        texts = [model_text(e, codec.eos_ids, codec.decode) for e in episodes]
+        texts = [decode_completion(e, codec.eos_ids, codec.decode) for e in episodes]
         rows = [self.prompts[e.task_id] for e in episodes]
         return episodes, score_episodes(episodes, rows, texts, self.params, self.judge)
 
@@ -171,7 +171,7 @@ class RolloutSource:
 
     def score_group(self, prompt_id: str, episodes: list[Episode], codec: Codec) -> Group:
         """Score the episodes of one prompt (the async producer's groups)."""
-        texts = [model_text(e, codec.eos_ids, codec.decode) for e in episodes]
+        texts = [decode_completion(e, codec.eos_ids, codec.decode) for e in episodes]
         rows = [self.prompts[prompt_id]] * len(episodes)
         return self.make_group(
             prompt_id, episodes, score_episodes(episodes, rows, texts, self.params, self.judge)

@@ -12,7 +12,7 @@ import pyarrow as pa
 
 from coa.curate import CurateConfig, curate
 from coa.curate.core import CurateResult
-from coa.curate.summary import CurationStats
+from coa.curate.stats import CurationStats
 from schemas.task import TASK
 from schemas.trajectory import TRAJECTORY
 
