@@ -346,8 +346,9 @@ def evaluate(
     """Run a CoA model on tasks with the real tools; write eval.v1 and metrics.json, and print
     pass@1 ± its standard error, pass@k, maj@K, format-valid rate, tokens and tool calls per
     benchmark and per family. With --predictions, score prediction files instead (as `coa score`)."""
-    from coa.evaluate import EvalConfig, format_metrics_table
     from coa.evaluate import step as eval_step
+    from coa.evaluate.config import EvalConfig
+    from coa.evaluate.metrics import format_metrics_table
     from coa.evaluate.summary import EvalSummary
     from coa.plan.choices import eval_tools
 

@@ -34,12 +34,6 @@ DEFAULT_BLOCKED_HOSTS: tuple[str, ...] = (
 answer wikis. ``host/path-prefix``, case-insensitive; a host matches its subdomains too."""
 
 
-METRICS = ("correct", "score", "format_valid")
-"""The per-run metrics two evaluations are compared on (:mod:`coa.evaluate.compare`, the promotion gate)."""
-ALL = "all"
-"""The name of every evaluated pair together (a comparison's pooled row, the gate's default benchmark)."""
-
-
 class TokenPrice(StrictModel):
     """What a model's tokens cost, for cost-of-pass."""
 

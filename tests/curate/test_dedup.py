@@ -5,7 +5,8 @@ from __future__ import annotations
 import tracemalloc
 from pathlib import Path
 
-from coa.curate import DedupConfig, Deduplicator
+from coa.curate.config import DedupConfig
+from coa.curate.dedup import Deduplicator
 from coa.curate.text import normalize
 from tests.curate.rows import LONG_Q, no_gate, question, run, run_curate, table
 

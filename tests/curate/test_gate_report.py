@@ -7,7 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from coa.curate import CurateConfig, CurateGateError, headline_markdown, render_report
+from coa.curate.config import CurateConfig
+from coa.curate.core import CurateGateError
+from coa.curate.report import headline_markdown, render_report
 from coa.curate.stats import CurationStats, ToolStats
 from tests.curate.rows import question, run, run_curate, table
 

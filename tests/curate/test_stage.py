@@ -11,7 +11,8 @@ import pyarrow as pa
 
 import schemas
 from coa.agents.runtime import MultiAgentTeacher, TeacherConfig
-from coa.curate import CurateConfig, curate
+from coa.curate.config import CurateConfig
+from coa.curate.core import curate
 from coa.curate.stats import CurationStats
 from tests.agents.test_runtime import TASK, ScriptedBackend, happy_script, tools
 from tests.curate.rows import (
