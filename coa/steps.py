@@ -30,10 +30,11 @@ from __future__ import annotations
 
 import dataclasses
 import fnmatch
+import importlib
 import os
 import socket
 from collections.abc import Callable, Iterable, Mapping
-from typing import Any, Self
+from typing import Any, Self, cast
 
 from pydantic import BaseModel, ConfigDict
 
@@ -151,8 +152,11 @@ class Stage:
     """Table → the data contract it is written under."""
     summary: type[StepSummary] | None = None
     """What its build reports (:meth:`Build.report`)."""
-    present: Present | None = None
-    """What a front end shows of a step: tables, markdown, links, warnings (:mod:`coa.facts`)."""
+    present: str | None = None
+    """Where its presentation lives, ``module:function`` (a :data:`Present`): what a front end shows
+    of a step (tables, markdown, links, warnings; :mod:`coa.facts`). A path, imported when a front
+    end asks (:meth:`presenter`), so that its module stays out of the build's import closure: editing
+    what a stage shows never changes its key (:meth:`code_files`)."""
     describe: str = ""
     identify: Callable[[Any], Mapping[str, Any]] | None = None
     """The parts of a step's identity this side recomputes from its config (the files an import
@@ -185,7 +189,19 @@ class Stage:
             ]
             return Facts((Table("summary", rows, f"{self.describe}: {result.ref.uri}"),) if rows else ())
         summary = self.summary.from_dict(result.summary) if self.summary is not None else result.summary
-        return self.present(summary, result)
+        return self.presenter()(summary, result)
+
+    def presenter(self) -> Present:
+        """The function :attr:`present` names, imported now."""
+        if self.present is None:
+            raise TypeError(f"stage {self.name} presents nothing")
+        module, _, function = self.present.partition(":")
+        found = getattr(importlib.import_module(module), function, None) if function else None
+        if not callable(found):
+            raise TypeError(
+                f"stage {self.name}: present={self.present!r} names no function (module:function)"
+            )
+        return cast(Present, found)
 
     def contracts(self) -> tuple[str, ...]:
         """The data contracts its steps read or write (what :meth:`code_files` hashes of ``schemas``)."""

@@ -43,11 +43,9 @@ from coa.curate.rollouts import RolloutRuns
 from coa.curate.shards import scored_batches as sharded_scoring
 from coa.curate.stats import CurationStats
 from coa.curate.task_stats import TaskStats
-from coa.facts import Facts, Link, Markdown
-from coa.facts import link as browser_link
 from coa.format.from_run import coa_check
 from coa.scoring.runs import answer_scorer, code_tests, fill_correct, score_code
-from coa.steps import Build, Stage, Step, StepInput, StepResult, StepSummary, TableInput
+from coa.steps import Build, Stage, Step, StepInput, StepSummary, TableInput
 
 
 class CurateSummary(StepSummary):
@@ -258,20 +256,6 @@ def _build(b: Build) -> None:
         b.fail(f"curation gate failed ({', '.join(failed)}); see the report {committed_report}")
 
 
-def present(s: CurateSummary, result: StepResult) -> Facts:
-    """The curation headline and a link to the data-quality report."""
-    return Facts(
-        (
-            Markdown("headline", s.headline, f"Curation headline: {result.ref.uri}"),
-            Link(
-                "report",
-                browser_link(s.report or io.join(result.ref.uri, "report.html")),
-                "Data-quality report (committed with the curated artifact)",
-            ),
-        )
-    )
-
-
 STAGE = Stage(
     name="curate",
     kind="curated",
@@ -284,6 +268,6 @@ STAGE = Stage(
         TASK_STATS_TABLE: schemas.TASK_STATS.id,
     },
     summary=CurateSummary,
-    present=present,
+    present="coa.curate.present:present",
     describe="filter, dedup, decontaminate, gate; data-quality report",
 )

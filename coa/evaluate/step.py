@@ -31,7 +31,6 @@ from coa.errors import UserError
 from coa.evaluate.config import EvalConfig
 from coa.evaluate.eval_report import headline, render_eval_report
 from coa.evaluate.metrics import coverage_of, metrics_document, scorers_used
-from coa.evaluate.present import present_eval, present_eval_report, present_report
 from coa.evaluate.replay import LedgerToolBox
 from coa.evaluate.stage import EVAL_TABLE, METRICS_FILE, evaluate_tasks, open_generator, select_tasks
 from coa.evaluate.summary import EvalReportSummary, EvalSummary, TrainingReportSummary
@@ -382,7 +381,7 @@ STAGE = Stage(
     expects={"tasks": "task.v1", BENCHMARK_INPUT.format("*"): "task.v1"},
     produces={EVAL_TABLE: "eval.v1"},
     summary=EvalSummary,
-    present=present_eval,
+    present="coa.evaluate.present:present_eval",
     identify=identify,
     describe="the model on the tasks with real tools",
 )
@@ -394,7 +393,7 @@ PREDICTIONS = Stage(
     expects=STAGE.expects,
     produces={EVAL_TABLE: "eval.v1"},
     summary=EvalSummary,
-    present=present_eval,
+    present="coa.evaluate.present:present_eval",
     describe="prediction files scored against the tasks",
 )
 EVAL_REPORT = Stage(
@@ -403,7 +402,7 @@ EVAL_REPORT = Stage(
     build=_build_eval_report,
     expects={"candidate": "eval.v1", "teacher": "trajectory.v1", "tasks": "task.v1", "baseline": "eval.v1"},
     summary=EvalReportSummary,
-    present=present_eval_report,
+    present="coa.evaluate.present:present_eval_report",
     describe="HTML evaluation report (benchmarks, pass@k, tokens vs the teacher, baseline deltas)",
 )
 REPORT = Stage(
@@ -419,6 +418,6 @@ REPORT = Stage(
         f"{ROUND_EVAL}*": "eval.v1",
     },  # fmt: skip
     summary=TrainingReportSummary,
-    present=present_report,
+    present="coa.evaluate.present:present_report",
     describe="HTML training report (before/after SFT vs the teacher)",
 )

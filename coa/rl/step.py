@@ -25,7 +25,6 @@ from typing import Any
 from coa.errors import UserError
 from coa.rl.config import RL, EntropyCollapse, RLResult, RLRunConfig, RLStageConfig
 from coa.rl.family import EVAL_COLUMNS, pick_family, unreachable_families
-from coa.rl.present import present
 from coa.rl.signal import learning_signal
 from coa.rl.summary import RLCollapsed, RLSummary
 from coa.steps import Build, Stage, Step, StepInput
@@ -175,7 +174,7 @@ STAGE = Stage(
     expects={"prompts": "rl_prompt.v1", "evaluation": "eval.v1"},
     produces={ROLLOUTS_TABLE: "rollout.v1"},
     summary=RLSummary,
-    present=present,
+    present="coa.rl.present:present",
     describe="agentic RL (GRPO/DAPO on multi-turn tool rollouts)",
 )
 

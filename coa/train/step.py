@@ -14,7 +14,6 @@ removed once the artifact is committed.
 
 from __future__ import annotations
 
-import base64
 import shutil
 from collections.abc import Sequence
 from typing import Any
@@ -23,8 +22,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from coa import io
-from coa.facts import Facts, Markdown, show
-from coa.steps import Build, Stage, Step, StepInput, StepResult
+from coa.steps import Build, Stage, Step, StepInput
 from coa.train.config import SFT, SFTError, SFTResult, SFTRunConfig, SFTStageConfig
 from coa.train.kit.launch import launch_accelerate, resolve_launcher, work_dir
 from coa.train.summary import SFTSummary
@@ -121,20 +119,6 @@ def _build(b: Build) -> None:
     b.cleanup.append(lambda: shutil.rmtree(out, ignore_errors=True))
 
 
-def present(s: SFTSummary, result: StepResult) -> Facts:
-    """The loss curve and the run's figures; the overfitting warning."""
-    png = base64.b64encode(io.read_file(result.ref, LOSS_PNG)).decode()
-    text = (
-        f"# SFT loss\n\n![loss curve](data:image/png;base64,{png})\n\n"
-        "| steps run / planned | final loss | held-out loss | tokens seen | tokens/s | device |\n"
-        "|---|---|---|---|---|---|\n"
-        f"| {s.steps_run} / {s.steps_planned} | {show(s.final_loss)} | {show(s.heldout_loss)} | "
-        f"{show(s.tokens_seen)} | {show(s.tokens_per_s)} | {s.device} |\n\nModel: `{result.ref.uri}`"
-        + (f"\n\n**Warning:** {s.overfit_warning}" if s.overfit_warning else "")
-    )
-    return Facts((Markdown("loss-curve", text, "Training and held-out loss of the SFT run"),))
-
-
 STAGE = Stage(
     name="sft",
     kind="model",
@@ -142,7 +126,7 @@ STAGE = Stage(
     config=SFTStageConfig,
     expects={"data": "sft.v1"},
     summary=SFTSummary,
-    present=present,
+    present="coa.train.present:present",
     describe="supervised fine-tuning (observations masked)",
 )
 
