@@ -155,3 +155,21 @@ class EvalConfig(RolloutLimits):
         if self.backend == "endpoint" and self.endpoint is None:
             raise ValueError("backend=endpoint needs an `endpoint` (base_url or base_url_env, model)")
         return self
+
+
+class EvalReportConfig(StrictModel):
+    """The evaluation report's step (``coa eval-report``): how its deltas against a baseline are
+    computed."""
+
+    bootstrap_samples: int = Field(
+        default=2000,
+        ge=1,
+        description="Paired bootstrap resamples of each benchmark's delta against the baseline (its "
+        "95% interval).",
+    )
+
+
+class ReportConfig(StrictModel):
+    """The training report's step: which pipeline run it reports."""
+
+    run_name: str = Field(description="The run reported (the report's artifact name).")

@@ -28,7 +28,7 @@ import pyarrow as pa
 import schemas
 from coa import io
 from coa.errors import UserError
-from coa.evaluate.config import EvalConfig
+from coa.evaluate.config import EvalConfig, EvalReportConfig, ReportConfig
 from coa.evaluate.eval_report import headline, render_eval_report
 from coa.evaluate.metrics import coverage_of, metrics_document, scorers_used
 from coa.evaluate.replay import LedgerToolBox
@@ -276,7 +276,7 @@ def eval_report_step(
         name=name,
         stage=EVAL_REPORT,
         artifact=name,
-        config={"bootstrap_samples": bootstrap_samples},
+        config=EvalReportConfig(bootstrap_samples=bootstrap_samples),
         inputs={"candidate": candidate, "teacher": teacher, "tasks": tasks, "baseline": baseline},
         describe=EVAL_REPORT.describe,
     )
@@ -298,7 +298,7 @@ def _build_eval_report(b: Build) -> None:
         comparison = token_comparison(student, teacher)
     deltas = None
     if (base := b.optional("baseline")) is not None:
-        found = compare(rows, base.read(), samples=b.step.config["bootstrap_samples"])  # type: ignore[union-attr]
+        found = compare(rows, base.read(), samples=b.step.config.bootstrap_samples)  # type: ignore[union-attr]
         deltas = {k: d.as_dict() for k, d in found.items()}
     facts = {"candidate": candidate.uri}
     if base is not None:
@@ -358,7 +358,7 @@ def report_step(
         name=name,
         stage=REPORT,
         artifact=run_name,
-        config={"run_name": run_name},
+        config=ReportConfig(run_name=run_name),
         inputs=inputs,
         describe=REPORT.describe,
     )
@@ -400,6 +400,7 @@ EVAL_REPORT = Stage(
     name="eval-report",
     kind="eval-report",
     build=_build_eval_report,
+    config=EvalReportConfig,
     expects={"candidate": "eval.v1", "teacher": "trajectory.v1", "tasks": "task.v1", "baseline": "eval.v1"},
     summary=EvalReportSummary,
     present="coa.evaluate.present:present_eval_report",
@@ -409,6 +410,7 @@ REPORT = Stage(
     name="report",
     kind="report",
     build=_build_report,
+    config=ReportConfig,
     expects={
         "tasks": "task.v1",
         "before": "eval.v1",
