@@ -182,10 +182,14 @@ class Stage:
         """What a front end shows of ``result``: what the stage presents; for a stage that presents
         nothing, its summary's figures as one table (none when it reported none)."""
         if self.present is None:
+            # in the summary type's field order: a fresh result and one read back from lineage
+            # (stored with sorted keys) show the same table
+            declared = [k for k in (self.summary.model_fields if self.summary else ()) if k in result.summary]
+            keys = [*declared, *sorted(k for k in result.summary if k not in declared)]
             rows = [
-                {"metric": k, "value": show(v)}
-                for k, v in result.summary.items()
-                if not isinstance(v, dict | list)
+                {"metric": k, "value": show(result.summary[k])}
+                for k in keys
+                if not isinstance(result.summary[k], dict | list)
             ]
             return Facts((Table("summary", rows, f"{self.describe}: {result.ref.uri}"),) if rows else ())
         summary = self.summary.from_dict(result.summary) if self.summary is not None else result.summary
