@@ -46,6 +46,7 @@ def test_a_long_table_shows_its_first_rows_and_counts_the_rest() -> None:
 
 
 def test_a_stage_command_prints_its_uri_then_what_the_stage_presents(storage_root: Path) -> None:
+    from coa.plan.stages import facts
     from coa.steps import StepResult
     from coa.synthetic import step as synthetic
 
@@ -58,6 +59,6 @@ def test_a_stage_command_prints_its_uri_then_what_the_stage_presents(storage_roo
     result = StepResult(
         step="synthetic", ref=ref, reused=True, summary=io.read_lineage(ref)["result"]["summary"]
     )
-    shown = facts_text(synthetic.STAGE.facts(result))
+    shown = facts_text(facts(synthetic.STAGE, result))
     assert shown and shown in done.stdout  # the same facts the Prefect layer publishes
     assert "train" in shown and "heldout" in shown

@@ -1,4 +1,4 @@
-"""The terminal's view of a step: what its stage presents (:meth:`coa.steps.Stage.facts`), as text.
+"""The terminal's view of a step: what its stage presents (:func:`coa.plan.stages.facts`), as text.
 
 Every stage command prints its artifact's URI on a line of its own (``model: URI``, what scripts
 read), then this: the same facts the Prefect layer publishes as artifacts, rendered once here, so the
@@ -76,5 +76,7 @@ def show_facts(facts: Facts, max_rows: int = MAX_ROWS) -> None:
 
 
 def show_step(step: Any, result: Any) -> None:
-    """What ``step``'s stage presents of ``result`` (:meth:`coa.steps.Stage.facts`), printed."""
-    show_facts(step.stage.facts(result))
+    """What ``step``'s stage presents of ``result`` (:func:`coa.plan.stages.facts`), printed."""
+    from coa.plan.stages import facts
+
+    show_facts(facts(step.stage, result))

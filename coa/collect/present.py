@@ -1,4 +1,4 @@
-"""What a front end shows of a collection step (:attr:`coa.steps.Stage.present`): its figures as a table.
+"""What a front end shows of a collection step (:data:`coa.plan.stages.PRESENTERS`): its figures as a table.
 
 Kept out of the step's module, which never imports it: the collection key hashes the code its build
 reaches (:meth:`coa.steps.Stage.code_files`), so a change of presentation rebuilds nothing.

@@ -228,7 +228,6 @@ STAGE = Stage(
     expects={"tasks": "task.v1"},
     produces={TABLE: "trajectory.v1"},
     summary=CollectSummary,
-    present="coa.collect.present:present",
     describe="teacher runs (multi-agent, real tools)",
 )
 RETRY = Stage(
@@ -239,6 +238,5 @@ RETRY = Stage(
     expects={"previous": "trajectory.v1", "tasks": "task.v1"},
     produces={TABLE: "trajectory.v1"},
     summary=CollectSummary,
-    present="coa.collect.present:present",
     describe="re-run the failed runs of a collection",
 )

@@ -1,4 +1,4 @@
-"""What a front end shows of a curation step (:attr:`coa.steps.Stage.present`): the headline and the report.
+"""What a front end shows of a curation step (:data:`coa.plan.stages.PRESENTERS`): headline and report.
 
 Kept out of the step's module, which never imports it: the curation key hashes the code its build
 reaches (:meth:`coa.steps.Stage.code_files`), so a change of presentation rebuilds nothing.

@@ -268,6 +268,5 @@ STAGE = Stage(
         TASK_STATS_TABLE: schemas.TASK_STATS.id,
     },
     summary=CurateSummary,
-    present="coa.curate.present:present",
     describe="filter, dedup, decontaminate, gate; data-quality report",
 )

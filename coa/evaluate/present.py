@@ -1,4 +1,4 @@
-"""What a front end shows of the evaluation steps (:attr:`coa.steps.Stage.present`)."""
+"""What a front end shows of the evaluation steps (:data:`coa.plan.stages.PRESENTERS`)."""
 
 from __future__ import annotations
 

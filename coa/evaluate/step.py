@@ -381,7 +381,6 @@ STAGE = Stage(
     expects={"tasks": "task.v1", BENCHMARK_INPUT.format("*"): "task.v1"},
     produces={EVAL_TABLE: "eval.v1"},
     summary=EvalSummary,
-    present="coa.evaluate.present:present_eval",
     identify=identify,
     describe="the model on the tasks with real tools",
 )
@@ -393,7 +392,6 @@ PREDICTIONS = Stage(
     expects=STAGE.expects,
     produces={EVAL_TABLE: "eval.v1"},
     summary=EvalSummary,
-    present="coa.evaluate.present:present_eval",
     describe="prediction files scored against the tasks",
 )
 EVAL_REPORT = Stage(
@@ -403,7 +401,6 @@ EVAL_REPORT = Stage(
     config=EvalReportConfig,
     expects={"candidate": "eval.v1", "teacher": "trajectory.v1", "tasks": "task.v1", "baseline": "eval.v1"},
     summary=EvalReportSummary,
-    present="coa.evaluate.present:present_eval_report",
     describe="HTML evaluation report (benchmarks, pass@k, tokens vs the teacher, baseline deltas)",
 )
 REPORT = Stage(
@@ -420,6 +417,5 @@ REPORT = Stage(
         f"{ROUND_EVAL}*": "eval.v1",
     },  # fmt: skip
     summary=TrainingReportSummary,
-    present="coa.evaluate.present:present_report",
     describe="HTML training report (before/after SFT vs the teacher)",
 )

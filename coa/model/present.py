@@ -1,4 +1,4 @@
-"""What a front end shows of a student build (:attr:`coa.steps.Stage.present`): its size and pretraining.
+"""What a front end shows of a student build (:data:`coa.plan.stages.PRESENTERS`): its size and pretraining.
 
 Kept out of the step's module, which never imports it: the student's key hashes the code its build
 reaches (:meth:`coa.steps.Stage.code_files`), so a change of presentation rebuilds nothing.

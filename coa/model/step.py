@@ -70,6 +70,5 @@ STAGE = Stage(
     config=TinyModelConfig,
     expects={"data": "sft.v1"},
     summary=StudentSummary,
-    present="coa.model.present:present",
     describe="tiny Qwen2 student + tokenizer trained on the data",
 )

@@ -1,4 +1,4 @@
-"""What a front end shows of an RL step (:attr:`coa.steps.Stage.present`): curves, figures, alarms."""
+"""What a front end shows of an RL step (:data:`coa.plan.stages.PRESENTERS`): curves, figures, alarms."""
 
 from __future__ import annotations
 

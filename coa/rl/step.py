@@ -174,7 +174,6 @@ STAGE = Stage(
     expects={"prompts": "rl_prompt.v1", "evaluation": "eval.v1"},
     produces={ROLLOUTS_TABLE: "rollout.v1"},
     summary=RLSummary,
-    present="coa.rl.present:present",
     describe="agentic RL (GRPO/DAPO on multi-turn tool rollouts)",
 )
 

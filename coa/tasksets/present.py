@@ -1,4 +1,4 @@
-"""What a front end shows of a task import (:attr:`coa.steps.Stage.present`): rows per source.
+"""What a front end shows of a task import (:data:`coa.plan.stages.PRESENTERS`): rows per source.
 
 Kept out of the step's module, which never imports it: the import's key hashes the code its build
 reaches (:meth:`coa.steps.Stage.code_files`), so a change of presentation rebuilds nothing.

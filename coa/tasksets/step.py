@@ -92,7 +92,6 @@ STAGE = Stage(
     config=TasksConfig,
     produces={"tasks": "task.v1", "quarantine": "quarantine.v1"},
     summary=TasksSummary,
-    present="coa.tasksets.present:present",
     identify=identify,
     describe="import task files into task.v1",
 )

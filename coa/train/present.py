@@ -1,4 +1,4 @@
-"""What a front end shows of an SFT step (:attr:`coa.steps.Stage.present`): the loss curve and figures.
+"""What a front end shows of an SFT step (:data:`coa.plan.stages.PRESENTERS`): the loss curve and figures.
 
 Kept out of the step's module, which never imports it: the SFT key hashes the code its build reaches
 (:meth:`coa.steps.Stage.code_files`), so a change of presentation leaves every SFT artifact reused.

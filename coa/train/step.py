@@ -126,7 +126,6 @@ STAGE = Stage(
     config=SFTStageConfig,
     expects={"data": "sft.v1"},
     summary=SFTSummary,
-    present="coa.train.present:present",
     describe="supervised fine-tuning (observations masked)",
 )
 

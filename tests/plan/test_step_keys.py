@@ -112,17 +112,17 @@ def test_an_edit_to_what_sft_runs_changes_the_sft_and_evaluation_keys(
 
 
 def test_what_a_stage_presents_lies_outside_its_key() -> None:
-    """A stage names its presentation by path (``module:function``), imported only by a front end:
-    no stage's build reaches a presentation module, so editing what a stage shows rebuilds nothing."""
-    from coa.plan.stages import STAGES
+    """What a stage shows lives in its ``present`` module, listed by the stage table beside the stage
+    (:data:`coa.plan.stages.PRESENTERS`): no stage's build reaches a presentation module, so editing
+    what a stage shows rebuilds nothing."""
+    from coa.plan.stages import PRESENTERS, STAGES
 
-    presenting = {s.name: s.present.partition(":")[0] for s in STAGES.values() if s.present is not None}
-    assert {"collect", "curate", "sft", "rl", "evaluate", "eval-report", "report"} <= set(presenting)
-    modules = {m.replace(".", "/") + ".py" for m in presenting.values()}
+    assert {"collect", "curate", "sft", "rl", "evaluate", "eval-report", "report"} <= set(PRESENTERS)
+    assert set(PRESENTERS) <= set(STAGES)
+    modules = {p.__module__.replace(".", "/") + ".py" for p in PRESENTERS.values()}
+    assert all(m.endswith("/present.py") for m in modules), modules
     for stage in STAGES.values():
         assert not modules & set(stage.code_files()), (stage.name, modules & set(stage.code_files()))
-        if stage.present is not None:
-            assert callable(stage.presenter()), stage.name
 
 
 def test_the_gate_depends_on_the_registry_and_the_comparison_not_the_evaluation() -> None:
