@@ -45,7 +45,7 @@ from harness import Bench, main
 from coa import io
 from coa.plan import load_pipeline_config, plan
 from coa.steps import StepResult, run_step
-from coa.train.step import select_examples
+from coa.train.data import select_examples
 
 COPIES = ("operators", "operand digits", "printed value, reflection", "printed value, answer")
 REGIONS = {

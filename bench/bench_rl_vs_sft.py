@@ -292,8 +292,8 @@ def continued_sft(
 ) -> Any:
     """Train the SFT model on for ``budget_s`` seconds on the ``families`` examples; its SFTResult."""
     from coa.train.config import SFTRunConfig, SFTStageConfig
+    from coa.train.data import select_examples
     from coa.train.sft import run_sft
-    from coa.train.step import select_examples
 
     params = located.sft.model_dump(include=set(SFTStageConfig.model_fields))
     params.update(

@@ -34,8 +34,8 @@ from transformers import AutoModelForCausalLM
 from coa import io
 from coa.config import load_yaml_layers
 from coa.train.config import SFTRunConfig, SFTStageConfig
+from coa.train.data import select_examples
 from coa.train.sft import run_sft
-from coa.train.step import select_examples
 
 PASSES = ("in split order (before)", "by length")
 

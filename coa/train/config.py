@@ -196,8 +196,9 @@ class SFTStageConfig(TrainLoop, TrainStage):
 class SFTRunConfig(SFTStageConfig, TrainRun):
     """One SFT run (``python -m coa.train.sft --config``): the stage's config (:class:`SFTStageConfig`)
     plus the model to start from, the output folder and the examples. The SFT step makes it from the
-    stage's config; the fields only the stage reads (``name``, where it runs; ``families``, which the
-    step has already selected) are carried unchanged and never restart a resumed run."""
+    stage's config; a run selects the examples of ``families`` as the step does (the same rows either
+    way), and the fields only the stage reads (``name``, where it runs) are carried unchanged and never
+    restart a resumed run."""
 
     data: str | None = Field(
         default=None,

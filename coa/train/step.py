@@ -18,12 +18,10 @@ import shutil
 from collections.abc import Sequence
 from typing import Any
 
-import pyarrow as pa
-import pyarrow.compute as pc
-
 from coa import io
 from coa.steps import Build, Stage, Step, StepInput
-from coa.train.config import SFT, SFTError, SFTResult, SFTRunConfig, SFTStageConfig
+from coa.train.config import SFT, SFTResult, SFTRunConfig, SFTStageConfig
+from coa.train.data import select_examples
 from coa.train.kit.launch import launch_accelerate, resolve_launcher, work_dir
 from coa.train.summary import SFTSummary
 
@@ -54,17 +52,6 @@ def step(
         describe=STAGE.describe,
         options={"callbacks": tuple(callbacks)} if callbacks else {},
     )
-
-
-def select_examples(examples: pa.Table, families: Sequence[str] | None) -> pa.Table:
-    """The rows of the configured families (all when ``families`` is None); none left is an error."""
-    if families is None:
-        return examples
-    chosen = examples.filter(pc.is_in(examples["family"], pa.array(list(families))))
-    if chosen.num_rows == 0:
-        present = sorted(set(examples.column("family").to_pylist()))
-        raise SFTError(f"no SFT example of families {list(families)}; the data holds {present}")
-    return chosen
 
 
 def _build(b: Build) -> None:

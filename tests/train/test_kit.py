@@ -23,6 +23,7 @@ from coa.train.kit import run as kit
 from coa.train.kit.launch import FAILURE_FILE, launch_accelerate
 from coa.train.kit.tracking import tracking_args
 from coa.train.sft import main
+from tests.train.rows import arith_rows
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -91,6 +92,20 @@ def test_a_run_config_is_its_stage_config_plus_where_it_reads_and_writes() -> No
         kit.check_resumable(SFT, saved, run.model_copy(update={"families": ("math",)}))
     rl = RLRunConfig(**RLStageConfig(name="rl-r2").model_dump(), base_model="m")
     kit.check_resumable(RL, RLRunConfig(base_model="m").model_dump(mode="json"), rl)
+
+
+def test_a_run_from_a_file_trains_on_the_families_its_config_names(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``families`` is part of the one SFT config: ``python -m coa.train.sft`` selects them as the step
+    does (checked before any model is loaded: no example of the family is a clear error)."""
+    data = tmp_path / "examples.parquet"
+    pq.write_table(arith_rows(4, seed=1), data)
+    config = tmp_path / "run.yaml"
+    run = {"base_model": str(tmp_path / "no-model"), "data": str(data), "max_steps": 1, "families": ["code"]}
+    config.write_text(yaml.safe_dump(run))
+    assert main(["--config", str(config)]) == 2
+    assert "no SFT example of families ['code']; the data holds ['math']" in capsys.readouterr().err
 
 
 class _Trainer(SimpleNamespace):
