@@ -45,7 +45,7 @@ from harness import Bench, main
 from coa import io
 from coa.plan import load_pipeline_config, plan
 from coa.steps import StepResult, run_step
-from coa.train.step import select_examples
+from coa.train.data import select_examples
 
 COPIES = ("operators", "operand digits", "printed value, reflection", "printed value, answer")
 REGIONS = {
@@ -166,7 +166,7 @@ def train_variant(
     from transformers import AutoTokenizer, TrainerCallback
 
     from coa.model.tiny import init_model, sft_corpus
-    from coa.train.config import SFTParams, SFTRunConfig
+    from coa.train.config import SFTRunConfig, SFTStageConfig
     from coa.train.sft_trainer import build_trainer
 
     with tempfile.TemporaryDirectory(prefix="copy-") as tmp:
@@ -174,7 +174,7 @@ def train_variant(
         model_dir = init_model(sft_corpus(train), tiny, Path(tmp) / "student")
         tokenizer = AutoTokenizer.from_pretrained(model_dir)
         probe = CopyProbe(tokenizer, probe_rows, cfg.sft.max_length)
-        params = cfg.sft.model_dump(include=set(SFTParams.model_fields))
+        params = cfg.sft.model_dump(include=set(SFTStageConfig.model_fields))
         params.update(max_steps=steps, time_budget_s=None, seed=seed, save_steps=steps, heldout_fraction=0.0)
         run = SFTRunConfig(**params, base_model=str(model_dir), output_dir=str(Path(tmp) / "out"))
         curve: list[dict[str, float]] = []

@@ -291,11 +291,11 @@ def continued_sft(
     calibration_steps: int | None = None,
 ) -> Any:
     """Train the SFT model on for ``budget_s`` seconds on the ``families`` examples; its SFTResult."""
-    from coa.train.config import SFTParams, SFTRunConfig
+    from coa.train.config import SFTRunConfig, SFTStageConfig
+    from coa.train.data import select_examples
     from coa.train.sft import run_sft
-    from coa.train.step import select_examples
 
-    params = located.sft.model_dump(include=set(SFTParams.model_fields))
+    params = located.sft.model_dump(include=set(SFTStageConfig.model_fields))
     params.update(
         max_steps=None,
         time_budget_s=budget_s,

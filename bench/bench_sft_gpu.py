@@ -343,14 +343,14 @@ def profile_student(profile: Path, data: Path, out: Path) -> tuple[Path, pa.Tabl
 def profile_run(profile: Path, data: Path, out: Path, steps: int) -> dict[str, Any]:
     """The profile's student and SFT settings, ``steps`` steps; the profile's step counts priced."""
     from coa.model.tiny import MODEL_CARD
-    from coa.train.config import SFTParams
+    from coa.train.config import SFTStageConfig
 
     model, table, layers = profile_student(profile, data, out)
     sft = dict(layers.get("sft") or {})
     selected = out / PROFILE_SFT
     parameters = json.loads((model / MODEL_CARD).read_text())["n_params"]
     unplanned = ("max_steps", "save_steps")
-    params = {k: v for k, v in sft.items() if k in SFTParams.model_fields and k not in unplanned}
+    params = {k: v for k, v in sft.items() if k in SFTStageConfig.model_fields and k not in unplanned}
     params.update(warmup_steps=min(int(params.get("warmup_steps", 0)), steps // 10))
     result = launch(model, selected, out / "profile", steps, **params)
     s_per_step = float(result["s_per_step"])  # type: ignore[arg-type]

@@ -33,9 +33,9 @@ from transformers import AutoModelForCausalLM
 
 from coa import io
 from coa.config import load_yaml_layers
-from coa.train.config import SFTParams, SFTRunConfig
+from coa.train.config import SFTRunConfig, SFTStageConfig
+from coa.train.data import select_examples
 from coa.train.sft import run_sft
-from coa.train.step import select_examples
 
 PASSES = ("in split order (before)", "by length")
 
@@ -113,7 +113,7 @@ def run(args: argparse.Namespace, bench: Bench) -> None:
 def measure(args: argparse.Namespace, bench: Bench, table: Any) -> None:
     sft = dict(load_yaml_layers(args.profile).get("sft") or {})
     unplanned = ("max_steps", "save_steps", "eval_steps", "time_budget_s", "warmup_steps", "logging_steps")
-    params = {k: v for k, v in sft.items() if k in SFTParams.model_fields and k not in unplanned}
+    params = {k: v for k, v in sft.items() if k in SFTStageConfig.model_fields and k not in unplanned}
     if table is None:
         parquet = args.data.endswith(".parquet")
         table = io.read_parquet_file(args.data) if parquet else io.read_table(args.data, "sft")

@@ -1,4 +1,4 @@
-"""What a stage shows of a step, as plain facts any front end renders (:attr:`coa.steps.Stage.present`).
+"""What a stage shows of a step, as plain facts any front end renders (:data:`coa.plan.stages.PRESENTERS`).
 
 A stage turns its typed summary into :class:`Facts`: tables, markdown, links, pages (its committed
 HTML reports) and warnings, each named by a short ``what`` (``summary``, ``loss-curve``…). The

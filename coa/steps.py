@@ -124,7 +124,9 @@ class Build:
 
 BuildFn = Callable[[Build], None]
 Present = Callable[[Any, "StepResult"], Facts]
-"""A stage's view of a step: its typed summary and result → plain facts (:mod:`coa.facts`)."""
+"""A stage's view of a step: its typed summary and result → plain facts (:mod:`coa.facts`). Each
+stage's lives in its ``present`` module, which its build never imports (so what a stage shows is
+outside its key); :data:`coa.plan.stages.PRESENTERS` names them."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -133,7 +135,8 @@ class Stage:
 
     Each stage module declares its ``STAGE``; :data:`coa.plan.stages.STAGES` lists them all, and every
     entry layer reads that one table: the plans, a step spec's rebuild on another machine, the Prefect
-    layer's one publisher (:attr:`present`), ``coa run``'s result and the CLI.
+    layer's one publisher and the CLI (what a step shows: :func:`coa.plan.stages.facts`), ``coa run``'s
+    result.
     """
 
     name: str
@@ -151,8 +154,6 @@ class Stage:
     """Table → the data contract it is written under."""
     summary: type[StepSummary] | None = None
     """What its build reports (:meth:`Build.report`)."""
-    present: Present | None = None
-    """What a front end shows of a step: tables, markdown, links, warnings (:mod:`coa.facts`)."""
     describe: str = ""
     identify: Callable[[Any], Mapping[str, Any]] | None = None
     """The parts of a step's identity this side recomputes from its config (the files an import
@@ -174,18 +175,19 @@ class Stage:
         """A config as a step spec carries it (JSON), back into the stage's model."""
         return self.config.model_validate(value) if self.config is not None else value
 
-    def facts(self, result: StepResult) -> Facts:
-        """What a front end shows of ``result``: what the stage presents; for a stage that presents
-        nothing, its summary's figures as one table (none when it reported none)."""
-        if self.present is None:
-            rows = [
-                {"metric": k, "value": show(v)}
-                for k, v in result.summary.items()
-                if not isinstance(v, dict | list)
-            ]
-            return Facts((Table("summary", rows, f"{self.describe}: {result.ref.uri}"),) if rows else ())
-        summary = self.summary.from_dict(result.summary) if self.summary is not None else result.summary
-        return self.present(summary, result)
+    def summary_facts(self, result: StepResult) -> Facts:
+        """The summary's figures as one table (none when it reported none): what a front end shows of
+        a step whose stage presents nothing (:data:`coa.plan.stages.PRESENTERS`), in the summary
+        type's field order, so a fresh result and one read back from lineage (stored with sorted
+        keys) show the same table."""
+        declared = [k for k in (self.summary.model_fields if self.summary else ()) if k in result.summary]
+        keys = [*declared, *sorted(k for k in result.summary if k not in declared)]
+        rows = [
+            {"metric": k, "value": show(result.summary[k])}
+            for k in keys
+            if not isinstance(result.summary[k], dict | list)
+        ]
+        return Facts((Table("summary", rows, f"{self.describe}: {result.ref.uri}"),) if rows else ())
 
     def contracts(self) -> tuple[str, ...]:
         """The data contracts its steps read or write (what :meth:`code_files` hashes of ``schemas``)."""

@@ -34,9 +34,9 @@ from coa.plan.nightly import (
     no_new_tasks,
     tonight,
 )
-from coa.registry import Registry
 from coa.registry.gate import Verdict, apply, verdict_markdown
 from coa.registry.ledger import Ledger
+from coa.registry.store import Registry
 from coa.steps import ModelInput, StepResult, warm_code_versions
 from flows.pipeline import fail, publish_lineage, publish_summary, run_planned_step
 from tasks.fanout import executor

@@ -1,4 +1,4 @@
-"""Prefect artifacts of a step: what its stage presents (:attr:`coa.steps.Stage.present`), one
+"""Prefect artifacts of a step: what its stage presents (:data:`coa.plan.stages.PRESENTERS`), one
 artifact per fact, small, keyed per step, described. One publisher for every stage: it knows none.
 
 Keys are unique per flow, profile and step (``pipeline-demo-collect-summary`` and
@@ -24,6 +24,7 @@ from prefect.artifacts import create_link_artifact, create_markdown_artifact, cr
 from coa import io, pages
 from coa.errors import describe
 from coa.facts import Fact, Markdown, Page, Table
+from coa.plan.stages import facts
 from coa.steps import Step, StepResult
 
 MAX_PAGE_CHARS = 2_000_000
@@ -76,7 +77,7 @@ def publish(step: Step, result: StepResult, scope: str = "") -> None:
     """The stage's Prefect artifacts for a built or reused step; ``scope`` (the flow and its profile,
     :func:`scope_of`) prefixes their keys so runs of other flows and profiles keep their own."""
 
-    for fact in step.stage.facts(result).items:
+    for fact in facts(step.stage, result).items:
         key, description = artifact_key(scope, step.name, fact.what), _description(step, fact)
         if isinstance(fact, Table):
             create_table_artifact(key=key, table=[dict(row) for row in fact.rows], description=description)

@@ -18,6 +18,7 @@ from prefect.states import Failed
 from coa import io
 from coa.errors import CoaError, describe
 from coa.execution import ShardExecutor
+from coa.plan.stages import facts
 from coa.steps import Step, StepResult, run_step
 from tasks.publish import publish
 
@@ -71,7 +72,7 @@ def run_step_task(
         logger.error("%s: %s", step.name, describe(e))
         return Failed(message=describe(e))
     logger.info("%s: %s %s", step.name, "reused" if result.reused else "built", result.ref.uri)
-    for message in step.stage.facts(result).warnings:  # e.g. RL's reward-hacking alarm
+    for message in facts(step.stage, result).warnings:  # e.g. RL's reward-hacking alarm
         logger.warning("%s: %s", step.name, message)
     publish(step, result, scope)
     return result

@@ -226,6 +226,6 @@ def test_a_stage_that_presents_nothing_shows_its_summary_figures(tmp_path: Path)
 
     store = io.Store(str(tmp_path))
     result = dataclasses.replace(run_step(_tasks_step(2), store), summary={"n": 2, "by": {"a": 1}})
-    shown = _tasks_step(2).stage.facts(result)
+    shown = _tasks_step(2).stage.summary_facts(result)
     assert len(shown.items) == 1 and isinstance(shown.items[0], Table)
     assert list(shown.items[0].rows) == [{"metric": "n", "value": 2}] and shown.warnings == ()

@@ -26,8 +26,8 @@ import pytest
 from coa import io
 from coa.collect.summary import CollectSummary
 from coa.convert.step import ConvertSummary
+from coa.curate.stats import CurationStats
 from coa.curate.step import CurateSummary
-from coa.curate.summary import CurationStats
 from coa.evaluate import step as evaluate
 from coa.evaluate.summary import EvalReportSummary, EvalSummary, TrainingReportSummary
 from coa.model.step import StudentSummary

@@ -39,7 +39,7 @@ def test_model_init_sft_and_evaluate(storage_root: Path) -> None:
     tuned = runner.invoke(app, ["sft", "--data", converted.uri, "--model", model_uri, *TINY])
     assert tuned.exit_code == 0, tuned.output
     tuned_uri = tuned.output.split("model: ", 1)[1].split()[0]
-    assert "3 steps (3 planned)" in tuned.output
+    assert "| 3 / 3 |" in tuned.output  # steps run / planned, as the SFT stage presents them
     assert json.loads(io.read_file(tuned_uri, "sft_result.json"))["global_step"] == 3
 
     tasks = runner.invoke(

@@ -149,7 +149,7 @@ def _model(value: str) -> Any:
     """A model named on the command line: ``champion:NAME`` (resolved through the registry), a
     committed model artifact URI, else a folder or hub id."""
     if value.startswith(CHAMPION_PREFIX):
-        from coa.registry import Registry
+        from coa.registry.store import Registry
 
         value = Registry().resolve(value.removeprefix(CHAMPION_PREFIX))
     return _model_input(value)

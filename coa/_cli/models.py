@@ -15,7 +15,7 @@ from coa.errors import UserError
 
 def models_list() -> None:
     """Every registered model name with its champion and the number of history entries."""
-    from coa.registry import Registry
+    from coa.registry.store import Registry
 
     reg = Registry()
     table = Table(title=f"models in {reg.uri}")
@@ -34,7 +34,7 @@ def models_list() -> None:
 
 def models_show(name: Annotated[str, typer.Argument(help="Registered model name")]) -> None:
     """The champion of NAME, the champions before it, and every history entry with its reasons."""
-    from coa.registry import Registry
+    from coa.registry.store import Registry
 
     reg = Registry()
     current, history = reg.champion(name), reg.history(name)
@@ -73,7 +73,7 @@ def models_promote(
     tracking_config: MirrorProfile = None,
 ) -> None:
     """Make MODEL_URI the champion of NAME by hand (no gate; the history records it)."""
-    from coa.registry import Registry
+    from coa.registry.store import Registry
 
     _mirror_into(tracking_config)
     ref = io.lookup(model_uri)
@@ -91,7 +91,7 @@ def models_rollback(
     tracking_config: MirrorProfile = None,
 ) -> None:
     """Restore the champion NAME had before the current one."""
-    from coa.registry import Registry
+    from coa.registry.store import Registry
 
     _mirror_into(tracking_config)
     champion = Registry().rollback(name, reason)

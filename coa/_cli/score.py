@@ -56,7 +56,8 @@ def score(
 ) -> None:
     """Score prediction files with each benchmark's own scorer and print pass@1, pass@k and maj@K per
     benchmark and family (the numbers `coa evaluate --predictions` commits)."""
-    from coa.evaluate import EvalConfig, format_metrics_table
+    from coa.evaluate.config import EvalConfig
+    from coa.evaluate.metrics import format_metrics_table
     from coa.evaluate.predictions import score_prediction_files
     from coa.evaluate.stage import select_tasks
 
@@ -108,14 +109,11 @@ def evaluate_predictions(
     predictions: list[Path], tasks: str | None, table: str | None, eval_cfg: Any
 ) -> None:
     """``coa evaluate --predictions``: commit an ``eval`` artifact from prediction files."""
-    from coa.evaluate import format_metrics_table
+    from coa._cli.facts import show_step
     from coa.evaluate.step import predictions_step
-    from coa.evaluate.summary import EvalSummary
 
     task_input = _table(tasks, table, "coa tasks import | coa tasks synthetic") if tasks else None
-    result = _run(predictions_step(eval_cfg, task_input, [str(p) for p in predictions]))
-    s = EvalSummary.from_dict(result.summary)
+    step = predictions_step(eval_cfg, task_input, [str(p) for p in predictions])
+    result = _run(step)
     typer.echo(f"eval: {result.ref.uri}")
-    typer.echo(format_metrics_table(s.benchmarks, "benchmark"))
-    typer.echo("")
-    typer.echo(format_metrics_table(s.metrics))
+    show_step(step, result)

@@ -3,19 +3,20 @@
 
 Every command builds the same :class:`~coa.steps.Step` the pipeline's plan builds and runs it through
 :func:`coa._cli.common._run`, so ``coa collect …`` and the flow give the same artifact for the same inputs.
+What it prints of the step is what the step's stage presents (:func:`coa._cli.facts.show_step`: the
+facts the Prefect layer publishes), beside the artifact's URI on a line of its own.
 """
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Annotated, Any
 
 import typer
-from rich.table import Table
 
 from coa import io
-from coa._cli.common import _config, _fail, _model, _raw_table, _run, _table, console, err
+from coa._cli.common import _config, _fail, _model, _raw_table, _run, _table, err
+from coa._cli.facts import show_step
 from coa.collect.summary import CollectSummary
 from coa.errors import UserError
 from coa.tasksets.config import Family, TaskSourceConfig
@@ -48,19 +49,10 @@ def tasks_import(
         name=artifact,
         sources=tuple(TaskSourceConfig(path=s, name=name, family=fam, limit=limit) for s in sources),
     )
-    result = _run(tasksets.step(config))
-    table = Table(title=f"imported into {result.ref.uri}")
-    for col in ("source", "layout", "read", "ok", "quarantined"):
-        table.add_column(col)
-    for s in tasksets.TasksSummary.from_dict(result.summary).sources:
-        table.add_row(s.name, s.layout, str(s.rows_read), str(s.rows_ok), str(s.rows_quarantined))
-    console.print(table)
+    step = tasksets.step(config)
+    result = _run(step)
+    show_step(step, result)
     typer.echo(result.ref.uri)
-    if result.ref.rows("quarantine"):
-        console.print(
-            f"{result.ref.rows('quarantine')} row(s) quarantined; "
-            f"see `coa show {result.ref.uri} --table quarantine`"
-        )
 
 
 def tasks_synthetic(
@@ -75,8 +67,9 @@ def tasks_synthetic(
     from coa.synthetic import step as synthetic
 
     cfg = _config(config, overrides, "synthetic")
-    result = _run(synthetic.step(cfg.synthetic))
-    console.print(f"{result.ref.rows('train')} train and {result.ref.rows('heldout')} held-out tasks")
+    step = synthetic.step(cfg.synthetic)
+    result = _run(step)
+    show_step(step, result)
     typer.echo(result.ref.uri)
 
 
@@ -104,14 +97,16 @@ def collect(
 
     cfg = _config(config, overrides, "collect")
     task_input = _table(tasks, table, "coa tasks import | coa tasks synthetic")
-    result = _run(collect_step.step(cfg.collect, task_input), execution=cfg.execution)
+    step = collect_step.step(cfg.collect, task_input)
+    result = _run(step, execution=cfg.execution)
     s = CollectSummary.from_dict(result.summary)
     _say_resumed(s)
     if retry_failed or cfg.collect.retry_failed:
         failed = s.statuses.get(collect_step.FAILED_STATUS, 0)
         err.print(f"retrying {failed} failed run(s) of {result.ref.uri}", highlight=False)
         previous = TableInput(result.ref, collect_step.TABLE)
-        result = _run(collect_step.retry_step(cfg.collect, previous, task_input))
+        step = collect_step.retry_step(cfg.collect, previous, task_input)
+        result = _run(step)
         s = CollectSummary.from_dict(result.summary)
         _say_resumed(s)
         r = s.repaired
@@ -121,7 +116,7 @@ def collect(
             highlight=False,
         )
     typer.echo(f"trajectories: {result.ref.uri}")
-    console.print_json(json.dumps(s.to_dict(exclude={"collect"})))
+    show_step(step, result)
 
 
 def _say_resumed(summary: CollectSummary) -> None:
@@ -153,14 +148,10 @@ def curate(
 
     cfg = _config(config, overrides, "curate")
     raw_input = _table(raw, _raw_table(raw), "coa collect | coa rl")
-    result = _run(
-        curate_step.step(cfg.curate, raw_input, _table(tasks, table, "coa tasks import")),
-        execution=cfg.execution,
-    )
-    s = curate_step.CurateSummary.from_dict(result.summary)
+    step = curate_step.step(cfg.curate, raw_input, _table(tasks, table, "coa tasks import"))
+    result = _run(step, execution=cfg.execution)
     typer.echo(f"curated: {result.ref.uri}")
-    typer.echo(f"report: {s.report}")
-    typer.echo(s.headline)
+    show_step(step, result)
 
 
 def convert(
@@ -179,9 +170,10 @@ def convert(
 
     cfg = _config(config, overrides, "convert")
     curated_input = _table(curated, "trajectories", "coa curate")
-    result = _run(convert_step.step(cfg.convert, curated_input, _table(tasks, table, "coa tasks import")))
+    step = convert_step.step(cfg.convert, curated_input, _table(tasks, table, "coa tasks import"))
+    result = _run(step)
     typer.echo(f"converted: {result.ref.uri}")
-    typer.echo(json.dumps(result.summary))
+    show_step(step, result)
 
 
 def model_init(
@@ -203,11 +195,10 @@ def model_init(
         raise UserError(
             f"student.base is {student.base!r}: nothing to build (unset it to build the tiny model)"
         )
-    result = _run(student_step.step(student, _table(data, "sft", "coa convert")))
-    folder = io.local_folder(result.ref, student_step.MODEL_FOLDER)
-    card = json.loads(Path(folder, "coa_model.json").read_text())
+    step = student_step.step(student, _table(data, "sft", "coa convert"))
+    result = _run(step)
     typer.echo(f"model: {result.ref.uri}")
-    typer.echo(f"{card['n_params']:,} parameters, vocabulary {card['vocab_size']:,}; load from {folder}")
+    show_step(step, result)
 
 
 def sft(
@@ -231,7 +222,6 @@ def sft(
     from coa.plan.choices import start_model
     from coa.steps import ModelInput
     from coa.train import step as sft_step
-    from coa.train.summary import SFTSummary
 
     cfg = _config(config, overrides, "sft")
     examples = _table(data, "sft", "coa convert")
@@ -240,13 +230,10 @@ def sft(
         base = ModelInput(ref=_run(built).ref)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     logging.getLogger("coa.train.sft").setLevel(logging.INFO)
-    result = _run(sft_step.step(cfg.sft, base, examples))
-    s = SFTSummary.from_dict(result.summary)
+    step = sft_step.step(cfg.sft, base, examples)
+    result = _run(step)
     typer.echo(f"model: {result.ref.uri}")
-    typer.echo(
-        f"{s.steps_run} steps ({s.steps_planned} planned), final loss {s.final_loss}, "
-        f"{s.tokens_per_s:,.0f} tokens/s; loss curve {io.join(result.ref.uri, 'loss_curve.png')}"
-    )
+    show_step(step, result)
 
 
 def rl(
@@ -271,44 +258,16 @@ def rl(
     import logging
 
     from coa.rl import step as rl_step
-    from coa.rl.summary import RLSummary
 
     cfg = _config(config, overrides, "rl")
     prompts = _table(data, "rl_prompts", "coa convert")
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     logging.getLogger("coa.rl").setLevel(logging.INFO)
     judged = _table(evaluation, "eval", "coa evaluate") if evaluation is not None else None
-    result = _run(rl_step.step(cfg.rl, _model(model), prompts, evaluation=judged))
-    s = RLSummary.from_dict(result.summary)
+    step = rl_step.step(cfg.rl, _model(model), prompts, evaluation=judged)
+    result = _run(step)
     typer.echo(f"model: {result.ref.uri}")
-    if s.family_choice:
-        choice = s.family_choice
-        from coa.pages import percent_by_family
-
-        typer.echo(
-            f"family: {choice.family} ({choice.rule}; held-out accuracy {percent_by_family(choice.accuracy)})"
-        )
-        for family, why in sorted(choice.excluded.items()):
-            typer.echo(f"left out: {family} ({why})")
-    typer.echo(
-        f"{s.steps_run} steps ({s.steps_planned} planned), {s.rollouts:,} rollouts in "
-        f"{s.train_runtime_s:.0f} s, last reward {s.final_reward}, entropy {s.final_entropy}; "
-        f"curves {io.join(result.ref.uri, 'rl_curves.png')}"
-    )
-    if s.heldout:
-        scores = ", ".join(f"{p['correct']:.0%} at step {p['step']:g}" for p in s.heldout)
-        typer.echo(f"held-out correct: {scores}")
-    if s.learning_signal:
-        sig = s.learning_signal
-        typer.echo(
-            f"learning signal: {sig.correct_share:.1%} of episodes correct; "
-            f"{sig.groups_with_a_correct_episode:,} of {sig.groups:,} groups held a correct one, "
-            f"{sig.mixed_groups:,} mixed"
-        )
-    family_warning = s.family_choice.warning if s.family_choice else None
-    for message in (s.alarm, family_warning, s.no_signal):
-        if message:
-            err.print(f"[bold red]warning:[/] {message}", highlight=False)
+    show_step(step, result)
 
 
 def evaluate(
@@ -346,9 +305,8 @@ def evaluate(
     """Run a CoA model on tasks with the real tools; write eval.v1 and metrics.json, and print
     pass@1 ± its standard error, pass@k, maj@K, format-valid rate, tokens and tool calls per
     benchmark and per family. With --predictions, score prediction files instead (as `coa score`)."""
-    from coa.evaluate import EvalConfig, format_metrics_table
     from coa.evaluate import step as eval_step
-    from coa.evaluate.summary import EvalSummary
+    from coa.evaluate.config import EvalConfig
     from coa.plan.choices import eval_tools
 
     cfg = _config(config, overrides)
@@ -368,12 +326,10 @@ def evaluate(
     if model is None:
         raise UserError("coa evaluate needs --model (or --predictions FILE to score predictions)")
     task_input = _table(tasks, table, "coa tasks import | coa tasks synthetic") if tasks else None
-    result = _run(eval_step.step(eval_cfg, eval_tools(cfg), task_input, _model(model)))
-    s = EvalSummary.from_dict(result.summary)
+    step = eval_step.step(eval_cfg, eval_tools(cfg), task_input, _model(model))
+    result = _run(step)
     typer.echo(f"eval: {result.ref.uri}")
-    typer.echo(format_metrics_table(s.benchmarks, "benchmark"))
-    typer.echo("")
-    typer.echo(format_metrics_table(s.metrics))
+    show_step(step, result)
 
 
 def eval_report(
@@ -391,7 +347,6 @@ def eval_report(
     """HTML evaluation report: pass@1 with intervals and pass@k per benchmark, accuracy against tokens
     beside the teacher, and per-benchmark deltas against a baseline with paired bootstrap intervals."""
     from coa.evaluate.step import eval_report_step
-    from coa.evaluate.summary import EvalReportSummary
 
     step = eval_report_step(
         "eval-report",
@@ -400,9 +355,9 @@ def eval_report(
         tasks=_table(tasks, None, "coa tasks import") if tasks else None,
         baseline=_table(baseline, "eval", "coa evaluate") if baseline else None,
     )
-    s = EvalReportSummary.from_dict(_run(step).summary)
-    typer.echo(s.headline)
-    typer.echo(f"report: {s.report}")
+    result = _run(step)
+    typer.echo(f"eval-report: {result.ref.uri}")
+    show_step(step, result)
 
 
 def export_cmd(

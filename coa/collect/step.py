@@ -55,8 +55,7 @@ from coa.collect.shards import collect_sharded
 from coa.collect.summary import CollectSummary, Outcome, Repair
 from coa.collect.teacher import open_teacher
 from coa.errors import UserError
-from coa.facts import Facts, Table, show
-from coa.steps import Build, Stage, Step, StepInput, StepResult
+from coa.steps import Build, Stage, Step, StepInput
 
 TABLE = "trajectories"
 log = logging.getLogger(__name__)
@@ -222,29 +221,6 @@ def _build_retry(b: Build) -> None:
     b.cleanup.append(checkpoints.remove)
 
 
-def present(s: CollectSummary, result: StepResult) -> Facts:
-    """The collection's figures, counts and warnings as one table."""
-    keys = (
-        "runs",
-        "completed",
-        "completion_rate",
-        "accuracy",
-        "prompt_tokens",
-        "completion_tokens",
-        "cost_usd",
-    )
-    rows = [{"metric": k, "value": show(getattr(s, k))} for k in keys]
-    resumed = s.collect.resumed if s.collect else None
-    rows.append({"metric": "runs resumed from checkpoints", "value": show(resumed)})
-    rows += [
-        {"metric": k, "value": show(getattr(s, k))} for k in ("statuses", "tool_calls", "errors_by_kind")
-    ]
-    rows += [{"metric": "warning", "value": w} for w in s.warnings]
-    if s.repaired:
-        rows.append({"metric": "repaired (retry of failed runs)", "value": show(s.repaired.model_dump())})
-    return Facts((Table("summary", rows, f"Teacher collection: {result.ref.uri}"),))
-
-
 STAGE = Stage(
     name="collect",
     kind="trajectories",
@@ -253,7 +229,6 @@ STAGE = Stage(
     expects={"tasks": "task.v1"},
     produces={TABLE: "trajectory.v1"},
     summary=CollectSummary,
-    present=present,
     describe="teacher runs (multi-agent, real tools)",
 )
 RETRY = Stage(
@@ -264,6 +239,5 @@ RETRY = Stage(
     expects={"previous": "trajectory.v1", "tasks": "task.v1"},
     produces={TABLE: "trajectory.v1"},
     summary=CollectSummary,
-    present=present,
     describe="re-run the failed runs of a collection",
 )

@@ -7,7 +7,7 @@
    survivors), decontamination against the benchmark index (:mod:`coa.curate.decontam`) and
    duplicate removal (:mod:`coa.curate.dedup`), in that order, on the runs still standing;
 3. writes the kept runs and the quarantined ones (first failing reason, detail, row JSON) through
-   the two callbacks, folds the batch into the statistics (:mod:`coa.curate.summary`) and hands
+   the two callbacks, folds the batch into the statistics (:mod:`coa.curate.stats`) and hands
    the kept steps to the great-expectations gate (:mod:`coa.curate.expectations`).
 
 Across batches only small state is kept in memory: dedup hashes and LSH tables, the benchmark
@@ -46,7 +46,7 @@ from coa.curate.filters import (
 )
 from coa.curate.frames import step_frame
 from coa.curate.report import drift_rows, headline_markdown, render_report
-from coa.curate.summary import CurationStats, GateCheck, GateRecord, SummaryBuilder
+from coa.curate.stats import CurationStats, GateCheck, GateRecord, StatsBuilder
 from coa.curate.text import normalize_many
 from coa.errors import CheckFailed
 from coa.scoring.runs import fill_correct
@@ -86,7 +86,7 @@ class CurateResult:
     report_path: str
     data_docs_path: str | None
     summary_path: str
-    summary: CurationStats
+    stats: CurationStats
     headline: str
     peak_state_bytes: int
 
@@ -208,7 +208,7 @@ def curate(
     score: Score | None,
     coa_check: CoaCheck | None,
     benchmarks: Mapping[str, pa.Table],
-    previous_summary: CurationStats | None,
+    previous_stats: CurationStats | None,
     write_curated: Callable[[pa.Table], None],
     write_quarantine: Callable[[pa.Table], None],
     out_dir: str | os.PathLike[str],
@@ -223,7 +223,7 @@ def curate(
     batches come scored already and ``correct`` is taken as it is); ``coa_check`` returns None for a run that
     converts to a valid CoA trajectory, else the error (may be None when
     ``filters.require_valid_coa`` is off); ``benchmarks`` maps a benchmark name to a ``task.v1``
-    table; ``previous_summary`` is the ``summary`` of the previous run (drift); ``out_dir`` is a
+    table; ``previous_stats`` is the statistics of the previous run (drift); ``out_dir`` is a
     local folder that receives ``report.html``, ``summary.json`` and ``data_docs/``; ``source``
     is recorded in the quarantine rows; ``report_link`` is where the report will be read from
     (the committed artifact's URI; default: the local path in ``out_dir``); ``coa_row`` names
@@ -232,7 +232,7 @@ def curate(
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     curator = _Curator(config, score, coa_check, benchmarks, coa_row)
-    stats = SummaryBuilder()
+    builder = StatsBuilder()
     gate = Gate(config, out / DATA_DOCS_DIR) if config.gate.enabled else None
     rows_in = rows_kept = rows_quarantined = 0
     peak_state = 0
@@ -252,17 +252,17 @@ def curate(
         rows_kept += len(kept)
         rows_quarantined += len(rejected)
         steps = step_frame(table, STEP_FIELDS)
-        _, kept_steps = stats.add_batch(table, [None if v is None else v.reason for v in verdicts], steps)
+        _, kept_steps = builder.add_batch(table, [None if v is None else v.reason for v in verdicts], steps)
         if gate is not None:
             gate.add_steps(steps_for_gate(kept_steps))
         del table, steps, kept_steps
-        peak_state = max(peak_state, curator.dedup.approx_bytes() + stats.approx_bytes())
+        peak_state = max(peak_state, curator.dedup.approx_bytes() + builder.approx_bytes())
     assert rows_in == rows_kept + rows_quarantined, (rows_in, rows_kept, rows_quarantined)
     curator.dedup.close()
     kept_tasks = curator.dedup.kept_tasks
     del curator  # the dedup state goes before the per-run numbers come back from disk
 
-    runs = stats.runs()  # lazily, over the spill file: each check reads what it needs
+    runs = builder.runs()  # lazily, over the spill file: each check reads what it needs
     gate_info: GateRecord | None = None
     docs: str | None = None
     try:
@@ -271,33 +271,33 @@ def curate(
             docs = result.data_docs_index
             checks = tuple(GateCheck.from_dict(c) for c in result.checks)
             gate_info = GateRecord(success=result.success, checks=checks, data_docs=docs)
-        summary = stats.summary(kept_tasks, gate_info)
+        stats = builder.stats(kept_tasks, gate_info)
     finally:
-        stats.close()
-    assert summary.rows_in == rows_in and summary.rows_kept == rows_kept
-    drift = drift_rows(summary, previous_summary, config.drift_warn)
-    summary = summary.model_copy(update={"drift": drift, "config": config.model_dump(mode="json")})
+        builder.close()
+    assert stats.rows_in == rows_in and stats.rows_kept == rows_kept
+    drift = drift_rows(stats, previous_stats, config.drift_warn)
+    stats = stats.model_copy(update={"drift": drift, "config": config.model_dump(mode="json")})
 
     report_path = out / REPORT_FILE
     href = os.path.relpath(docs, out) if docs else None
     report_path.write_text(
-        render_report(summary, previous_summary, data_docs_href=href, drift_warn=config.drift_warn),
+        render_report(stats, previous_stats, data_docs_href=href, drift_warn=config.drift_warn),
         encoding="utf-8",
     )
     summary_path = out / SUMMARY_FILE
-    summary_path.write_text(json.dumps(summary.to_dict(), indent=2, sort_keys=True), encoding="utf-8")
+    summary_path.write_text(json.dumps(stats.to_dict(), indent=2, sort_keys=True), encoding="utf-8")
     failed = tuple(c for c in gate_info.checks if not c.success) if gate_info is not None else ()
     return CurateResult(
         rows_in=rows_in,
         rows_kept=rows_kept,
         rows_quarantined=rows_quarantined,
-        reasons=dict(summary.reasons),
+        reasons=dict(stats.reasons),
         gate_success=gate_info is None or gate_info.success,
         failed_expectations=failed,
         report_path=str(report_path),
         data_docs_path=docs,
         summary_path=str(summary_path),
-        summary=summary,
-        headline=headline_markdown(summary, report_link or str(report_path)),
+        stats=stats,
+        headline=headline_markdown(stats, report_link or str(report_path)),
         peak_state_bytes=peak_state,
     )

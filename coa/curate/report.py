@@ -1,6 +1,6 @@
 """The trajectory data-quality report (self-contained HTML) and the Prefect markdown headline.
 
-Both are pure functions of the typed statistics (:class:`coa.curate.summary.CurationStats`): the
+Both are pure functions of the typed statistics (:class:`coa.curate.stats.CurationStats`): the
 current run's and, for the drift section, the previous run's. Plots are drawn with matplotlib's Agg
 backend and embedded as base64 PNG, so the HTML file stands alone: turns per trajectory, step roles
 by agent tag, tool error rate per tool, observation lengths, tokens per trajectory, filter reasons,
@@ -18,7 +18,7 @@ from typing import Any
 import matplotlib
 
 from coa import pages
-from coa.curate.summary import CurationStats, DriftRow, Histogram, Metrics, ToolStats
+from coa.curate.stats import CurationStats, DriftRow, Histogram, Metrics, ToolStats
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
@@ -76,14 +76,14 @@ def _compact(n: int) -> str:
 
 
 def drift_rows(
-    summary: CurationStats, previous: CurationStats | None, warn: float = 0.25
+    stats: CurationStats, previous: CurationStats | None, warn: float = 0.25
 ) -> tuple[DriftRow, ...]:
     """Metric, previous, current, delta, relative delta and a ``flag`` past ``warn`` (relative)."""
     if previous is None:
         return ()
     rows = []
     for m in DRIFT_METRICS:
-        a, b = _metric(previous.metrics, m), _metric(summary.metrics, m)
+        a, b = _metric(previous.metrics, m), _metric(stats.metrics, m)
         if a is None and b is None:
             continue
         delta = b - a if a is not None and b is not None else None
@@ -210,7 +210,7 @@ def _figure(png: str | None, caption: str, anchor: str) -> str:
 
 
 def render_report(
-    summary: CurationStats,
+    stats: CurationStats,
     previous: CurationStats | None = None,
     *,
     data_docs_href: str | None = None,
@@ -218,9 +218,9 @@ def render_report(
     drift_warn: float = 0.25,
 ) -> str:
     """The report as one HTML string (see the module docstring)."""
-    m, gate = summary.metrics, summary.gate
+    m, gate = stats.metrics, stats.gate
     parts: list[str] = []
-    parts.append(f"<p>Created {html.escape(summary.created_at)}.</p>")
+    parts.append(f"<p>Created {html.escape(stats.created_at)}.</p>")
 
     # headline
     status = "no gate" if gate is None else ("PASSED" if gate.success else "FAILED")
@@ -230,11 +230,11 @@ def render_report(
         _table(
             ["metric", "value"],
             [
-                ["runs in", summary.rows_in],
-                ["runs kept", summary.rows_kept],
-                ["runs quarantined", summary.rows_quarantined],
+                ["runs in", stats.rows_in],
+                ["runs kept", stats.rows_kept],
+                ["runs quarantined", stats.rows_quarantined],
                 ["kept rate", m.kept_rate],
-                ["tasks kept", summary.kept_tasks],
+                ["tasks kept", stats.kept_tasks],
                 ["correct rate (scored input runs)", m.correct_rate_input],
                 ["clean-end rate (input)", m.clean_end_rate_input],
                 ["mean steps (curated)", m.mean_steps],
@@ -276,7 +276,7 @@ def render_report(
         parts.append("<p><em>The gate did not run.</em></p>")
 
     # reasons
-    reasons, n_in = summary.reasons, summary.rows_in
+    reasons, n_in = stats.reasons, stats.rows_in
     parts.append('<h2 id="reasons">Filter reasons</h2>')
     parts.append(
         _table(
@@ -286,7 +286,7 @@ def render_report(
     )
     parts.append(_figure(_reasons_plot(reasons), "quarantined runs per filter reason", "plot-reasons"))
 
-    hk, hi = summary.histograms, summary.histograms_input
+    hk, hi = stats.histograms, stats.histograms_input
     parts.append("<h2>Trajectories</h2>")
     parts.append(
         _figure(
@@ -308,7 +308,7 @@ def render_report(
             "plot-tokens",
         )
     )
-    sk, si = summary.steps_kept, summary.steps_input
+    sk, si = stats.steps_kept, stats.steps_input
     parts.append("<h2>Steps</h2>")
     parts.append(_figure(_roles_plot(sk.role_by_agent), "step roles by agent tag", "plot-roles"))
     if sk.roles:
@@ -337,18 +337,18 @@ def render_report(
             "plot-observations",
         )
     )
-    if summary.families:
+    if stats.families:
         parts.append("<h2>Families and statuses</h2>")
-        families = [[f, v.read, v.kept] for f, v in summary.families.items()]
+        families = [[f, v.read, v.kept] for f, v in stats.families.items()]
         parts.append(_table(["family", "input", "kept"], families))
-        parts.append(_table(["status (input)", "runs"], list(summary.statuses.items())))
+        parts.append(_table(["status (input)", "runs"], list(stats.statuses.items())))
 
     # drift
     parts.append('<h2 id="drift">Drift versus the previous run</h2>')
     if previous is None:
         parts.append("<p><em>No previous run to compare with.</em></p>")
     else:
-        rows = drift_rows(summary, previous, drift_warn)
+        rows = drift_rows(stats, previous, drift_warn)
         parts.append(
             f"<p>Previous run created {html.escape(previous.created_at or '?')}; "
             f"rows marked changed by more than {drift_warn:.0%}.</p>"
@@ -381,26 +381,26 @@ def render_report(
     return pages.page(title, parts)
 
 
-def headline_markdown(summary: CurationStats, report_path: str | None = None) -> str:
+def headline_markdown(stats: CurationStats, report_path: str | None = None) -> str:
     """The headline numbers as markdown, for the Prefect artifact."""
-    m, gate = summary.metrics, summary.gate
+    m, gate = stats.metrics, stats.gate
     status = "not run" if gate is None else ("**passed**" if gate.success else "**FAILED**")
     lines = [
         "## Curate",
         "",
         "| metric | value |",
         "| --- | --- |",
-        f"| runs in | {_fmt(summary.rows_in)} |",
-        f"| runs kept | {_fmt(summary.rows_kept)} ({_fmt(m.kept_rate)}) |",
-        f"| runs quarantined | {_fmt(summary.rows_quarantined)} |",
-        f"| tasks kept | {_fmt(summary.kept_tasks)} |",
+        f"| runs in | {_fmt(stats.rows_in)} |",
+        f"| runs kept | {_fmt(stats.rows_kept)} ({_fmt(m.kept_rate)}) |",
+        f"| runs quarantined | {_fmt(stats.rows_quarantined)} |",
+        f"| tasks kept | {_fmt(stats.kept_tasks)} |",
         f"| correct rate (scored input) | {_fmt(m.correct_rate_input)} |",
         f"| mean steps / tokens (curated) | {_fmt(m.mean_steps)} / {_fmt(m.mean_tokens)} |",
         f"| tool error rate (input) | {_fmt(m.tool_error_rate_input)} |",
         f"| gate | {status} |",
         "",
     ]
-    reasons = summary.reasons
+    reasons = stats.reasons
     if reasons:
         lines += [
             "**Quarantine reasons:** " + ", ".join(f"`{k}` {v:,}" for k, v in list(reasons.items())[:10]),
@@ -415,7 +415,7 @@ def headline_markdown(summary: CurationStats, report_path: str | None = None) ->
                 f"{_fmt(c.observed_value)}, unexpected {_fmt(c.unexpected_count)}"
             )
         lines.append("")
-    drift = [r for r in summary.drift if r.flag]
+    drift = [r for r in stats.drift if r.flag]
     if drift:
         lines.append(
             "**Drift:** " + ", ".join(f"{r.metric} {_fmt(r.previous)} → {_fmt(r.current)}" for r in drift)

@@ -41,12 +41,11 @@ from coa.curate.decontam import load_benchmarks
 from coa.curate.filters import RowView
 from coa.curate.rollouts import RolloutRuns
 from coa.curate.shards import scored_batches as sharded_scoring
-from coa.curate.summary import CurationStats
+from coa.curate.stats import CurationStats
 from coa.curate.task_stats import TaskStats
-from coa.facts import Facts, Markdown, Page
 from coa.format.from_run import coa_check
 from coa.scoring.runs import answer_scorer, code_tests, fill_correct, score_code
-from coa.steps import Build, Stage, Step, StepInput, StepResult, StepSummary, TableInput
+from coa.steps import Build, Stage, Step, StepInput, StepSummary, TableInput
 
 
 class CurateSummary(StepSummary):
@@ -113,7 +112,7 @@ def report_uri(ref: io.ArtifactRef) -> str:
     return io.join(ref.uri, REPORT_FILE)
 
 
-def previous_summary(store: io.Store, name: str, exclude: str) -> CurationStats | None:
+def previous_stats(store: io.Store, name: str, exclude: str) -> CurationStats | None:
     """The summary of the most recent other committed curate artifact with this name."""
     fs, root = io.filesystem(posixpath.join(store.root, "curated"))
     if not fs.exists(root):
@@ -186,7 +185,7 @@ def _build(b: Build) -> None:
                 yield filled
 
     benchmarks = load_benchmarks(config.decontam.benchmarks)
-    previous = previous_summary(b.store, config.name, b.writer.uri)
+    previous = previous_stats(b.store, config.name, b.writer.uri)
     committed_report = io.join(b.writer.uri, REPORT_FILE)
     try:
         with tempfile.TemporaryDirectory(prefix="coa-curate-") as out_dir:
@@ -257,21 +256,6 @@ def _build(b: Build) -> None:
         b.fail(f"curation gate failed ({', '.join(failed)}); see the report {committed_report}")
 
 
-def present(s: CurateSummary, result: StepResult) -> Facts:
-    """The curation headline and the data-quality report itself (a front end shows it in place)."""
-    return Facts(
-        (
-            Markdown("headline", s.headline, f"Curation headline: {result.ref.uri}"),
-            Page(
-                "report",
-                result.ref.uri,
-                posixpath.basename(s.report or REPORT_FILE),
-                "Data-quality report (committed with the curated artifact)",
-            ),
-        )
-    )
-
-
 STAGE = Stage(
     name="curate",
     kind="curated",
@@ -284,6 +268,5 @@ STAGE = Stage(
         TASK_STATS_TABLE: schemas.TASK_STATS.id,
     },
     summary=CurateSummary,
-    present=present,
     describe="filter, dedup, decontaminate, gate; data-quality report",
 )

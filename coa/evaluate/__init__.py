@@ -18,38 +18,9 @@
 * :mod:`~coa.evaluate.training_report`: the training report (before/after SFT beside the teacher).
 * :mod:`~coa.evaluate.changes`: what each training step changed, paired on the same tasks, with its
   interval (the report's section, ``coa run``'s last table).
+
+This package imports nothing: a step's key hashes the files its build can reach (its import
+closure), and a package that re-exported its modules would put all of them in the closure of every
+step that reaches one (the gate compares evaluations with :mod:`coa.evaluate.compare`). Import the
+module that holds a name (``from coa.evaluate.config import EvalConfig``).
 """
-
-from typing import TYPE_CHECKING, Any
-
-from coa.evaluate.config import EvalConfig
-
-if TYPE_CHECKING:
-    from coa.evaluate.generation import open_policy
-    from coa.evaluate.metrics import eval_metrics, format_metrics_table
-    from coa.evaluate.stage import evaluate_tasks
-
-__all__ = [
-    "EvalConfig",
-    "eval_metrics",
-    "evaluate_tasks",
-    "format_metrics_table",
-    "open_policy",
-]
-
-
-def __getattr__(name: str) -> Any:
-    """PEP 562: the implementation loads on first use, so loading the config loads none of it."""
-    if name in ("open_policy",):
-        from coa.evaluate import generation
-
-        return getattr(generation, name)
-    if name in ("eval_metrics", "format_metrics_table"):
-        from coa.evaluate import metrics
-
-        return getattr(metrics, name)
-    if name in ("evaluate_tasks",):
-        from coa.evaluate import stage
-
-        return getattr(stage, name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from coa.evaluate.config import ALL, METRICS
+from coa.evaluate.names import ALL, METRICS
 
 _CHUNK = 2_000_000  # pair draws per bootstrap chunk (memory bound)
 

@@ -34,12 +34,6 @@ DEFAULT_BLOCKED_HOSTS: tuple[str, ...] = (
 answer wikis. ``host/path-prefix``, case-insensitive; a host matches its subdomains too."""
 
 
-METRICS = ("correct", "score", "format_valid")
-"""The per-run metrics two evaluations are compared on (:mod:`coa.evaluate.compare`, the promotion gate)."""
-ALL = "all"
-"""The name of every evaluated pair together (a comparison's pooled row, the gate's default benchmark)."""
-
-
 class TokenPrice(StrictModel):
     """What a model's tokens cost, for cost-of-pass."""
 
@@ -161,3 +155,21 @@ class EvalConfig(RolloutLimits):
         if self.backend == "endpoint" and self.endpoint is None:
             raise ValueError("backend=endpoint needs an `endpoint` (base_url or base_url_env, model)")
         return self
+
+
+class EvalReportConfig(StrictModel):
+    """The evaluation report's step (``coa eval-report``): how its deltas against a baseline are
+    computed."""
+
+    bootstrap_samples: int = Field(
+        default=2000,
+        ge=1,
+        description="Paired bootstrap resamples of each benchmark's delta against the baseline (its "
+        "95% interval).",
+    )
+
+
+class ReportConfig(StrictModel):
+    """The training report's step: which pipeline run it reports."""
+
+    run_name: str = Field(description="The run reported (the report's artifact name).")

@@ -326,8 +326,9 @@ def coverage_of(task_counts: Mapping[str, int], table: pa.Table) -> dict[str, di
     }
 
 
-def format_metrics_table(metrics: Mapping[str, Mapping[str, Any]], label: str = "family") -> str:
-    """The metrics as an aligned plain-text table (rates in percent)."""
+def metrics_rows(metrics: Mapping[str, Mapping[str, Any]], label: str = "family") -> list[dict[str, str]]:
+    """The metrics as table rows of display cells (rates in percent), one per family or benchmark:
+    what the terminal, the Prefect artifact and :func:`format_metrics_table` show."""
     ks = sorted(
         {int(k[5:]) for m in metrics.values() for k in m if k.startswith("pass@") and k[5:].isdigit()}
     )
@@ -354,7 +355,14 @@ def format_metrics_table(metrics: Mapping[str, Mapping[str, Any]], label: str = 
                 cell(m["tokens_per_solved"], "{:,.1f}"),
             ]
         )
-    return aligned_table([header, *body])
+    return [dict(zip(header, row, strict=True)) for row in body]
+
+
+def format_metrics_table(metrics: Mapping[str, Mapping[str, Any]], label: str = "family") -> str:
+    """The metrics as an aligned plain-text table (rates in percent)."""
+    rows = metrics_rows(metrics, label)
+    header = list(rows[0]) if rows else [label]
+    return aligned_table([header, *[list(r.values()) for r in rows]])
 
 
 def aligned_table(rows: Sequence[Sequence[str]]) -> str:

@@ -1,10 +1,11 @@
-"""What a front end shows of the evaluation steps (:attr:`coa.steps.Stage.present`)."""
+"""What a front end shows of the evaluation steps (:data:`coa.plan.stages.PRESENTERS`)."""
 
 from __future__ import annotations
 
 import posixpath
 
 from coa import io
+from coa.evaluate.metrics import metrics_rows
 from coa.evaluate.summary import EvalSummary, Headline, TrainingReportSummary
 from coa.facts import Fact, Facts, Markdown, Page, Table, show
 from coa.steps import StepResult
@@ -28,21 +29,18 @@ def _headline(s: Headline, result: StepResult, what: str) -> tuple[Fact, ...]:
 
 def present_eval(s: EvalSummary, result: StepResult) -> Facts:
     """Metrics per family, per benchmark (pass@1 ± SE, pass@k, maj@K, tokens), the headline."""
-    items: list[Fact] = [
-        Table(
-            "metrics",
-            [{"family": f, **{k: show(v) for k, v in m.items()}} for f, m in s.metrics.items()],
-            f"Evaluation of {model_of(result)}: {result.ref.uri}",
-        )
-    ]
+    items: list[Fact] = []
     if s.benchmarks:
         items.append(
             Table(
                 "benchmarks",
-                [{"benchmark": b, **{k: show(v) for k, v in m.items()}} for b, m in s.benchmarks.items()],
+                metrics_rows(s.benchmarks, "benchmark"),
                 "Evaluation per benchmark (pass@1 ± SE, pass@k, maj@K, tokens)",
             )
         )
+    items.append(
+        Table("metrics", metrics_rows(s.metrics), f"Evaluation of {model_of(result)}: {result.ref.uri}")
+    )
     return Facts((*items, *_headline(s, result, "Evaluation")))
 
 

@@ -28,10 +28,9 @@ import pyarrow as pa
 import schemas
 from coa import io
 from coa.errors import UserError
-from coa.evaluate.config import EvalConfig
+from coa.evaluate.config import EvalConfig, EvalReportConfig, ReportConfig
 from coa.evaluate.eval_report import headline, render_eval_report
 from coa.evaluate.metrics import coverage_of, metrics_document, scorers_used
-from coa.evaluate.present import present_eval, present_eval_report, present_report
 from coa.evaluate.replay import LedgerToolBox
 from coa.evaluate.stage import EVAL_TABLE, METRICS_FILE, evaluate_tasks, open_generator, select_tasks
 from coa.evaluate.summary import EvalReportSummary, EvalSummary, TrainingReportSummary
@@ -278,7 +277,7 @@ def eval_report_step(
         name=name,
         stage=EVAL_REPORT,
         artifact=name,
-        config={"bootstrap_samples": bootstrap_samples},
+        config=EvalReportConfig(bootstrap_samples=bootstrap_samples),
         inputs={"candidate": candidate, "teacher": teacher, "tasks": tasks, "baseline": baseline},
         describe=EVAL_REPORT.describe,
     )
@@ -300,7 +299,7 @@ def _build_eval_report(b: Build) -> None:
         comparison = token_comparison(student, teacher)
     deltas = None
     if (base := b.optional("baseline")) is not None:
-        found = compare(rows, base.read(), samples=b.step.config["bootstrap_samples"])  # type: ignore[union-attr]
+        found = compare(rows, base.read(), samples=b.step.config.bootstrap_samples)  # type: ignore[union-attr]
         deltas = {k: d.as_dict() for k, d in found.items()}
     facts = {"candidate": candidate.uri}
     if base is not None:
@@ -360,7 +359,7 @@ def report_step(
         name=name,
         stage=REPORT,
         artifact=run_name,
-        config={"run_name": run_name},
+        config=ReportConfig(run_name=run_name),
         inputs=inputs,
         describe=REPORT.describe,
     )
@@ -383,7 +382,6 @@ STAGE = Stage(
     expects={"tasks": "task.v1", BENCHMARK_INPUT.format("*"): "task.v1"},
     produces={EVAL_TABLE: "eval.v1"},
     summary=EvalSummary,
-    present=present_eval,
     identify=identify,
     describe="the model on the tasks with real tools",
 )
@@ -395,22 +393,22 @@ PREDICTIONS = Stage(
     expects=STAGE.expects,
     produces={EVAL_TABLE: "eval.v1"},
     summary=EvalSummary,
-    present=present_eval,
     describe="prediction files scored against the tasks",
 )
 EVAL_REPORT = Stage(
     name="eval-report",
     kind="eval-report",
     build=_build_eval_report,
+    config=EvalReportConfig,
     expects={"candidate": "eval.v1", "teacher": "trajectory.v1", "tasks": "task.v1", "baseline": "eval.v1"},
     summary=EvalReportSummary,
-    present=present_eval_report,
     describe="HTML evaluation report (benchmarks, pass@k, tokens vs the teacher, baseline deltas)",
 )
 REPORT = Stage(
     name="report",
     kind="report",
     build=_build_report,
+    config=ReportConfig,
     expects={
         "tasks": "task.v1",
         "before": "eval.v1",
@@ -420,6 +418,5 @@ REPORT = Stage(
         f"{ROUND_EVAL}*": "eval.v1",
     },  # fmt: skip
     summary=TrainingReportSummary,
-    present=present_report,
     describe="HTML training report (before/after SFT vs the teacher)",
 )

@@ -443,7 +443,7 @@ def write_training_report(b: Any) -> tuple[list[dict[str, Any]], list[StepChange
                 f"{signal['correct_share']:.1%} of episodes correct; {signal['mixed_groups']:,} of "
                 f"{signal['groups']:,} groups mixed right and wrong episodes"
             )
-    run_name = b.step.config["run_name"]
+    run_name = b.step.config.run_name
     page = render_report(
         title=f"CoA training report: {run_name}",
         rows=rows,

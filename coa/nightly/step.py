@@ -16,6 +16,7 @@ import pyarrow.compute as pc
 from pydantic import Field
 
 import schemas
+from coa.nightly.config import MergeConfig, NewTasksConfig
 from coa.steps import Build, Stage, Step, StepInput, StepSummary
 
 NEW_TASKS = "nightly.new_tasks"
@@ -42,7 +43,7 @@ def new_tasks_step(tasks: StepInput, previous: Mapping[str, StepInput]) -> Step:
         name=NEW_TASKS,
         stage=NEW_TASKS_STAGE,
         artifact="new-tasks",
-        config={"exclude": "task ids of earlier nights' collections"},
+        config=NewTasksConfig(),
         inputs=inputs,
         describe=NEW_TASKS_STAGE.describe,
     )
@@ -91,7 +92,7 @@ def merge_step(
         name=MERGE,
         stage=MERGE_STAGE,
         artifact="nightly-merged",
-        config={"dedup": ["run_id", "task_id"]},
+        config=MergeConfig(),
         inputs=inputs,
         describe=MERGE_STAGE.describe,
     )
@@ -130,6 +131,7 @@ NEW_TASKS_STAGE = Stage(
     name=NEW_TASKS,
     kind="tasks",
     build=_build_new_tasks,
+    config=NewTasksConfig,
     expects={"tasks": "task.v1", "*": "trajectory.v1"},
     produces={"tasks": "task.v1"},
     summary=NewTasksSummary,
@@ -139,6 +141,7 @@ MERGE_STAGE = Stage(
     name=MERGE,
     kind="trajectories",
     build=_build_merge,
+    config=MergeConfig,
     expects={"*tasks": "task.v1", "*": "trajectory.v1"},
     produces={"trajectories": "trajectory.v1", "tasks": "task.v1"},
     summary=MergeSummary,

@@ -7,7 +7,7 @@ from typing import Any
 from pydantic import Field
 
 from coa.config import StrictModel
-from coa.evaluate.config import ALL, METRICS
+from coa.evaluate.names import ALL, METRICS
 
 
 class GateConfig(StrictModel):

@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from coa import io
-from coa.curate.summary import CurationStats
+from coa.curate.stats import CurationStats
 from coa.errors import UserError
 from coa.lineage import EXTERNAL, Graph, trace
 from coa.registry.model_card import LINEAGE_FILE, Evaluation, TokenRow, card_metadata, render_card

@@ -1,6 +1,7 @@
 """coa.rl: agentic RL (GRPO with DAPO's defaults) on multi-turn CoA tool rollouts.
 
-* :mod:`~coa.rl.config`: :class:`RLParams` / :class:`RLStageConfig` / :class:`RLResult`, the errors;
+* :mod:`~coa.rl.config`: :class:`RLStageConfig` (the one RL config; a run's :class:`RLRunConfig` is
+  derived from it), :class:`RLResult`, the errors;
 * :mod:`~coa.rl.rewards`: the reward terms per family (correct, format, efficiency, overlong);
 * :mod:`~coa.rl.judge_audit`: the audit of the LLM judge of web answers against a labelled set, before a run;
 * :mod:`~coa.rl.rollouts`: a generation batch from the rollout engine, with dynamic sampling;

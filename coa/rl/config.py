@@ -1,10 +1,10 @@
 """Configuration and result of an RL run (GRPO with DAPO defaults); light to import (no torch, no TRL).
 
-:class:`RLParams` is how to train (shared by a single run and the pipeline's RL stage),
-:class:`RLRunConfig` one run from a file (``python -m coa.rl.grpo``), :class:`RLStageConfig` the
-pipeline section, :class:`RLResult` what a finished run reports (``rl_result.json``), :data:`RL`
-the recipe the trainer kit (:mod:`coa.train.kit`) runs it as. The fields every recipe shares are
-declared once in :mod:`coa.train.kit.config`, the episodes' limits in :mod:`coa.rollout.config`.
+:class:`RLStageConfig` is the one RL config a user sets (how to train, and where the pipeline's
+stage runs), :class:`RLRunConfig` one run from a file (``python -m coa.rl.grpo``), derived from it,
+:class:`RLResult` what a finished run reports (``rl_result.json``), :data:`RL` the recipe the
+trainer kit (:mod:`coa.train.kit`) runs it as. The fields every recipe shares are declared once in
+:mod:`coa.train.kit.config`, the episodes' limits in :mod:`coa.rollout.config`.
 """
 
 from __future__ import annotations
@@ -169,8 +169,10 @@ class RLLora(LoraSettings):
     )
 
 
-class RLParams(TrainLoop, RolloutLimits):
-    """How to train: GRPO on multi-turn tool rollouts with DAPO's defaults.
+class RLStageConfig(TrainLoop, RolloutLimits, TrainStage):
+    """The RL stage, the one RL config a user sets (the ``rl`` section of a profile): GRPO on
+    multi-turn tool rollouts with DAPO's defaults, and where it runs
+    (:class:`~coa.train.kit.config.TrainStage`). A run's form (:class:`RLRunConfig`) is derived from it.
 
     The loop's fields are the trainer kit's (:class:`~coa.train.kit.config.TrainLoop`) and the
     episodes' limits the rollout engine's (:class:`~coa.rollout.config.RolloutLimits`, as in
@@ -340,9 +342,10 @@ class RLParams(TrainLoop, RolloutLimits):
         le=1,
         description="Agreement with the audit set below which the run does not start.",
     )
+    name: str = Field(default="rl", description="Artifact name of the RL-trained model.")
 
     @model_validator(mode="after")
-    def _batch_divides(self) -> RLParams:
+    def _batch_divides(self) -> RLStageConfig:
         if self.max_steps is None:
             raise ValueError("rl needs max_steps (the plan, and the cap of a time budget)")
         if self.max_context_tokens is not None:
@@ -415,8 +418,10 @@ class RLParams(TrainLoop, RolloutLimits):
         return self.max_steps
 
 
-class RLRunConfig(RLParams, TrainRun):
-    """One RL run (``python -m coa.rl.grpo --config``): the model to start from and where to write."""
+class RLRunConfig(RLStageConfig, TrainRun):
+    """One RL run (``python -m coa.rl.grpo --config``): the stage's config (:class:`RLStageConfig`) plus
+    the model to start from, where to write and the prompts; ``name`` and where the stage runs are
+    carried unchanged and never restart a resumed run."""
 
     prompts: str | None = Field(
         default=None, description="For `python -m coa.rl.grpo`: a Parquet file of rl_prompt.v1 rows."
@@ -424,12 +429,6 @@ class RLRunConfig(RLParams, TrainRun):
     observation_root: str | None = Field(
         default=None, description="Storage root whose observation store the tools record into (null = none)."
     )
-
-
-class RLStageConfig(RLParams, TrainStage):
-    """The RL stage of the pipeline: training settings plus where it runs."""
-
-    name: str = Field(default="rl", description="Artifact name of the RL-trained model.")
 
 
 class RLResult(BaseModel):

@@ -27,7 +27,7 @@ from typing import Any
 from transformers import TrainerCallback
 
 from coa.rl.alarm import reward_hacking_alarm
-from coa.rl.config import RLParams
+from coa.rl.config import RLStageConfig
 from coa.rl.rollouts import RolloutSource
 from coa.rollout import Policy
 
@@ -67,7 +67,7 @@ class HeldoutEval(TrainerCallback):
     def __init__(
         self,
         source: RolloutSource,
-        params: RLParams,
+        params: RLStageConfig,
         policy_of: Callable[[Any, Any], Policy],
         out: Path,
     ) -> None:

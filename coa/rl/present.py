@@ -1,4 +1,4 @@
-"""What a front end shows of an RL step (:attr:`coa.steps.Stage.present`): curves, figures, alarms."""
+"""What a front end shows of an RL step (:data:`coa.plan.stages.PRESENTERS`): curves, figures, alarms."""
 
 from __future__ import annotations
 
@@ -32,6 +32,18 @@ def _family_markdown(choice: FamilyChoice | None) -> str:
     return f"Family: **{choice.family}** ({why}).{left_out}{warning}\n\n"
 
 
+def _signal_markdown(s: RLSummary) -> str:
+    """How much the rollouts could teach: correct episodes, groups with one, mixed groups."""
+    sig = s.learning_signal
+    if sig is None:
+        return ""
+    return (
+        f"Learning signal: {sig.correct_share:.1%} of episodes correct; "
+        f"{sig.groups_with_a_correct_episode:,} of {sig.groups:,} groups held a correct one, "
+        f"{sig.mixed_groups:,} mixed.\n\n"
+    )
+
+
 def _heldout_markdown(points: list[dict[str, Any]]) -> str:
     """The held-out score per evaluation (greedy rollouts of prompts kept out of training)."""
     if not points:
@@ -55,6 +67,7 @@ def present(s: RLSummary, result: StepResult) -> Facts:
         + (f"**Reward-hacking alarm:** {alarm}\n\n" if alarm else "")
         + (f"**No learning signal:** {s.no_signal}\n\n" if s.no_signal else "")
         + _family_markdown(s.family_choice)
+        + _signal_markdown(s)
         + f"![reward, entropy, zero-variance share](data:image/png;base64,{png})\n\n"
         "| steps run / planned | rollouts | seconds | last reward | last entropy | device |\n"
         "|---|---|---|---|---|---|\n"
@@ -72,5 +85,7 @@ def present(s: RLSummary, result: StepResult) -> Facts:
                 f"RL curves per logged step: {result.ref.uri}",
             ),
         ),
-        warnings=tuple(m for m in (alarm, s.no_signal) if m),
+        warnings=tuple(
+            m for m in (alarm, s.family_choice.warning if s.family_choice else None, s.no_signal) if m
+        ),
     )

@@ -29,7 +29,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from coa.format import check_format, extract_answer
-from coa.rl.config import RLParams
+from coa.rl.config import RLStageConfig
 from coa.rollout import Episode
 from coa.scoring import AnswerJudge
 
@@ -55,8 +55,10 @@ class Reward:
         return float(getattr(self, name))
 
 
-def model_text(episode: Episode, eos_ids: frozenset[int], decode: Any) -> str:
-    """The episode's text without an end-of-turn id the model or the engine closed it with."""
+def decode_completion(episode: Episode, eos_ids: frozenset[int], decode: Any) -> str:
+    """The episode's completion ids decoded, without the end-of-turn ids the model or the engine closed
+    it with (unlike :func:`coa.rollout.model_text`, which keeps the episode's own text when it did not
+    end on an end-of-turn id)."""
     ids = list(episode.completion_ids)
     while ids and ids[-1] in eos_ids:
         ids.pop()
@@ -84,7 +86,7 @@ def score_episodes(
     episodes: Sequence[Episode],
     prompts: Sequence[Mapping[str, Any]],
     texts: Sequence[str],
-    params: RLParams,
+    params: RLStageConfig,
     judge: AnswerJudge | None = None,
 ) -> list[Reward]:
     """The reward of each episode against its ``rl_prompt.v1`` row (same order)."""

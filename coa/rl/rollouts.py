@@ -32,8 +32,8 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from coa.rl.config import RLParams
-from coa.rl.rewards import TERMS, Reward, model_text, score_episodes
+from coa.rl.config import RLStageConfig
+from coa.rl.rewards import TERMS, Reward, decode_completion, score_episodes
 from coa.rollout import Codec, Episode, EpisodeSpec, Policy, RolloutConfig, rollout
 
 TRUNCATED = frozenset({"generation_limit", "token_limit", "turn_limit"})
@@ -76,7 +76,7 @@ class RolloutBatch:
     stats: dict[str, float]
 
 
-def rollout_config(params: RLParams, greedy: bool = False) -> RolloutConfig:
+def rollout_config(params: RLStageConfig, greedy: bool = False) -> RolloutConfig:
     """Sampled episodes under the run's limits (greedy ones for the held-out score); EOS closes an
     answer so TRL sees it finished."""
     return RolloutConfig(
@@ -102,7 +102,7 @@ class RolloutSource:
     def __init__(
         self,
         prompts: Sequence[Mapping[str, Any]],
-        params: RLParams,
+        params: RLStageConfig,
         toolbox: Any,
         judge: Any = None,
         greedy: bool = False,
@@ -137,7 +137,7 @@ class RolloutSource:
         ]
         episodes = rollout(specs, policy, self.toolbox, self.config)
         codec = policy.codec
-        texts = [model_text(e, codec.eos_ids, codec.decode) for e in episodes]
+        texts = [decode_completion(e, codec.eos_ids, codec.decode) for e in episodes]
         rows = [self.prompts[e.task_id] for e in episodes]
         return episodes, score_episodes(episodes, rows, texts, self.params, self.judge)
 
@@ -171,7 +171,7 @@ class RolloutSource:
 
     def score_group(self, prompt_id: str, episodes: list[Episode], codec: Codec) -> Group:
         """Score the episodes of one prompt (the async producer's groups)."""
-        texts = [model_text(e, codec.eos_ids, codec.decode) for e in episodes]
+        texts = [decode_completion(e, codec.eos_ids, codec.decode) for e in episodes]
         rows = [self.prompts[prompt_id]] * len(episodes)
         return self.make_group(
             prompt_id, episodes, score_episodes(episodes, rows, texts, self.params, self.judge)

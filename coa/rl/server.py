@@ -33,13 +33,13 @@ from typing import Any
 
 from coa.engines import EngineClient, EngineError, open_engine
 from coa.llm.config import EndpointConfig
-from coa.rl.config import SERVER_MODEL_ENV, SERVER_URL_ENV, RLParams, RLServer
+from coa.rl.config import SERVER_MODEL_ENV, SERVER_URL_ENV, RLServer, RLStageConfig
 from coa.rollout.policies.endpoint import EndpointError
 
 log = logging.getLogger("coa.rl")
 
 
-def server_endpoint(params: RLParams) -> RLServer:
+def server_endpoint(params: RLStageConfig) -> RLServer:
     """The completions server of ``rl.rollout`` (config, else the environment); exit 3 when neither."""
     if params.rollout.server is not None:
         endpoint = params.rollout.server

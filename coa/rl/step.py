@@ -23,9 +23,8 @@ from collections.abc import Sequence
 from typing import Any
 
 from coa.errors import UserError
-from coa.rl.config import RL, EntropyCollapse, RLParams, RLResult, RLRunConfig, RLStageConfig
+from coa.rl.config import RL, EntropyCollapse, RLResult, RLRunConfig, RLStageConfig
 from coa.rl.family import EVAL_COLUMNS, pick_family, unreachable_families
-from coa.rl.present import present
 from coa.rl.signal import learning_signal
 from coa.rl.summary import RLCollapsed, RLSummary
 from coa.steps import Build, Stage, Step, StepInput
@@ -82,7 +81,7 @@ def _build(b: Build) -> None:
     config: RLStageConfig = b.step.config
     base, prompts = b.model("base"), b.table("prompts")
     out = work_dir(b.store.root, b.writer.uri)
-    params = config.model_dump(include=set(RLParams.model_fields))
+    params = config.model_dump()
     choice = None
     if config.families == "auto":
         rows = prompts.read(["family", "variant"]).to_pydict()
@@ -176,7 +175,6 @@ STAGE = Stage(
     expects={"prompts": "rl_prompt.v1", "evaluation": "eval.v1"},
     produces={ROLLOUTS_TABLE: "rollout.v1"},
     summary=RLSummary,
-    present=present,
     describe="agentic RL (GRPO/DAPO on multi-turn tool rollouts)",
 )
 

@@ -4,7 +4,7 @@
 calls and long contexts, and how the engine schedules the episodes (``schedule``). It is declared
 once here and embedded (inherited, so the YAML keys stay flat) by every caller of the engine:
 :class:`RolloutConfig` (the engine's own config), ``SampleConfig`` (``sampling.max_turns``),
-``EvalConfig`` (``evaluate.max_turns``) and ``RLParams`` (``rl.max_turns``). A caller whose default
+``EvalConfig`` (``evaluate.max_turns``) and ``RLStageConfig`` (``rl.max_turns``). A caller whose default
 differs restates only the default, with the type alias declared here (``MaxTurns`` …).
 """
 

@@ -51,9 +51,11 @@ class LoraSettings(StrictModel):
     )
 
 
-class SFTParams(TrainLoop):
-    """How to train (shared by a single run and the pipeline's SFT stage); the loop's fields are the
-    kit's (:class:`~coa.train.kit.config.TrainLoop`), with SFT's defaults.
+class SFTStageConfig(TrainLoop, TrainStage):
+    """The SFT stage, the one SFT config a user sets (the ``sft`` section of a profile): how to train,
+    on which examples, and where. The loop's fields are the kit's
+    (:class:`~coa.train.kit.config.TrainLoop`), with SFT's defaults; where it runs is
+    :class:`~coa.train.kit.config.TrainStage`. A run's form (:class:`SFTRunConfig`) is derived from it.
 
     ``max_steps`` or ``time_budget_s`` sets the plan; with both, the time budget plans and
     ``max_steps`` caps it (a faster machine stops at the cap instead of training more epochs).
@@ -170,6 +172,11 @@ class SFTParams(TrainLoop):
         "launch` is given a DeepSpeed config.",
     )
 
+    name: str = Field(default="sft", description="Artifact name of the fine-tuned model.")
+    families: tuple[str, ...] | None = Field(
+        default=None, description="Train only on examples of these task families; null = all."
+    )
+
     @field_validator("repeat")
     @classmethod
     def _repeat_known_families_at_least_once(cls, value: dict[str, int]) -> dict[str, int]:
@@ -184,14 +191,18 @@ class SFTParams(TrainLoop):
         return value
 
     @model_validator(mode="after")
-    def _one_plan(self) -> SFTParams:
+    def _one_plan(self) -> SFTStageConfig:
         if self.max_steps is None and self.time_budget_s is None:
             raise ValueError("give max_steps or time_budget_s (or both: the budget plans, max_steps caps it)")
         return self
 
 
-class SFTRunConfig(SFTParams, TrainRun):
-    """One SFT run: what to train, on what, and where (``python -m coa.train.sft --config``)."""
+class SFTRunConfig(SFTStageConfig, TrainRun):
+    """One SFT run (``python -m coa.train.sft --config``): the stage's config (:class:`SFTStageConfig`)
+    plus the model to start from, the output folder and the examples. The SFT step makes it from the
+    stage's config; a run selects the examples of ``families`` as the step does (the same rows either
+    way), and the fields only the stage reads (``name``, where it runs) are carried unchanged and never
+    restart a resumed run."""
 
     data: str | None = Field(
         default=None,
@@ -248,15 +259,6 @@ class SFTResult(BaseModel):
     loss_curve_png: str
     peak_gpu_memory_gib: float | None = Field(
         default=None, description="Most GPU memory allocated by this process's tensors (CUDA runs)."
-    )
-
-
-class SFTStageConfig(SFTParams, TrainStage):
-    """The SFT stage: training settings plus where and on which examples it runs."""
-
-    name: str = Field(default="sft", description="Artifact name of the fine-tuned model.")
-    families: tuple[str, ...] | None = Field(
-        default=None, description="Train only on examples of these task families; null = all."
     )
 
 

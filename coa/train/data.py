@@ -20,13 +20,15 @@ left with no trained token (a prompt that fills ``max_length``) is dropped. Both
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from coa.errors import UserError
 from coa.format import IGNORE_INDEX, chat_text, label_chat
+from coa.train.config import SFTError
 
 
 class ExampleError(UserError, ValueError):
@@ -110,3 +112,16 @@ def encode_examples(
             f"within max_length={max_length})"
         )
     return out
+
+
+def select_examples(examples: pa.Table, families: Sequence[str] | None) -> pa.Table:
+    """The rows of the configured families (all when ``families`` is None); none left is an error.
+    The SFT step selects them (its lineage counts them) and so does a run from a file
+    (``python -m coa.train.sft``, ``sft.families`` carried in its config): the same rows either way."""
+    if families is None:
+        return examples
+    chosen = examples.filter(pc.is_in(examples["family"], pa.array(list(families))))
+    if chosen.num_rows == 0:
+        present = sorted(set(examples.column("family").to_pylist()))
+        raise SFTError(f"no SFT example of families {list(families)}; the data holds {present}")
+    return chosen

@@ -49,6 +49,7 @@ import pyarrow as pa
 from coa.resources import device_name
 from coa.train import curves
 from coa.train.config import SFT, SFTResult, SFTRunConfig
+from coa.train.data import select_examples
 from coa.train.kit import entry
 from coa.train.kit import run as kit
 from coa.train.sft_plan import Plan, plan_steps
@@ -174,7 +175,8 @@ def load_examples(data: str, table: str = "sft") -> pa.Table:
 
 def _run(config: SFTRunConfig, output_dir: str | None, resume: bool) -> SFTResult:
     assert config.data is not None
-    return run_sft(load_examples(config.data, config.table), config, output_dir, resume=resume)
+    examples = select_examples(load_examples(config.data, config.table), config.families)
+    return run_sft(examples, config, output_dir, resume=resume)
 
 
 def _summary(result: SFTResult) -> dict[str, Any]:

@@ -15,18 +15,14 @@ removed once the artifact is committed.
 
 from __future__ import annotations
 
-import base64
 import shutil
 from collections.abc import Sequence
 from typing import Any
 
-import pyarrow as pa
-import pyarrow.compute as pc
-
 from coa import io
-from coa.facts import Facts, Markdown, show
-from coa.steps import Build, Stage, Step, StepInput, StepResult
-from coa.train.config import SFT, SFTError, SFTParams, SFTResult, SFTRunConfig, SFTStageConfig
+from coa.steps import Build, Stage, Step, StepInput
+from coa.train.config import SFT, SFTResult, SFTRunConfig, SFTStageConfig
+from coa.train.data import select_examples
 from coa.train.kit.launch import launch, resolve_launcher, work_dir
 from coa.train.summary import SFTSummary
 
@@ -59,24 +55,13 @@ def step(
     )
 
 
-def select_examples(examples: pa.Table, families: Sequence[str] | None) -> pa.Table:
-    """The rows of the configured families (all when ``families`` is None); none left is an error."""
-    if families is None:
-        return examples
-    chosen = examples.filter(pc.is_in(examples["family"], pa.array(list(families))))
-    if chosen.num_rows == 0:
-        present = sorted(set(examples.column("family").to_pylist()))
-        raise SFTError(f"no SFT example of families {list(families)}; the data holds {present}")
-    return chosen
-
-
 def _build(b: Build) -> None:
     config: SFTStageConfig = b.step.config
     callbacks: Sequence[Any] = b.step.options.get("callbacks", ())
     base, data = b.model("base"), b.table("data")
     out = work_dir(b.store.root, b.writer.uri)
     examples = select_examples(data.read(), config.families)
-    params = config.model_dump(include=set(SFTParams.model_fields))
+    params = config.model_dump()
     run_config = SFTRunConfig(**params, base_model=base.local_path(), output_dir=str(out))
     if resolve_launcher(config) == "in_process":
         from coa.train.kit.callbacks import progress_callback
@@ -120,20 +105,6 @@ def _build(b: Build) -> None:
     b.cleanup.append(lambda: shutil.rmtree(out, ignore_errors=True))
 
 
-def present(s: SFTSummary, result: StepResult) -> Facts:
-    """The loss curve and the run's figures; the overfitting warning."""
-    png = base64.b64encode(io.read_file(result.ref, LOSS_PNG)).decode()
-    text = (
-        f"# SFT loss\n\n![loss curve](data:image/png;base64,{png})\n\n"
-        "| steps run / planned | final loss | held-out loss | tokens seen | tokens/s | device |\n"
-        "|---|---|---|---|---|---|\n"
-        f"| {s.steps_run} / {s.steps_planned} | {show(s.final_loss)} | {show(s.heldout_loss)} | "
-        f"{show(s.tokens_seen)} | {show(s.tokens_per_s)} | {s.device} |\n\nModel: `{result.ref.uri}`"
-        + (f"\n\n**Warning:** {s.overfit_warning}" if s.overfit_warning else "")
-    )
-    return Facts((Markdown("loss-curve", text, "Training and held-out loss of the SFT run"),))
-
-
 STAGE = Stage(
     name="sft",
     kind="model",
@@ -141,7 +112,6 @@ STAGE = Stage(
     config=SFTStageConfig,
     expects={"data": "sft.v1"},
     summary=SFTSummary,
-    present=present,
     describe="supervised fine-tuning (observations masked)",
 )
 

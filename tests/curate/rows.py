@@ -10,9 +10,9 @@ from typing import Any
 
 import pyarrow as pa
 
-from coa.curate import CurateConfig, curate
-from coa.curate.core import CurateResult
-from coa.curate.summary import CurationStats
+from coa.curate.config import CurateConfig
+from coa.curate.core import CurateResult, curate
+from coa.curate.stats import CurationStats
 from schemas.task import TASK
 from schemas.trajectory import TRAJECTORY
 

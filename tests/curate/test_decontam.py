@@ -9,7 +9,8 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 
-from coa.curate import BenchmarkIndex, DecontamConfig
+from coa.curate.config import DecontamConfig
+from coa.curate.decontam import BenchmarkIndex
 from coa.curate.text import normalize
 from tests.curate.rows import bench_table, gaia_table, no_gate, question, run, run_curate, table
 
@@ -128,7 +129,7 @@ def test_index_rejects_a_table_without_questions() -> None:
 def test_benchmarks_load_from_task_artifacts(bench: pa.Table) -> None:
     import schemas
     from coa import io
-    from coa.curate import load_benchmarks
+    from coa.curate.decontam import load_benchmarks
 
     refs: list[io.ArtifactRef] = []
     for name in ("mini", "mini"):

@@ -5,7 +5,8 @@ from __future__ import annotations
 import tracemalloc
 from pathlib import Path
 
-from coa.curate import DedupConfig, Deduplicator
+from coa.curate.config import DedupConfig
+from coa.curate.dedup import Deduplicator
 from coa.curate.text import normalize
 from tests.curate.rows import LONG_Q, no_gate, question, run, run_curate, table
 
@@ -38,7 +39,7 @@ def test_near_duplicate_paraphrase_removed_and_different_question_kept(tmp_path:
     (q,) = sink.rejected()
     assert "gaia-like:1" in q["detail"] and "Jaccard" in q["detail"]
     assert [r["run_id"] for r in sink.kept()] == ["orig", "diff"]
-    assert res.summary.kept_tasks == 2
+    assert res.stats.kept_tasks == 2
 
 
 def test_cap_per_task_and_rejected_runs_do_not_take_a_slot(tmp_path: Path) -> None:

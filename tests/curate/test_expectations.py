@@ -7,7 +7,7 @@ from typing import Any
 
 import polars as pl
 
-from coa.curate import CurateConfig
+from coa.curate.config import CurateConfig
 from coa.curate.expectations import Gate
 
 N = 3000

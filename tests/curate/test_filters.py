@@ -8,8 +8,8 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from coa.curate import CurateConfig, curate
-from coa.curate.core import row_payloads
+from coa.curate.config import CurateConfig
+from coa.curate.core import curate, row_payloads
 from coa.curate.filters import FILTER_ORDER, check_coa, vector_checks
 from coa.scoring.runs import fill_correct
 from schemas.trajectory import TRAJECTORY

@@ -7,8 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from coa.curate import CurateConfig, CurateGateError, headline_markdown, render_report
-from coa.curate.summary import CurationStats, ToolStats
+from coa.curate.config import CurateConfig
+from coa.curate.core import CurateGateError
+from coa.curate.report import headline_markdown, render_report
+from coa.curate.stats import CurationStats, ToolStats
 from tests.curate.rows import question, run, run_curate, table
 
 
@@ -34,8 +36,8 @@ def test_gate_passes_on_clean_data_and_builds_data_docs(tmp_path: Path) -> None:
     assert docs == tmp_path / "data_docs" / "index.html" and docs.exists()
     pages = {p.parent.parent.parent.name for p in (tmp_path / "data_docs" / "validations").rglob("*.html")}
     assert pages == {"curate_runs", "curate_totals", "curate_input", "curate_steps"}
-    assert res.summary.gate is not None
-    checks = {(c.suite, c.check) for c in res.summary.gate.checks}
+    assert res.stats.gate is not None
+    checks = {(c.suite, c.check) for c in res.stats.gate.checks}
     for name in (
         ("curate_runs", "ids_unique"),
         ("curate_runs", "steps_in_range"),
@@ -92,14 +94,14 @@ def test_report_has_plots_reason_table_and_drift(tmp_path: Path) -> None:
     assert "<td>incorrect</td><td>6</td>" in html
     assert "No previous run" in html
     assert 'href="data_docs/index.html"' in html
-    tools = first.summary.steps_input.tools
+    tools = first.stats.steps_input.tools
     assert tools["crawl_page"] == ToolStats(calls=4, errors=4, error_rate=1.0)
 
-    second, _ = run_curate([table(rows[:8])], CurateConfig(), tmp_path / "two", previous=first.summary)
+    second, _ = run_curate([table(rows[:8])], CurateConfig(), tmp_path / "two", previous=first.stats)
     html2 = Path(second.report_path).read_text()
     assert 'id="plot-drift-n_steps"' in html2 and 'id="plot-drift-tokens"' in html2
-    drift = {r.metric: r for r in second.summary.drift}
+    drift = {r.metric: r for r in second.stats.drift}
     assert drift["rows_in"].previous == 16 and drift["rows_in"].current == 8 and drift["rows_in"].flag
-    assert "Drift" in headline_markdown(second.summary)
+    assert "Drift" in headline_markdown(second.stats)
     # the report renders from summaries alone, e.g. an empty run against a previous one
-    assert "<html>" in render_report(CurationStats(), first.summary)
+    assert "<html>" in render_report(CurationStats(), first.stats)

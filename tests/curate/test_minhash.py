@@ -9,7 +9,8 @@ import pytest
 from datasketch import MinHash, MinHashLSH
 from datasketch.lsh import _optimal_param
 
-from coa.curate import DedupConfig, Deduplicator
+from coa.curate.config import DedupConfig
+from coa.curate.dedup import Deduplicator
 from coa.curate.minhash import SortedMultiMap, optimal_bands, signatures
 from coa.curate.text import normalize, shingles
 from tests.curate.rows import question

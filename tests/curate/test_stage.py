@@ -11,8 +11,9 @@ import pyarrow as pa
 
 import schemas
 from coa.agents.runtime import MultiAgentTeacher, TeacherConfig
-from coa.curate import CurateConfig, curate
-from coa.curate.summary import CurationStats
+from coa.curate.config import CurateConfig
+from coa.curate.core import curate
+from coa.curate.stats import CurationStats
 from tests.agents.test_runtime import TASK, ScriptedBackend, happy_script, tools
 from tests.curate.rows import (
     LONG_Q,
@@ -134,7 +135,7 @@ def test_twenty_batches_equal_one_batch_with_bounded_state(tmp_path: Path) -> No
         return [{k: v for k, v in r.items() if k != "quarantined_at"} for r in sink.rejected()]
 
     assert quarantine(many_sink) == quarantine(one_sink)
-    assert _strip(many.summary) == _strip(one.summary)
+    assert _strip(many.stats) == _strip(one.stats)
     assert many.gate_success and one.gate_success, many.failed_expectations
     reasons = many.reasons
     for code in (
@@ -147,8 +148,8 @@ def test_twenty_batches_equal_one_batch_with_bounded_state(tmp_path: Path) -> No
     ):
         assert reasons.get(code, 0) > 0, (code, reasons)
     # step checks ran in several chunks and were merged
-    assert many.summary.gate is not None
-    steps = [c for c in many.summary.gate.checks if c.suite == "curate_steps"]
+    assert many.stats.gate is not None
+    steps = [c for c in many.stats.gate.checks if c.suite == "curate_steps"]
     assert steps and all(c.chunks is not None and c.chunks > 1 for c in steps)
 
     # bounded state: a few KB per run (hashes, LSH band entries, per-run numbers), while each run

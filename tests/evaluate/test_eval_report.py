@@ -13,7 +13,8 @@ import pytest
 
 import schemas
 from coa import io
-from coa.evaluate import EvalConfig, evaluate_tasks
+from coa.evaluate.config import EvalConfig
+from coa.evaluate.stage import evaluate_tasks
 from coa.evaluate.step import eval_report_step
 from coa.rollout import Codec
 from coa.rollout.policies.scripted import ScriptedPolicy

@@ -9,7 +9,9 @@ import pyarrow as pa
 import pytest
 
 import schemas
-from coa.evaluate import EvalConfig, eval_metrics, evaluate_tasks
+from coa.evaluate.config import EvalConfig
+from coa.evaluate.metrics import eval_metrics
+from coa.evaluate.stage import evaluate_tasks
 from coa.format import Segment
 from coa.format.codec import render_segment
 from coa.model import TinyModelConfig, init_model, sft_corpus

@@ -6,9 +6,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from coa.evaluate import EvalConfig, evaluate_tasks
-from coa.evaluate.config import DEFAULT_BLOCKED_HOSTS
+from coa.evaluate.config import DEFAULT_BLOCKED_HOSTS, EvalConfig
 from coa.evaluate.leak import gold_in_observations
+from coa.evaluate.stage import evaluate_tasks
 from coa.llm import EndpointConfig, LLMConfig
 from coa.rollout import Codec
 from coa.rollout.policies.scripted import ScriptedPolicy

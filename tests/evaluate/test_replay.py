@@ -16,8 +16,8 @@ import pyarrow as pa
 import pytest
 
 from coa import io
-from coa.evaluate import EvalConfig
 from coa.evaluate import step as eval_step
+from coa.evaluate.config import EvalConfig
 from coa.rollout import Codec
 from coa.rollout.policies.scripted import ScriptedPolicy
 from coa.steps import ModelInput, StepResult, TableInput, run_step

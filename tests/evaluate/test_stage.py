@@ -6,7 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from coa.evaluate import EvalConfig, evaluate_tasks, open_policy
+from coa.evaluate.config import EvalConfig
+from coa.evaluate.generation import open_policy
+from coa.evaluate.stage import evaluate_tasks
 from coa.llm.config import EndpointConfig
 from coa.model import TinyModelConfig, init_model, sft_corpus
 from coa.rollout import STOP_TAGS, Codec

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import schemas
 from coa import io
-from coa.evaluate import EvalConfig
 from coa.evaluate import step as eval_step
+from coa.evaluate.config import EvalConfig
 from coa.steps import ModelInput, TableInput, run_step
 from coa.tools.config import ToolsConfig
 

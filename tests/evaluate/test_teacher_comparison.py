@@ -8,8 +8,9 @@ from typing import Any
 import pytest
 
 from coa.agents.tokens import qwen_token_count
-from coa.evaluate import EvalConfig, evaluate_tasks
+from coa.evaluate.config import EvalConfig
 from coa.evaluate.metrics import benchmark_metrics
+from coa.evaluate.stage import evaluate_tasks
 from coa.evaluate.teacher_comparison import teacher_eval_table, token_comparison
 from coa.rollout import Codec
 from coa.rollout.policies.scripted import ScriptedPolicy

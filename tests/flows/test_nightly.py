@@ -19,8 +19,8 @@ from prefect.client.orchestration import get_client
 
 from coa import io
 from coa.lineage import trace
-from coa.registry import Registry
 from coa.registry.ledger import Ledger
+from coa.registry.store import Registry
 
 from .test_pipeline_flow import TINY_TRAINING, prefect_harness  # noqa: F401  (fixture)
 

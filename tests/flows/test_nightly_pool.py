@@ -28,7 +28,7 @@ import httpx
 import pytest
 
 from coa import io
-from coa.registry import Registry
+from coa.registry.store import Registry
 
 from .test_deployment import BIN, REPO, _deploy, _start, _stop, prefect_env  # noqa: F401  (fixture)
 from .test_pipeline_flow import TINY_TRAINING

@@ -13,8 +13,8 @@ from moto.server import ThreadedMotoServer
 from coa import io
 from coa.lineage import trace
 from coa.plan import load_pipeline_config, plan
-from coa.registry import Registry
 from coa.registry.gate import GateConfig, apply, decide
+from coa.registry.store import Registry
 from coa.steps import StepResult, run_step
 
 from ..test_s3 import _free_port

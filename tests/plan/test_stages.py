@@ -63,6 +63,33 @@ def _imports(path: Path) -> set[str]:
     return out
 
 
+def test_every_stage_has_a_frozen_config_class_and_the_untyped_ones_keep_their_keys() -> None:
+    """A stage's config is a frozen pydantic model (extra keys refused); the stages whose config was
+    a plain dict (eval-report, report, the nightly ones) dump the same JSON, so their keys stay."""
+    from coa.evaluate.step import eval_report_step, report_step
+    from coa.nightly.step import merge_step, new_tasks_step
+
+    for stage in STAGES.values():
+        assert stage.config is not None, stage.name
+        assert stage.config.model_config.get("frozen") and stage.config.model_config.get("extra") == "forbid"
+    table = Upstream("t", "tasks")
+    dumped = {
+        s.builder: s.config_json()
+        for s in (
+            eval_report_step("r", table),
+            report_step("demo", table, table, None, None, None),
+            new_tasks_step(table, {}),
+            merge_step(table, table, {}, {}),
+        )
+    }
+    assert dumped == {
+        "eval-report": {"bootstrap_samples": 2000},
+        "report": {"run_name": "demo"},
+        "nightly.new_tasks": {"exclude": "task ids of earlier nights' collections"},
+        "nightly.merge": {"dedup": ["run_id", "task_id"]},
+    }
+
+
 def test_the_runner_stays_at_the_bottom() -> None:
     """coa.steps imports no stage, no registry, no plan (anywhere in the file)."""
     above = {i for i in _imports(REPO / "coa" / "steps.py") if i.startswith("coa.")}
@@ -81,6 +108,8 @@ def test_only_the_plans_know_the_plans_and_the_registry_knows_none() -> None:
         if not p.is_relative_to(REPO / "coa" / "plan") and any(i.startswith("coa.plan") for i in _imports(p))
     }
     # the CLI (its command modules) loads profiles and asks the plans
-    assert users == {"coa/_cli/common.py", "coa/_cli/run.py", "coa/_cli/stages.py"}, users
+    # and prints what a stage presents (coa/_cli/facts.py: the stage table's presenters)
+    cli = {"coa/_cli/common.py", "coa/_cli/run.py", "coa/_cli/stages.py", "coa/_cli/facts.py"}
+    assert users == cli, users
     registry = set().union(*(_imports(p) for p in (REPO / "coa" / "registry").rglob("*.py")))
     assert not {i for i in registry if i.startswith("coa.plan")}

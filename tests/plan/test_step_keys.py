@@ -78,8 +78,10 @@ def test_the_closure_of_sft_holds_the_trainer_format_and_contract_not_the_cli() 
         ("docs/concepts/steps.md", "# ", "# Edited: "),
         ("coa/rl/step.py", '"""Train ``base``', '"""Train (edited) ``base``'),
         ("coa/plan/pipeline.py", '"""The steps of a pipeline run', '"""The steps (edited) of a pipeline run'),
+        ("coa/train/present.py", 'f"# SFT loss', 'f"# SFT training loss'),
+        ("coa/evaluate/present.py", '"""Metrics per family', '"""Metrics (edited) per family'),
     ],
-    ids=["cli-help", "docs", "unrelated-stage", "plan-docstring"],
+    ids=["cli-help", "docs", "unrelated-stage", "plan-docstring", "sft-presentation", "eval-presentation"],
 )
 def test_an_unrelated_edit_keeps_the_sft_and_evaluation_keys(
     tree: Path, path: str, old: str, new: str
@@ -107,6 +109,34 @@ def test_an_edit_to_what_sft_runs_changes_the_sft_and_evaluation_keys(
     after = _keys(tree)
     assert after["sft"] != before["sft"] and after["evaluate.after"] != before["evaluate.after"]
     assert after["synthetic"] == before["synthetic"]  # a stage that reaches none of it keeps its key
+
+
+def test_what_a_stage_presents_lies_outside_its_key() -> None:
+    """What a stage shows lives in its ``present`` module, listed by the stage table beside the stage
+    (:data:`coa.plan.stages.PRESENTERS`): no stage's build reaches a presentation module, so editing
+    what a stage shows rebuilds nothing."""
+    from coa.plan.stages import PRESENTERS, STAGES
+
+    assert {"collect", "curate", "sft", "rl", "evaluate", "eval-report", "report"} <= set(PRESENTERS)
+    assert set(PRESENTERS) <= set(STAGES)
+    modules = {p.__module__.replace(".", "/") + ".py" for p in PRESENTERS.values()}
+    assert all(m.endswith("/present.py") for m in modules), modules
+    for stage in STAGES.values():
+        assert not modules & set(stage.code_files()), (stage.name, modules & set(stage.code_files()))
+
+
+def test_the_gate_depends_on_the_registry_and_the_comparison_not_the_evaluation() -> None:
+    """The gate's key hashes the registry, the comparison of two evaluations and the runner, not
+    the evaluation's engine, the LLM client or the tools (114 files before its packages' imports
+    were narrowed, 41 after)."""
+    from coa.registry import step as gate
+
+    files = version.closure_files(gate.STAGE.build.__module__)
+    assert {"coa/registry/gate.py", "coa/registry/store.py", "coa/evaluate/compare.py"} <= set(files)
+    engines = ("coa/llm/", "coa/rollout/", "coa/tools/", "coa/format/")
+    reached = sorted(f for f in files if f.startswith(engines))
+    assert not reached, reached
+    assert len(files) <= 45, len(files)
 
 
 def test_every_stage_names_contracts_that_have_a_module() -> None:

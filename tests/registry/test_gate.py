@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from coa.registry import Registry
 from coa.registry.gate import GateConfig, apply, decide
+from coa.registry.store import Registry
 
 from . import helpers
 

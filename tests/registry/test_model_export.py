@@ -23,8 +23,8 @@ from coa import io
 from coa.cli import app
 from coa.evaluate.metrics import metrics_document
 from coa.model import TinyModelConfig, init_model, sft_corpus
-from coa.registry import Registry
 from coa.registry.model_card import Z95
+from coa.registry.store import Registry
 from tests.registry import helpers
 from tests.train.rows import arith_rows
 

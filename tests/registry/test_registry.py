@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from coa.registry import Registry, RegistryError
+from coa.registry.store import Registry, RegistryError
 
 
 def _files(root: Path) -> list[str]:

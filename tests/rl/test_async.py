@@ -14,7 +14,7 @@ import pytest
 import torch
 from pydantic import ValidationError
 
-from coa.rl.config import RLParams
+from coa.rl.config import RLStageConfig
 from coa.rl.producer import GroupProducer, staleness
 from coa.rl.rewards import Reward
 from coa.rl.rollouts import Group, RolloutSource
@@ -27,9 +27,9 @@ from .helpers import math_prompt
 PROMPTS = [math_prompt(i, 100 + i, 200 + i) for i in range(4)]
 
 
-def params(**kw: Any) -> RLParams:
+def params(**kw: Any) -> RLStageConfig:
     values = {"prompts_per_step": 2, "group_size": 2, "steps_per_generation": 1, "max_staleness": 1}
-    return RLParams(**(values | kw))
+    return RLStageConfig(**(values | kw))
 
 
 def reward(total: float) -> Reward:
@@ -48,7 +48,7 @@ def group(i: int, version: int, totals: tuple[float, float] = (0.0, 1.0)) -> Gro
     return Group(PROMPTS[i]["prompt_id"], f"m{i}", i, "code_math", episodes, [reward(t) for t in totals])
 
 
-def producer_with(queued: list[Group], p: RLParams) -> GroupProducer:
+def producer_with(queued: list[Group], p: RLStageConfig) -> GroupProducer:
     producer = GroupProducer(RolloutSource(PROMPTS, p, SpyToolBox()), policy=None, start_step=0)  # type: ignore[arg-type]
     producer._thread = threading.current_thread()  # alive: take() waits on the queue only
     for g in queued:

@@ -21,7 +21,7 @@ from coa import io
 from coa.cli import app
 from coa.format import Segment
 from coa.format.codec import render_segment
-from coa.rl.config import RLParams
+from coa.rl.config import RLStageConfig
 from coa.rl.rollouts import RolloutSource
 from coa.rollout import Codec
 from coa.rollout.policies.scripted import ScriptedPolicy
@@ -56,7 +56,7 @@ def rollout_rows(codec: Codec) -> list[dict[str, Any]]:
         {f"print({a0} + {b0})": PRINTED, f"print({a1} + {b1})": "304", f"print({a2} + {b2})": "308"}
     )
     source = RolloutSource(
-        PROMPTS, RLParams(prompts_per_step=3, group_size=2, steps_per_generation=2), toolbox
+        PROMPTS, RLStageConfig(prompts_per_step=3, group_size=2, steps_per_generation=2), toolbox
     )
     wanted = [p["prompt_id"] for p in PROMPTS for _ in range(2)]
     return [row for step in (0, 2) for row in source.batch(wanted, policy, step).rows]

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from coa.rl.config import RLParams
+from coa.rl.config import RLStageConfig
 from coa.rl.rollout_hook import policy_on_weights
 from coa.rl.rollouts import RolloutSource
 from coa.rollout.policies.hf import HFPolicy
@@ -32,7 +32,7 @@ def test_hf_batched_gives_rl_the_same_greedy_episodes_as_hf(scripted_student: Pa
     tokenizer = AutoTokenizer.from_pretrained(str(scripted_student))
     runs = {}
     for backend in ("hf", "hf_batched"):
-        params = RLParams(
+        params = RLStageConfig(
             prompts_per_step=2, group_size=2, max_turns=3, max_new_tokens=64, max_total_tokens=160,
             rollout={"backend": backend},
         )  # fmt: skip

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from coa.rl.config import RLParams
+from coa.rl.config import RLStageConfig
 from coa.rl.judge_audit import JudgeAuditFailed, audit_judge, checked_judge, load_audit_set
 from coa.rl.rewards import score_episodes
 from coa.scoring.judge import LLMJudge
@@ -65,7 +65,7 @@ def test_web_rewards_come_from_the_judge_and_its_cached_verdicts_replay(
         "variant": "web",
         "gold_answers": ["Wilhelm Conrad Röntgen"],
     }
-    params = RLParams()
+    params = RLStageConfig()
     first = LLMJudge(judge_config(server, tmp_path / "cache"))
     try:
         [r] = score_episodes([episode()], [web], [answer_text("W. C. Roentgen")], params, first)
@@ -84,4 +84,4 @@ def test_web_rewards_come_from_the_judge_and_its_cached_verdicts_replay(
 
 def test_a_judge_needs_an_audit_set(tmp_path: Path, server: FakeLLMServer) -> None:
     with pytest.raises(ValueError, match="needs a judge_audit_set"):
-        RLParams(judge=judge_config(server, tmp_path))
+        RLStageConfig(judge=judge_config(server, tmp_path))

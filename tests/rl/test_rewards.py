@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from coa.format import render
-from coa.rl.config import RewardWeights, RLParams
+from coa.rl.config import RewardWeights, RLStageConfig
 from coa.rl.rewards import overlong_penalty, score_episodes
 from coa.rollout import Episode, ToolCall
 from tests.train.rows import arith_trajectory
@@ -31,7 +31,7 @@ def answer_text(content: str) -> str:
     return f"<think>\nAnswer.\n</think>\n<answer>\n{content}\n</answer>\n"
 
 
-PARAMS = RLParams(rewards=RewardWeights(correct=1.0, format=0.1, efficiency=0.05, overlong=1.0))
+PARAMS = RLStageConfig(rewards=RewardWeights(correct=1.0, format=0.1, efficiency=0.05, overlong=1.0))
 
 
 def test_math_is_verified_and_a_valid_trajectory_earns_the_format_term() -> None:

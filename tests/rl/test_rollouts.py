@@ -10,7 +10,7 @@ import pytest
 
 from coa.format import Segment
 from coa.format.codec import render_segment
-from coa.rl.config import RLParams
+from coa.rl.config import RLStageConfig
 from coa.rl.rollouts import RolloutSource
 from coa.rollout import Codec
 from coa.rollout.policies.scripted import ScriptedPolicy
@@ -24,8 +24,8 @@ QUESTIONS = [(100 + i, 200 + 3 * i) for i in range(6)]
 PROMPTS = [math_prompt(i, a, b) for i, (a, b) in enumerate(QUESTIONS)]
 
 
-def params(**kw: Any) -> RLParams:
-    return RLParams(**({"prompts_per_step": 2, "group_size": 4, "steps_per_generation": 2} | kw))
+def params(**kw: Any) -> RLStageConfig:
+    return RLStageConfig(**({"prompts_per_step": 2, "group_size": 4, "steps_per_generation": 2} | kw))
 
 
 def requested(*indices: int, g: int = 4) -> list[str]:

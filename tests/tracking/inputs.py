@@ -6,7 +6,7 @@ import pyarrow as pa
 
 import schemas
 from coa import io
-from coa.evaluate import EvalConfig
+from coa.evaluate.config import EvalConfig
 from coa.train.config import SFTStageConfig
 from tests.evaluate.test_stage import task, tasks_table
 

@@ -21,7 +21,7 @@ from coa.cli import app
 from coa.curate import step as curate_step
 from coa.curate.config import CurateConfig
 from coa.evaluate import step as eval_step
-from coa.registry import Registry
+from coa.registry.store import Registry
 from coa.steps import ModelInput, TableInput, run_step
 from coa.tools.config import ToolsConfig
 from coa.tracking.config import TrackingConfig

@@ -15,14 +15,15 @@ import yaml
 
 from coa.config import load_config
 from coa.evaluate.config import EvalConfig
-from coa.rl.config import RL, RLParams, RLRunConfig, RLStageConfig, RLStepCountError
+from coa.rl.config import RL, RLRunConfig, RLStageConfig, RLStepCountError
 from coa.rollout.config import RolloutConfig, RolloutLimits
-from coa.train.config import SFT, SFTError, SFTParams, SFTRunConfig, SFTStageConfig, StepCountError
+from coa.train.config import SFT, SFTError, SFTRunConfig, SFTStageConfig, StepCountError
 from coa.train.kit import TrainLoop, TrainRun, TrainStage
 from coa.train.kit import run as kit
 from coa.train.kit.launch import FAILURE_FILE, launch_accelerate
 from coa.train.kit.tracking import tracking_args
 from coa.train.sft import main
+from tests.train.rows import arith_rows
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -44,15 +45,15 @@ def test_shared_fields_are_declared_once_with_each_recipes_defaults() -> None:
     for name in TrainRun.model_fields:
         assert SFTRunConfig.model_fields[name].description == RLRunConfig.model_fields[name].description
     for name in RolloutLimits.model_fields:
-        infos = [m.model_fields[name] for m in (RolloutConfig, EvalConfig, RLParams)]
+        infos = [m.model_fields[name] for m in (RolloutConfig, EvalConfig, RLStageConfig)]
         assert len({(i.description, repr(i.metadata)) for i in infos}) == 1, name
     # each recipe keeps its own defaults, and a default that differs is the only thing it restates
-    assert (SFTParams(max_steps=1).learning_rate, RLParams().learning_rate) == (2e-5, 1e-4)
-    assert (SFTParams(max_steps=1).save_steps, RLParams().save_steps) == (500, 10)
+    assert (SFTStageConfig(max_steps=1).learning_rate, RLStageConfig().learning_rate) == (2e-5, 1e-4)
+    assert (SFTStageConfig(max_steps=1).save_steps, RLStageConfig().save_steps) == (500, 10)
     assert (EvalConfig().max_turns, EvalConfig().max_total_tokens) == (8, 1536)
-    assert (RLParams().max_turns, RLParams().max_total_tokens) == (6, 768)
+    assert (RLStageConfig().max_turns, RLStageConfig().max_total_tokens) == (6, 768)
     # one set of limits builds the engine's config, for evaluation and RL alike
-    rl = RLParams(max_turns=3, duplicate_calls="run")
+    rl = RLStageConfig(max_turns=3, duplicate_calls="run")
     assert (
         RolloutConfig(**rl.limits()).max_turns == 3 and RolloutConfig(**rl.limits()).duplicate_calls == "run"
     )
@@ -68,9 +69,43 @@ def test_users_yaml_keys_stay_flat_and_rl_refuses_what_it_cannot_train(tmp_path:
     assert (sft.max_steps, sft.learning_rate, sft.num_processes) == (5, 0.001, 2)
     assert load_config(None, ["max_context_tokens=4096"], model=EvalConfig).max_context_tokens == 4096
     with pytest.raises(ValueError, match="max_context_tokens must be null in RL"):
-        RLParams(max_context_tokens=4096)
+        RLStageConfig(max_context_tokens=4096)
     with pytest.raises(ValueError, match="rl needs max_steps"):
-        RLParams(max_steps=None)
+        RLStageConfig(max_steps=None)
+
+
+def test_a_run_config_is_its_stage_config_plus_where_it_reads_and_writes() -> None:
+    """One declared config per trainer: a run's form has every field of its stage's, the values the
+    stage set, and only the run's own fields besides; the stage's own fields never block a resume."""
+    for stage_model, run_model in ((SFTStageConfig, SFTRunConfig), (RLStageConfig, RLRunConfig)):
+        assert issubclass(run_model, stage_model)
+        extra = set(run_model.model_fields) - set(stage_model.model_fields)
+        assert extra - set(TrainRun.model_fields) <= {"data", "table", "prompts", "observation_root"}
+    stage = SFTStageConfig(max_steps=3, name="sft-r2", launcher="accelerate", num_processes=2, seed=7)
+    run = SFTRunConfig(**stage.model_dump(), base_model="m", output_dir="o")
+    assert run.model_dump(include=set(SFTStageConfig.model_fields)) == stage.model_dump()
+    # a checkpoint's plan written before the run form carried the stage's fields resumes
+    stage_only = {"name", "families", *TrainStage.model_fields}
+    saved = SFTRunConfig(max_steps=3, seed=7, base_model="m").model_dump(mode="json", exclude=stage_only)
+    kit.check_resumable(SFT, saved, run)
+    with pytest.raises(SFTError, match=r"families: None -> \['math'\]"):
+        kit.check_resumable(SFT, saved, run.model_copy(update={"families": ("math",)}))
+    rl = RLRunConfig(**RLStageConfig(name="rl-r2").model_dump(), base_model="m")
+    kit.check_resumable(RL, RLRunConfig(base_model="m").model_dump(mode="json"), rl)
+
+
+def test_a_run_from_a_file_trains_on_the_families_its_config_names(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``families`` is part of the one SFT config: ``python -m coa.train.sft`` selects them as the step
+    does (checked before any model is loaded: no example of the family is a clear error)."""
+    data = tmp_path / "examples.parquet"
+    pq.write_table(arith_rows(4, seed=1), data)
+    config = tmp_path / "run.yaml"
+    run = {"base_model": str(tmp_path / "no-model"), "data": str(data), "max_steps": 1, "families": ["code"]}
+    config.write_text(yaml.safe_dump(run))
+    assert main(["--config", str(config)]) == 2
+    assert "no SFT example of families ['code']; the data holds ['math']" in capsys.readouterr().err
 
 
 class _Trainer(SimpleNamespace):

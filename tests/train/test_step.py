@@ -18,8 +18,9 @@ from coa.steps import ModelInput, TableInput, address, run_step
 from coa.train import SFTError
 from coa.train import step as sft_step
 from coa.train.config import SFTStageConfig
+from coa.train.data import select_examples
 from coa.train.kit.launch import work_dir
-from coa.train.step import read_result, select_examples
+from coa.train.step import read_result
 
 from .conftest import TINY
 from .test_sft import CrashAt

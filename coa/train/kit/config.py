@@ -2,15 +2,16 @@
 
 * :class:`TrainLoop`: the optimizer-step loop: the plan (``max_steps``, ``time_budget_s``), the
   learning rate, clipping, the seed, checkpoints and logging;
-* :class:`TrainRun`: one run from a file (``python -m <recipe> --config resolved.yaml``): the model
-  to start from and the output folder;
+* :class:`TrainRun`: what one run from a file (``python -m <recipe> --config resolved.yaml``) adds to
+  its stage's config: the model to start from and the output folder;
 * :class:`TrainStage`: where the pipeline stage runs (``launcher``, ``accelerate_config``,
   ``num_processes``).
 
-A recipe's config inherits them, so the YAML keys stay flat (``sft.learning_rate``,
-``rl.save_steps``). Where the recipes' defaults differ the field has none here and each recipe
-states its own with the type alias below (``learning_rate: LearningRate = 2e-5``): the type,
-bounds and documentation stay in one place.
+A recipe declares one config, its stage's (``SFTStageConfig(TrainLoop, TrainStage)``), and derives
+its run's form from it (``SFTRunConfig(SFTStageConfig, TrainRun)``), so the YAML keys stay flat
+(``sft.learning_rate``, ``rl.save_steps``). Where the recipes' defaults differ the field has none
+here and each recipe states its own with the type alias below (``learning_rate: LearningRate =
+2e-5``): the type, bounds and documentation stay in one place.
 """
 
 from __future__ import annotations
@@ -39,10 +40,6 @@ LearningRate = Annotated[
 ]
 SaveSteps = Annotated[int, Field(ge=1, description="Checkpoint every this many optimizer steps.")]
 LoggingSteps = Annotated[int, Field(ge=1, description="Log the metrics every this many optimizer steps.")]
-
-RESUME_FREE_FIELDS = frozenset({"output_dir", "logging_steps", "save_steps", "save_total_limit"})
-"""Fields of every recipe that may differ between a run and its resumption (they do not change the
-training itself); each recipe adds its own."""
 
 
 class TrainLoop(StrictModel):
@@ -99,3 +96,10 @@ class TrainStage(StrictModel):
         description="Ranks (GPUs): overrides the accelerate config's process count; torchrun's "
         "--nproc_per_node (default 1).",
     )
+
+
+RESUME_FREE_FIELDS = frozenset(
+    {"output_dir", "logging_steps", "save_steps", "save_total_limit", "name", *TrainStage.model_fields}
+)
+"""Fields of every recipe that may differ between a run and its resumption (they do not change the
+training itself: where it logs, checkpoints and runs, the artifact's name); each recipe adds its own."""

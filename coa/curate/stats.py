@@ -1,10 +1,10 @@
 """Streaming statistics of a ``curate`` run and the JSON summary kept for the next run's drift.
 
-Per batch, :class:`SummaryBuilder` writes the narrow per-run numbers of every input run (status,
+Per batch, :class:`StatsBuilder` writes the narrow per-run numbers of every input run (status,
 counts, tokens, correctness, kept or the quarantine reason: a few dozen bytes per run) to a
 temporary file (:class:`coa.curate.spill.FrameSpill`; queried at the end, lazily) and folds the
 steps into fixed-size aggregates (role, agent and tool counts, tool errors, an observation length
-histogram), separately for all input runs and for the kept ones. :meth:`SummaryBuilder.summary`
+histogram), separately for all input runs and for the kept ones. :meth:`StatsBuilder.stats`
 turns them into a :class:`CurationStats` (``summary.json`` of the artifact, ``curate.summary.v1``);
 its histograms use fixed bin edges (:data:`EDGES`), so the histograms of two runs always line up
 for the drift plots. The report and the model card read its fields, never string keys.
@@ -205,7 +205,7 @@ RUN_SCHEMA: dict[str, pl.DataType | type[pl.DataType]] = {
     "reason": pl.Categorical,
     "kept": pl.Boolean,
 }
-"""The per-run numbers :meth:`SummaryBuilder.runs` returns."""
+"""The per-run numbers :meth:`StatsBuilder.runs` returns."""
 
 
 def histogram(values: Sequence[int] | np.ndarray) -> Histogram:
@@ -284,7 +284,7 @@ class _StepAggregate:
         )
 
 
-class SummaryBuilder:
+class StatsBuilder:
     """Accumulates per-run numbers and step aggregates batch by batch."""
 
     STEP_FIELDS = ("agent", "role", "tool_name", "error", "observation")
@@ -362,7 +362,7 @@ class SummaryBuilder:
     def disk_bytes(self) -> int:
         return self._runs.disk_bytes
 
-    def summary(self, kept_tasks: int, gate: GateRecord | None) -> CurationStats:
+    def stats(self, kept_tasks: int, gate: GateRecord | None) -> CurationStats:
         """The statistics of the run (also the next run's drift baseline)."""
         runs = self.runs().drop("run_id").collect()  # numbers only: no string per run is read
         kept_mask = runs.get_column("kept")

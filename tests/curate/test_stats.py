@@ -1,10 +1,10 @@
-"""The curate summary's per-run metrics, counted by hand on a small mixed set of runs."""
+"""The curate statistics' per-run metrics, counted by hand on a small mixed set of runs."""
 
 from __future__ import annotations
 
 import pyarrow as pa
 
-from coa.curate.summary import CurationStats, SummaryBuilder
+from coa.curate.stats import CurationStats, StatsBuilder
 from tests.curate.rows import question, run, table
 
 
@@ -20,10 +20,10 @@ def test_metrics_by_hand() -> None:
     t = t.set_column(
         t.schema.get_field_index("correct"), "correct", pa.array([True, False, None, False, True], pa.bool_())
     )
-    builder = SummaryBuilder()
+    builder = StatsBuilder()
     builder.add_batch(t.slice(0, 2), [None, None])
     builder.add_batch(t.slice(2), [None, "unclean_end:step_limit", "exact_duplicate"])
-    summary = builder.summary(kept_tasks=3, gate=None)
+    summary = builder.stats(kept_tasks=3, gate=None)
     m = summary.metrics
     assert (summary.rows_in, summary.rows_kept, summary.rows_quarantined) == (5, 3, 2)
     assert summary.reasons == {"exact_duplicate": 1, "unclean_end:step_limit": 1}
@@ -44,6 +44,6 @@ def test_metrics_by_hand() -> None:
 
 
 def test_no_runs() -> None:
-    summary = SummaryBuilder().summary(kept_tasks=0, gate=None)
+    summary = StatsBuilder().stats(kept_tasks=0, gate=None)
     assert summary.rows_in == 0 and summary.metrics.correct_rate_input is None
     assert summary.metrics.mean_steps is None and summary.families == {}
