@@ -110,15 +110,18 @@ class Rollouts:
     def _sync_batch(self, prompts: list[Any], trainer: Any, model: Any, step: int, deadline: Any) -> Any:
         rank = rank_of(trainer)
         requested = [str(p) for p in prompts]
+        # the batch's prompts on every rank: a rank's refills never repeat another rank's groups
+        everywhere = gather_to_main(trainer, list(dict.fromkeys(requested)))
         if self.sync is not None and self.policy_factory is None:
-            return self.source.batch(requested, self._server_policy(trainer), step, deadline, rank)
+            policy = self._server_policy(trainer)
+            return self.source.batch(requested, policy, step, deadline, rank, everywhere)
         policy = policy_on_weights(
             model, trainer.processing_class, self.config, self.policy_factory, version=step
         )
         was_training = model.training
         model.eval()
         try:
-            return self.source.batch(requested, policy, step, deadline, rank)
+            return self.source.batch(requested, policy, step, deadline, rank, everywhere)
         finally:
             model.train(was_training)
 

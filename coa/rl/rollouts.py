@@ -185,19 +185,21 @@ class RolloutSource:
         step: int,
         deadline: float | None = None,
         rank: tuple[int, int] = (0, 1),
+        elsewhere: Sequence[str] = (),
     ) -> RolloutBatch:
         """The generation batch for ``requested`` (prompt ids, each repeated ``group_size`` times).
 
         ``deadline`` (a ``time.perf_counter()`` value): no refill round starts after it. ``rank``
         (``(rank, world_size)``): on several ranks each refills from its own share of the prompts
         (every ``world_size``-th, from its rank) with a generator keyed by its rank, so ranks never
-        draw the same refill and each draws the same again after a resume.
+        draw the same refill and each draws the same again after a resume; ``elsewhere``: the prompts
+        the other ranks generate in this batch, never drawn as a refill here.
         """
         start = time.perf_counter()
         wanted = list(dict.fromkeys(requested))  # order-preserving unique
         rounds = [self.run_groups(wanted, policy)]
         kept = [gr for gr in rounds[0] if not gr.zero_variance or not self.params.dynamic_sampling]
-        used = set(wanted)
+        used = set(wanted) | set(elsewhere)
         index, world = rank
         key = f"{self.params.seed}:{step}" if world == 1 else f"{self.params.seed}:{step}:{index}"
         rng = random.Random(key)

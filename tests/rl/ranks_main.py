@@ -1,0 +1,61 @@
+"""An RL run as a rank of ``torchrun`` (or alone) for the multi-rank tests: ``python -m
+tests.rl.ranks_main --config resolved.yaml --output-dir OUT [--resume] [--kill-after STEP]``.
+
+It runs :func:`coa.rl.grpo.run_rl` as ``python -m coa.rl.grpo`` does, logs ``rank R of W pid P``
+(so a test counts real ranks, not what a launcher claims), and with ``--kill-after`` every rank
+SIGKILLs itself once the checkpoint of that step is written (a killed worker: no cleanup, no
+exception handlers).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import sys
+from typing import Any
+
+from transformers import TrainerCallback
+
+from coa import io
+from coa.config import load_config
+from coa.rl.config import RLRunConfig
+from coa.rl.grpo import run_rl
+
+
+class KillAfter(TrainerCallback):
+    """SIGKILL this process once the checkpoint of ``step`` is on disk."""
+
+    def __init__(self, step: int) -> None:
+        self.step = step
+
+    def on_save(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        if state.global_step == self.step:
+            print(f"killing rank {os.environ.get('RANK', '0')} after checkpoint {self.step}", flush=True)
+            os.kill(os.getpid(), signal.SIGKILL)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--config", required=True)
+    parser.add_argument("--output-dir", required=True)
+    parser.add_argument("--resume", action="store_true")
+    parser.add_argument("--kill-after", type=int)
+    ns = parser.parse_args()
+    rank, world = int(os.environ.get("RANK", "0")), int(os.environ.get("WORLD_SIZE", "1"))
+    print(f"rank {rank} of {world} pid {os.getpid()}", flush=True)
+    config = load_config(ns.config, [], model=RLRunConfig)
+    assert config.prompts is not None
+    callbacks = [KillAfter(ns.kill_after)] if ns.kill_after is not None else []
+    result = run_rl(io.read_parquet_file(config.prompts), config, ns.output_dir, ns.resume, callbacks)
+    print(f"rank {rank} done: global step {result.global_step}, heldout {result.heldout}", flush=True)
+    import torch.distributed as dist
+
+    if dist.is_initialized():
+        dist.barrier()
+        dist.destroy_process_group()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
