@@ -14,7 +14,8 @@ generates and how the ranks agree.
   backends: the ranks decode different numbers of steps.
 * **One decision, taken on rank 0**: the rollout rows (:func:`gather_to_main`, written by rank 0 in
   rank order) and the held-out score and alarm (:func:`from_main`, computed on rank 0 and broadcast)
-  are the same on every rank.
+  are the same on every rank; the rollout metrics each rank logs are the mean over the ranks
+  (:func:`mean_over_ranks`), and the rewards TRL gathers itself for the group advantages.
 """
 
 from __future__ import annotations
@@ -96,3 +97,12 @@ def from_main(trainer: Any, value: T) -> T:
     box = [value]
     broadcast_object_list(box, from_process=0)
     return box[0]
+
+
+def mean_over_ranks(trainer: Any, stats: dict[str, float]) -> dict[str, float]:
+    """Each metric of a rank's generation batch averaged over the ranks, the same on every rank (as
+    TRL logs its own gathered metrics; one process: ``stats``)."""
+    every = gather_to_main(trainer, [stats])
+    if len(every) == 1:
+        return stats
+    return {key: sum(s[key] for s in every) / len(every) for key in stats}

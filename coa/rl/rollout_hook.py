@@ -22,7 +22,7 @@ from typing import Any
 import pyarrow as pa
 
 from coa.rl.config import RLError, RLRunConfig
-from coa.rl.ranks import gather_to_main, generation_model, rank_of
+from coa.rl.ranks import gather_to_main, generation_model, mean_over_ranks, rank_of
 from coa.rl.rewards import TERMS
 from coa.rl.rollouts import RolloutSource, train_mask
 from coa.rollout import Policy
@@ -99,7 +99,7 @@ class Rollouts:
         rows = gather_to_main(trainer, batch.rows)  # every rank's episodes, in rank order
         if trainer.is_world_process_zero():
             self.writer.write(step, rows)
-        for key, value in batch.stats.items():
+        for key, value in mean_over_ranks(trainer, batch.stats).items():
             trainer._metrics["train"][key].append(value)
         out = self._trl_batch(batch)
         elapsed = time.perf_counter() - start

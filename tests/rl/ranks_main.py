@@ -10,6 +10,7 @@ exception handlers).
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import signal
 import sys
@@ -21,6 +22,14 @@ from coa import io
 from coa.config import load_config
 from coa.rl.config import RLRunConfig
 from coa.rl.grpo import run_rl
+
+AGREED_KEYS = (
+    "reward",
+    "entropy",
+    "dynamic/zero_variance_share",
+    "rollout/episodes",
+    "rollout/truncated_share",
+)
 
 
 class KillAfter(TrainerCallback):
@@ -48,7 +57,13 @@ def main() -> int:
     assert config.prompts is not None
     callbacks = [KillAfter(ns.kill_after)] if ns.kill_after is not None else []
     result = run_rl(io.read_parquet_file(config.prompts), config, ns.output_dir, ns.resume, callbacks)
-    print(f"rank {rank} done: global step {result.global_step}, heldout {result.heldout}", flush=True)
+    # what every rank must agree on: the held-out curve, the alarm, the logged rewards and batch metrics
+    agreed = {
+        "heldout": result.heldout,
+        "alarm": result.alarm,
+        "curves": [{k: point.get(k) for k in AGREED_KEYS} for point in result.curves],
+    }
+    print(f"rank {rank} done: global step {result.global_step}, agreed {json.dumps(agreed)}", flush=True)
     import torch.distributed as dist
 
     if dist.is_initialized():

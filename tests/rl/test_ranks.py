@@ -115,7 +115,8 @@ def finished(text: str, ranks: int) -> None:
     )
     done = [line for line in text.splitlines() if " done: global step " in line]
     assert len(done) == ranks and all(f"global step {STEPS}," in line for line in done), text[-3000:]
-    assert len({line.split(", heldout ")[1] for line in done}) == 1  # one held-out curve on every rank
+    agreed = {line.split(", agreed ")[1] for line in done}
+    assert len(agreed) == 1  # one held-out curve, alarm and logged metrics on every rank
 
 
 def rollouts(out: Path) -> pa.Table:
