@@ -24,15 +24,18 @@ import pytest
 import torch
 import yaml
 from transformers import AutoModelForCausalLM
+from trl.trainer.utils import RepeatSampler
 
 from coa.config import load_config
-from coa.rl.config import RLResult, RLRunConfig
+from coa.rl.config import RLError, RLResult, RLRunConfig
 from coa.rl.grpo import run_rl
-from coa.rl.resume import SAMPLING_STATE_FILE
+from coa.rl.ranks import rank_batch
+from coa.rl.resume import SAMPLING_STATE_FILE, EpochOrderSampler
 from coa.train.kit.run import CHECKPOINTS_DIR
 
 from .helpers import prompts_table
 
+SLOW = pytest.mark.slow  # trainer subprocesses (torch and TRL imported by each)
 ROOT = Path(__file__).resolve().parents[2]
 LAUNCH_TIMEOUT_S = 150
 STEPS, KILL_AFTER, PROMPTS_PER_STEP, GROUP = 3, 2, 2, 4
@@ -148,6 +151,7 @@ def two_ranks(resolved: Path) -> tuple[Path, str]:
     return out, run(resolved, out, 2)
 
 
+@SLOW
 def test_two_ranks_finish_the_plan_with_whole_groups(two_ranks: tuple[Path, str]) -> None:
     out, text = two_ranks
     finished(text, 2)
@@ -176,6 +180,7 @@ def killed_after_checkpoint(resolved: Path, out: Path, ranks: int) -> None:
     assert not (out / CHECKPOINTS_DIR / f"checkpoint-{KILL_AFTER + 1}").exists()
 
 
+@SLOW
 def test_a_killed_run_resumes_to_the_same_rollouts_and_weights_on_one_rank(resolved: Path) -> None:
     uninterrupted, out = resolved.parent / "one", resolved.parent / "killed-1"
     assert in_process(resolved, uninterrupted).global_step == STEPS
@@ -185,6 +190,7 @@ def test_a_killed_run_resumes_to_the_same_rollouts_and_weights_on_one_rank(resol
     assert_same_run(out, uninterrupted)
 
 
+@SLOW
 def test_a_killed_run_resumes_to_the_same_rollouts_and_weights_on_two_ranks(
     resolved: Path, two_ranks: tuple[Path, str]
 ) -> None:
@@ -192,3 +198,30 @@ def test_a_killed_run_resumes_to_the_same_rollouts_and_weights_on_two_ranks(
     killed_after_checkpoint(resolved, out, 2)
     finished(run(resolved, out, 2, "--resume"), 2)
     assert_same_run(out, two_ranks[0])
+
+
+@pytest.mark.parametrize(("ranks", "episodes"), [(1, 8), (2, 4), (4, 2)])
+def test_the_ranks_share_the_plans_batch_in_whole_groups(ranks: int, episodes: int) -> None:
+    config = RLRunConfig(
+        base_model="m", max_steps=2, prompts_per_step=4, group_size=2, steps_per_generation=1
+    )
+    assert rank_batch(config, ranks) == episodes  # ranks x per-rank batch = 4 groups of 2, whatever N
+    with pytest.raises(
+        RLError, match=r"prompts_per_step \(4\) must be a multiple of the number of ranks \(3\)"
+    ):
+        rank_batch(config, 3)
+
+
+def test_an_epochs_prompt_order_does_not_depend_on_the_epochs_before_it() -> None:
+    def order(epochs: list[int]) -> list[int]:
+        sampler = EpochOrderSampler(list(range(12)), mini_repeat_count=2, batch_size=3, seed=5)
+        for epoch in epochs:
+            sampler.set_epoch(epoch)
+            drawn = list(sampler)
+        return drawn
+
+    resumed, uninterrupted = order([2]), order([0, 1, 2])
+    assert resumed == uninterrupted
+    assert order([1]) != order([0])  # a new order each epoch
+    # epoch 0 is TRL's own order for the seed (runs that never pass an epoch are unchanged)
+    assert order([0]) == list(RepeatSampler(list(range(12)), mini_repeat_count=2, batch_size=3, seed=5))
