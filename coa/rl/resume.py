@@ -136,7 +136,7 @@ def check_sampling_state(checkpoint: Path, world_size: int) -> None:
     saved = json.loads(path.read_text())
     if int(saved["world_size"]) != world_size:
         log.warning(
-            "resuming on %d ranks from %s, written by %d: the run trains on to its plan, but each rank's "
+            "resuming on %d rank(s) from %s, written by %d: the run trains on to its plan, but each rank's "
             "prompts and random numbers differ from the interrupted run's, so its rollouts will too",
             world_size,
             checkpoint.name,

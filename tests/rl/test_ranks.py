@@ -11,6 +11,8 @@ killed. ``python -m pytest -q tests/rl/test_ranks.py``.
 
 from __future__ import annotations
 
+import json
+import logging
 import os
 import signal
 import subprocess
@@ -30,7 +32,7 @@ from coa.config import load_config
 from coa.rl.config import RLError, RLResult, RLRunConfig
 from coa.rl.grpo import run_rl
 from coa.rl.ranks import rank_batch
-from coa.rl.resume import SAMPLING_STATE_FILE, EpochOrderSampler
+from coa.rl.resume import SAMPLING_STATE_FILE, EpochOrderSampler, check_sampling_state
 from coa.train.kit.run import CHECKPOINTS_DIR
 
 from .helpers import prompts_table
@@ -225,3 +227,21 @@ def test_an_epochs_prompt_order_does_not_depend_on_the_epochs_before_it() -> Non
     assert order([1]) != order([0])  # a new order each epoch
     # epoch 0 is TRL's own order for the seed (runs that never pass an epoch are unchanged)
     assert order([0]) == list(RepeatSampler(list(range(12)), mini_repeat_count=2, batch_size=3, seed=5))
+
+
+def test_a_resume_on_another_rank_count_warns_that_its_rollouts_will_differ(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    checkpoint = tmp_path / "checkpoint-2"
+    checkpoint.mkdir()
+    with caplog.at_level(logging.WARNING, logger="coa.rl"):
+        check_sampling_state(checkpoint, 1)  # written before sampling state was saved
+    assert "has no sampling_state.json" in caplog.text
+    (checkpoint / SAMPLING_STATE_FILE).write_text(json.dumps({"world_size": 2, "seed": 0, "epoch": 0}))
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="coa.rl"):
+        check_sampling_state(checkpoint, 2)
+    assert caplog.text == ""
+    with caplog.at_level(logging.WARNING, logger="coa.rl"):
+        check_sampling_state(checkpoint, 1)
+    assert "resuming on 1 rank(s) from checkpoint-2, written by 2" in caplog.text
