@@ -12,7 +12,7 @@ generates and how the ranks agree.
   waiting in a decoder step; the ranks meet again at TRL's gather of the rewards. FSDP, whose
   forward all-gathers layer by layer (a collective per decoding step), is refused with the in-process
   backends: the ranks decode different numbers of steps.
-* **One decision, taken on rank 0**: the rollout rows (:func:`gather_to_main`, written by rank 0 in
+* **One decision, taken on rank 0**: the rollout rows (:func:`gather_all`, written by rank 0 in
   rank order) and the held-out score and alarm (:func:`from_main`, computed on rank 0 and broadcast)
   are the same on every rank; the rollout metrics each rank logs are the mean over the ranks
   (:func:`mean_over_ranks`), and the rewards TRL gathers itself for the group advantages.
@@ -79,7 +79,7 @@ def generation_model(trainer: Any) -> Iterator[Any]:
         yield model
 
 
-def gather_to_main(trainer: Any, items: list[T]) -> list[T]:
+def gather_all(trainer: Any, items: list[T]) -> list[T]:
     """Every rank's ``items`` joined in rank order on every rank (one process: ``items``)."""
     if trainer.accelerator.num_processes == 1:
         return items
@@ -102,7 +102,7 @@ def from_main(trainer: Any, value: T) -> T:
 def mean_over_ranks(trainer: Any, stats: dict[str, float]) -> dict[str, float]:
     """Each metric of a rank's generation batch averaged over the ranks, the same on every rank (as
     TRL logs its own gathered metrics; one process: ``stats``)."""
-    every = gather_to_main(trainer, [stats])
+    every = gather_all(trainer, [stats])
     if len(every) == 1:
         return stats
     return {key: sum(s[key] for s in every) / len(every) for key in stats}

@@ -22,7 +22,7 @@ from typing import Any
 import pyarrow as pa
 
 from coa.rl.config import RLError, RLRunConfig
-from coa.rl.ranks import gather_to_main, generation_model, mean_over_ranks, rank_of
+from coa.rl.ranks import gather_all, generation_model, mean_over_ranks, rank_of
 from coa.rl.rewards import TERMS
 from coa.rl.rollouts import RolloutSource, train_mask
 from coa.rollout import Policy
@@ -96,7 +96,7 @@ class Rollouts:
                 batch = self.producer.take(step, deadline)
             else:
                 batch = self._sync_batch(prompts, trainer, model, step, deadline)
-        rows = gather_to_main(trainer, batch.rows)  # every rank's episodes, in rank order
+        rows = gather_all(trainer, batch.rows)  # every rank's episodes, in rank order
         if trainer.is_world_process_zero():
             self.writer.write(step, rows)
         for key, value in mean_over_ranks(trainer, batch.stats).items():
@@ -111,7 +111,7 @@ class Rollouts:
         rank = rank_of(trainer)
         requested = [str(p) for p in prompts]
         # the batch's prompts on every rank: a rank's refills never repeat another rank's groups
-        everywhere = gather_to_main(trainer, list(dict.fromkeys(requested)))
+        everywhere = gather_all(trainer, list(dict.fromkeys(requested)))
         if self.sync is not None and self.policy_factory is None:
             policy = self._server_policy(trainer)
             return self.source.batch(requested, policy, step, deadline, rank, everywhere)
