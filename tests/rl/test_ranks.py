@@ -1,7 +1,8 @@
 """RL on real ranks (``torchrun --nproc_per_node 2``, gloo on CPU) and exact resume, on the tiny model
 with HF generate (the ``hf`` backend): a 2-rank run finishes its plan with every group whole on one
 rank, and a run SIGKILLed after a checkpoint and resumed writes the same rollouts and final weights as
-one never killed, on 1 rank and on 2.
+one never killed, on 1 rank and on 2 (there only rank 1 is killed: the run fails, rank 0 is not left
+hanging in a collective).
 
 The plan crosses an epoch at the kill (4 training prompts, 2 per step: an epoch is 2 steps; the run
 is killed after checkpoint 2 and resumes into epoch 1), where the resume used to redraw epoch 0's
@@ -175,11 +176,12 @@ def in_process(resolved: Path, out: Path, resume: bool = False) -> RLResult:
     return run_rl(pq.read_table(config.prompts), config, out, resume=resume)
 
 
-def killed_after_checkpoint(resolved: Path, out: Path, ranks: int) -> None:
-    text = run(resolved, out, ranks, "--kill-after", str(KILL_AFTER))
+def killed_after_checkpoint(resolved: Path, out: Path, ranks: int, *extra: str) -> str:
+    text = run(resolved, out, ranks, "--kill-after", str(KILL_AFTER), *extra)
     assert f"after checkpoint {KILL_AFTER}" in text and " done: " not in text
     assert (out / CHECKPOINTS_DIR / f"checkpoint-{KILL_AFTER}" / SAMPLING_STATE_FILE).is_file()
     assert not (out / CHECKPOINTS_DIR / f"checkpoint-{KILL_AFTER + 1}").exists()
+    return text
 
 
 @SLOW
@@ -197,7 +199,9 @@ def test_a_killed_run_resumes_to_the_same_rollouts_and_weights_on_two_ranks(
     resolved: Path, two_ranks: tuple[Path, str]
 ) -> None:
     out = resolved.parent / "killed-2"
-    killed_after_checkpoint(resolved, out, 2)
+    # one rank lost (rank 1 SIGKILLed): the run fails within the launch timeout, rank 0 not left hung
+    text = killed_after_checkpoint(resolved, out, 2, "--kill-rank", "1")
+    assert "killing rank 1 " in text and "killing rank 0 " not in text and "FAILED" in text
     finished(run(resolved, out, 2, "--resume"), 2)
     assert_same_run(out, two_ranks[0])
 
