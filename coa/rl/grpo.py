@@ -28,6 +28,10 @@ the adapter alone, under a new name per version (:mod:`coa.rl.server`), ``hf`` g
 peft model. ``model/`` is then the base with the adapter merged (what evaluation and the next
 stages load), ``adapter/`` the adapter alone.
 
+**Several ranks** (``torchrun`` / ``accelerate launch`` under DDP or ZeRO-3): each rank trains
+``prompts_per_step / N`` whole groups, generated on the whole model; rank 0 writes every rank's
+rows and decides the held-out score and alarm for all (:mod:`coa.rl.ranks`).
+
 **Guards.** The entropy TRL logs each step is checked against ``entropy_floor``: a collapse stops
 the run with :class:`EntropyCollapse` (a failed check). A run that ends with another number of
 optimizer steps than its plan raises :class:`RLStepCountError` and writes no model.
@@ -39,7 +43,8 @@ prompts is kept out of training and scored by greedy rollouts on a schedule
 
 **Checkpoints and resume** are the kit's, as in SFT: ``checkpoints/checkpoint-N`` every
 ``save_steps``; a resumed run continues from the last one (the config must match, ``rl_plan.json``),
-and the rollout rows of steps after that checkpoint are discarded (they are generated again). Each
+and the rollout rows of steps after that checkpoint are discarded (they are generated again, the
+same ones: the resume is exact, :mod:`coa.rl.resume`). Each
 generation batch's rows go to ``rollouts/step-NNNNNN.parquet`` as it is made; the finished run joins them into
 ``rollouts.parquet`` (``rollout.v1``).
 """
@@ -62,6 +67,7 @@ from coa.rl.callbacks import Deadline, EntropyGuard
 from coa.rl.config import RL, EntropyCollapse, RLError, RLResult, RLRunConfig
 from coa.rl.curves import CURVE_KEYS, curves, plot_curves
 from coa.rl.heldout import HeldoutEval, split_prompts
+from coa.rl.ranks import launched_world_size, rank_batch
 from coa.rl.rewards import TERMS
 from coa.rl.rollout_hook import (
     ROLLOUTS_DIR,
@@ -120,6 +126,10 @@ def run_rl(
     """
     start = kit.open_run(RL, config, output_dir, resume)
     drop_rollouts_after(start.out / ROLLOUTS_DIR, start.start_step)
+    if start.last is not None:
+        from coa.rl.resume import check_sampling_state
+
+        check_sampling_state(start.last, launched_world_size())
     trainer, guard, counter, budget = build_trainer(prompts, config, start.out, callbacks, policy_factory)
     kit.write_plan(RL, trainer, start, {"max_steps": config.planned_steps}, config)
     try:
@@ -148,6 +158,7 @@ def build_trainer(
     from transformers.trainer_callback import PrinterCallback
     from trl import GRPOConfig, GRPOTrainer
 
+    from coa.rl import resume
     from coa.tools.build import build_toolbox
     from coa.train.budget import StepPlan, TimeBudget
     from coa.train.kit.callbacks import LogToLogger
@@ -173,7 +184,8 @@ def build_trainer(
         learning_rate=config.learning_rate,
         lr_scheduler_type="constant",
         max_grad_norm=config.max_grad_norm,
-        per_device_train_batch_size=config.episodes_per_generation // config.steps_per_generation,
+        # N ranks x this = the plan's batch: each rank trains prompts_per_step / N whole groups
+        per_device_train_batch_size=rank_batch(config, launched_world_size()),
         gradient_accumulation_steps=1,
         steps_per_generation=config.steps_per_generation,
         num_generations=config.group_size,
@@ -233,6 +245,7 @@ def build_trainer(
         callbacks=[counter, guard, LogToLogger(RL.logger, "rl step", CURVE_KEYS, digits=4), *callbacks],
     )
     trainer.remove_callback(PrinterCallback)
+    resume.install(trainer)  # epoch-keyed prompt order, sampling state in every checkpoint
     trainer.coa_tis_cap = config.tis_cap if config.is_correction == "tis" else None
     trainer.coa_rollouts = rollouts
     trainer.coa_judge_audit = audit  # type: ignore[attr-defined]

@@ -11,8 +11,9 @@ run's ``alarm``: ``rl_result.json``, the lineage, the Prefect artifact, the curv
 run goes on: the alarm is for a person to read.
 
 The points are saved to ``heldout.json`` in the output folder after each evaluation, so a resumed
-run keeps those up to its checkpoint. Only the main process evaluates (under ``accelerate`` the
-others wait at the next step's collective).
+run keeps those up to its checkpoint. On several ranks every rank enters the evaluation (ZeRO-3's
+shards are gathered for it), rank 0 alone scores, and its points and alarms are broadcast, so every
+rank reports the same held-out curve and alarm (:mod:`coa.rl.ranks`).
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from transformers import TrainerCallback
 
 from coa.rl.alarm import reward_hacking_alarm
 from coa.rl.config import RLStageConfig
+from coa.rl.ranks import from_main, generation_model
 from coa.rl.rollouts import RolloutSource
 from coa.rollout import Policy
 
@@ -97,9 +99,16 @@ class HeldoutEval(TrainerCallback):
             self._evaluate(state)
 
     def _evaluate(self, state: Any) -> None:
-        if self.trainer is None or not self.trainer.is_world_process_zero():
+        if self.trainer is None:
             return
-        model = self.trainer.accelerator.unwrap_model(self.trainer.model)
+        trainer = self.trainer
+        with generation_model(trainer) as model:  # every rank enters (ZeRO-3 gathers); rank 0 scores
+            if trainer.is_world_process_zero():
+                self._score(model, state)
+        # every rank holds rank 0's points and alarms, so every rank's result reports the same
+        self.points, self.alarms = from_main(trainer, (self.points, self.alarms))
+
+    def _score(self, model: Any, state: Any) -> None:
         was_training = model.training
         model.eval()
         try:

@@ -5,9 +5,11 @@ and the rollout rows on disk.
 on ``rl.rollout.backend`` (HF generate or continuous batching on the trainer's weights, or a
 completions server that gets the weights pushed before each generation batch), or takes the async
 producer's groups, and returns the kept groups' sampled ids, environment mask and behaviour
-logprobs. :class:`RolloutWriter` writes each batch's ``rollout.v1`` rows to
-``rollouts/step-NNNNNN.parquet``; :func:`read_rollouts` joins them at the end of a run and
-:func:`drop_rollouts_after` removes those a resumed run generates again.
+logprobs. On several ranks (:mod:`coa.rl.ranks`) every rank generates its own groups on the whole
+model (ZeRO-3's shards gathered), rank 0 alone pushes the weights to a server while the others wait
+at a barrier, and rank 0 writes every rank's rows. :class:`RolloutWriter` writes each batch's
+``rollout.v1`` rows to ``rollouts/step-NNNNNN.parquet``; :func:`read_rollouts` joins them at the end
+of a run and :func:`drop_rollouts_after` removes those a resumed run generates again.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from typing import Any
 import pyarrow as pa
 
 from coa.rl.config import RLError, RLRunConfig
+from coa.rl.ranks import gather_all, generation_model, mean_over_ranks, rank_of
 from coa.rl.rewards import TERMS
 from coa.rl.rollouts import RolloutSource, train_mask
 from coa.rollout import Policy
@@ -81,26 +84,32 @@ class Rollouts:
         start = time.perf_counter()
         step = int(trainer.state.global_step)
         deadline = getattr(trainer, "coa_deadline", None)
-        model = trainer.accelerator.unwrap_model(trainer.model)
-        if self.sync is not None:
-            if trainer.accelerator.num_processes > 1:
-                raise RLError(
-                    "rl.rollout.backend: server runs single-process (one trainer pushes the weights)"
-                )
-            if self.sync.version != step:
-                self.sync.push(model, step)
-        if self.config.mode == "async":
-            if self.producer is None:
-                from coa.rl.producer import GroupProducer
+        if self.config.mode == "async" and trainer.accelerator.num_processes > 1:
+            raise RLError(
+                "rl.mode: async runs single-process (one producer feeds one trainer); use rl.mode: sync on "
+                "several ranks"
+            )
+        with generation_model(trainer) as model:  # every rank, together (ZeRO-3 gathers here)
+            if self.sync is not None and self.sync.version != step:
+                # rank 0 pushes the whole model; the others wait for it at the barrier
+                if trainer.accelerator.is_main_process:
+                    self.sync.push(model, step)
+                trainer.accelerator.wait_for_everyone()
+                if not trainer.accelerator.is_main_process:  # the engine now holds rank 0's push
+                    self.sync.version = self.sync.engine.ledger.current = step
+            if self.config.mode == "async":
+                if self.producer is None:
+                    from coa.rl.producer import GroupProducer
 
-                self.producer = GroupProducer(self.source, self._server_policy(trainer), step)
-                self.producer.start()
-            batch = self.producer.take(step, deadline)
-        else:
-            batch = self._sync_batch(prompts, trainer, model, step, deadline)
+                    self.producer = GroupProducer(self.source, self._server_policy(trainer), step)
+                    self.producer.start()
+                batch = self.producer.take(step, deadline)
+            else:
+                batch = self._sync_batch(prompts, trainer, model, step, deadline)
+        rows = gather_all(trainer, batch.rows)  # every rank's episodes, in rank order
         if trainer.is_world_process_zero():
-            self.writer.write(step, batch.rows)
-        for key, value in batch.stats.items():
+            self.writer.write(step, rows)
+        for key, value in mean_over_ranks(trainer, batch.stats).items():
             trainer._metrics["train"][key].append(value)
         out = self._trl_batch(batch)
         elapsed = time.perf_counter() - start
@@ -109,15 +118,20 @@ class Rollouts:
         return out
 
     def _sync_batch(self, prompts: list[Any], trainer: Any, model: Any, step: int, deadline: Any) -> Any:
+        rank = rank_of(trainer)
+        requested = [str(p) for p in prompts]
+        # the batch's prompts on every rank: a rank's refills never repeat another rank's groups
+        everywhere = gather_all(trainer, list(dict.fromkeys(requested)))
         if self.sync is not None and self.policy_factory is None:
-            return self.source.batch([str(p) for p in prompts], self._server_policy(trainer), step, deadline)
+            policy = self._server_policy(trainer)
+            return self.source.batch(requested, policy, step, deadline, rank, everywhere)
         policy = policy_on_weights(
             model, trainer.processing_class, self.config, self.policy_factory, version=step
         )
         was_training = model.training
         model.eval()
         try:
-            return self.source.batch([str(p) for p in prompts], policy, step, deadline)
+            return self.source.batch(requested, policy, step, deadline, rank, everywhere)
         finally:
             model.train(was_training)
 
@@ -135,7 +149,8 @@ class Rollouts:
             codec,
             max_connections=self.endpoint.max_concurrency,
             engine=self.sync.engine if self.sync is not None else None,
-            seed=self.config.seed + int(trainer.state.global_step),
+            # each rank its own stream: unseeded or equally seeded requests repeat samples
+            seed=self.config.seed + int(trainer.state.global_step) + 1_000_003 * rank_of(trainer)[0],
         )
 
     def _trl_batch(self, batch: Any) -> dict[str, Any]:

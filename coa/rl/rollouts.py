@@ -7,8 +7,9 @@ repeated ``group_size`` times, consecutively) into the batch the trainer trains 
    observations and the environment's newlines and end-of-turn with mask 0);
 2. each episode scored (:mod:`coa.rl.rewards`);
 3. **dynamic sampling** (DAPO): a group whose total rewards are all equal has zero advantage and
-   is dropped; the batch is refilled from further prompts (drawn by a seeded generator from the
-   step, so a resumed run draws the same) for up to ``max_refill_rounds`` rounds, and none once
+   is dropped; the batch is refilled from further prompts (drawn by a generator seeded from the
+   step and the rank, each rank from its own share of the prompts, so a resumed run draws the
+   same) for up to ``max_refill_rounds`` rounds, and none once
    the run's time budget has run out (``deadline``: a refill round of a weak policy can cost more
    than the whole budget); a batch still short is topped up with dropped groups, and the shortfall
    is logged;
@@ -178,23 +179,36 @@ class RolloutSource:
         )
 
     def batch(
-        self, requested: Sequence[str], policy: Policy, step: int, deadline: float | None = None
+        self,
+        requested: Sequence[str],
+        policy: Policy,
+        step: int,
+        deadline: float | None = None,
+        rank: tuple[int, int] = (0, 1),
+        elsewhere: Sequence[str] = (),
     ) -> RolloutBatch:
         """The generation batch for ``requested`` (prompt ids, each repeated ``group_size`` times).
 
-        ``deadline`` (a ``time.perf_counter()`` value): no refill round starts after it.
+        ``deadline`` (a ``time.perf_counter()`` value): no refill round starts after it. ``rank``
+        (``(rank, world_size)``): on several ranks each refills from its own share of the prompts
+        (every ``world_size``-th, from its rank) with a generator keyed by its rank, so ranks never
+        draw the same refill and each draws the same again after a resume; ``elsewhere``: the prompts
+        the other ranks generate in this batch, never drawn as a refill here.
         """
         start = time.perf_counter()
         wanted = list(dict.fromkeys(requested))  # order-preserving unique
         rounds = [self.run_groups(wanted, policy)]
         kept = [gr for gr in rounds[0] if not gr.zero_variance or not self.params.dynamic_sampling]
-        used = set(wanted)
-        rng = random.Random(f"{self.params.seed}:{step}")
+        used = set(wanted) | set(elsewhere)
+        index, world = rank
+        key = f"{self.params.seed}:{step}" if world == 1 else f"{self.params.seed}:{step}:{index}"
+        rng = random.Random(key)
+        share = self.order[index::world]
         for _ in range(self.params.max_refill_rounds if self.params.dynamic_sampling else 0):
             deficit = len(wanted) - len(kept)
             if deficit <= 0 or (deadline is not None and time.perf_counter() >= deadline):
                 break
-            pool = [p for p in self.order if p not in used]
+            pool = [p for p in share if p not in used]
             if not pool:
                 break
             extra = rng.sample(pool, min(len(pool), 2 * deficit))

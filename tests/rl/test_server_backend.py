@@ -302,3 +302,56 @@ def test_tis_is_refused_on_raw_logprobs(tiny_model: Path, tmp_path: Path) -> Non
         raw.stop()
     assert "\n" not in str(refused.value) and "--logprobs-mode processed_logprobs" in str(refused.value)
     assert not (tmp_path / "run" / "rollouts").exists()  # refused before any rollout
+
+
+@pytest.mark.slow  # two trainer ranks under torchrun (imports of torch and TRL each)
+def test_two_ranks_share_one_server_that_rank_0_feeds(
+    serve: ServeProcess, tiny_model: Path, tmp_path: Path
+) -> None:
+    """backend: server on 2 ranks: rank 0 pushes the weights once per generation batch, rank 1 waits
+    at the barrier, then both sample from the pushed version (their rows say so)."""
+    prompts = tmp_path / "prompts.parquet"
+    pq.write_table(prompts_table(6), prompts)
+    config = server_config(tiny_model, serve, tools=ToolsConfig(enabled=(), record="off"))
+    path = tmp_path / "rl.yaml"
+    path.write_text(
+        yaml.safe_dump(config.model_dump(mode="json", exclude_none=True) | {"prompts": str(prompts)})
+    )
+    out = tmp_path / "out"
+    env = os.environ | {"PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
+    command = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--nproc_per_node",
+        "2",
+        "-m",
+        "tests.rl.ranks_main",
+    ]
+    process = subprocess.Popen(
+        [*command, "--config", str(path), "--output-dir", str(out)],
+        env=env,
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+    )
+    try:
+        text, _ = process.communicate(timeout=240)
+    except subprocess.TimeoutExpired:
+        os.killpg(process.pid, signal.SIGKILL)
+        pytest.fail(f"2-rank server-backed RL run hung past 240 s: {process.communicate()[0][-3000:]}")
+    assert process.returncode == 0, text[-3000:]
+    assert sorted(
+        line.split()[1] for line in text.splitlines() if line.startswith("rank ") and " pid " in line
+    ) == ["0", "1"]
+    assert sum(" done: global step 3," in line for line in text.splitlines()) == 2
+    import json
+
+    result = json.loads((out / "rl_result.json").read_text())
+    assert result["rollout_stats"]["weight_syncs"] == 3  # rank 0's pushes, one per generation batch
+    rows = pq.read_table(out / "rollouts.parquet").to_pylist()
+    kept = [r for r in rows if r["kept"]]
+    assert len(kept) == 3 * 2 * 4  # the plan's 2 groups a step, one from each rank
+    assert all(r["policy_version"] == r["step"] for r in rows)  # rank 1 too sampled the pushed weights

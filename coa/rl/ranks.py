@@ -1,0 +1,108 @@
+"""RL on several ranks (``torchrun`` / ``accelerate launch``, DDP or DeepSpeed ZeRO-3): what each rank
+generates and how the ranks agree.
+
+* **The batch is the plan's whatever the rank count**: each rank takes ``prompts_per_step / N``
+  prompts of a generation batch (:func:`rank_batch`); TRL's sampler repeats each prompt
+  ``group_size`` times consecutively and a rank's slice is a multiple of ``group_size``, so every
+  GRPO group is generated, scored and trained whole on one rank.
+* **Generation on the whole model**: :func:`generation_model` is TRL's
+  ``unwrap_model_for_generation`` (ZeRO-3's shards gathered into every rank for the rollout), entered
+  by every rank. The episodes then decode on the gathered weights with no collective inside, so a rank
+  that finishes its episodes early (fewer turns, shorter answers, no refill round) never leaves another
+  waiting in a decoder step; the ranks meet again at TRL's gather of the rewards. FSDP, whose
+  forward all-gathers layer by layer (a collective per decoding step), is refused with the in-process
+  backends: the ranks decode different numbers of steps.
+* **One decision, taken on rank 0**: the rollout rows (:func:`gather_all`, written by rank 0 in
+  rank order) and the held-out score and alarm (:func:`from_main`, computed on rank 0 and broadcast)
+  are the same on every rank; the rollout metrics each rank logs are the mean over the ranks
+  (:func:`mean_over_ranks`), and the rewards TRL gathers itself for the group advantages.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from collections.abc import Iterator
+from typing import Any, TypeVar
+
+from coa.rl.config import RLError, RLStageConfig
+
+T = TypeVar("T")
+
+
+def launched_world_size() -> int:
+    """The number of ranks this process was launched among (``WORLD_SIZE`` of torchrun / accelerate)."""
+    return max(1, int(os.environ.get("WORLD_SIZE", "1")))
+
+
+def rank_batch(params: RLStageConfig, world_size: int) -> int:
+    """Episodes each rank trains per optimizer step (TRL's ``per_device_train_batch_size``), so that
+    ``world_size`` ranks together train the plan's ``prompts_per_step`` groups a generation batch."""
+    if params.prompts_per_step % world_size:
+        raise RLError(
+            f"prompts_per_step ({params.prompts_per_step}) must be a multiple of the number of ranks "
+            f"({world_size}): each rank generates and trains whole groups (set prompts_per_step to a "
+            "multiple of num_processes)"
+        )
+    per_rank = params.episodes_per_generation // world_size
+    if per_rank % params.steps_per_generation:
+        raise RLError(
+            f"a rank's episodes per generation batch ({per_rank} = prompts_per_step * group_size / "
+            f"{world_size} ranks) must be a multiple of steps_per_generation ({params.steps_per_generation})"
+        )
+    return per_rank // params.steps_per_generation
+
+
+def rank_of(trainer: Any) -> tuple[int, int]:
+    """``(rank, world_size)`` of this process in ``trainer``'s run."""
+    accelerator = trainer.accelerator
+    return int(accelerator.process_index), int(accelerator.num_processes)
+
+
+@contextlib.contextmanager
+def generation_model(trainer: Any) -> Iterator[Any]:
+    """The trainer's whole model for generation, on every rank (see the module doc); every rank must
+    enter it together (ZeRO-3's gather is a collective)."""
+    from trl.distributed import DistributedBackend
+    from trl.models.utils import unwrap_model_for_generation
+
+    accelerator = trainer.accelerator
+    if accelerator.num_processes > 1 and DistributedBackend(accelerator).fsdp_version is not None:
+        raise RLError(
+            "rl.rollout.backend: hf / hf_batched under FSDP: its forward gathers each layer from every rank, "
+            "and ranks decode different numbers of steps (a hang); train RL under DDP or DeepSpeed ZeRO-3 "
+            "(rl.accelerate_config), or generate on a server (rl.rollout.backend: server)"
+        )
+    with unwrap_model_for_generation(
+        trainer.model_wrapped, accelerator, gather_deepspeed3_params=True
+    ) as model:
+        yield model
+
+
+def gather_all(trainer: Any, items: list[T]) -> list[T]:
+    """Every rank's ``items`` joined in rank order on every rank (one process: ``items``)."""
+    if trainer.accelerator.num_processes == 1:
+        return items
+    from accelerate.utils import gather_object
+
+    return list(gather_object(items))
+
+
+def from_main(trainer: Any, value: T) -> T:
+    """Rank 0's ``value`` on every rank (one process: ``value``)."""
+    if trainer.accelerator.num_processes == 1:
+        return value
+    from accelerate.utils import broadcast_object_list
+
+    box = [value]
+    broadcast_object_list(box, from_process=0)
+    return box[0]
+
+
+def mean_over_ranks(trainer: Any, stats: dict[str, float]) -> dict[str, float]:
+    """Each metric of a rank's generation batch averaged over the ranks, the same on every rank (as
+    TRL logs its own gathered metrics; one process: ``stats``)."""
+    every = gather_all(trainer, [stats])
+    if len(every) == 1:
+        return stats
+    return {key: sum(s[key] for s in every) / len(every) for key in stats}
