@@ -223,13 +223,18 @@ def check_in_worker(
 
 
 def afm_in_worker(
-    answer: str, golds: Sequence[str], *, timeout_s: float, pool: WorkerPool | None = None
+    answer: str,
+    golds: Sequence[str],
+    *,
+    timeout_s: float,
+    budget_s: float,
+    pool: WorkerPool | None = None,
 ) -> tuple[bool, str]:
-    """``coa.scoring.math.afm_check_prepared`` run in a worker process; (False, "timeout") on no reply."""
-    from coa.scoring.math import afm_budget_s
-
+    """``coa.scoring.math.afm_check_prepared`` run in a worker process, given ``budget_s`` for the reply
+    (``coa.scoring.math.afm_budget_s``: the caller's, so this module imports nothing of it); (False,
+    "timeout") on no reply."""
     payload = {"mode": "afm", "answer": answer, "golds": list(golds), "timeout_s": timeout_s}
-    reply = (pool or _POOL).call(payload, afm_budget_s(len(golds), timeout_s))
+    reply = (pool or _POOL).call(payload, budget_s)
     if reply is None:
         return False, "timeout"
     return bool(reply.get("equal")), str(reply.get("reason", "error"))

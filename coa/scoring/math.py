@@ -497,4 +497,6 @@ def afm_math_verify(
         return afm_check_prepared(answer, golds, timeout_s=timeout_s)
     from coa.scoring import _mathworker
 
-    return _mathworker.afm_in_worker(answer, golds, timeout_s=timeout_s)
+    return _mathworker.afm_in_worker(
+        answer, golds, timeout_s=timeout_s, budget_s=afm_budget_s(len(golds), timeout_s)
+    )
