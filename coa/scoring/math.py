@@ -487,9 +487,7 @@ def afm_math_verify(
     finds the gold, parsed as ``\boxed{gold}``, equal to it. No ``\boxed`` extraction of its own, no
     numeric tolerance beyond math-verify's (unlike :func:`check_math`), and no length limit: a
     whole long response is parsed, and math-verify finds the ``\boxed{}`` at its end, as AFM's
-    reward does. ``timeout_s`` limits each parse and each verify (AFM: 5 s each). Safe from any
-    thread (as :func:`check_math`).
-    """
+    reward does. ``timeout_s`` limits each parse and each verify (AFM: 5 s each). Thread-safe."""
     golds = _as_list(gold_answers)
     if not answer.strip() or not golds:
         return False, "empty"

@@ -1,9 +1,11 @@
 """One rank of ``test_multi_rank.test_replans_follow_rank_0s_clock``: a :class:`TimeBudget` driven by
-this rank's own (fake) clock in a gloo group (the rank processes are forked from the test's)."""
+this rank's own (fake) clock in a gloo group. The ranks are forked from a fresh forkserver that has
+imported this module (not from the test's xdist worker, whose threads and state a fork would copy)."""
 
 from __future__ import annotations
 
 import os
+import traceback
 from typing import Any
 
 from coa.train.budget import StepPlan, TimeBudget
@@ -11,7 +13,15 @@ from coa.train.budget import StepPlan, TimeBudget
 
 def replan_on_rank(rank: int, world: int, store: str, seconds_per_step: float, out: Any) -> None:
     """Run the budget's callbacks step by step at ``seconds_per_step`` on this rank's clock until it stops
-    the run; put ``(rank, stopped at, plan)`` on ``out``."""
+    the run; put ``(rank, stopped at, plan)`` on ``out``, or ``(rank, traceback)`` if it failed."""
+    try:
+        _replan(rank, world, store, seconds_per_step, out)
+    except BaseException:
+        out.put((rank, traceback.format_exc()))
+        raise
+
+
+def _replan(rank: int, world: int, store: str, seconds_per_step: float, out: Any) -> None:
     import torch.distributed as dist
 
     os.environ.update({"RANK": str(rank), "WORLD_SIZE": str(world)})

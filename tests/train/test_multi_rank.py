@@ -166,7 +166,8 @@ def test_replans_follow_rank_0s_clock(tmp_path: Path) -> None:
     step (10 s: 20 steps), rank 1 0.05 s (it alone would run all 100); both stop at rank 0's step."""
     import torch.multiprocessing as mp
 
-    ctx = mp.get_context("fork")  # the ranks start with what this process imported (spawn: a minute here)
+    ctx = mp.get_context("forkserver")  # one fresh process imports the rank's module, the ranks fork from it
+    ctx.set_forkserver_preload(["tests.train.budget_rank"])
     queue = ctx.Queue()
     store = str(tmp_path / "store")
     procs = [
@@ -177,8 +178,8 @@ def test_replans_follow_rank_0s_clock(tmp_path: Path) -> None:
         p.start()
     for p in procs:
         p.join(timeout=120)
-        assert p.exitcode == 0, f"a rank failed or hung (exit {p.exitcode})"
-    ends = sorted(queue.get(timeout=5) for _ in procs)
+    ends = sorted(queue.get(timeout=5) for p in procs if p.exitcode is not None)
+    assert all(p.exitcode == 0 for p in procs), f"a rank failed or hung: {[p.exitcode for p in procs]} {ends}"
     assert ends == [(0, 20, 20), (1, 20, 20)]
 
 
