@@ -4,9 +4,9 @@ Starts ``prefect server`` on 127.0.0.1 (free port, private PREFECT_HOME, a fresh
 database: :mod:`tests.flows.postgres`), creates the ``cpu`` and ``gpu`` process work pools, deploys
 with ``prefect deploy --all``, starts workers, triggers ``prefect deployment run 'pipeline/demo'``,
 waits for Completed, checks the Prefect artifacts and the storage artifacts, then stops everything it
-started. The second test dispatches the SFT and RL steps to the ``gpu`` pool's worker
-(``dispatch.mode=deployment``) and checks the pipeline continued with the artifacts that worker
-committed.
+started. Steps dispatched to the ``gpu`` pool's worker (``dispatch.mode=deployment``) are checked by
+``test_nightly_pool`` (SFT and RL built there, linked as subflows, the flow continuing with what that
+worker committed) and ``test_failed_step`` (the pipeline's curation dispatched there and failing).
 """
 
 from __future__ import annotations
@@ -224,68 +224,3 @@ def _check_ui(env: dict[str, str], tmp_path: Path, flow_run_id: str, keys: list[
 def _deployment_id(env: dict[str, str], flow: str, name: str) -> str:
     api = env["PREFECT_API_URL"]
     return str(httpx.get(f"{api}/deployments/name/{flow}/{name}", timeout=10).json()["id"])
-
-
-def test_sft_step_runs_on_the_gpu_pool_worker(
-    prefect_env: dict[str, str], tmp_path: Path, storage_root: Path
-) -> None:
-    env = prefect_env
-    _deploy(env)
-    workers = [
-        _start(
-            [str(BIN / "prefect"), "worker", "start", "--pool", pool], env, tmp_path / f"{pool}-worker.log"
-        )
-        for pool in ("cpu", "gpu")
-    ]
-    try:
-        small = json.dumps(
-            [
-                "synthetic.train={arithmetic: 4, multihop: 4, programming: 2}",
-                "synthetic.heldout={arithmetic: 1, multihop: 1, programming: 1}",
-                "curate.gate.correctness_floor=0.3",
-                *TINY_TRAINING,
-                "dispatch.mode=deployment",
-            ]
-        )
-        out = _prefect(
-            env,
-            "deployment",
-            "run",
-            "pipeline/demo",
-            "--param",
-            f"overrides={small}",
-            "--watch",
-            "--watch-timeout",
-            "240",
-            timeout=300,
-        )
-        logs = "".join((tmp_path / f"{p}-worker.log").read_text()[-3000:] for p in ("cpu", "gpu"))
-        assert "Completed" in out, out + logs
-    finally:
-        for worker in workers:
-            _stop(worker)
-
-    api = env["PREFECT_API_URL"]
-    flows = {f["id"]: f["name"] for f in httpx.post(f"{api}/flows/filter", json={}, timeout=10).json()}
-    runs = httpx.post(f"{api}/flow_runs/filter", json={}, timeout=10).json()
-    (parent,) = [r for r in runs if flows[r["flow_id"]] == "pipeline"]
-    children = {r["parameters"]["spec"]["name"]: r for r in runs if flows[r["flow_id"]] == "run-one-step"}
-    assert set(children) == {"sft", "rl"}  # dispatch.stages defaults; nothing else left cpu
-    assert parent["state_type"] == "COMPLETED" and parent["work_pool_name"] == "cpu"
-    for step_name, child in children.items():
-        assert child["state_type"] == "COMPLETED" and child["work_pool_name"] == "gpu"
-        assert child["name"] == f"{parent['name']}/{step_name}"
-        assert child["parent_task_run_id"] is not None  # linked into the pipeline run as its subflow
-        assert child["infrastructure_pid"] and child["infrastructure_pid"] != parent["infrastructure_pid"]
-        assert child["id"] in (tmp_path / "gpu-worker.log").read_text()  # the gpu worker ran it
-        assert child["id"] not in (tmp_path / "cpu-worker.log").read_text()
-
-    arts = httpx.post(f"{api}/artifacts/filter", json={}, timeout=10).json()
-    rows = next(a for a in arts if a.get("key") == "pipeline-demo-row-counts")["data"]
-    rows = json.loads(rows) if isinstance(rows, str) else rows
-    by_stage = {r["stage"]: r for r in rows}
-    sft = by_stage["sft"]["artifact"]
-    assert by_stage["sft"]["status"] == "built" and io.read_lineage(sft)["steps_run"] == 4
-    after = io.read_lineage(by_stage["evaluate.after"]["artifact"])
-    assert after["inputs"]["model"]["uri"] == sft  # the pipeline continued with the gpu worker's artifact
-    assert any(a.get("key") == "pipeline-demo-lineage" for a in arts)
