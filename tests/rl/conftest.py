@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from coa.model import TinyModelConfig, init_model, sft_corpus
 from coa.rollout import Codec
+from tests.serve.conftest import ServeProcess
 from tests.train.rows import arith_rows
 
 TINY = TinyModelConfig(
@@ -23,3 +25,14 @@ def tiny_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(scope="session")
 def codec(tiny_model: Path) -> Codec:
     return Codec.from_pretrained(str(tiny_model))
+
+
+@pytest.fixture(scope="module")
+def serve(tiny_model: Path) -> Iterator[ServeProcess]:
+    """``python -m coa.serve`` on the tiny model (one per test module), as ``student``."""
+    server = ServeProcess(tiny_model, "--served-model-name", "student")
+    try:
+        server.wait_ready()
+        yield server
+    finally:
+        server.stop()

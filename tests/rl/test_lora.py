@@ -4,7 +4,7 @@ as the adapter plus a merged model that loads without peft."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -26,16 +26,6 @@ from .helpers import prompts_table
 from .test_server_backend import FIXED, close, logprobs_of, server_config
 
 LORA = {"r": 4, "alpha": 8, "target_modules": ["q_proj", "v_proj"]}
-
-
-@pytest.fixture(scope="module")
-def serve(tiny_model: Path) -> Iterator[ServeProcess]:
-    server = ServeProcess(tiny_model, "--served-model-name", "student")
-    try:
-        server.wait_ready()
-        yield server
-    finally:
-        server.stop()
 
 
 def with_adapter(base: Path, adapter: Path) -> Any:

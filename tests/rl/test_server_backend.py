@@ -36,16 +36,6 @@ FIXED = [3, 41, 97, 5, 260, 18, 77, 301, 12, 9, 150, 44]
 
 
 @pytest.fixture(scope="module")
-def serve(tiny_model: Path) -> Iterator[ServeProcess]:
-    server = ServeProcess(tiny_model, "--served-model-name", "student")
-    try:
-        server.wait_ready()
-        yield server
-    finally:
-        server.stop()
-
-
-@pytest.fixture(scope="module")
 def sglang_serve(tiny_model: Path) -> Iterator[ServeProcess]:
     """coa.serve speaking SGLang's routes and completion metadata (--protocol sglang)."""
     server = ServeProcess(
