@@ -72,6 +72,19 @@ def step(
     )
 
 
+def preflight(config: RLStageConfig) -> None:
+    """Check the endpoints the rollouts call (the search tools', the judge's) before the trainer is
+    launched: a dead or wrong endpoint fails the stage in seconds with the key to fix (exit 3), not
+    after the model is loaded and every episode has spent its retries."""
+    from coa.tools.build import check_tools
+
+    check_tools(config.tools, "rl.tools")
+    if config.judge is not None:
+        from coa.scoring.judge import LLMJudge
+
+        LLMJudge(config.judge).check(fix="rl.judge.endpoints")
+
+
 def _build(b: Build) -> None:
     import schemas
     from coa.rl.rollout_hook import ROLLOUTS_DIR, read_rollouts
@@ -94,6 +107,7 @@ def _build(b: Build) -> None:
         log.info("rl: families auto -> %s (%s; %s)", choice.family, choice.rule, choice.accuracy)
         if choice.warning:
             log.warning("rl: %s", choice.warning)
+    preflight(config)
     observations = b.store.root if "://" not in b.store.root else None
     run_config = RLRunConfig(
         **params, base_model=base.local_path(), output_dir=str(out), observation_root=observations

@@ -23,7 +23,7 @@ from coa.sample.config import SampleConfig
 from coa.sample.core import counts, sample_tasks, select
 from coa.sample.summary import SampleSummary
 from coa.steps import Build, Stage, Step, StepInput
-from coa.tools.build import build_toolbox
+from coa.tools.build import build_toolbox, check_tools
 from coa.tools.config import ToolsConfig
 
 ROLLOUTS_TABLE = "rollouts"
@@ -68,6 +68,7 @@ def _build(b: Build) -> None:
     config: SampleConfig = b.step.config
     round_ = int(b.step.identity["round"])
     tools = ToolsConfig.model_validate(b.step.identity["tools"])
+    check_tools(tools, "evaluate.tools")  # sampling calls the evaluation's tools: a dead endpoint fails now
     model = b.model("model")
     rows = select(b.table("tasks").read().to_pylist(), config)
     if not rows:

@@ -124,3 +124,41 @@ def test_the_report_shows_after_rl_columns_only_after_an_rl_phase() -> None:
     assert "acc. after RL" in table and "valid after RL" in table and "20%" in table
     assert "after RL" not in format_comparison(comparison_rows(before, after))
     assert comparison_plot(rows)  # four series draw
+
+
+def test_a_dead_search_or_judge_endpoint_fails_the_rl_step_in_seconds_before_the_trainer(
+    tiny_model: Path, tmp_path: Path
+) -> None:
+    """rl.tools' search endpoint and rl.judge are checked before the trainer is built or launched: exit 3
+    within seconds, naming the key to fix, not after the model is loaded and every episode retried."""
+    import time
+
+    from coa.llm.config import LLMConfig
+    from coa.llm.preflight import EndpointUnusable
+    from tests.test_collect_failfast import closed_port
+
+    store = io.Store(str(tmp_path / "store"))
+    writer = store.writer("converted", "coa", {"test": 3})
+    writer.write_table("rl_prompts", prompts_table(4), schemas.RL_PROMPT)
+    converted = writer.commit()
+    url = f"http://127.0.0.1:{closed_port()}"
+    search = {"provider": "retrieve", "retrieve": {"url": f"{url}/retrieve", "max_retries": 4}}
+    dead_tools = ToolsConfig.model_validate({"enabled": ["web_search"], "search": search, "record": "off"})
+    judge = LLMConfig.model_validate(
+        {"endpoints": [{"name": "judge", "base_url": f"{url}/v1", "model": "j"}]}
+    )
+    for update, said in [
+        ({"tools": dead_tools}, r"retrieve search endpoint .* fix rl\.tools\.search\.retrieve "),
+        (
+            {"judge": judge, "judge_audit_set": str(tmp_path / "audit.jsonl")},
+            r"judge endpoint 'judge' .*rl\.judge\.endpoints",
+        ),
+    ]:
+        config = RLStageConfig(launcher="in_process", tools=ToolsConfig(enabled=("code",), record="off"))
+        config = RLStageConfig.model_validate({**config.model_dump(), **update})
+        step = rl_step.step(config, ModelInput(external=str(tiny_model)), TableInput(converted, "rl_prompts"))
+        t0 = time.monotonic()
+        with pytest.raises(EndpointUnusable, match=said) as failed:
+            run_step(step, store)
+        assert time.monotonic() - t0 < 10 and failed.value.exit_code == 3
+        assert not (tmp_path / "store" / "checkpoints").exists()  # no trainer was started
