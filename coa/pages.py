@@ -125,15 +125,51 @@ def _cell(cell_html: str) -> str:
     return text or " "
 
 
-def _markdown_table(table_html: str) -> str:
-    """A table of this kit (a header row, then rows) as a markdown table, which the UI styles."""
+MARKDOWN_TABLE_CHARS = 90
+"""The most characters a markdown table may need side by side (its columns' longest unbreakable
+words plus their padding) before it is split: the Prefect UI's artifact column holds about 90
+characters at a 1400-pixel window and clips, without a scroll bar, whatever does not fit."""
+
+_SHOWN = re.compile(r"\[(.*?)\]\([^)]*\)|\\(.)|\*\*")
+
+
+def _min_chars(cell: str) -> int:
+    """The width a rendered markdown cell cannot shrink below: its longest word, plus the padding."""
+    shown = _SHOWN.sub(lambda m: m.group(1) or m.group(2) or "", cell)
+    return max((len(word) for word in shown.split()), default=0) + 3
+
+
+def _column_groups(rows: list[list[str]], width: int, budget: int) -> list[list[int]]:
+    """Columns 1.. in consecutive groups that fit ``budget`` beside column 0 (each group's table
+    repeats column 0, the rows' labels); one group when the whole table fits."""
+    need = [max(_min_chars(r[c]) for r in rows) for c in range(width)]
+    groups: list[list[int]] = [[]]
+    used = need[0]
+    for c in range(1, width):
+        if groups[-1] and used + need[c] > budget:
+            groups.append([])
+            used = need[0]
+        groups[-1].append(c)
+        used += need[c]
+    return groups
+
+
+def _markdown_table(table_html: str, budget: int = MARKDOWN_TABLE_CHARS) -> str:
+    """A table of this kit (a header row, then rows) as markdown, which the UI styles; a table too
+    wide for the UI's column (``budget`` characters) is split into tables of consecutive columns,
+    each led by the first column, so nothing is clipped."""
     rows = [[_cell(c[1]) for c in _CELL.findall(r)] for r in _ROW.findall(table_html)]
     rows = [r for r in rows if r]
     if not rows:
         return ""
     width = max(len(r) for r in rows)
-    lines = ["| " + " | ".join(r + [" "] * (width - len(r))) + " |" for r in rows]
-    return "\n".join([lines[0], "|" + "---|" * width, *lines[1:]])
+    rows = [r + [" "] * (width - len(r)) for r in rows]
+    groups = _column_groups(rows, width, budget) if width > 2 else [list(range(1, width))]
+    tables = []
+    for group in groups:
+        lines = ["| " + " | ".join(r[c] for c in [0, *group]) + " |" for r in rows]
+        tables.append("\n".join([lines[0], "|" + "---|" * (len(group) + 1), *lines[1:]]))
+    return "\n\n".join(tables)
 
 
 def in_markdown(page_html: str, resolve: Callable[[str], str]) -> str:

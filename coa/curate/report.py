@@ -256,11 +256,11 @@ def render_report(
     if checks:
         parts.append(
             _table(
-                ["suite", "check", "expectation", "success", "observed", "unexpected", "of"],
-                [
+                ["check", "suite", "expectation", "success", "observed", "unexpected", "of"],
+                [  # the check first: a table split to fit the UI repeats its first column
                     [
-                        c.suite,
                         c.check,
+                        c.suite,
                         c.expectation,
                         c.success,
                         c.observed_value,
