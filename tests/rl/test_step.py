@@ -19,13 +19,18 @@ from coa.tools.config import ToolsConfig
 from .helpers import prompts_table
 
 
+def _prompts(store: io.Store, test: int) -> io.ArtifactRef:
+    """A converted artifact of 4 RL prompts (``test`` keeps each test's artifact its own)."""
+    writer = store.writer("converted", "coa", {"test": test})
+    writer.write_table("rl_prompts", prompts_table(4), schemas.RL_PROMPT)
+    return writer.commit()
+
+
 def test_rl_step_commits_model_rollouts_and_lineage_then_reuses(
     tiny_model: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     store = io.Store(str(tmp_path / "store"))
-    writer = store.writer("converted", "coa", {"test": 1})
-    writer.write_table("rl_prompts", prompts_table(4), schemas.RL_PROMPT)
-    converted = writer.commit()
+    converted = _prompts(store, 1)
     config = RLStageConfig(
         max_steps=2, prompts_per_step=2, group_size=2, steps_per_generation=2, save_steps=2, max_turns=2,
         max_new_tokens=12, max_total_tokens=24, overlong_buffer=8, entropy_floor=None, launcher="in_process",
@@ -57,9 +62,7 @@ def test_a_lora_rl_step_commits_the_merged_model_and_the_adapter(tiny_model: Pat
     from transformers import AutoModelForCausalLM
 
     store = io.Store(str(tmp_path / "store"))
-    writer = store.writer("converted", "coa", {"test": 2})
-    writer.write_table("rl_prompts", prompts_table(4), schemas.RL_PROMPT)
-    converted = writer.commit()
+    converted = _prompts(store, 2)
     config = RLStageConfig(
         max_steps=2, prompts_per_step=2, group_size=2, steps_per_generation=2, save_steps=2, max_turns=2,
         max_new_tokens=12, max_total_tokens=24, overlong_buffer=8, entropy_floor=None, launcher="in_process",
@@ -138,22 +141,21 @@ def test_a_dead_search_or_judge_endpoint_fails_the_rl_step_in_seconds_before_the
     from tests.test_collect_failfast import closed_port
 
     store = io.Store(str(tmp_path / "store"))
-    writer = store.writer("converted", "coa", {"test": 3})
-    writer.write_table("rl_prompts", prompts_table(4), schemas.RL_PROMPT)
-    converted = writer.commit()
+    converted = _prompts(store, 3)
     url = f"http://127.0.0.1:{closed_port()}"
     search = {"provider": "retrieve", "retrieve": {"url": f"{url}/retrieve", "max_retries": 4}}
     dead_tools = ToolsConfig.model_validate({"enabled": ["web_search"], "search": search, "record": "off"})
     judge = LLMConfig.model_validate(
         {"endpoints": [{"name": "judge", "base_url": f"{url}/v1", "model": "j"}]}
     )
-    for update, said in [
+    cases: list[tuple[dict[str, object], str]] = [
         ({"tools": dead_tools}, r"retrieve search endpoint .* fix rl\.tools\.search\.retrieve "),
         (
             {"judge": judge, "judge_audit_set": str(tmp_path / "audit.jsonl")},
             r"judge endpoint 'judge' .*rl\.judge\.endpoints",
         ),
-    ]:
+    ]
+    for update, said in cases:
         config = RLStageConfig(launcher="in_process", tools=ToolsConfig(enabled=("code",), record="off"))
         config = RLStageConfig.model_validate({**config.model_dump(), **update})
         step = rl_step.step(config, ModelInput(external=str(tiny_model)), TableInput(converted, "rl_prompts"))
