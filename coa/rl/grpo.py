@@ -348,7 +348,7 @@ def _rl_result(
             alarm=heldout.alarm if heldout is not None else None,
             rollout_backend=config.rollout.backend,
             mode=config.mode,
-            rollout_stats=trainer.coa_rollouts.summary(runtime),
+            rollout_stats=trainer.coa_rollouts.summary(runtime, trainer),  # every rank's
         )
 
     def plot(result: RLResult) -> None:

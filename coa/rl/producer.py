@@ -31,7 +31,7 @@ import random
 import threading
 import time
 
-from coa.rl.rollouts import Group, RolloutBatch, RolloutSource, batch_stats, rollout_row
+from coa.rl.rollouts import Group, RolloutBatch, RolloutSource, batch_tallies, rollout_row, stats_of
 from coa.rollout.engine import EpisodeSpec, run_episode
 from coa.rollout.episode import Episode
 from coa.rollout.policy import Policy
@@ -180,12 +180,12 @@ class GroupProducer:
         ages = [staleness(gr, step, p.steps_per_generation) for gr in kept]
         self.totals["stale_dropped"] += len(stale)
         self.totals["groups_taken"] += len(kept)
-        stats = batch_stats(every, seen, shortfall, start)
-        stats |= {
+        tallies = batch_tallies(every, seen, shortfall, start)
+        stats = stats_of(tallies) | {
             "async/staleness_mean": sum(ages) / len(ages),
             "async/staleness_max": float(max(ages)),
             "async/stale_dropped": float(len(stale)),
             "async/stale_share": len(stale) / len(every),
             "async/wait_s": self.totals["wait_s"] - wait_before,
         }
-        return RolloutBatch(kept, rows, stats)
+        return RolloutBatch(kept, rows, stats, tallies)
