@@ -56,6 +56,8 @@ class Rollouts:
         self.sync: Any = None
         self.endpoint: Any = None
         self.producer: Any = None
+        self.restored: dict[str, Any] | None = None
+        """The async producer's state in the checkpoint a run resumes from (:mod:`coa.rl.resume`)."""
         self.stats: dict[str, float] = {"hook_s": 0.0, "batches": 0.0, "stale_dropped": 0.0}
         self.stats |= {"groups_trained": 0.0, "staleness_max": 0.0, "staleness_sum": 0.0}
         self.stats |= {"episodes": 0.0, "groups_generated": 0.0, "truncated": 0.0}
@@ -102,7 +104,9 @@ class Rollouts:
                 if self.producer is None:
                     from coa.rl.producer import GroupProducer
 
-                    self.producer = GroupProducer(self.source, self._server_policy(trainer), step)
+                    self.producer = GroupProducer(self.source, self._server_policy(trainer))
+                    if self.restored is not None:  # the checkpoint's queue and cursor (coa.rl.resume)
+                        self.producer.restore(self.restored)
                     self.producer.start()
                 batch = self.producer.take(step, deadline)
             else:

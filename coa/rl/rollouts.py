@@ -68,6 +68,8 @@ class Group:
     variant: str
     episodes: list[Episode]
     rewards: list[Reward]
+    draw: int | None = None
+    """The async producer's draw it was generated for (:mod:`coa.rl.producer`); None in sync mode."""
 
     @property
     def zero_variance(self) -> bool:
