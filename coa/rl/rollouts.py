@@ -307,13 +307,6 @@ def stats_of(tallies: Mapping[str, float]) -> dict[str, float]:
     return stats
 
 
-def batch_stats(
-    every: Sequence[Group], first: Sequence[Group], shortfall: int, start: float
-) -> dict[str, float]:
-    """The metrics of one generation batch (``every`` group generated; ``first`` the requested ones)."""
-    return stats_of(batch_tallies(every, first, shortfall, start))
-
-
 def rollout_row(
     group: Group, k: int, step: int, kept: bool, mask_truncated: bool, version: int
 ) -> dict[str, Any]:
