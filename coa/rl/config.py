@@ -476,10 +476,12 @@ class RLResult(BaseModel):
     mode: str = Field(default="sync", description="sync or async (rl.mode).")
     rollout_stats: dict[str, float] = Field(
         default_factory=dict,
-        description="Over this call: trainer_idle_s / trainer_idle_share (time in the rollout hook: "
-        "generating in sync mode, waiting for groups and pushing weights in async), staleness_mean / "
-        "staleness_max of the trained groups (policy versions), stale_dropped_groups / _share, "
-        "groups_trained, weight_syncs, weight_sync_s and weight_version_mismatches (backend=server).",
+        description="Over this call and every rank (counts added up over the ranks): trainer_idle_s / "
+        "trainer_idle_share (time in the rollout hook, the mean rank's: generating in sync mode, waiting "
+        "for groups and pushing weights in async), staleness_mean / staleness_max of the trained groups "
+        "(policy versions), stale_dropped_groups / _share, groups_trained, groups_generated, episodes "
+        "(rollout rows written), truncated_share, weight_syncs, weight_sync_s and "
+        "weight_version_mismatches (backend=server).",
     )
 
 

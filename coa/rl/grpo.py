@@ -14,9 +14,10 @@ on the trainer's own weights, eval mode, no gradient checkpointing: rl-feasibili
 speaking vLLM's token-id protocol, ``python -m coa.serve``; the trainer's weights are pushed to it before
 each generation batch, :mod:`coa.rl.server`, versioned by the global step). With ``rl.mode:
 async`` (server only) a producer thread keeps generating groups while the trainer trains, and each
-batch takes finished groups within ``max_staleness`` versions (:mod:`coa.rl.producer`; queued
-groups are not persisted: a resumed run generates them again). ``is_correction: tis`` weights each
-trained token by the truncated ratio of trainer to behaviour probability (:mod:`coa.rl.tis`).
+batch takes finished groups within ``max_staleness`` versions (:mod:`coa.rl.producer`; its
+queue and prompt cursor are saved with each checkpoint and restored by a resumed run).
+``is_correction: tis`` weights each trained token by the truncated ratio of trainer to behaviour
+probability (:mod:`coa.rl.tis`).
 TRL trains on the ``prompt_ids`` / ``completion_ids`` we return, exactly the sampled ids;
 ``env_mask`` (popped by TRL as its tool mask) is 0 on every environment id, so
 observations carry no gradient and do not count in the token-mean. Text is never re-tokenized.
@@ -131,6 +132,10 @@ def run_rl(
 
         check_sampling_state(start.last, launched_world_size())
     trainer, guard, counter, budget = build_trainer(prompts, config, start.out, callbacks, policy_factory)
+    if start.last is not None and config.mode == "async":
+        from coa.rl.resume import read_producer_state
+
+        trainer.coa_rollouts.restored = read_producer_state(start.last)
     kit.write_plan(RL, trainer, start, {"max_steps": config.planned_steps}, config)
     try:
         runtime = kit.train(RL, trainer, start, config.planned_steps)
@@ -348,7 +353,7 @@ def _rl_result(
             alarm=heldout.alarm if heldout is not None else None,
             rollout_backend=config.rollout.backend,
             mode=config.mode,
-            rollout_stats=trainer.coa_rollouts.summary(runtime),
+            rollout_stats=trainer.coa_rollouts.summary(runtime, trainer),  # every rank's
         )
 
     def plot(result: RLResult) -> None:

@@ -14,20 +14,29 @@ generates and how the ranks agree.
   backends: the ranks decode different numbers of steps.
 * **One decision, taken on rank 0**: the rollout rows (:func:`gather_all`, written by rank 0 in
   rank order) and the held-out score and alarm (:func:`from_main`, computed on rank 0 and broadcast)
-  are the same on every rank; the rollout metrics each rank logs are the mean over the ranks
-  (:func:`mean_over_ranks`), and the rewards TRL gathers itself for the group advantages.
+  are the same on every rank; so is whether a refill round of dynamic sampling starts
+  (:func:`refill_decision`: one all-reduce of two numbers per round, rank 0's clock against the
+  time budget's deadline), so a rank never refills past a deadline that another rank's clock has
+  not reached yet. The rollout metrics each rank logs are the batch's over every rank (the ranks'
+  counts and sums pooled, :func:`coa.rl.rollouts.pool_tallies`), and the rewards TRL gathers itself
+  for the group advantages.
 """
 
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 from collections.abc import Iterator
 from typing import Any, TypeVar
 
 from coa.rl.config import RLError, RLStageConfig
+from coa.rl.rollouts import RefillDecision, own_decision
 
 T = TypeVar("T")
+
+refill_log = logging.getLogger("coa.rl.refills")
+"""Each refill decision on several ranks, per rank, at DEBUG (the multi-rank tests read them)."""
 
 
 def launched_world_size() -> int:
@@ -99,10 +108,35 @@ def from_main(trainer: Any, value: T) -> T:
     return box[0]
 
 
-def mean_over_ranks(trainer: Any, stats: dict[str, float]) -> dict[str, float]:
-    """Each metric of a rank's generation batch averaged over the ranks, the same on every rank (as
-    TRL logs its own gathered metrics; one process: ``stats``)."""
-    every = gather_all(trainer, [stats])
-    if len(every) == 1:
-        return stats
-    return {key: sum(s[key] for s in every) / len(every) for key in stats}
+def refill_decision(trainer: Any) -> RefillDecision:
+    """Whether a refill round starts, the same on every rank (one process: :func:`own_decision`).
+
+    Every rank calls it once per round of a batch until it says no (a collective): it sums each
+    rank's wish (short of groups, prompts left) and rank 0's verdict on the deadline in one
+    all-reduce of two numbers. A round starts when some rank wants one and rank 0's clock has not
+    passed the deadline; the other ranks' clocks are not asked.
+    """
+    index, world = rank_of(trainer)
+    if world == 1:
+        return own_decision
+
+    def decide(step: int, round_: int, wanted: bool, open_: bool) -> bool:
+        import torch
+        import torch.distributed as dist
+
+        device = torch.device("cpu")
+        if dist.get_backend() == "nccl":  # NCCL moves only CUDA tensors
+            device = torch.device("cuda", torch.cuda.current_device())
+        flags = torch.tensor([float(wanted), float(index == 0 and not open_)], device=device)
+        dist.all_reduce(flags)
+        wanted_by, closed = int(flags[0].item()), bool(flags[1].item() > 0)
+        starts = wanted_by > 0 and not closed
+        refill_log.debug(
+            "rank %d step %d refill round %d: %s (wanted by %d rank(s); rank 0's deadline %s; this rank's "
+            "clock says %s)",
+            index, step, round_, "starts" if starts else "none", wanted_by,
+            "passed" if closed else "open", "open" if open_ else "passed",
+        )  # fmt: skip
+        return starts
+
+    return decide

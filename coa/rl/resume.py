@@ -18,9 +18,19 @@ What decides a generation batch's samples, and how each comes back after a resum
   the epoch; a run resumed on another rank count trains on (the plan is the same) but its rollouts
   cannot be the uninterrupted run's, which :func:`check_sampling_state` logs as a WARNING.
 
-Not covered: ``rl.mode: async`` (the producer's queue is filled by a server thread in the order
-groups finish, which no two runs share; a resumed run draws its prompts afresh, see
-:mod:`coa.rl.producer`), and a refill round cut by the time budget's deadline (a clock decides it).
+* **whether a refill round starts under a time budget**: decided from rank 0's clock on every rank
+  (:func:`coa.rl.ranks.refill_decision`), so the ranks agree; a clock it stays: a resumed run whose
+  deadline cuts a round at another step than the killed run's did draws other refills from there.
+* **``rl.mode: async``**: the producer's cursor, its finished untrained groups and its running
+  draws, in :data:`~coa.rl.producer.PRODUCER_STATE_FILE` beside the sampling state (same staging
+  folder, same atomicity); a resumed producer queues the groups again, generates the running draws
+  again and draws on from the cursor (:meth:`~coa.rl.producer.GroupProducer.restore`): no group
+  lost or trained twice, the same prompts drawn. Not exact there, in a resumed run as between two
+  uninterrupted ones: which finished group a step takes (the order groups finish in) and the
+  weights a generation samples with (when the push lands), so the rows and the weights differ.
+
+Not covered: a checkpoint inside a generation batch (``steps_per_generation`` > 1 with
+``save_steps`` not a multiple of it): TRL's buffer of the batch's remaining steps is not saved.
 """
 
 from __future__ import annotations
@@ -88,6 +98,7 @@ def install(trainer: Any) -> None:
         save_rng(output_dir)  # per rank, into the checkpoint's staging folder
         if self.args.should_save:
             write_sampling_state(Path(output_dir), self)
+            write_producer_state(Path(output_dir), self)
 
     class _EpochBegin(TrainerCallback):  # type: ignore[misc]
         def on_epoch_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
@@ -119,6 +130,31 @@ def write_sampling_state(folder: Path, trainer: Any) -> None:
     """Write :data:`SAMPLING_STATE_FILE` into a checkpoint folder being written (rank 0)."""
     folder.mkdir(parents=True, exist_ok=True)
     (folder / SAMPLING_STATE_FILE).write_text(json.dumps(sampling_state(trainer), indent=2, sort_keys=True))
+
+
+def write_producer_state(folder: Path, trainer: Any) -> None:
+    """Write the async producer's state (if one runs) into a checkpoint folder being written."""
+    from coa.rl.producer import PRODUCER_STATE_FILE
+
+    producer = getattr(getattr(trainer, "coa_rollouts", None), "producer", None)
+    if producer is not None:
+        (folder / PRODUCER_STATE_FILE).write_text(json.dumps(producer.snapshot()))
+
+
+def read_producer_state(checkpoint: Path) -> dict[str, Any] | None:
+    """The async producer's state saved in ``checkpoint``; None (and a WARNING) when it holds none."""
+    from coa.rl.producer import PRODUCER_STATE_FILE
+
+    path = checkpoint / PRODUCER_STATE_FILE
+    if not path.is_file():
+        log.warning(
+            "%s has no %s (written before async resume): the async producer starts afresh, its queued and "
+            "running groups are generated again from the first prompts of its order",
+            checkpoint,
+            PRODUCER_STATE_FILE,
+        )
+        return None
+    return dict(json.loads(path.read_text()))
 
 
 def check_sampling_state(checkpoint: Path, world_size: int) -> None:

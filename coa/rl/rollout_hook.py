@@ -22,9 +22,9 @@ from typing import Any
 import pyarrow as pa
 
 from coa.rl.config import RLError, RLRunConfig
-from coa.rl.ranks import gather_all, generation_model, mean_over_ranks, rank_of
+from coa.rl.ranks import gather_all, generation_model, rank_of, refill_decision
 from coa.rl.rewards import TERMS
-from coa.rl.rollouts import RolloutSource, train_mask
+from coa.rl.rollouts import RolloutSource, pool_tallies, stats_of, train_mask
 from coa.rollout import Policy
 
 ROLLOUTS_DIR = "rollouts"
@@ -56,8 +56,11 @@ class Rollouts:
         self.sync: Any = None
         self.endpoint: Any = None
         self.producer: Any = None
+        self.restored: dict[str, Any] | None = None
+        """The async producer's state in the checkpoint a run resumes from (:mod:`coa.rl.resume`)."""
         self.stats: dict[str, float] = {"hook_s": 0.0, "batches": 0.0, "stale_dropped": 0.0}
         self.stats |= {"groups_trained": 0.0, "staleness_max": 0.0, "staleness_sum": 0.0}
+        self.stats |= {"episodes": 0.0, "groups_generated": 0.0, "truncated": 0.0}
         if config.rollout.backend == "server":
             from coa.rl.server import WeightSync, server_endpoint
 
@@ -101,15 +104,21 @@ class Rollouts:
                 if self.producer is None:
                     from coa.rl.producer import GroupProducer
 
-                    self.producer = GroupProducer(self.source, self._server_policy(trainer), step)
+                    self.producer = GroupProducer(self.source, self._server_policy(trainer))
+                    if self.restored is not None:  # the checkpoint's queue and cursor (coa.rl.resume)
+                        self.producer.restore(self.restored)
                     self.producer.start()
                 batch = self.producer.take(step, deadline)
             else:
                 batch = self._sync_batch(prompts, trainer, model, step, deadline)
-        rows = gather_all(trainer, batch.rows)  # every rank's episodes, in rank order
+        # every rank's episodes (in rank order) and batch tallies, in one collective
+        gathered = gather_all(trainer, [(batch.rows, batch.tallies)])
         if trainer.is_world_process_zero():
-            self.writer.write(step, rows)
-        for key, value in mean_over_ranks(trainer, batch.stats).items():
+            self.writer.write(step, [row for rows, _ in gathered for row in rows])
+        stats = dict(batch.stats)
+        if len(gathered) > 1:  # the batch's metrics over every rank: counts pooled, not means of means
+            stats |= stats_of(pool_tallies([tallies for _, tallies in gathered]))
+        for key, value in stats.items():
             trainer._metrics["train"][key].append(value)
         out = self._trl_batch(batch)
         elapsed = time.perf_counter() - start
@@ -122,16 +131,17 @@ class Rollouts:
         requested = [str(p) for p in prompts]
         # the batch's prompts on every rank: a rank's refills never repeat another rank's groups
         everywhere = gather_all(trainer, list(dict.fromkeys(requested)))
+        decide = refill_decision(trainer)  # rank 0's clock decides every rank's refill rounds
         if self.sync is not None and self.policy_factory is None:
             policy = self._server_policy(trainer)
-            return self.source.batch(requested, policy, step, deadline, rank, everywhere)
+            return self.source.batch(requested, policy, step, deadline, rank, everywhere, decide)
         policy = policy_on_weights(
             model, trainer.processing_class, self.config, self.policy_factory, version=step
         )
         was_training = model.training
         model.eval()
         try:
-            return self.source.batch(requested, policy, step, deadline, rank, everywhere)
+            return self.source.batch(requested, policy, step, deadline, rank, everywhere, decide)
         finally:
             model.train(was_training)
 
@@ -174,6 +184,9 @@ class Rollouts:
         self.stats["hook_s"] += elapsed
         self.stats["batches"] += 1
         self.stats["stale_dropped"] += batch.stats.get("async/stale_dropped", 0.0)
+        self.stats["episodes"] += batch.tallies.get("episodes", 0.0)
+        self.stats["groups_generated"] += batch.tallies.get("groups", 0.0)
+        self.stats["truncated"] += batch.tallies.get("truncated", 0.0)
         ages = [staleness(g, step, self.config.steps_per_generation) for g in batch.groups]
         self.stats["groups_trained"] += len(ages)
         self.stats["staleness_sum"] += sum(ages)
@@ -187,24 +200,33 @@ class Rollouts:
         if self.sync is not None:
             self.sync.clean()
 
-    def summary(self, runtime: float) -> dict[str, float]:
-        """What RL's result reports about the rollouts of this call."""
-        s = self.stats
+    def summary(self, runtime: float, trainer: Any = None) -> dict[str, float]:
+        """What RL's result reports about the rollouts of this call, over every rank of ``trainer``
+        (a collective there: every rank calls it): counts add up, the idle time is the mean rank's."""
+        mine = dict(self.stats) | {"idle_share": self.stats["hook_s"] / runtime if runtime > 0 else 0.0}
+        if self.sync is not None:
+            mine |= {"weight_syncs": float(self.sync.pushes), "weight_sync_s": self.sync.seconds}
+            # completions whose engine-reported version disagreed with the client's stamp (SGLang reports)
+            mine["weight_version_mismatches"] = float(self.sync.engine.ledger.mismatches)
+        every = gather_all(trainer, [mine]) if trainer is not None else [mine]
+        s = {k: sum(r.get(k, 0.0) for r in every) for k in mine}  # rank 0 alone pushes: its syncs
+        s["staleness_max"] = max(r["staleness_max"] for r in every)
+        ranks = len(every)
         groups = max(1.0, s["groups_trained"])
         return {
-            "trainer_idle_s": round(s["hook_s"], 3),
-            "trainer_idle_share": round(s["hook_s"] / runtime, 4) if runtime > 0 else 0.0,
+            "trainer_idle_s": round(s["hook_s"] / ranks, 3),
+            "trainer_idle_share": round(s["idle_share"] / ranks, 4),
             "staleness_mean": round(s["staleness_sum"] / groups, 4),
             "staleness_max": s["staleness_max"],
             "stale_dropped_groups": s["stale_dropped"],
             "stale_dropped_share": round(s["stale_dropped"] / (s["stale_dropped"] + groups), 4),
             "groups_trained": s["groups_trained"],
-            "weight_syncs": float(self.sync.pushes) if self.sync is not None else 0.0,
-            "weight_sync_s": round(self.sync.seconds, 3) if self.sync is not None else 0.0,
-            # completions whose engine-reported version disagreed with the client's stamp (SGLang reports)
-            "weight_version_mismatches": float(self.sync.engine.ledger.mismatches)
-            if self.sync is not None
-            else 0.0,
+            "groups_generated": s["groups_generated"],
+            "episodes": s["episodes"],
+            "truncated_share": round(s["truncated"] / max(1.0, s["episodes"]), 4),
+            "weight_syncs": s.get("weight_syncs", 0.0),
+            "weight_sync_s": round(s.get("weight_sync_s", 0.0), 3),
+            "weight_version_mismatches": s.get("weight_version_mismatches", 0.0),
         }
 
 

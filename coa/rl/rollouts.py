@@ -12,7 +12,9 @@ repeated ``group_size`` times, consecutively) into the batch the trainer trains 
    same) for up to ``max_refill_rounds`` rounds, and none once
    the run's time budget has run out (``deadline``: a refill round of a weak policy can cost more
    than the whole budget); a batch still short is topped up with dropped groups, and the shortfall
-   is logged;
+   is logged. Whether a round starts is a :data:`RefillDecision`: on several ranks every rank takes
+   part in each round's decision, made from rank 0's clock (:func:`coa.rl.ranks.refill_decision`),
+   so the ranks never disagree on the deadline;
 4. truncated episodes (a token, turn or generation limit) get an all-zero mask when
    ``mask_truncated`` (overlong filtering): they are kept for the group baseline but trained on
    nowhere.
@@ -21,8 +23,12 @@ Every episode, kept or dropped, becomes a ``rollout.v1`` row, with the policy ve
 sampled with (the oldest its generations report: a server's ``weight_version``, or the trainer's
 step for the in-process backends) and its behaviour logprobs (null on environment ids).
 
+A batch's metrics are kept as :func:`batch_tallies` (counts, sums and maxima): the ranks' tallies
+add up (:func:`pool_tallies`) before :func:`stats_of` turns them into shares and means, so a metric
+of several ranks is the batch's, never a mean of the ranks' means.
+
 The asynchronous mode's producer (:mod:`coa.rl.producer`) makes groups one by one with
-:meth:`RolloutSource.make_group` and picks a batch from them with :func:`select_groups`.
+:meth:`RolloutSource.score_group` and picks a batch from them itself.
 """
 
 from __future__ import annotations
@@ -30,7 +36,7 @@ from __future__ import annotations
 import dataclasses
 import random
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from coa.rl.config import RLStageConfig
@@ -39,6 +45,17 @@ from coa.rollout import Codec, Episode, EpisodeSpec, Policy, RolloutConfig, roll
 
 TRUNCATED = frozenset({"generation_limit", "token_limit", "turn_limit"})
 """Episode endings that are cut by a limit rather than chosen by the model."""
+
+RefillDecision = Callable[[int, int, bool, bool], bool]
+"""``decide(step, round, wanted, open)``: whether refill round ``round`` of ``step``'s batch starts, given
+whether this rank wants one (it is short of groups and has prompts left) and whether its clock says
+the deadline has not passed. One process: :func:`own_decision`; several ranks: every rank calls it
+once per round until it says no (a collective, :func:`coa.rl.ranks.refill_decision`)."""
+
+
+def own_decision(step: int, round_: int, wanted: bool, open_: bool) -> bool:
+    """One rank alone: a round starts when it is wanted and the deadline has not passed."""
+    return wanted and open_
 
 
 @dataclasses.dataclass
@@ -51,6 +68,8 @@ class Group:
     variant: str
     episodes: list[Episode]
     rewards: list[Reward]
+    draw: int | None = None
+    """The async producer's draw it was generated for (:mod:`coa.rl.producer`); None in sync mode."""
 
     @property
     def zero_variance(self) -> bool:
@@ -75,6 +94,8 @@ class RolloutBatch:
     groups: list[Group]
     rows: list[dict[str, Any]]
     stats: dict[str, float]
+    tallies: dict[str, float] = dataclasses.field(default_factory=dict)
+    """What ``stats`` were computed from (:func:`batch_tallies`), for pooling over ranks."""
 
 
 def rollout_config(params: RLStageConfig, greedy: bool = False) -> RolloutConfig:
@@ -186,6 +207,7 @@ class RolloutSource:
         deadline: float | None = None,
         rank: tuple[int, int] = (0, 1),
         elsewhere: Sequence[str] = (),
+        decide: RefillDecision = own_decision,
     ) -> RolloutBatch:
         """The generation batch for ``requested`` (prompt ids, each repeated ``group_size`` times).
 
@@ -193,7 +215,9 @@ class RolloutSource:
         (``(rank, world_size)``): on several ranks each refills from its own share of the prompts
         (every ``world_size``-th, from its rank) with a generator keyed by its rank, so ranks never
         draw the same refill and each draws the same again after a resume; ``elsewhere``: the prompts
-        the other ranks generate in this batch, never drawn as a refill here.
+        the other ranks generate in this batch, never drawn as a refill here; ``decide``: whether a
+        round starts (on several ranks, the same answer on every rank: a rank with nothing to refill
+        still takes part in each decision, and generates nothing in a round it does not want).
         """
         start = time.perf_counter()
         wanted = list(dict.fromkeys(requested))  # order-preserving unique
@@ -204,13 +228,14 @@ class RolloutSource:
         key = f"{self.params.seed}:{step}" if world == 1 else f"{self.params.seed}:{step}:{index}"
         rng = random.Random(key)
         share = self.order[index::world]
-        for _ in range(self.params.max_refill_rounds if self.params.dynamic_sampling else 0):
+        for round_ in range(1, 1 + (self.params.max_refill_rounds if self.params.dynamic_sampling else 0)):
             deficit = len(wanted) - len(kept)
-            if deficit <= 0 or (deadline is not None and time.perf_counter() >= deadline):
+            pool = [p for p in share if p not in used] if deficit > 0 else []
+            open_ = deadline is None or time.perf_counter() < deadline
+            if not decide(step, round_, bool(pool), open_):
                 break
-            pool = [p for p in share if p not in used]
-            if not pool:
-                break
+            if not pool:  # another rank's round: this one has nothing to refill
+                continue
             extra = rng.sample(pool, min(len(pool), 2 * deficit))
             used.update(extra)
             rounds.append(self.run_groups(extra, policy))
@@ -226,28 +251,59 @@ class RolloutSource:
             for gr in every
             for k in range(len(gr.episodes))
         ]
-        stats = batch_stats(every, rounds[0], shortfall, start)
-        return RolloutBatch(chosen, rows, stats)
+        tallies = batch_tallies(every, rounds[0], shortfall, start)
+        return RolloutBatch(chosen, rows, stats_of(tallies), tallies)
 
 
-def batch_stats(
+MAXIMA = frozenset({"generation_s", "wall_s"})
+"""Tallies that pool as the largest over ranks (wall times, spent side by side); the others add up."""
+
+
+def batch_tallies(
     every: Sequence[Group], first: Sequence[Group], shortfall: int, start: float
 ) -> dict[str, float]:
-    """The metrics of one generation batch (``every`` group generated; ``first`` the requested ones)."""
+    """The counts, sums and maxima of one generation batch (``every`` group generated; ``first`` the
+    requested ones) that :func:`stats_of` turns into its metrics."""
     episodes = [e for gr in every for e in gr.episodes]
-    stats = {
-        "dynamic/zero_variance_share": sum(gr.zero_variance for gr in first) / max(1, len(first)),
-        "dynamic/groups_generated": float(len(every)),
-        "dynamic/shortfall_groups": float(shortfall),
-        "rollout/episodes": float(len(episodes)),
-        "rollout/tool_calls_mean": sum(len(e.tool_calls) for e in episodes) / len(episodes),
-        "rollout/truncated_share": sum(e.finish in TRUNCATED for e in episodes) / len(episodes),
-        "rollout/generation_s": max((e.generation_s for e in episodes), default=0.0),
-        "rollout/tool_s": sum(e.tool_s for e in episodes),
-        "rollout/wall_s": time.perf_counter() - start,
+    tallies = {
+        "groups_first": float(len(first)),
+        "zero_variance_first": float(sum(gr.zero_variance for gr in first)),
+        "groups": float(len(every)),
+        "shortfall": float(shortfall),
+        "episodes": float(len(episodes)),
+        "tool_calls": float(sum(len(e.tool_calls) for e in episodes)),
+        "truncated": float(sum(e.finish in TRUNCATED for e in episodes)),
+        "tool_s": sum(e.tool_s for e in episodes),
+        "generation_s": max((e.generation_s for e in episodes), default=0.0),
+        "wall_s": time.perf_counter() - start,
     }
     for name in TERMS:
-        stats[f"rollout/{name}_mean"] = sum(r.term(name) for gr in every for r in gr.rewards) / len(episodes)
+        tallies[f"term_{name}"] = sum(r.term(name) for gr in every for r in gr.rewards)
+    return tallies
+
+
+def pool_tallies(tallies: Sequence[Mapping[str, float]]) -> dict[str, float]:
+    """The tallies of several ranks' batches as one batch's (sums; the largest of :data:`MAXIMA`)."""
+    keys = tallies[0].keys()
+    return {k: (max if k in MAXIMA else sum)(float(t[k]) for t in tallies) for k in keys}
+
+
+def stats_of(tallies: Mapping[str, float]) -> dict[str, float]:
+    """The metrics of a generation batch from its (maybe pooled) tallies."""
+    n = max(1.0, tallies["episodes"])
+    stats = {
+        "dynamic/zero_variance_share": tallies["zero_variance_first"] / max(1.0, tallies["groups_first"]),
+        "dynamic/groups_generated": tallies["groups"],
+        "dynamic/shortfall_groups": tallies["shortfall"],
+        "rollout/episodes": tallies["episodes"],
+        "rollout/tool_calls_mean": tallies["tool_calls"] / n,
+        "rollout/truncated_share": tallies["truncated"] / n,
+        "rollout/generation_s": tallies["generation_s"],
+        "rollout/tool_s": tallies["tool_s"],
+        "rollout/wall_s": tallies["wall_s"],
+    }
+    for name in TERMS:
+        stats[f"rollout/{name}_mean"] = tallies[f"term_{name}"] / n
     return stats
 
 

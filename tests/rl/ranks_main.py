@@ -4,16 +4,20 @@ tests.rl.ranks_main --config resolved.yaml --output-dir OUT [--resume] [--kill-a
 It runs :func:`coa.rl.grpo.run_rl` as ``python -m coa.rl.grpo`` does, logs ``rank R of W pid P``
 (so a test counts real ranks, not what a launcher claims), and with ``--kill-after`` every rank
 (or ``--kill-rank`` alone) SIGKILLs itself once the checkpoint of that step is written (a killed
-worker: no cleanup, no exception handlers).
+worker: no cleanup, no exception handlers). ``--clock-deadline R:S`` sets rank R's refill deadline
+to S seconds after training begins, whatever the time budget (a rank whose clock disagrees with rank
+0's); each rank's refill decisions are printed (the ``coa.rl.refills`` log, DEBUG).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import logging
 import os
 import signal
 import sys
+import time
 from typing import Any
 
 from transformers import TrainerCallback
@@ -45,6 +49,16 @@ class KillAfter(TrainerCallback):
             os.kill(os.getpid(), signal.SIGKILL)
 
 
+def skew_deadline(seconds: float) -> None:
+    """This rank's refill deadline ``seconds`` after training begins, not the budget's."""
+    from coa.rl.callbacks import Deadline
+
+    def on_train_begin(self: Deadline, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        self.trainer.coa_deadline = time.perf_counter() + seconds
+
+    Deadline.on_train_begin = on_train_begin  # type: ignore[method-assign]
+
+
 def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--config", required=True)
@@ -52,9 +66,15 @@ def main() -> int:
     parser.add_argument("--resume", action="store_true")
     parser.add_argument("--kill-after", type=int)
     parser.add_argument("--kill-rank", type=int, help="only this rank is killed (default: every rank)")
+    parser.add_argument("--clock-deadline", help="RANK:SECONDS, that rank's own refill deadline")
     ns = parser.parse_args()
     rank, world = int(os.environ.get("RANK", "0")), int(os.environ.get("WORLD_SIZE", "1"))
     print(f"rank {rank} of {world} pid {os.getpid()}", flush=True)
+    refills = logging.getLogger("coa.rl.refills")
+    refills.setLevel(logging.DEBUG)
+    refills.addHandler(logging.StreamHandler(sys.stdout))
+    if ns.clock_deadline is not None and int(ns.clock_deadline.split(":")[0]) == rank:
+        skew_deadline(float(ns.clock_deadline.split(":")[1]))
     config = load_config(ns.config, [], model=RLRunConfig)
     assert config.prompts is not None
     callbacks = [KillAfter(ns.kill_after, ns.kill_rank)] if ns.kill_after is not None else []

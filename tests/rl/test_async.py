@@ -3,6 +3,7 @@ batch, the TIS trainer's loss, and the backends' config rules."""
 
 from __future__ import annotations
 
+import json
 import math
 import threading
 from collections import defaultdict
@@ -49,10 +50,10 @@ def group(i: int, version: int, totals: tuple[float, float] = (0.0, 1.0)) -> Gro
 
 
 def producer_with(queued: list[Group], p: RLStageConfig) -> GroupProducer:
-    producer = GroupProducer(RolloutSource(PROMPTS, p, SpyToolBox()), policy=None, start_step=0)  # type: ignore[arg-type]
+    producer = GroupProducer(RolloutSource(PROMPTS, p, SpyToolBox()), policy=None)  # type: ignore[arg-type]
     producer._thread = threading.current_thread()  # alive: take() waits on the queue only
-    for g in queued:
-        producer.ready.put(g)
+    for draw, g in enumerate(queued):
+        producer.ready.put((draw, g))
     return producer
 
 
@@ -216,3 +217,52 @@ def test_an_unreachable_server_fails_with_the_fix(tmp_path: Path) -> None:
     with pytest.raises(EngineError, match="python -m coa.serve") as failed:
         WeightSync(endpoint, tmp_path).check()
     assert failed.value.exit_code == 3  # missing infrastructure
+
+
+def test_a_restored_producer_loses_no_group_and_draws_the_same_prompts(codec: Any) -> None:
+    """A producer snapshotted between two batches (its state through JSON, as a checkpoint holds it)
+    while it keeps generating, then a new one restored from it: every draw is taken once or still
+    pending at the end, never twice; the restored queue comes back as it was, first; each draw's
+    prompt is the seed's, whichever producer drew it."""
+    from coa.rl.producer import group_from_json, group_to_json
+    from coa.rollout.policies.scripted import ScriptedPolicy
+
+    from .helpers import answer
+
+    prompts = [math_prompt(i, 100 + i, 200 + i) for i in range(3)]
+    p = params(prompts_per_step=2, max_staleness=1000, dynamic_sampling=False, async_groups_in_flight=4)
+    replies = {f"What is {100 + i} + {200 + i}?": [answer(str(300 + 2 * i))] for i in range(3)}
+
+    def producer() -> GroupProducer:
+        policy = ScriptedPolicy(codec, replies, latency_s=0.01)
+        return GroupProducer(RolloutSource(prompts, p, SpyToolBox()), policy)
+
+    def draws(groups: list[Group]) -> list[int]:
+        return [int(g.draw) for g in groups if g.draw is not None]
+
+    first = producer()
+    first.start()
+    taken = [g for step in range(2) for g in first.take(step).groups]
+    state = json.loads(json.dumps(first.snapshot()))
+    first.stop()  # the producer went on generating after the checkpoint, as a killed run's does
+    queued = [d for d, _ in state["queued"]]
+    running = [d for d, _ in state["running"]]
+    assert sorted(draws(taken) + queued + running) == list(range(state["drawn"]))  # none lost, none twice
+
+    resumed = producer()
+    resumed.restore(state)
+    resumed.start()
+    later = [g for step in range(2, 5) for g in resumed.take(step).groups]
+    end = resumed.snapshot()
+    resumed.stop()
+    assert draws(later)[: len(queued)] == queued  # the saved queue first, in its order
+    assert [group_to_json(g) for g in later[: len(queued)]] == [g for _, g in state["queued"]]
+    pending = [d for d, _ in end["queued"]] + [d for d, _ in end["running"]]
+    assert sorted(draws(later) + pending) == sorted(
+        queued + running + list(range(state["drawn"], end["drawn"]))
+    )
+    fresh = producer()
+    assert all(g.prompt_id == fresh.prompt_of(int(g.draw)) for g in taken + later if g.draw is not None)
+    passes = {tuple(fresh.prompt_of(n) for n in range(3 * k, 3 * k + 3)) for k in range(6)}
+    assert len(passes) > 1  # a new order each pass
+    assert group_to_json(group_from_json(group_to_json(taken[0]))) == group_to_json(taken[0])

@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -34,6 +35,7 @@ from coa.rl.config import RLError, RLResult, RLRunConfig
 from coa.rl.grpo import run_rl
 from coa.rl.ranks import rank_batch
 from coa.rl.resume import SAMPLING_STATE_FILE, EpochOrderSampler, check_sampling_state
+from coa.rl.rollouts import TRUNCATED
 from coa.train.kit.run import CHECKPOINTS_DIR
 
 from .helpers import prompts_table
@@ -168,6 +170,71 @@ def test_two_ranks_finish_the_plan_with_whole_groups(two_ranks: tuple[Path, str]
     # each group generated once, whole (no prompt on two ranks of one batch, refills included)
     assert all(sorted(samples) == list(range(GROUP)) for samples in groups.values())
     assert (out / CHECKPOINTS_DIR / f"checkpoint-{STEPS}" / "rng_state_1.pth").is_file()
+    assert_stats_of_every_rank(out, table)
+
+
+def assert_stats_of_every_rank(out: Path, table: pa.Table) -> None:
+    """The result's rollout stats and each step's logged batch metrics are those of the rows written
+    (every rank's): counts added up over the ranks, not rank 0's nor a mean of the ranks' means."""
+    result = json.loads((out / "rl_result.json").read_text())
+    rows = table.to_pylist()
+    groups: dict[Any, list[dict[str, Any]]] = {}
+    for row in rows:
+        groups.setdefault((row["step"], row["prompt_id"]), []).append(row)
+    kept = [g for g in groups.values() if g[0]["kept"]]
+    stats = result["rollout_stats"]
+    assert stats["groups_trained"] == len(kept) == STEPS * PROMPTS_PER_STEP  # both ranks' groups
+    assert stats["groups_generated"] == len(groups) and stats["episodes"] == len(rows)
+    assert stats["truncated_share"] == round(sum(r["finish"] in TRUNCATED for r in rows) / len(rows), 4)
+    for point in result["curves"]:
+        step = int(point["step"]) - 1  # a step's log follows the batch generated at its start
+        at = [r for r in rows if r["step"] == step]
+        equal = [
+            g
+            for (s, _), g in groups.items()
+            if s == step and g[0]["kept"] and len({r["reward"] for r in g}) == 1
+        ]
+        assert point["dynamic/shortfall_groups"] == len(equal)
+        assert point["rollout/truncated_share"] == pytest.approx(
+            sum(r["finish"] in TRUNCATED for r in at) / len(at)
+        )
+
+
+BUDGET_STEPS, BUDGET_S = 40, 3.0  # 40 steps take 10-20 s here: the budget ends the run
+REFILL = re.compile(
+    r"^rank (\d) step (\d+) refill round (\d+): (starts|none) \(.*this rank's clock says (\w+)\)$"
+)
+
+
+@SLOW
+def test_rank_0s_clock_decides_every_ranks_refill_rounds(resolved: Path) -> None:
+    """2 ranks whose time budget ends the run before its ``max_steps``, rank 1's own clock saying the
+    refill deadline passed at once: every refill round is decided from rank 0's clock, so both ranks
+    log the same decisions (rounds start that rank 1 alone would have refused) and stop at one step."""
+    config = yaml.safe_load(resolved.read_text()) | {
+        "max_steps": BUDGET_STEPS,
+        "time_budget_s": BUDGET_S,
+        "heldout_eval_steps": None,
+        "save_steps": BUDGET_STEPS,
+    }
+    path = resolved.parent / "budget.yaml"
+    path.write_text(yaml.safe_dump(config))
+    out = resolved.parent / "budget"
+    text = run(path, out, 2, "--clock-deadline", "1:0")
+    done = [line for line in text.splitlines() if " done: global step " in line]
+    assert len(done) == 2, text[-3000:]
+    result = json.loads((out / "rl_result.json").read_text())
+    assert result["global_step"] == result["steps_planned"] == result["steps_run"] < BUDGET_STEPS
+    assert all(f"global step {result['global_step']}," in line for line in done)  # one stop for both
+    decisions: dict[str, list[tuple[str, ...]]] = {"0": [], "1": []}
+    for line in text.splitlines():
+        if m := REFILL.match(line):
+            decisions[m[1]].append((m[2], m[3], m[4]))
+            assert m[1] == "0" or m[5] == "passed"  # rank 1's own clock refused every round
+    assert decisions["0"] == decisions["1"], text[-3000:]
+    assert "starts" in {d[2] for d in decisions["1"]}, decisions  # rounds rank 1 alone would not start
+    steps = {int(d[0]) for d in decisions["0"]}
+    assert steps <= set(range(result["global_step"]))
 
 
 def in_process(resolved: Path, out: Path, resume: bool = False) -> RLResult:

@@ -4,6 +4,7 @@ async run resuming; and the ``hf_batched`` backend's greedy episodes against ``h
 
 from __future__ import annotations
 
+import json
 import math
 import os
 import signal
@@ -242,18 +243,31 @@ def test_a_killed_async_run_resumes(serve: ServeProcess, tiny_model: Path, tmp_p
     process.send_signal(signal.SIGKILL)
     process.wait(30)
     assert not (out / "rl_result.json").exists()
+    from coa.rl.producer import PRODUCER_STATE_FILE
+    from coa.train.kit.checkpoints import last_complete
+
+    last = last_complete(out / CHECKPOINTS_DIR)
+    assert last is not None
+    saved = json.loads((last / PRODUCER_STATE_FILE).read_text())  # the queue the resume starts from
     rerun = subprocess.run(
         [*command, "--resume"], env=env, cwd=REPO, capture_output=True, text=True, timeout=300
     )
     assert rerun.returncode == 0, rerun.stderr[-3000:]
-    import json
-
     result = json.loads((out / "rl_result.json").read_text())
     # resumed from a checkpoint (the last complete one: checkpoint-2 may have been cut mid-write)
     assert result["global_step"] == planned and 1 <= result["start_step"] < planned
+    assert result["start_step"] == int(last.name.split("-")[1])
     assert result["steps_run"] == planned - result["start_step"]
     rows = pq.read_table(result["rollouts_file"]).to_pylist()
     assert sorted({r["step"] for r in rows if r["kept"]}) == list(range(planned))  # each step once
+    # the groups queued at the checkpoint were taken by the resumed run as they were (each recorded
+    # once, kept or dropped), not lost nor generated again; its draws went on from the saved cursor
+    after = [
+        tuple(r["completion_ids"]) for r in rows if r["step"] >= result["start_step"] and r["sample"] == 0
+    ]
+    queued = [tuple(group["episodes"][0]["completion_ids"]) for _, group in saved["queued"]]
+    assert [after.count(ids) for ids in queued] == [1] * len(queued)
+    assert saved["drawn"] >= result["start_step"] * 2 + len(queued)
 
 
 @pytest.mark.sandbox
@@ -337,8 +351,6 @@ def test_two_ranks_share_one_server_that_rank_0_feeds(
         line.split()[1] for line in text.splitlines() if line.startswith("rank ") and " pid " in line
     ) == ["0", "1"]
     assert sum(" done: global step 3," in line for line in text.splitlines()) == 2
-    import json
-
     result = json.loads((out / "rl_result.json").read_text())
     assert result["rollout_stats"]["weight_syncs"] == 3  # rank 0's pushes, one per generation batch
     rows = pq.read_table(out / "rollouts.parquet").to_pylist()
