@@ -329,7 +329,10 @@ def _rl_result(
 
     def measure(model_dir: Path) -> RLResult:
         table = read_rollouts(out / ROLLOUTS_DIR)
-        pq.write_table(table, out / ROLLOUTS_FILE)
+        if trainer.is_world_process_zero():  # one writer on N ranks, never half-written (renamed in)
+            tmp = out / f".{ROLLOUTS_FILE}.tmp"
+            pq.write_table(table, tmp)
+            tmp.replace(out / ROLLOUTS_FILE)
         heldout: HeldoutEval | None = getattr(trainer, "coa_heldout", None)
         return RLResult(
             model_dir=str(model_dir),
