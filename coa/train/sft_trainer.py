@@ -38,7 +38,7 @@ from coa.train.budget import StepPlan, follow_plan
 from coa.train.config import SFT, LoraSettings, SFTError, SFTRunConfig
 from coa.train.data import EncodedExamples, encode_examples
 from coa.train.kernels import apply_layer_kernels, liger_loss, resolve_liger
-from coa.train.kit import ranks
+from coa.train.kit import fsdp, ranks
 from coa.train.kit.callbacks import LogLastStep, LogToLogger, StepCounter
 from coa.train.kit.run import CHECKPOINTS_DIR
 from coa.train.kit.tracking import tracking_args
@@ -111,6 +111,7 @@ def build_trainer(
         save_strategy="steps",
         save_steps=config.save_steps,
         save_total_limit=config.save_total_limit,
+        save_only_model=fsdp.cpu_fsdp2_requested(),  # FSDP2 on CPU: no optimizer checkpoint (kit.fsdp)
         logging_strategy="steps",
         logging_steps=config.logging_steps,
         logging_first_step=True,
@@ -150,6 +151,8 @@ def build_trainer(
         callbacks=[counter, LogLastStep(), LogToLogger(SFT.logger), *callbacks],
     )
     trainer.remove_callback(PrinterCallback)  # logs go to the `coa.train.sft` logger instead
+    if fsdp.cpu_fsdp2_requested():  # accelerate's FSDP takes on GPUs only: shard here (coa.train.kit.fsdp)
+        trainer.model = trainer.model_wrapped = fsdp.shard(trainer.model)
     log_rank(trainer, batch)
     trainer.coa_fused_lm_head = fused_lm_head
     trainer.coa_trained_positions_head = config.head_positions == "trained" and peft_config is None
@@ -171,12 +174,17 @@ def rank_batch(config: SFTRunConfig) -> ranks.RankBatch:
 
 def log_rank(trainer: Any, batch: ranks.RankBatch) -> None:
     """One line per rank (so a launched run shows its ranks are real): rank, world size, pid, how the
-    ranks run (accelerate's distributed type) and the batch; a warning when an FSDP config did not
-    take (accelerate 1.15 enables FSDP on accelerators only: on CPU the ranks run plain DDP)."""
+    ranks run (accelerate's distributed type) and the batch; for a model sharded by FSDP2 on CPU
+    ranks (:mod:`coa.train.kit.fsdp`) a second line with what this rank holds of it; a warning when an
+    FSDP config did not take (FSDP1 on CPU: accelerate enables FSDP on accelerators only, the ranks run
+    plain DDP)."""
     kind = str(getattr(trainer.accelerator.distributed_type, "value", trainer.accelerator.distributed_type))
     log.info("rank %d of %d (pid %d, %s): %s", ranks.rank(), batch.world_size, os.getpid(), kind,
              batch.describe())  # fmt: skip
-    if os.environ.get("ACCELERATE_USE_FSDP", "").lower() == "true" and kind != "FSDP":
+    if fsdp.is_sharded(trainer.model):
+        log.info("rank %d fsdp2 shards (fully_shard on CPU ranks): %s", ranks.rank(),
+                 fsdp.shard_summary(trainer.model))  # fmt: skip
+    elif os.environ.get("ACCELERATE_USE_FSDP", "").lower() == "true" and kind != "FSDP":
         log.warning(
             "the accelerate config asks for FSDP but this run is %s: accelerate shards with FSDP on GPUs "
             "only, so these ranks each hold the whole model (plain data parallelism)",
@@ -241,6 +249,13 @@ class CoaSFTTrainer(SFTTrainer):
     coa_trained_positions_head: bool = False
     coa_liger: bool = False  # Liger's fused linear cross-entropy at the trained positions (CUDA)
     coa_step_plan: StepPlan | None = None  # a time budget's plan: the schedule follows it
+
+    def save_model(self, output_dir: str | None = None, _internal_call: bool = False) -> None:
+        """A model sharded here (FSDP2, CPU ranks) is saved whole: all ranks gather it, rank 0 writes."""
+        if fsdp.is_sharded(self.model):
+            fsdp.save_full(self, str(output_dir or self.args.output_dir))
+            return
+        super().save_model(output_dir, _internal_call)
 
     def _get_train_sampler(self, train_dataset: Any = None) -> Any:
         """``group_by_length`` over the global batch (``transformers`` groups by one rank's share), so
