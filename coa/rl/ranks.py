@@ -1,5 +1,5 @@
-"""RL on several ranks (``torchrun`` / ``accelerate launch``, DDP or DeepSpeed ZeRO-3): what each rank
-generates and how the ranks agree.
+"""RL on several ranks (``torchrun`` / ``accelerate launch``, DDP, FSDP2 or DeepSpeed ZeRO-3): what each
+rank generates and how the ranks agree.
 
 * **The batch is the plan's whatever the rank count**: each rank takes ``prompts_per_step / N``
   prompts of a generation batch (:func:`rank_batch`); TRL's sampler repeats each prompt
@@ -9,9 +9,16 @@ generates and how the ranks agree.
   ``unwrap_model_for_generation`` (ZeRO-3's shards gathered into every rank for the rollout), entered
   by every rank. The episodes then decode on the gathered weights with no collective inside, so a rank
   that finishes its episodes early (fewer turns, shorter answers, no refill round) never leaves another
-  waiting in a decoder step; the ranks meet again at TRL's gather of the rewards. FSDP, whose
-  forward all-gathers layer by layer (a collective per decoding step), is refused with the in-process
-  backends: the ranks decode different numbers of steps.
+  waiting in a decoder step; the ranks meet again at TRL's gather of the rewards.
+  **FSDP2** gathers layer by layer in each forward (a collective per decoding step, which ranks that
+  decode different numbers of steps would hang in), so for generation every FSDP2 group is unsharded
+  once, on entry, with its reshard-after-forward turned off (:func:`coa.train.kit.fsdp.gathered`):
+  the decoding forwards then run on whole local weights with no collective, as under ZeRO-3, and the
+  groups are resharded on the way out. Chosen over HF's ``synced_gpus`` (every rank runs a forward as
+  long as the longest rank decodes, turn after turn: the multi-turn episodes of a rank are its own,
+  tools in between) and over a second, gathered copy of the model (the same memory as the unsharded
+  groups, plus a copy per generation batch). Proven on 2 CPU ranks (tests/rl/test_ranks.py). FSDP1 is
+  refused with the in-process backends (its modules have no such switch here).
 * **One decision, taken on rank 0**: the rollout rows (:func:`gather_all`, written by rank 0 in
   rank order) and the held-out score and alarm (:func:`from_main`, computed on rank 0 and broadcast)
   are the same on every rank; the rollout metrics each rank logs are the mean over the ranks
@@ -66,12 +73,18 @@ def generation_model(trainer: Any) -> Iterator[Any]:
     from trl.distributed import DistributedBackend
     from trl.models.utils import unwrap_model_for_generation
 
+    from coa.train.kit import fsdp
+
     accelerator = trainer.accelerator
-    if accelerator.num_processes > 1 and DistributedBackend(accelerator).fsdp_version is not None:
+    if fsdp.is_sharded(trainer.model_wrapped):
+        with fsdp.gathered(trainer.model_wrapped) as model:
+            yield model
+        return
+    if accelerator.num_processes > 1 and DistributedBackend(accelerator).fsdp_version == 1:
         raise RLError(
-            "rl.rollout.backend: hf / hf_batched under FSDP: its forward gathers each layer from every rank, "
-            "and ranks decode different numbers of steps (a hang); train RL under DDP or DeepSpeed ZeRO-3 "
-            "(rl.accelerate_config), or generate on a server (rl.rollout.backend: server)"
+            "rl.rollout.backend: hf / hf_batched under FSDP1: its forward gathers each layer from all ranks, "
+            "and ranks decode different numbers of steps (a hang); use infra/accelerate/fsdp2.yaml, DDP or "
+            "DeepSpeed ZeRO-3 (rl.accelerate_config), or generate on a server (rl.rollout.backend: server)"
         )
     with unwrap_model_for_generation(
         trainer.model_wrapped, accelerator, gather_deepspeed3_params=True

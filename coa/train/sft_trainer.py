@@ -152,7 +152,7 @@ def build_trainer(
     )
     trainer.remove_callback(PrinterCallback)  # logs go to the `coa.train.sft` logger instead
     if fsdp.cpu_fsdp2_requested():  # accelerate's FSDP takes on GPUs only: shard here (coa.train.kit.fsdp)
-        trainer.model = trainer.model_wrapped = fsdp.shard(trainer.model)
+        fsdp.install(trainer)
     log_rank(trainer, batch)
     trainer.coa_fused_lm_head = fused_lm_head
     trainer.coa_trained_positions_head = config.head_positions == "trained" and peft_config is None
@@ -249,13 +249,6 @@ class CoaSFTTrainer(SFTTrainer):
     coa_trained_positions_head: bool = False
     coa_liger: bool = False  # Liger's fused linear cross-entropy at the trained positions (CUDA)
     coa_step_plan: StepPlan | None = None  # a time budget's plan: the schedule follows it
-
-    def save_model(self, output_dir: str | None = None, _internal_call: bool = False) -> None:
-        """A model sharded here (FSDP2, CPU ranks) is saved whole: all ranks gather it, rank 0 writes."""
-        if fsdp.is_sharded(self.model):
-            fsdp.save_full(self, str(output_dir or self.args.output_dir))
-            return
-        super().save_model(output_dir, _internal_call)
 
     def _get_train_sampler(self, train_dataset: Any = None) -> Any:
         """``group_by_length`` over the global batch (``transformers`` groups by one rank's share), so

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import os
 import signal
 import sys
@@ -54,6 +55,8 @@ def main() -> int:
     parser.add_argument("--kill-rank", type=int, help="only this rank is killed (default: every rank)")
     ns = parser.parse_args()
     rank, world = int(os.environ.get("RANK", "0")), int(os.environ.get("WORLD_SIZE", "1"))
+    logging.basicConfig(format="%(name)s %(levelname)s %(message)s")
+    logging.getLogger("coa.rl").setLevel(logging.INFO)  # the rank's own lines (e.g. its FSDP2 shards)
     print(f"rank {rank} of {world} pid {os.getpid()}", flush=True)
     config = load_config(ns.config, [], model=RLRunConfig)
     assert config.prompts is not None

@@ -12,12 +12,15 @@ killed. ``python -m pytest -q tests/rl/test_ranks.py``.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
+import re
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -44,14 +47,18 @@ LAUNCH_TIMEOUT_S = 150
 STEPS, KILL_AFTER, PROMPTS_PER_STEP, GROUP = 3, 2, 2, 4
 
 
-def launch(args: list[str], ranks: int, log: Path) -> str:
-    """Run ``tests.rl.ranks_main`` on ``ranks`` processes (torchrun for 2); its output. A launch past
-    the timeout fails the test (its whole process group is killed first)."""
+def launch(args: list[str], ranks: int, log: Path, accelerate_config: str | None = None) -> str:
+    """Run ``tests.rl.ranks_main`` on ``ranks`` processes (torchrun for 2, or ``accelerate launch`` with
+    ``accelerate_config``); its output. A launch past the timeout fails the test (its whole process
+    group is killed first)."""
     runner = (
         [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", str(ranks)]
         if ranks > 1
         else [sys.executable]
     )
+    if accelerate_config is not None:
+        runner = [sys.executable, "-m", "accelerate.commands.launch", "--config_file", accelerate_config]
+        runner += ["--num_processes", str(ranks)]
     env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1" if ranks > 1 else "2"}
     with log.open("wb") as sink:
         proc = subprocess.Popen(
@@ -67,6 +74,9 @@ def launch(args: list[str], ranks: int, log: Path) -> str:
         except subprocess.TimeoutExpired:
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
+            for pid in re.findall(r"^rank \d+ of \d+ pid (\d+)$", log.read_text(), re.MULTILINE):
+                with contextlib.suppress(ProcessLookupError):  # a rank in a session of its own
+                    os.kill(int(pid), signal.SIGKILL)
             pytest.fail(f"{ranks}-rank RL run hung past {LAUNCH_TIMEOUT_S} s:\n{log.read_text()[-3000:]}")
     return log.read_text()
 
@@ -168,6 +178,35 @@ def test_two_ranks_finish_the_plan_with_whole_groups(two_ranks: tuple[Path, str]
     # each group generated once, whole (no prompt on two ranks of one batch, refills included)
     assert all(sorted(samples) == list(range(GROUP)) for samples in groups.values())
     assert (out / CHECKPOINTS_DIR / f"checkpoint-{STEPS}" / "rng_state_1.pth").is_file()
+
+
+@SLOW
+def test_two_fsdp2_ranks_generate_unsharded_and_finish_the_plan(resolved: Path, tiny_model: Path) -> None:
+    """The shipped infra/accelerate/fsdp2.yaml on 2 CPU ranks with the in-process ``hf`` backend: each
+    rank holds half the model (DTensor shards); generation runs on the groups unsharded once per batch
+    (coa.train.kit.fsdp.gathered), so ranks whose episodes decode different numbers of tokens do not
+    wait on each other in a decoder step; the run finishes its plan within the launch timeout, writes
+    every rank's whole groups, and saves the gathered model, which loads as a plain HF model and differs
+    from the base (it trained)."""
+    out = resolved.parent / "fsdp2"
+    shipped = str(ROOT / "infra" / "accelerate" / "fsdp2.yaml")
+    t0 = time.perf_counter()
+    text = launch(["--config", str(resolved), "--output-dir", str(out)], 2, out.with_suffix(".log"), shipped)
+    took = time.perf_counter() - t0
+    finished(text, 2)
+    shards = re.findall(r"rank (\d) fsdp2 shards \(.*?\): (\d+) of (\d+) parameter elements", text)
+    assert sorted(r for r, _, _ in shards) == ["0", "1"], text[-3000:]
+    assert sum(int(h) for _, h, _ in shards) == int(shards[0][2])  # each element on one rank
+    table = rollouts(out)
+    assert table.filter(table.column("kept")).num_rows == STEPS * PROMPTS_PER_STEP * GROUP
+    longest: dict[tuple[int, str], int] = {}  # a group's decode steps: its longest episode's tokens
+    for row in table.to_pylist():
+        key = (row["step"], row["prompt_id"])
+        longest[key] = max(longest.get(key, 0), row["tokens"])
+    assert len(set(longest.values())) > 1, longest  # groups of unequal length: ranks decoded unequally
+    trained, base = weights(out), dict(AutoModelForCausalLM.from_pretrained(tiny_model).state_dict())
+    assert sorted(trained) == sorted(base) and any(not torch.equal(trained[k], base[k]) for k in base)
+    print(f"\nFSDP2 RL on 2 ranks: {STEPS} steps in {took:.1f} s")
 
 
 def in_process(resolved: Path, out: Path, resume: bool = False) -> RLResult:

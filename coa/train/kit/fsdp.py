@@ -12,8 +12,10 @@ CPU device mesh of the ranks. Each parameter becomes a ``DTensor`` of which a ra
 layer's weights are all-gathered for its forward and backward, its gradients reduce-scattered
 (averaged, as DDP averages). The model is marked as prepared, so accelerate does not wrap it in DDP
 too (``Accelerator.prepare_model`` returns a model it has prepared as it is); gradient clipping
-works on the DTensor gradients as on tensors. :func:`save_full` gathers the full state dict (a
-collective, every rank) and rank 0 writes an ordinary ``from_pretrained`` folder.
+works on the DTensor gradients as on tensors. :func:`install` does it for a built trainer, whose
+``save_model`` then gathers the full state dict (a collective, every rank) and rank 0 writes an
+ordinary ``from_pretrained`` folder. :func:`gathered` holds the whole model on every rank for RL's
+in-process generation (see :mod:`coa.rl.ranks`).
 
 Why not ``transformers``' own load-time FSDP2 (``from_pretrained(distributed_config=
 DistributedConfig(fsdp_size=N))``), which the ``Trainer`` also supports: measured on the tiny model
@@ -33,7 +35,10 @@ against the model's, logged by each rank (``fsdp2 shards: ...``).
 
 from __future__ import annotations
 
+import contextlib
 import os
+import types
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -87,11 +92,38 @@ def full_state_dict(model: Any) -> dict[str, Any]:
     return get_model_state_dict(model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
 
 
-def save_full(trainer: Any, output_dir: str) -> None:
-    """``trainer.save_model`` of a sharded model: the full state dict gathered (every rank), written by
-    the trainer's own ``_save`` on rank 0 as a ``from_pretrained`` folder with the tokenizer."""
-    state = full_state_dict(trainer.model)
-    trainer._save(output_dir, state_dict=state)
+def install(trainer: Any) -> None:
+    """Shard ``trainer``'s model (:func:`shard`), before its optimizer exists, and make its ``save_model``
+    (the final model and every checkpoint's weights) save the whole model: the full state dict gathered
+    by every rank, written by the trainer's own ``_save`` on rank 0 (a ``from_pretrained`` folder)."""
+    trainer.model = trainer.model_wrapped = shard(trainer.model)
+
+    def save_model(self: Any, output_dir: str | None = None, _internal_call: bool = False) -> None:
+        state = full_state_dict(self.model)
+        self._save(str(output_dir or self.args.output_dir), state_dict=state)
+
+    trainer.save_model = types.MethodType(save_model, trainer)
+
+
+@contextlib.contextmanager
+def gathered(model: Any) -> Iterator[Any]:
+    """``model`` (an FSDP2 module) with every parameter gathered whole on this rank until the block ends:
+    each group unsharded once (a collective: every rank enters together) and kept so through any number
+    of forwards, which then run with no collective, so ranks may decode different numbers of steps. The
+    groups are resharded (local, no collective) and their reshard-after-forward restored on the way out."""
+    from torch.distributed.fsdp import FSDPModule
+
+    groups = [m for m in model.modules() if isinstance(m, FSDPModule)]
+    for group in groups:
+        group.set_reshard_after_forward(False)
+    for group in groups:
+        group.unshard()
+    try:
+        yield model
+    finally:
+        for group in groups:
+            group.reshard()
+            group.set_reshard_after_forward(True)
 
 
 def shard_summary(model: Any) -> str:
