@@ -179,6 +179,8 @@ def build_trainer(
             f"{len(rows)} RL prompts for {config.prompts_per_step} prompts per step: a generation batch "
             "needs at least prompts_per_step distinct prompts (lower prompts_per_step or add prompts)"
         )
+    if fsdp.cpu_fsdp2_requested():
+        fsdp.check_supported(RL.name, RLError, config.lora is not None)
     cuda = torch.cuda.is_available()
     args = GRPOConfig(
         output_dir=str(out / CHECKPOINTS_DIR),

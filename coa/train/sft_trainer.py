@@ -83,6 +83,8 @@ def build_trainer(
     if scheduler == "cosine" and config.min_lr_ratio > 0:
         scheduler, scheduler_kwargs = "cosine_with_min_lr", {"min_lr_rate": config.min_lr_ratio}
     batch = rank_batch(config)
+    if fsdp.cpu_fsdp2_requested():
+        fsdp.check_supported(SFT.name, SFTError, config.lora is not None, config.time_budget_s is not None)
     # The arguments come first: under DeepSpeed ZeRO-3 they make from_pretrained load the weights sharded.
     args = SFTConfig(
         output_dir=str(Path(output_dir) / CHECKPOINTS_DIR),

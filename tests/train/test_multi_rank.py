@@ -209,10 +209,13 @@ def test_fsdp2_on_two_cpu_ranks_shards_and_trains_like_one_process(
           f"largest weight gap {weight_gap:.2e}")  # fmt: skip
 
 
-def test_an_fsdp2_run_on_cpu_ranks_refuses_to_resume(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    """Its checkpoints hold no optimizer state (each rank's is a shard): the rerun says so and what to do;
-    a DDP run (or one rank) resumes as before."""
+def test_an_fsdp2_run_on_cpu_ranks_refuses_what_it_cannot_do(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, tiny_model: Path, sft_rows: pa.Table
+) -> None:
+    """Resume (its checkpoints hold no optimizer state: each rank's is a shard), LoRA and SFT's time
+    budget are refused with what to do instead, before a model is built; DDP (FSDP_VERSION 1) resumes."""
     from coa.train.kit import fsdp
+    from coa.train.sft_trainer import build_trainer
 
     checkpoint = tmp_path / "checkpoints" / "checkpoint-8"
     monkeypatch.setenv("WORLD_SIZE", "2")
@@ -222,6 +225,10 @@ def test_an_fsdp2_run_on_cpu_ranks_refuses_to_resume(monkeypatch: pytest.MonkeyP
                        r".*checkpoints to train from the start, or run sft under DDP"):  # fmt: skip
         fsdp.check_no_resume(checkpoint, "sft", SFTError)
     fsdp.check_no_resume(None, "sft", SFTError)  # a fresh start
+    with pytest.raises(SFTError, match=r"sft.lora under FSDP2 on CPU ranks is not supported .* under DDP"):
+        build_trainer(sft_rows, _config(tiny_model, lora={"r": 4}), tmp_path / "lora")
+    with pytest.raises(SFTError, match=r"sft.time_budget_s under FSDP2 on CPU ranks: .* give sft.max_steps"):
+        build_trainer(sft_rows, _config(tiny_model, max_steps=None, time_budget_s=5.0), tmp_path / "budget")
     monkeypatch.setenv("FSDP_VERSION", "1")
     fsdp.check_no_resume(checkpoint, "sft", SFTError)
 

@@ -24,7 +24,8 @@ the tied LM head stays outside it, and from the second step its losses left a on
 (plain SGD, lr 0.5, same batch: 5.781 against 5.686 after one step), where layers + root matched to
 the digit (5.686248 both).
 
-**What it does not do**: resume. A rank's optimizer state is a shard; the ``Trainer`` saves rank 0's
+**What it does not do**: LoRA and SFT's time budget are refused up front (:func:`check_supported`);
+and resume. A rank's optimizer state is a shard; the ``Trainer`` saves rank 0's
 only, so checkpoints of such a run hold the gathered weights alone (``save_only_model``) and a rerun
 of a killed FSDP2-on-CPU run is refused with the folder to delete (:func:`check_no_resume`). GPU
 FSDP2 runs (accelerate's path) checkpoint their sharded optimizer and resume.
@@ -55,6 +56,23 @@ def cpu_fsdp2_requested() -> bool:
     import torch
 
     return not torch.cuda.is_available()
+
+
+def check_supported(section: str, error: type[Exception], lora: bool, time_budget: bool = False) -> None:
+    """Refuse what this path does not do (before anything is built): LoRA (the merge of the adapter into
+    sharded weights would run on rank 0 alone, a collective no other rank joins) and SFT's time budget
+    (its calibration trains a copy of the model, which is sharded here)."""
+    if lora:
+        raise error(
+            f"{section}.lora under FSDP2 on CPU ranks is not supported (the adapter merge needs the whole "
+            f"model on rank 0): run {section} with LoRA under DDP (infra/accelerate/ddp.yaml or launcher "
+            "torchrun), whose frozen base is a plain copy per rank"
+        )
+    if time_budget:
+        raise error(
+            f"{section}.time_budget_s under FSDP2 on CPU ranks: the calibration trains a copy of the model, "
+            f"which is sharded here; give {section}.max_steps instead, or run under DDP (ddp.yaml / torchrun)"
+        )
 
 
 def shard(model: Any) -> Any:
