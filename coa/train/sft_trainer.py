@@ -176,16 +176,18 @@ def rank_batch(config: SFTRunConfig) -> ranks.RankBatch:
 
 def log_rank(trainer: Any, batch: ranks.RankBatch) -> None:
     """One line per rank (so a launched run shows its ranks are real): rank, world size, pid, how the
-    ranks run (accelerate's distributed type) and the batch; for a model sharded by FSDP2 on CPU
-    ranks (:mod:`coa.train.kit.fsdp`) a second line with what this rank holds of it; a warning when an
-    FSDP config did not take (FSDP1 on CPU: accelerate enables FSDP on accelerators only, the ranks run
-    plain DDP)."""
+    ranks run (accelerate's distributed type) and the batch; for a model sharded by FSDP2 on CPU ranks
+    (:mod:`coa.train.kit.fsdp`) or by ZeRO-3 a second line with what this rank holds of it; a warning
+    when an FSDP config did not take (FSDP1 on CPU: accelerate enables FSDP on accelerators only, the
+    ranks run plain DDP)."""
     kind = str(getattr(trainer.accelerator.distributed_type, "value", trainer.accelerator.distributed_type))
     log.info("rank %d of %d (pid %d, %s): %s", ranks.rank(), batch.world_size, os.getpid(), kind,
              batch.describe())  # fmt: skip
     if fsdp.is_sharded(trainer.model):
         log.info("rank %d fsdp2 shards (fully_shard on CPU ranks): %s", ranks.rank(),
                  fsdp.shard_summary(trainer.model))  # fmt: skip
+    elif kind == "DEEPSPEED" and batch.world_size > 1:  # ZeRO-3 partitions at load (zero.Init)
+        log.info("rank %d zero3 shards (DeepSpeed): %s", ranks.rank(), fsdp.shard_summary(trainer.model))
     elif os.environ.get("ACCELERATE_USE_FSDP", "").lower() == "true" and kind != "FSDP":
         log.warning(
             "the accelerate config asks for FSDP but this run is %s: accelerate shards with FSDP on GPUs "

@@ -1,6 +1,7 @@
 """SFT on several ranks, proven on CPU processes: two gloo ranks under ``torchrun`` (DDP) and under
-``accelerate launch`` with the shipped FSDP2 config (sharded by the recipe: coa.train.kit.fsdp) train
-like one process at the same global batch, stop together when a time budget ends, and a rank killed
+``accelerate launch`` with the shipped FSDP2 config (sharded by the recipe: coa.train.kit.fsdp) and,
+where deepspeed is installed, the shipped ZeRO-3 config (DeepSpeed's CPU accelerator) train like one
+process at the same global batch, stop together when a time budget ends, and a rank killed
 mid-run fails the run in one line while the rerun resumes to the plan.
 
 The ranks are checked to be real (``../shared/reference/multi-rank-on-cpu.md``: an accelerate
@@ -38,7 +39,7 @@ LOSS_TOLERANCE = 1e-4
 order: the all-reduce sums two halves where one process sums the whole)."""
 RANK_LINE = re.compile(r"rank (\d) of (\d) \(pid (\d+), (\w+)\): (.*)")
 SHARD_LINE = re.compile(
-    r"rank (\d) fsdp2 shards \(.*?\): (\d+) of (\d+) parameter elements .*?; (\d+) DTensor"
+    r"rank (\d) (fsdp2|zero3) shards \(.*?\): (\d+) of (\d+) parameter elements .*?; (\d+) sharded"
 )
 WEIGHT_TOLERANCE = 1e-5
 """Largest difference allowed between a weight trained on 2 ranks and on one process (12 AdamW steps of
@@ -167,35 +168,61 @@ def test_two_ranks_train_like_one_process_and_a_killed_rank_resumes(
           f"largest gap {max(gaps):.2e}")  # fmt: skip
 
 
-def test_fsdp2_on_two_cpu_ranks_shards_and_trains_like_one_process(
-    tiny_model: Path, sft_rows: pa.Table, tmp_path: Path, one_process: tuple[Any, float]
+def _deepspeed_missing() -> str | None:
+    import importlib.util
+
+    if importlib.util.find_spec("deepspeed") is None:
+        return "deepspeed is not installed (the `deepspeed` extra; infra/README.md), so ZeRO-3 cannot run"
+    return None
+
+
+@pytest.mark.parametrize(
+    ("accelerate_config", "label"),
+    [
+        pytest.param("fsdp2.yaml", "fsdp2", id="fsdp2"),
+        pytest.param(
+            "multi_gpu_zero3.yaml",
+            "zero3",
+            id="zero3",
+            marks=pytest.mark.skipif(_deepspeed_missing() is not None, reason=str(_deepspeed_missing())),
+        ),
+    ],
+)
+def test_sharded_on_two_cpu_ranks_trains_like_one_process(
+    accelerate_config: str,
+    label: str,
+    tiny_model: Path,
+    sft_rows: pa.Table,
+    tmp_path: Path,
+    one_process: tuple[Any, float],
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """The shipped infra/accelerate/fsdp2.yaml under ``accelerate launch`` on 2 CPU ranks: accelerate
-    itself runs DDP there (MULTI_CPU), so the recipe applies FSDP2 (coa.train.kit.fsdp). Each rank holds
-    half the parameter elements as DTensor shards; the loss curve is one process's at the same global
-    batch within LOSS_TOLERANCE; the saved model (gathered) loads as a plain HF model and equals the
-    one-process model within WEIGHT_TOLERANCE."""
+    """A shipped sharded config under ``accelerate launch`` on 2 CPU ranks: fsdp2.yaml (accelerate runs
+    DDP on CPU, so the recipe applies FSDP2: coa.train.kit.fsdp) and multi_gpu_zero3.yaml (DeepSpeed's CPU
+    accelerator over gloo, where deepspeed installs). Each rank holds half the parameter elements (its
+    shards); the loss curve is one process's at the same global batch within LOSS_TOLERANCE; the saved
+    model (gathered) loads as a plain HF model and equals the one-process model within WEIGHT_TOLERANCE."""
     from transformers import AutoModelForCausalLM
 
+    root = Path(__file__).resolve().parents[2]
+    monkeypatch.chdir(root)  # multi_gpu_zero3.yaml names its DeepSpeed JSON from the repository root
     config = _config(tiny_model, max_steps=12)
     one, one_s = one_process
-    out = tmp_path / "fsdp2"
-    shipped = Path(__file__).resolve().parents[2] / "infra" / "accelerate" / "fsdp2.yaml"
+    out = tmp_path / label
+    shipped = root / "infra" / "accelerate" / accelerate_config
     t0 = time.perf_counter()
     two = launch_accelerate(SFT, sft_rows, config, out, str(shipped), 2, timeout_s=LAUNCH_TIMEOUT_S)
     two_s = time.perf_counter() - t0
     lines = _rank_lines(out)
     assert sorted(lines) == [0, 1] and len({pid for _, pid, _, _ in lines.values()}) == 2
     assert lines[0][3] == "2 rank(s) x 4 per micro-batch x 1 accumulated = 8 per optimizer step"
-    shards = {
-        int(r): (int(h), int(t), int(d)) for r, h, t, d in SHARD_LINE.findall((out / LOG_FILE).read_text())
-    }
-    assert sorted(shards) == [0, 1], (out / LOG_FILE).read_text()[-3000:]
+    assert {kind for _, _, kind, _ in lines.values()} == {"MULTI_CPU" if label == "fsdp2" else "DEEPSPEED"}
+    text = (out / LOG_FILE).read_text()
+    shards = {int(r): (int(h), int(t), int(d)) for r, w, h, t, d in SHARD_LINE.findall(text) if w == label}
+    assert sorted(shards) == [0, 1], text[-3000:]
     total = shards[0][1]
-    assert shards[0][0] + shards[1][0] == total  # each element on one rank: sharded, not copied
-    assert all(
-        abs(held - total / 2) < 0.01 * total and n_dtensor > 0 for held, _, n_dtensor in shards.values()
-    )
+    assert shards[0][0] + shards[1][0] <= total + 2  # sharded, not copied (ZeRO-3 pads to equal parts)
+    assert all(abs(held - total / 2) < 0.01 * total and n > 0 for held, _, n in shards.values())
     assert two["global_step"] == two["steps_run"] == 12 and two["tokens_seen"] == one.tokens_seen
     gaps = [abs(a - b) for (_, a), (_, b) in zip(one.loss_curve, two["loss_curve"], strict=True)]
     assert max(gaps) < LOSS_TOLERANCE, list(zip(one.loss_curve, two["loss_curve"], strict=True))
@@ -204,7 +231,7 @@ def test_fsdp2_on_two_cpu_ranks_shards_and_trains_like_one_process(
     assert sorted(loaded) == sorted(reference)
     weight_gap = max(float((loaded[k] - reference[k]).abs().max()) for k in reference)
     assert weight_gap < WEIGHT_TOLERANCE
-    print(f"\n1 process: {one_s:.1f} s; FSDP2 on 2 ranks: {two_s:.1f} s, losses "
+    print(f"\n1 process: {one_s:.1f} s; {label} on 2 ranks: {two_s:.1f} s, losses "
           f"{[round(v, 6) for _, v in two['loss_curve']]}, largest loss gap {max(gaps):.2e}, "
           f"largest weight gap {weight_gap:.2e}")  # fmt: skip
 

@@ -145,19 +145,23 @@ def gathered(model: Any) -> Iterator[Any]:
 
 
 def shard_summary(model: Any) -> str:
-    """What this rank holds of ``model``: ``"H of T parameter elements (P%; D DTensor parameters)"``."""
+    """What this rank holds of ``model``: ``"H of T parameter elements (P%; D sharded parameters)"``, for
+    FSDP2 (``DTensor`` parameters: their local shard) and DeepSpeed ZeRO-3 (``ds_tensor``: the rank's
+    partition of a parameter of ``ds_numel`` elements) alike; a whole copy reads 100%."""
     from torch.distributed.tensor import DTensor
 
     held = total = sharded = 0
     for param in model.parameters():
-        total += param.numel()
         if isinstance(param, DTensor):
             sharded += 1
-            held += param.to_local().numel()
+            held, total = held + param.to_local().numel(), total + param.numel()
+        elif hasattr(param, "ds_tensor"):  # DeepSpeed ZeRO-3 partitioned
+            sharded += 1
+            held, total = held + param.ds_tensor.numel(), total + int(param.ds_numel)
         else:
-            held += param.numel()
+            held, total = held + param.numel(), total + param.numel()
     share = 100 * held / max(1, total)
-    return f"{held} of {total} parameter elements ({share:.1f}%; {sharded} DTensor parameters)"
+    return f"{held} of {total} parameter elements ({share:.1f}%; {sharded} sharded parameters)"
 
 
 def check_no_resume(checkpoint: Path | None, section: str, error: type[Exception]) -> None:
