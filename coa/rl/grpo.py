@@ -252,8 +252,8 @@ def build_trainer(
     trainer.remove_callback(PrinterCallback)
     if fsdp.cpu_fsdp2_requested():  # accelerate's FSDP takes on GPUs only: shard here (coa.train.kit.fsdp)
         fsdp.install(trainer)
-        log.info("rank %d fsdp2 shards (fully_shard on CPU ranks): %s", trainer.accelerator.process_index,
-                 fsdp.shard_summary(trainer.model))  # fmt: skip
+    if shards := fsdp.describe_shards(trainer):
+        log.info("rank %d %s", trainer.accelerator.process_index, shards)
     resume.install(trainer)  # epoch-keyed prompt order, sampling state in every checkpoint
     trainer.coa_tis_cap = config.tis_cap if config.is_correction == "tis" else None
     trainer.coa_rollouts = rollouts

@@ -183,11 +183,8 @@ def log_rank(trainer: Any, batch: ranks.RankBatch) -> None:
     kind = str(getattr(trainer.accelerator.distributed_type, "value", trainer.accelerator.distributed_type))
     log.info("rank %d of %d (pid %d, %s): %s", ranks.rank(), batch.world_size, os.getpid(), kind,
              batch.describe())  # fmt: skip
-    if fsdp.is_sharded(trainer.model):
-        log.info("rank %d fsdp2 shards (fully_shard on CPU ranks): %s", ranks.rank(),
-                 fsdp.shard_summary(trainer.model))  # fmt: skip
-    elif kind == "DEEPSPEED" and batch.world_size > 1:  # ZeRO-3 partitions at load (zero.Init)
-        log.info("rank %d zero3 shards (DeepSpeed): %s", ranks.rank(), fsdp.shard_summary(trainer.model))
+    if shards := fsdp.describe_shards(trainer):
+        log.info("rank %d %s", ranks.rank(), shards)
     elif os.environ.get("ACCELERATE_USE_FSDP", "").lower() == "true" and kind != "FSDP":
         log.warning(
             "the accelerate config asks for FSDP but this run is %s: accelerate shards with FSDP on GPUs "

@@ -180,23 +180,45 @@ def test_two_ranks_finish_the_plan_with_whole_groups(two_ranks: tuple[Path, str]
     assert (out / CHECKPOINTS_DIR / f"checkpoint-{STEPS}" / "rng_state_1.pth").is_file()
 
 
+def _no_deepspeed() -> bool:
+    import importlib.util
+
+    return importlib.util.find_spec("deepspeed") is None
+
+
 @SLOW
-def test_two_fsdp2_ranks_generate_unsharded_and_finish_the_plan(resolved: Path, tiny_model: Path) -> None:
-    """The shipped infra/accelerate/fsdp2.yaml on 2 CPU ranks with the in-process ``hf`` backend: each
-    rank holds half the model (DTensor shards); generation runs on the groups unsharded once per batch
-    (coa.train.kit.fsdp.gathered), so ranks whose episodes decode different numbers of tokens do not
-    wait on each other in a decoder step; the run finishes its plan within the launch timeout, writes
-    every rank's whole groups, and saves the gathered model, which loads as a plain HF model and differs
-    from the base (it trained)."""
-    out = resolved.parent / "fsdp2"
-    shipped = str(ROOT / "infra" / "accelerate" / "fsdp2.yaml")
+@pytest.mark.parametrize(
+    ("accelerate_config", "label"),
+    [
+        pytest.param("fsdp2.yaml", "fsdp2", id="fsdp2"),
+        pytest.param(
+            "multi_gpu_zero3.yaml",
+            "zero3",
+            id="zero3",
+            marks=pytest.mark.skipif(_no_deepspeed(), reason="deepspeed is not installed: ZeRO-3 cannot run"),
+        ),
+    ],
+)
+def test_two_sharded_ranks_generate_on_whole_weights_and_finish_the_plan(
+    accelerate_config: str, label: str, resolved: Path, tiny_model: Path
+) -> None:
+    """The shipped fsdp2.yaml (the recipe shards on CPU: coa.train.kit.fsdp) and, where deepspeed
+    installs, multi_gpu_zero3.yaml on 2 CPU ranks with the in-process ``hf`` backend: each rank holds
+    half the model; generation runs on whole weights (FSDP2's groups unsharded once per batch, ZeRO-3's
+    gathered by TRL) with no collective per decoding step, so ranks whose episodes decode different
+    numbers of tokens do not wait on each other; the run finishes its plan within the launch timeout,
+    writes every rank's whole groups, and saves the gathered model, which loads as a plain HF model
+    and differs from the base (it trained)."""
+    out = resolved.parent / label
+    shipped = str(ROOT / "infra" / "accelerate" / accelerate_config)
     t0 = time.perf_counter()
     text = launch(["--config", str(resolved), "--output-dir", str(out)], 2, out.with_suffix(".log"), shipped)
     took = time.perf_counter() - t0
     finished(text, 2)
-    shards = re.findall(r"rank (\d) fsdp2 shards \(.*?\): (\d+) of (\d+) parameter elements", text)
+    shards = re.findall(rf"rank (\d) {label} shards \(.*?\): (\d+) of (\d+) parameter elements", text)
     assert sorted(r for r, _, _ in shards) == ["0", "1"], text[-3000:]
-    assert sum(int(h) for _, h, _ in shards) == int(shards[0][2])  # each element on one rank
+    total = int(shards[0][2])
+    assert all(abs(int(h) - total / 2) < 0.01 * total for _, h, _ in shards)  # each rank: half
     table = rollouts(out)
     assert table.filter(table.column("kept")).num_rows == STEPS * PROMPTS_PER_STEP * GROUP
     longest: dict[tuple[int, str], int] = {}  # a group's decode steps: its longest episode's tokens
@@ -206,7 +228,7 @@ def test_two_fsdp2_ranks_generate_unsharded_and_finish_the_plan(resolved: Path, 
     assert len(set(longest.values())) > 1, longest  # groups of unequal length: ranks decoded unequally
     trained, base = weights(out), dict(AutoModelForCausalLM.from_pretrained(tiny_model).state_dict())
     assert sorted(trained) == sorted(base) and any(not torch.equal(trained[k], base[k]) for k in base)
-    print(f"\nFSDP2 RL on 2 ranks: {STEPS} steps in {took:.1f} s")
+    print(f"\n{label} RL on 2 ranks: {STEPS} steps in {took:.1f} s")
 
 
 def in_process(resolved: Path, out: Path, resume: bool = False) -> RLResult:

@@ -31,7 +31,8 @@ of a killed FSDP2-on-CPU run is refused with the folder to delete (:func:`check_
 FSDP2 runs (accelerate's path) checkpoint their sharded optimizer and resume.
 
 :func:`shard_summary` tells a sharded model from a copy: the parameter elements this rank holds
-against the model's, logged by each rank (``fsdp2 shards: ...``).
+against the model's (FSDP2's DTensor shards or ZeRO-3's partitions), logged by each rank
+(:func:`describe_shards`: ``rank R fsdp2 shards (...): H of T parameter elements ...``).
 """
 
 from __future__ import annotations
@@ -142,6 +143,16 @@ def gathered(model: Any) -> Iterator[Any]:
         for group in groups:
             group.reshard()
             group.set_reshard_after_forward(True)
+
+
+def describe_shards(trainer: Any) -> str | None:
+    """``"fsdp2 shards (...): <shard_summary>"`` for a model sharded here, ``"zero3 shards (DeepSpeed):
+    ..."`` under ZeRO-3 on several ranks (partitioned at load by ``zero.Init``), None for a whole copy."""
+    if is_sharded(trainer.model):
+        return f"fsdp2 shards (fully_shard on CPU ranks): {shard_summary(trainer.model)}"
+    if getattr(trainer, "is_deepspeed_enabled", False) and ranks.world_size() > 1:
+        return f"zero3 shards (DeepSpeed): {shard_summary(trainer.model)}"
+    return None
 
 
 def shard_summary(model: Any) -> str:
