@@ -1,9 +1,10 @@
 """RL on real ranks (``torchrun --nproc_per_node 2``, gloo on CPU; ``accelerate launch`` with the
 shipped FSDP2 and, where deepspeed installs, ZeRO-3 configs) and exact resume, on the tiny model with
 HF generate (the ``hf`` backend): a 2-rank run finishes its plan with every group whole on one rank
-(sharded runs too: generation on whole weights, no collective per decoding step), and a run SIGKILLed after a checkpoint and resumed writes the same rollouts and final weights as
-one never killed, on 1 rank and on 2 (there only rank 1 is killed: the run fails, rank 0 is not left
-hanging in a collective).
+(sharded runs too: generation on whole weights, no collective per decoding step), and a run
+SIGKILLed after a checkpoint and resumed writes the same rollouts and final weights as one never
+killed, on 1 rank and on 2 (there only rank 1 is killed: the run fails, rank 0 is not left hanging
+in a collective).
 
 The plan crosses an epoch at the kill (4 training prompts, 2 per step: an epoch is 2 steps; the run
 is killed after checkpoint 2 and resumes into epoch 1), where the resume used to redraw epoch 0's
