@@ -29,9 +29,11 @@ the adapter alone, under a new name per version (:mod:`coa.rl.server`), ``hf`` g
 peft model. ``model/`` is then the base with the adapter merged (what evaluation and the next
 stages load), ``adapter/`` the adapter alone.
 
-**Several ranks** (``torchrun`` / ``accelerate launch`` under DDP or ZeRO-3): each rank trains
+**Several ranks** (``torchrun`` / ``accelerate launch`` under DDP, FSDP2 or ZeRO-3): each rank trains
 ``prompts_per_step / N`` whole groups, generated on the whole model; rank 0 writes every rank's
-rows and decides the held-out score and alarm for all (:mod:`coa.rl.ranks`).
+rows and decides the held-out score and alarm for all (:mod:`coa.rl.ranks`). FSDP2 on CPU ranks,
+where accelerate's FSDP does not take, is applied here (:mod:`coa.train.kit.fsdp`; such a run does
+not resume).
 
 **Guards.** The entropy TRL logs each step is checked against ``entropy_floor``: a collapse stops
 the run with :class:`EntropyCollapse` (a failed check). A run that ends with another number of
@@ -80,7 +82,7 @@ from coa.rl.rollout_hook import (
     read_rollouts,
 )
 from coa.rl.rollouts import RolloutSource
-from coa.train.kit import entry
+from coa.train.kit import entry, fsdp
 from coa.train.kit import run as kit
 from coa.train.kit.callbacks import StepCounter
 from coa.train.kit.run import CHECKPOINTS_DIR
@@ -182,6 +184,8 @@ def build_trainer(
             f"{len(rows)} RL prompts for {config.prompts_per_step} prompts per step: a generation batch "
             "needs at least prompts_per_step distinct prompts (lower prompts_per_step or add prompts)"
         )
+    if fsdp.cpu_fsdp2_requested():
+        fsdp.check_supported(RL.name, RLError, config.lora is not None)
     cuda = torch.cuda.is_available()
     args = GRPOConfig(
         output_dir=str(out / CHECKPOINTS_DIR),
@@ -212,6 +216,7 @@ def build_trainer(
         save_strategy="steps",
         save_steps=config.save_steps,
         save_total_limit=config.save_total_limit,
+        save_only_model=fsdp.cpu_fsdp2_requested(),  # FSDP2 on CPU: no optimizer checkpoint (kit.fsdp)
         logging_steps=config.logging_steps,
         **tracking_args(RL, config, out),
         disable_tqdm=True,
@@ -250,6 +255,10 @@ def build_trainer(
         callbacks=[counter, guard, LogToLogger(RL.logger, "rl step", CURVE_KEYS, digits=4), *callbacks],
     )
     trainer.remove_callback(PrinterCallback)
+    if fsdp.cpu_fsdp2_requested():  # accelerate's FSDP takes on GPUs only: shard here (coa.train.kit.fsdp)
+        fsdp.install(trainer)
+    if shards := fsdp.describe_shards(trainer):
+        log.info("rank %d %s", trainer.accelerator.process_index, shards)
     resume.install(trainer)  # epoch-keyed prompt order, sampling state in every checkpoint
     trainer.coa_tis_cap = config.tis_cap if config.is_correction == "tis" else None
     trainer.coa_rollouts = rollouts

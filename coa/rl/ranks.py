@@ -1,5 +1,5 @@
-"""RL on several ranks (``torchrun`` / ``accelerate launch``, DDP or DeepSpeed ZeRO-3): what each rank
-generates and how the ranks agree.
+"""RL on several ranks (``torchrun`` / ``accelerate launch``, DDP, FSDP2 or DeepSpeed ZeRO-3): what each
+rank generates and how the ranks agree.
 
 * **The batch is the plan's whatever the rank count**: each rank takes ``prompts_per_step / N``
   prompts of a generation batch (:func:`rank_batch`); TRL's sampler repeats each prompt
@@ -9,9 +9,19 @@ generates and how the ranks agree.
   ``unwrap_model_for_generation`` (ZeRO-3's shards gathered into every rank for the rollout), entered
   by every rank. The episodes then decode on the gathered weights with no collective inside, so a rank
   that finishes its episodes early (fewer turns, shorter answers, no refill round) never leaves another
-  waiting in a decoder step; the ranks meet again at TRL's gather of the rewards. FSDP, whose
-  forward all-gathers layer by layer (a collective per decoding step), is refused with the in-process
-  backends: the ranks decode different numbers of steps.
+  waiting in a decoder step; the ranks meet again at TRL's gather of the rewards.
+  **FSDP2** gathers layer by layer in each forward (a collective per decoding step, which ranks that
+  decode different numbers of steps would hang in), so for generation every FSDP2 group is unsharded
+  once, on entry, with its reshard-after-forward turned off (:func:`coa.train.kit.fsdp.gathered`):
+  the decoding forwards then run on whole local weights with no collective, and the groups are
+  resharded on the way out. Chosen over HF's ``synced_gpus`` (every rank runs a forward as long as
+  the longest rank decodes, turn after turn, while a rank's multi-turn episodes are its own, tools in
+  between) and over a second, gathered copy of the model (the memory of the unsharded groups plus a
+  copy per generation batch). Under **ZeRO-3** TRL's gather leaves DeepSpeed's root start-of-forward
+  hook in place (its ``reset_step`` broadcasts at each forward until its trace is complete; deepspeed
+  0.19.8), so it is detached for the block too (:func:`_without_zero3_step_hook`). Both are proven
+  on 2 CPU ranks (tests/rl/test_ranks.py; ZeRO-3 where deepspeed installs). FSDP1 is refused with
+  the in-process backends.
 * **One decision, taken on rank 0**: the rollout rows (:func:`gather_all`, written by rank 0 in
   rank order) and the held-out score and alarm (:func:`from_main`, computed on rank 0 and broadcast)
   are the same on every rank; so is whether a refill round of dynamic sampling starts
@@ -75,17 +85,48 @@ def generation_model(trainer: Any) -> Iterator[Any]:
     from trl.distributed import DistributedBackend
     from trl.models.utils import unwrap_model_for_generation
 
+    from coa.train.kit import fsdp
+
     accelerator = trainer.accelerator
-    if accelerator.num_processes > 1 and DistributedBackend(accelerator).fsdp_version is not None:
+    if fsdp.is_sharded(trainer.model_wrapped):
+        with fsdp.gathered(trainer.model_wrapped) as model:
+            yield model
+        return
+    if accelerator.num_processes > 1 and DistributedBackend(accelerator).fsdp_version == 1:
         raise RLError(
-            "rl.rollout.backend: hf / hf_batched under FSDP: its forward gathers each layer from every rank, "
-            "and ranks decode different numbers of steps (a hang); train RL under DDP or DeepSpeed ZeRO-3 "
-            "(rl.accelerate_config), or generate on a server (rl.rollout.backend: server)"
+            "rl.rollout.backend: hf / hf_batched under FSDP1: its forward gathers each layer from all ranks, "
+            "and ranks decode different numbers of steps (a hang); use infra/accelerate/fsdp2.yaml, DDP or "
+            "DeepSpeed ZeRO-3 (rl.accelerate_config), or generate on a server (rl.rollout.backend: server)"
         )
-    with unwrap_model_for_generation(
-        trainer.model_wrapped, accelerator, gather_deepspeed3_params=True
-    ) as model:
+    with (
+        unwrap_model_for_generation(
+            trainer.model_wrapped, accelerator, gather_deepspeed3_params=True
+        ) as model,
+        _without_zero3_step_hook(trainer.model_wrapped),
+    ):
         yield model
+
+
+@contextlib.contextmanager
+def _without_zero3_step_hook(engine: Any) -> Iterator[None]:
+    """ZeRO-3's root forward pre-hook detached for the block, put back after (nothing elsewhere).
+
+    TRL's ``unwrap_model_for_generation`` removes DeepSpeed's per-module hooks but not this one
+    (``DeepSpeedZeRoOffload.fwd_pre_hook``, deepspeed 0.19.8), whose ``reset_step`` checks the module
+    order across ranks with a broadcast at every forward until its trace is complete: a collective per
+    decoding step (seen on 2 CPU ranks: rank 0 scoring the held-out prompts alone met rank 1's next
+    broadcast, and both failed)."""
+    offload = getattr(getattr(engine, "optimizer", None), "parameter_offload", None)
+    handle: Any = getattr(offload, "fwd_pre_hook", None)
+    hooks: Any = getattr(getattr(offload, "module", None), "_forward_pre_hooks", None)
+    if handle is None or hooks is None or handle.id not in hooks:  # not ZeRO-3: nothing to detach
+        yield
+        return
+    hook = hooks.pop(handle.id)
+    try:
+        yield
+    finally:
+        hooks[handle.id] = hook
 
 
 def gather_all(trainer: Any, items: list[T]) -> list[T]:

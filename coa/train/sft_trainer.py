@@ -38,7 +38,7 @@ from coa.train.budget import StepPlan, follow_plan
 from coa.train.config import SFT, LoraSettings, SFTError, SFTRunConfig
 from coa.train.data import EncodedExamples, encode_examples
 from coa.train.kernels import apply_layer_kernels, liger_loss, resolve_liger
-from coa.train.kit import ranks
+from coa.train.kit import fsdp, ranks
 from coa.train.kit.callbacks import LogLastStep, LogToLogger, StepCounter
 from coa.train.kit.run import CHECKPOINTS_DIR
 from coa.train.kit.tracking import tracking_args
@@ -83,6 +83,8 @@ def build_trainer(
     if scheduler == "cosine" and config.min_lr_ratio > 0:
         scheduler, scheduler_kwargs = "cosine_with_min_lr", {"min_lr_rate": config.min_lr_ratio}
     batch = rank_batch(config)
+    if fsdp.cpu_fsdp2_requested():
+        fsdp.check_supported(SFT.name, SFTError, config.lora is not None, config.time_budget_s is not None)
     # The arguments come first: under DeepSpeed ZeRO-3 they make from_pretrained load the weights sharded.
     args = SFTConfig(
         output_dir=str(Path(output_dir) / CHECKPOINTS_DIR),
@@ -111,6 +113,7 @@ def build_trainer(
         save_strategy="steps",
         save_steps=config.save_steps,
         save_total_limit=config.save_total_limit,
+        save_only_model=fsdp.cpu_fsdp2_requested(),  # FSDP2 on CPU: no optimizer checkpoint (kit.fsdp)
         logging_strategy="steps",
         logging_steps=config.logging_steps,
         logging_first_step=True,
@@ -150,6 +153,8 @@ def build_trainer(
         callbacks=[counter, LogLastStep(), LogToLogger(SFT.logger), *callbacks],
     )
     trainer.remove_callback(PrinterCallback)  # logs go to the `coa.train.sft` logger instead
+    if fsdp.cpu_fsdp2_requested():  # accelerate's FSDP takes on GPUs only: shard here (coa.train.kit.fsdp)
+        fsdp.install(trainer)
     log_rank(trainer, batch)
     trainer.coa_fused_lm_head = fused_lm_head
     trainer.coa_trained_positions_head = config.head_positions == "trained" and peft_config is None
@@ -171,12 +176,16 @@ def rank_batch(config: SFTRunConfig) -> ranks.RankBatch:
 
 def log_rank(trainer: Any, batch: ranks.RankBatch) -> None:
     """One line per rank (so a launched run shows its ranks are real): rank, world size, pid, how the
-    ranks run (accelerate's distributed type) and the batch; a warning when an FSDP config did not
-    take (accelerate 1.15 enables FSDP on accelerators only: on CPU the ranks run plain DDP)."""
+    ranks run (accelerate's distributed type) and the batch; for a model sharded by FSDP2 on CPU ranks
+    (:mod:`coa.train.kit.fsdp`) or by ZeRO-3 a second line with what this rank holds of it; a warning
+    when an FSDP config did not take (FSDP1 on CPU: accelerate enables FSDP on accelerators only, the
+    ranks run plain DDP)."""
     kind = str(getattr(trainer.accelerator.distributed_type, "value", trainer.accelerator.distributed_type))
     log.info("rank %d of %d (pid %d, %s): %s", ranks.rank(), batch.world_size, os.getpid(), kind,
              batch.describe())  # fmt: skip
-    if os.environ.get("ACCELERATE_USE_FSDP", "").lower() == "true" and kind != "FSDP":
+    if shards := fsdp.describe_shards(trainer):
+        log.info("rank %d %s", ranks.rank(), shards)
+    elif os.environ.get("ACCELERATE_USE_FSDP", "").lower() == "true" and kind != "FSDP":
         log.warning(
             "the accelerate config asks for FSDP but this run is %s: accelerate shards with FSDP on GPUs "
             "only, so these ranks each hold the whole model (plain data parallelism)",

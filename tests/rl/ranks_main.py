@@ -69,6 +69,8 @@ def main() -> int:
     parser.add_argument("--clock-deadline", help="RANK:SECONDS, that rank's own refill deadline")
     ns = parser.parse_args()
     rank, world = int(os.environ.get("RANK", "0")), int(os.environ.get("WORLD_SIZE", "1"))
+    logging.basicConfig(format="%(name)s %(levelname)s %(message)s")
+    logging.getLogger("coa.rl").setLevel(logging.INFO)  # the rank's own lines (e.g. its FSDP2 shards)
     print(f"rank {rank} of {world} pid {os.getpid()}", flush=True)
     refills = logging.getLogger("coa.rl.refills")
     refills.setLevel(logging.DEBUG)

@@ -1,8 +1,10 @@
-"""RL on real ranks (``torchrun --nproc_per_node 2``, gloo on CPU) and exact resume, on the tiny model
-with HF generate (the ``hf`` backend): a 2-rank run finishes its plan with every group whole on one
-rank, and a run SIGKILLed after a checkpoint and resumed writes the same rollouts and final weights as
-one never killed, on 1 rank and on 2 (there only rank 1 is killed: the run fails, rank 0 is not left
-hanging in a collective).
+"""RL on real ranks (``torchrun --nproc_per_node 2``, gloo on CPU; ``accelerate launch`` with the
+shipped FSDP2 and, where deepspeed installs, ZeRO-3 configs) and exact resume, on the tiny model with
+HF generate (the ``hf`` backend): a 2-rank run finishes its plan with every group whole on one rank
+(sharded runs too: generation on whole weights, no collective per decoding step), and a run
+SIGKILLed after a checkpoint and resumed writes the same rollouts and final weights as one never
+killed, on 1 rank and on 2 (there only rank 1 is killed: the run fails, rank 0 is not left hanging
+in a collective).
 
 The plan crosses an epoch at the kill (4 training prompts, 2 per step: an epoch is 2 steps; the run
 is killed after checkpoint 2 and resumes into epoch 1), where the resume used to redraw epoch 0's
@@ -12,6 +14,7 @@ killed. ``python -m pytest -q tests/rl/test_ranks.py``.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -19,6 +22,7 @@ import re
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -46,14 +50,18 @@ LAUNCH_TIMEOUT_S = 150
 STEPS, KILL_AFTER, PROMPTS_PER_STEP, GROUP = 3, 2, 2, 4
 
 
-def launch(args: list[str], ranks: int, log: Path) -> str:
-    """Run ``tests.rl.ranks_main`` on ``ranks`` processes (torchrun for 2); its output. A launch past
-    the timeout fails the test (its whole process group is killed first)."""
+def launch(args: list[str], ranks: int, log: Path, accelerate_config: str | None = None) -> str:
+    """Run ``tests.rl.ranks_main`` on ``ranks`` processes (torchrun for 2, or ``accelerate launch`` with
+    ``accelerate_config``); its output. A launch past the timeout fails the test (its whole process
+    group is killed first)."""
     runner = (
         [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", str(ranks)]
         if ranks > 1
         else [sys.executable]
     )
+    if accelerate_config is not None:
+        runner = [sys.executable, "-m", "accelerate.commands.launch", "--config_file", accelerate_config]
+        runner += ["--num_processes", str(ranks)]
     env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1" if ranks > 1 else "2"}
     with log.open("wb") as sink:
         proc = subprocess.Popen(
@@ -69,6 +77,9 @@ def launch(args: list[str], ranks: int, log: Path) -> str:
         except subprocess.TimeoutExpired:
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
+            for pid in re.findall(r"^rank \d+ of \d+ pid (\d+)$", log.read_text(), re.MULTILINE):
+                with contextlib.suppress(ProcessLookupError):  # a rank in a session of its own
+                    os.kill(int(pid), signal.SIGKILL)
             pytest.fail(f"{ranks}-rank RL run hung past {LAUNCH_TIMEOUT_S} s:\n{log.read_text()[-3000:]}")
     return log.read_text()
 
@@ -235,6 +246,57 @@ def test_rank_0s_clock_decides_every_ranks_refill_rounds(resolved: Path) -> None
     assert "starts" in {d[2] for d in decisions["1"]}, decisions  # rounds rank 1 alone would not start
     steps = {int(d[0]) for d in decisions["0"]}
     assert steps <= set(range(result["global_step"]))
+
+
+def _no_deepspeed() -> bool:
+    import importlib.util
+
+    return importlib.util.find_spec("deepspeed") is None
+
+
+@SLOW
+@pytest.mark.parametrize(
+    ("accelerate_config", "label"),
+    [
+        pytest.param("fsdp2.yaml", "fsdp2", id="fsdp2"),
+        pytest.param(
+            "multi_gpu_zero3.yaml",
+            "zero3",
+            id="zero3",
+            marks=pytest.mark.skipif(_no_deepspeed(), reason="deepspeed is not installed: ZeRO-3 cannot run"),
+        ),
+    ],
+)
+def test_two_sharded_ranks_generate_on_whole_weights_and_finish_the_plan(
+    accelerate_config: str, label: str, resolved: Path, tiny_model: Path
+) -> None:
+    """The shipped fsdp2.yaml (the recipe shards on CPU: coa.train.kit.fsdp) and, where deepspeed
+    installs, multi_gpu_zero3.yaml on 2 CPU ranks with the in-process ``hf`` backend: each rank holds
+    half the model; generation runs on whole weights (FSDP2's groups unsharded once per batch, ZeRO-3's
+    gathered by TRL) with no collective per decoding step, so ranks whose episodes decode different
+    numbers of tokens do not wait on each other; the run finishes its plan within the launch timeout,
+    writes every rank's whole groups, and saves the gathered model, which loads as a plain HF model
+    and differs from the base (it trained)."""
+    out = resolved.parent / label
+    shipped = str(ROOT / "infra" / "accelerate" / accelerate_config)
+    t0 = time.perf_counter()
+    text = launch(["--config", str(resolved), "--output-dir", str(out)], 2, out.with_suffix(".log"), shipped)
+    took = time.perf_counter() - t0
+    finished(text, 2)
+    shards = re.findall(rf"rank (\d) {label} shards \(.*?\): (\d+) of (\d+) parameter elements", text)
+    assert sorted(r for r, _, _ in shards) == ["0", "1"], text[-3000:]
+    total = int(shards[0][2])
+    assert all(abs(int(h) - total / 2) < 0.01 * total for _, h, _ in shards)  # each rank: half
+    table = rollouts(out)
+    assert table.filter(table.column("kept")).num_rows == STEPS * PROMPTS_PER_STEP * GROUP
+    longest: dict[tuple[int, str], int] = {}  # a group's decode steps: its longest episode's tokens
+    for row in table.to_pylist():
+        key = (row["step"], row["prompt_id"])
+        longest[key] = max(longest.get(key, 0), row["tokens"])
+    assert len(set(longest.values())) > 1, longest  # groups of unequal length: ranks decoded unequally
+    trained, base = weights(out), dict(AutoModelForCausalLM.from_pretrained(tiny_model).state_dict())
+    assert sorted(trained) == sorted(base) and any(not torch.equal(trained[k], base[k]) for k in base)
+    print(f"\n{label} RL on 2 ranks: {STEPS} steps in {took:.1f} s")
 
 
 def in_process(resolved: Path, out: Path, resume: bool = False) -> RLResult:

@@ -1,6 +1,8 @@
-"""SFT on several ranks, proven on CPU processes: two gloo ranks under ``torchrun`` train like one
-process at the same global batch, stop together when a time budget ends, and a rank killed mid-run
-fails the run in one line while the rerun resumes to the plan.
+"""SFT on several ranks, proven on CPU processes: two gloo ranks under ``torchrun`` (DDP) and under
+``accelerate launch`` with the shipped FSDP2 config (sharded by the recipe: coa.train.kit.fsdp) and,
+where deepspeed is installed, the shipped ZeRO-3 config (DeepSpeed's CPU accelerator) train like one
+process at the same global batch, stop together when a time budget ends, and a rank killed
+mid-run fails the run in one line while the rerun resumes to the plan.
 
 The ranks are checked to be real (``../shared/reference/multi-rank-on-cpu.md``: an accelerate
 ``MULTI_CPU`` launch started one process whose losses matched a one-process run's to the digit):
@@ -25,7 +27,7 @@ import pytest
 
 from coa.train.config import SFT, SFTError, SFTRunConfig
 from coa.train.kit import ranks
-from coa.train.kit.launch import LOG_FILE, launch_torchrun, rank_failure
+from coa.train.kit.launch import LOG_FILE, launch_accelerate, launch_torchrun, rank_failure
 from coa.train.sft import run_sft
 
 from .budget_rank import replan_on_rank
@@ -36,6 +38,12 @@ LOSS_TOLERANCE = 1e-4
 """Largest difference allowed between a 2-rank and a 1-process loss (float32 reductions in another
 order: the all-reduce sums two halves where one process sums the whole)."""
 RANK_LINE = re.compile(r"rank (\d) of (\d) \(pid (\d+), (\w+)\): (.*)")
+SHARD_LINE = re.compile(
+    r"rank (\d) (fsdp2|zero3) shards \(.*?\): (\d+) of (\d+) parameter elements .*?; (\d+) sharded"
+)
+WEIGHT_TOLERANCE = 1e-5
+"""Largest difference allowed between a weight trained on 2 ranks and on one process (12 AdamW steps of
+float32 gradients reduced in another order)."""
 
 
 @pytest.fixture(autouse=True)
@@ -92,17 +100,33 @@ def _kill_rank_after_checkpoint(out: Path, rank: int, step: int, done: threading
     return killed
 
 
+@pytest.fixture(scope="module")
+def one_process(
+    tiny_model: Path, sft_rows: pa.Table, tmp_path_factory: pytest.TempPathFactory
+) -> tuple[Any, float]:
+    """The 12-step run in this process (one thread, as each rank has), which the 2-rank runs must match;
+    its result and wall time."""
+    import torch
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        t0 = time.perf_counter()
+        one = run_sft(sft_rows, _config(tiny_model, max_steps=12), tmp_path_factory.mktemp("one") / "one")
+        return one, time.perf_counter() - t0
+    finally:
+        torch.set_num_threads(threads)
+
+
 def test_two_ranks_train_like_one_process_and_a_killed_rank_resumes(
-    tiny_model: Path, sft_rows: pa.Table, tmp_path: Path
+    tiny_model: Path, sft_rows: pa.Table, tmp_path: Path, one_process: tuple[Any, float]
 ) -> None:
     """1 process vs 2 gloo ranks at the same global batch (4 x 2 accumulated = 8): the same examples
     per step, the same loss curve within LOSS_TOLERANCE. The 2-rank run loses rank 1 to SIGKILL after
     its checkpoint at step 4: the launcher says so in one line, and the rerun resumes there and ends
     at the planned step 12 with the same curve."""
     config = _config(tiny_model, max_steps=12)
-    t0 = time.perf_counter()
-    one = run_sft(sft_rows, config, tmp_path / "one")
-    one_s = time.perf_counter() - t0
+    one, one_s = one_process
 
     out = tmp_path / "two"
     done = threading.Event()
@@ -142,6 +166,98 @@ def test_two_ranks_train_like_one_process_and_a_killed_rank_resumes(
     print(f"2 ranks: killed run {killed_s:.1f} s, resumed run {resumed_s:.1f} s "
           f"(from step {two['start_step']}), losses {[round(v, 5) for _, v in two['loss_curve']]}, "
           f"largest gap {max(gaps):.2e}")  # fmt: skip
+
+
+def _deepspeed_missing() -> str | None:
+    import importlib.util
+
+    if importlib.util.find_spec("deepspeed") is None:
+        return "deepspeed is not installed (the `deepspeed` extra; infra/README.md), so ZeRO-3 cannot run"
+    return None
+
+
+@pytest.mark.parametrize(
+    ("accelerate_config", "label"),
+    [
+        pytest.param("fsdp2.yaml", "fsdp2", id="fsdp2"),
+        pytest.param(
+            "multi_gpu_zero3.yaml",
+            "zero3",
+            id="zero3",
+            marks=pytest.mark.skipif(_deepspeed_missing() is not None, reason=str(_deepspeed_missing())),
+        ),
+    ],
+)
+def test_sharded_on_two_cpu_ranks_trains_like_one_process(
+    accelerate_config: str,
+    label: str,
+    tiny_model: Path,
+    sft_rows: pa.Table,
+    tmp_path: Path,
+    one_process: tuple[Any, float],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A shipped sharded config under ``accelerate launch`` on 2 CPU ranks: fsdp2.yaml (accelerate runs
+    DDP on CPU, so the recipe applies FSDP2: coa.train.kit.fsdp) and multi_gpu_zero3.yaml (DeepSpeed's CPU
+    accelerator over gloo, where deepspeed installs). Each rank holds half the parameter elements (its
+    shards); the loss curve is one process's at the same global batch within LOSS_TOLERANCE; the saved
+    model (gathered) loads as a plain HF model and equals the one-process model within WEIGHT_TOLERANCE."""
+    from transformers import AutoModelForCausalLM
+
+    root = Path(__file__).resolve().parents[2]
+    monkeypatch.chdir(root)  # multi_gpu_zero3.yaml names its DeepSpeed JSON from the repository root
+    config = _config(tiny_model, max_steps=12)
+    one, one_s = one_process
+    out = tmp_path / label
+    shipped = root / "infra" / "accelerate" / accelerate_config
+    t0 = time.perf_counter()
+    two = launch_accelerate(SFT, sft_rows, config, out, str(shipped), 2, timeout_s=LAUNCH_TIMEOUT_S)
+    two_s = time.perf_counter() - t0
+    lines = _rank_lines(out)
+    assert sorted(lines) == [0, 1] and len({pid for _, pid, _, _ in lines.values()}) == 2
+    assert lines[0][3] == "2 rank(s) x 4 per micro-batch x 1 accumulated = 8 per optimizer step"
+    assert {kind for _, _, kind, _ in lines.values()} == {"MULTI_CPU" if label == "fsdp2" else "DEEPSPEED"}
+    text = (out / LOG_FILE).read_text()
+    shards = {int(r): (int(h), int(t), int(d)) for r, w, h, t, d in SHARD_LINE.findall(text) if w == label}
+    assert sorted(shards) == [0, 1], text[-3000:]
+    total = shards[0][1]
+    assert shards[0][0] + shards[1][0] <= total + 2  # sharded, not copied (ZeRO-3 pads to equal parts)
+    assert all(abs(held - total / 2) < 0.01 * total and n > 0 for held, _, n in shards.values())
+    assert two["global_step"] == two["steps_run"] == 12 and two["tokens_seen"] == one.tokens_seen
+    gaps = [abs(a - b) for (_, a), (_, b) in zip(one.loss_curve, two["loss_curve"], strict=True)]
+    assert max(gaps) < LOSS_TOLERANCE, list(zip(one.loss_curve, two["loss_curve"], strict=True))
+    loaded = AutoModelForCausalLM.from_pretrained(out / "model").state_dict()
+    reference = AutoModelForCausalLM.from_pretrained(one.model_dir).state_dict()
+    assert sorted(loaded) == sorted(reference)
+    weight_gap = max(float((loaded[k] - reference[k]).abs().max()) for k in reference)
+    assert weight_gap < WEIGHT_TOLERANCE
+    print(f"\n1 process: {one_s:.1f} s; {label} on 2 ranks: {two_s:.1f} s, losses "
+          f"{[round(v, 6) for _, v in two['loss_curve']]}, largest loss gap {max(gaps):.2e}, "
+          f"largest weight gap {weight_gap:.2e}")  # fmt: skip
+
+
+def test_an_fsdp2_run_on_cpu_ranks_refuses_what_it_cannot_do(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, tiny_model: Path, sft_rows: pa.Table
+) -> None:
+    """Resume (its checkpoints hold no optimizer state: each rank's is a shard), LoRA and SFT's time
+    budget are refused with what to do instead, before a model is built; DDP (FSDP_VERSION 1) resumes."""
+    from coa.train.kit import fsdp
+    from coa.train.sft_trainer import build_trainer
+
+    checkpoint = tmp_path / "checkpoints" / "checkpoint-8"
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    monkeypatch.setenv("ACCELERATE_USE_FSDP", "true")
+    monkeypatch.setenv("FSDP_VERSION", "2")
+    with pytest.raises(SFTError, match=r"cannot resume checkpoint-8 of an FSDP2 run on CPU ranks: .* delete "
+                       r".*checkpoints to train from the start, or run sft under DDP"):  # fmt: skip
+        fsdp.check_no_resume(checkpoint, "sft", SFTError)
+    fsdp.check_no_resume(None, "sft", SFTError)  # a fresh start
+    with pytest.raises(SFTError, match=r"sft.lora under FSDP2 on CPU ranks is not supported .* under DDP"):
+        build_trainer(sft_rows, _config(tiny_model, lora={"r": 4}), tmp_path / "lora")
+    with pytest.raises(SFTError, match=r"sft.time_budget_s under FSDP2 on CPU ranks: .* give sft.max_steps"):
+        build_trainer(sft_rows, _config(tiny_model, max_steps=None, time_budget_s=5.0), tmp_path / "budget")
+    monkeypatch.setenv("FSDP_VERSION", "1")
+    fsdp.check_no_resume(checkpoint, "sft", SFTError)
 
 
 def test_time_budget_ends_every_rank_at_the_same_step(
@@ -233,8 +349,6 @@ def test_several_gpus_under_the_shipped_configs(
     if torch.cuda.device_count() < 2:
         pytest.skip("needs 2+ CUDA GPUs")
     from transformers import AutoModelForCausalLM
-
-    from coa.train.kit.launch import launch_accelerate
 
     n = 2
     out = tmp_path / accelerate_config

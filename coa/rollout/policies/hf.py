@@ -198,6 +198,12 @@ class HFPolicy:
             # graphs on a GPU, which fail in the worker thread generation runs in (and recompile for
             # each length).
             "disable_compile": True,
+            # The weights are whole on this rank (RL on several ranks generates inside
+            # coa.rl.ranks.generation_model: ZeRO-3 gathered, FSDP2 unsharded), so no decoding step
+            # needs another rank. transformers turns synced_gpus on for an FSDP or ZeRO-3 model, and
+            # then every step all-reduces "unfinished" across ranks: ranks whose episodes take
+            # different numbers of generate calls (turns, refills) would wait on each other forever.
+            "synced_gpus": False,
         }
         if self.device.startswith("cpu"):
             # One cache of prompt + max_new_tokens positions per call, not a cache re-allocated a

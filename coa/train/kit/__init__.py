@@ -11,7 +11,10 @@
   rerun resumes from (read from disk);
 * :mod:`~coa.train.kit.callbacks`: step counter, log lines, last-step log, progress (imports
   transformers);
-* :mod:`~coa.train.kit.launch`: in process or ``accelerate launch`` (one implementation);
+* :mod:`~coa.train.kit.launch`: in process or ``accelerate launch`` / ``torchrun`` (one implementation);
+* :mod:`~coa.train.kit.ranks`: the world of a launched run, the global batch split over its ranks;
+* :mod:`~coa.train.kit.fsdp`: FSDP2 on CPU ranks, where accelerate's FSDP does not take (the recipe
+  shards, saves gathered, generates on unsharded groups);
 * :mod:`~coa.train.kit.entry`: the ``python -m <recipe> --config resolved.yaml`` command line;
 * :mod:`~coa.train.kit.tracking`: ``report_to`` and the run name, in one place.
 

@@ -28,7 +28,7 @@ from typing import Any, TypeVar
 
 from pydantic import BaseModel
 
-from coa.train.kit import checkpoints
+from coa.train.kit import checkpoints, fsdp
 from coa.train.kit.recipe import Recipe
 
 CHECKPOINTS_DIR = "checkpoints"
@@ -71,6 +71,7 @@ def open_run(recipe: Recipe, config: Any, output_dir: str | Path | None, resume:
             f"{out / CHECKPOINTS_DIR} already holds checkpoints (last: {last.name}); pass resume=True to "
             "continue that run or use an empty output folder"
         )
+    fsdp.check_no_resume(last, recipe.name, recipe.error)
     path = out / recipe.plan_file
     if not path.is_file():
         raise recipe.error(f"{path} is missing: cannot tell what plan {last} belongs to")
