@@ -170,7 +170,7 @@ def _runs_through(monkeypatch: pytest.MonkeyPatch, states: list[State[Any]]) -> 
 
 def test_a_queued_child_is_never_declared_dead(storage_root: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Waiting for the GPU's concurrency slot (Scheduled) for many heartbeat timeouts is not death."""
-    waiting = Scheduled(name="AwaitingConcurrencySlot")
+    waiting: State[Any] = Scheduled(name="AwaitingConcurrencySlot")
     run, client = _runs_through(monkeypatch, [waiting] * 30 + [Completed()])  # 30 polls of 0.05 s: 1.5 s
     state = dispatch.watch_run(client, run, io.Store(), FAST)  # type: ignore[arg-type]
     assert state is not None and state.is_completed() and client.set == []
