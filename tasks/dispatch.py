@@ -170,7 +170,6 @@ def watch_run(
             if answer.status == SetStateStatus.ACCEPT:
                 drop(store, str(child.id))
                 return answer.state or crashed
-            continue
         if dispatch.timeout_s is not None and time.monotonic() - started > dispatch.timeout_s:
             return state
         time.sleep(poll_s)

@@ -187,6 +187,7 @@ def test_a_dead_runs_stale_lease_is_never_read_as_its_retrys(
     with heartbeat.Heartbeat(store, str(alive.id), FAST.heartbeat_s):
         state = dispatch.watch_run(client, alive, store, FAST)  # type: ignore[arg-type]
     assert state is not None and state.is_completed() and client.set == []
+    assert heartbeat.read_beat(store, str(alive.id)) is None  # a run that ends removes its lease
     silent, client = _runs_through(monkeypatch, [Running()] * 40 + [Completed()])
     with heartbeat.Heartbeat(store, str(uuid.uuid4()), FAST.heartbeat_s):  # another run beating
         state = dispatch.watch_run(client, silent, store, FAST)  # type: ignore[arg-type]
