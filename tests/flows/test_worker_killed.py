@@ -63,14 +63,16 @@ def _api(env: dict[str, str], path: str, body: dict[str, Any] | None = None) -> 
     return reply.json()
 
 
-def _lose_the_machine(worker: subprocess.Popen[bytes]) -> list[psutil.Process]:
-    """SIGKILL the worker's process group and its flow-run process's; every process it ran, to check."""
+def _lose_the_machine(worker: subprocess.Popen[bytes]) -> tuple[list[psutil.Process], list[str]]:
+    """SIGKILL the worker's process group and its flow-run process's; every process it ran (to check
+    that none survives) and their command lines."""
     tree = [psutil.Process(worker.pid), *psutil.Process(worker.pid).children(recursive=True)]
+    ran = [" ".join(p.cmdline()) for p in tree]
     groups = {worker.pid} | {os.getpgid(p.pid) for p in psutil.Process(worker.pid).children()}
     for group in groups:
         os.killpg(group, signal.SIGKILL)
     worker.wait(timeout=10)
-    return tree
+    return tree, ran
 
 
 def _gone(tree: list[psutil.Process], within_s: float) -> list[str]:
@@ -114,7 +116,8 @@ class Killed:
     data: str
     at: float  # when the kill came (epoch seconds)
     folder: Path  # the checkpoint folder of the address the SFT was building
-    survivors: list[str]  # processes of the killed machine still alive 10 s after the kill
+    ran: list[str]  # the command lines of the killed machine's processes, at the kill
+    survivors: list[str]  # those still alive 10 s after the kill
     uri: str  # the model the parent's retry committed
 
 
@@ -147,7 +150,7 @@ def _kill_mid_sft(env: dict[str, str], tmp_path: Path, store: Path, marks: dict[
             assert time.monotonic() < deadline, (tmp_path / "worker-1.log").read_text()[-3000:]
             time.sleep(0.02)
         killed_at, marks["killed"] = time.time(), time.monotonic() - started
-        tree = _lose_the_machine(worker)
+        tree, ran = _lose_the_machine(worker)
         folder = states[0].parents[2]  # the address the SFT was building
         assert not (store / "model" / folder.name / io.MANIFEST).exists(), "committed before the kill"
         fresh = _start(worker_cmd, env, tmp_path / "worker-2.log")  # the machine comes back
@@ -161,7 +164,7 @@ def _kill_mid_sft(env: dict[str, str], tmp_path: Path, store: Path, marks: dict[
             if proc is not None:
                 _stop(proc)
     uri = (tmp_path / "parent.log").read_text().rsplit("model: ", 1)[1].split()[0]
-    return Killed(model, data, killed_at, folder, survivors, uri)
+    return Killed(model, data, killed_at, folder, ran, survivors, uri)
 
 
 def test_a_gpu_worker_killed_mid_sft_is_recovered_on_a_restarted_worker(
@@ -170,9 +173,9 @@ def test_a_gpu_worker_killed_mid_sft_is_recovered_on_a_restarted_worker(
     env, marks = prefect_env, {"start": time.monotonic()}
     killed = _kill_mid_sft(env, tmp_path, storage_root, marks)
     folder, uri = killed.folder, killed.uri
-    assert killed.survivors == [], (
-        killed.survivors
-    )  # worker, flow-run process, guard, torchrun, trainer: all gone
+    trained = [c for c in killed.ran if "-m coa.train.sft" in c and "torch.distributed.run" not in c]
+    assert any("coa.train.kit.guard" in c for c in killed.ran) and trained, killed.ran  # killed mid-SFT
+    assert killed.survivors == [], killed.survivors  # worker, flow-run process, guard, torchrun, trainer
 
     runs = {r["name"]: r for r in _api(env, "flow_runs/filter", {})}
     child, retry = runs["dispatch-sft/sft"], runs["dispatch-sft/sft/retry-1"]
