@@ -91,8 +91,7 @@ def run_planned_step(
     upstream = upstream_of(step, done)
     if run_it and cfg.dispatch.dispatches(step.name):
         try:
-            d = cfg.dispatch
-            return run_on_pool(step, upstream, d.deployment, d.timeout_s, scope, d.crash_retries)
+            return run_on_pool(step, upstream, cfg.dispatch, scope)
         except CoaError as e:
             return describe(e)
     state = run_step_task(step, upstream, run_it, shards, scope, return_state=True)

@@ -7,18 +7,26 @@ spec names), refuses a spec whose key it computes differently with the part that
 the step through the same Prefect task as an inline run. The step commits its artifact at the
 address the spec names; nothing but the spec and URIs crosses between the two (both reach the store:
 a shared folder on one machine, S3 in production).
+
+With ``heartbeat_s`` (the dispatching flow passes ``dispatch.heartbeat_s``) the run beats a lease in
+the store, keyed by its flow-run id, from its first line to its last (:mod:`coa.heartbeat`): the
+dispatching flow declares it dead when the beats stop (its worker or machine died) and sends it again.
 """
 
 from __future__ import annotations
 
+import contextlib
 from typing import Any
 
 from prefect import flow, get_run_logger
+from prefect.runtime import flow_run
 from prefect.states import Failed
 from pydantic import ValidationError
 
+from coa import io
 from coa import tracking as coa_tracking
 from coa.errors import CoaError, describe
+from coa.heartbeat import Heartbeat
 from coa.plan.spec import SPEC_VERSION, StepSpec, accept
 from coa.steps import StepResult
 from coa.tracking.config import TrackingConfig
@@ -33,10 +41,20 @@ def run_one_step(
     scope: str = "",
     upstream: list[dict[str, Any]] | None = None,
     tracking: dict[str, Any] | None = None,
+    heartbeat_s: float | None = None,
 ) -> Any:
     """Rebuild and run the step of ``spec``; ``scope`` prefixes its Prefect artifact keys;
     ``upstream``: the artifacts it reads (the same as the spec's inputs; they give the parent's run
-    graph its edges); ``tracking``: the parent's tracking config (not part of the step's key)."""
+    graph its edges); ``tracking``: the parent's tracking config (not part of the step's key);
+    ``heartbeat_s``: beat the run's lease this often while it runs (None: no beats)."""
+    beats: contextlib.AbstractContextManager[Any] = contextlib.nullcontext()
+    if heartbeat_s:  # from its first line: a worker killed at any point leaves a silent lease
+        beats = Heartbeat(io.Store(), str(flow_run.id), heartbeat_s)
+    with beats:
+        return _run_one_step(spec, scope, tracking)
+
+
+def _run_one_step(spec: dict[str, Any], scope: str, tracking: dict[str, Any] | None) -> Any:
     logger = get_run_logger()
     coa_tracking.use(TrackingConfig.model_validate(tracking) if tracking else None)
     try:

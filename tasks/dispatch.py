@@ -6,6 +6,15 @@ child rebuilds exactly that step, refuses it if it would compute another key, an
 artifact at the address the spec names, which the parent opens once the child completes: no result
 storage is needed, only a store both sides reach.
 
+**The parent's own watch.** The child is launched (``run_deployment(..., timeout=0)``) and polled;
+it beats a lease in the store every ``dispatch.heartbeat_s`` seconds while it runs
+(:mod:`coa.heartbeat`, which says why the store carries the beats). A child that is Running and has
+not beaten for ``dispatch.heartbeat_timeout_s`` (its worker or machine died: nobody else reports its
+state) is marked Crashed here through the Prefect API, with a message naming the silence and the
+last beat, and sent again like any crashed child. A child still Scheduled or Pending (queued behind
+the deployment's concurrency limit, or waiting for a worker) is never declared dead. The heartbeat
+automation of ``infra/prefect/`` stays for runs whose parent died too.
+
 A step already committed at its address is not dispatched: it is reused through the one step task,
 so the run's graph has a node for it all the same. The child run's graph edges are the step's own
 upstream results (passed as ``upstream``), never every step before it. A child that fails with a
@@ -21,19 +30,24 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import time
 from collections.abc import Mapping
 from typing import Any
 
-from prefect import get_run_logger
+from prefect import get_client, get_run_logger
+from prefect.client.orchestration import SyncPrefectClient
 from prefect.client.schemas.objects import FlowRun, RunType, State, StateDetails
+from prefect.client.schemas.responses import SetStateStatus
 from prefect.deployments import run_deployment
 from prefect.runtime import flow_run
-from prefect.states import Completed
+from prefect.states import Completed, Crashed
 from prefect.utilities.engine import link_state_to_result
 
 from coa import io, tracking
 from coa.attempts import rerun_hint, resumes
 from coa.errors import InfraError, describe
+from coa.heartbeat import Watch, drop, read_beat
+from coa.plan.config import DispatchConfig
 from coa.plan.spec import spec_of
 from coa.resources import BuildResources
 from coa.steps import Step, StepResult, resolve
@@ -52,20 +66,14 @@ def committed(uri: str, step: str, store: io.Store) -> StepResult | None:
 
 
 def run_on_pool(
-    step: Step,
-    upstream: Mapping[str, StepResult],
-    deployment: str,
-    timeout_s: float | None = None,
-    scope: str = "",
-    crash_retries: int = 2,
+    step: Step, upstream: Mapping[str, StepResult], dispatch: DispatchConfig, scope: str = ""
 ) -> StepResult | str:
-    """Run ``step`` through ``deployment``: its committed result, or the one line saying why not.
+    """Run ``step`` through ``dispatch.deployment``: its committed result, or the one line saying why not.
 
     ``upstream``: the results of the steps it reads (:func:`flows.pipeline.upstream_of`). A child run
-    that crashed (its process died; with the heartbeat automation of ``infra/prefect/`` also a run
-    whose worker was killed) is sent again up to ``crash_retries`` times (``dispatch.crash_retries``):
-    each retry resumes from the step's last complete checkpoint, which the warning names, read from
-    disk."""
+    that crashed (its process died, or its heartbeats stopped: see the module doc) is sent again up to
+    ``dispatch.crash_retries`` times: each retry resumes from the step's last complete checkpoint,
+    which the warning names, read from disk."""
     logger = get_run_logger()
     store = io.Store()
     spec = spec_of(step, resolve(step, upstream), store)
@@ -78,32 +86,35 @@ def run_on_pool(
         "scope": scope,
         "upstream": [result.ref for result in upstream.values()],  # the graph's edges: the real ones
         "tracking": tracking.for_dispatch(),  # the parent's tracker: the child's run reports there too
+        "heartbeat_s": dispatch.heartbeat_s,
     }
     name = f"{flow_run.name or 'run'}/{step.name}"
-    for attempt in range(crash_retries + 1):
-        run_name = name if attempt == 0 else f"{name}/retry-{attempt}"
-        logger.info(
-            "%s: dispatched to deployment %s as %s (key %s)", step.name, deployment, run_name, spec.key
-        )
-        child: FlowRun = run_deployment(  # type: ignore[assignment]
-            deployment, parameters=parameters, timeout=timeout_s, flow_run_name=run_name
-        )
-        state = child.state
-        if state is None or not state.is_crashed() or attempt == crash_retries:
-            break
-        # the process building the step died (a worker killed, OOM, a lost machine): run it again,
-        # from the step's last complete checkpoint, a bounded number of times
-        why = " ".join((state.message or "no message").split()).rstrip(".")
-        then = resumes(store, spec.uri).removeprefix("; ") or "builds it again"
-        logger.warning(
-            "%s: flow run %s crashed (%s); retry %d of %d: it %s",
-            step.name,
-            child.name,
-            why,
-            attempt + 1,
-            crash_retries,
-            then,
-        )
+    deployment, crash_retries, timeout_s = dispatch.deployment, dispatch.crash_retries, dispatch.timeout_s
+    with get_client(sync_client=True) as client:
+        for attempt in range(crash_retries + 1):
+            run_name = name if attempt == 0 else f"{name}/retry-{attempt}"
+            logger.info(
+                "%s: dispatched to deployment %s as %s (key %s)", step.name, deployment, run_name, spec.key
+            )
+            child: FlowRun = run_deployment(  # type: ignore[assignment]
+                deployment, parameters=parameters, timeout=0, flow_run_name=run_name
+            )
+            state = watch_run(client, child, store, dispatch)
+            if state is None or not state.is_crashed() or attempt == crash_retries:
+                break
+            # the process building the step died (a worker killed, OOM, a lost machine): run it again,
+            # from the step's last complete checkpoint, a bounded number of times
+            why = " ".join((state.message or "no message").split()).rstrip(".")
+            then = resumes(store, spec.uri).removeprefix("; ") or "builds it again"
+            logger.warning(
+                "%s: flow run %s crashed (%s); retry %d of %d: it %s",
+                step.name,
+                child.name,
+                why,
+                attempt + 1,
+                crash_retries,
+                then,
+            )
     if state is None or not state.is_final():
         return describe(
             InfraError(f"flow run {child.name} of {deployment} did not finish within {timeout_s} s")
@@ -135,3 +146,30 @@ def run_on_pool(
         node: State[Any] = Completed(state_details=StateDetails(task_run_id=child.parent_task_run_id))
         link_state_to_result(node, built, RunType.TASK_RUN)
     return built
+
+
+def watch_run(
+    client: SyncPrefectClient, child: FlowRun, store: io.Store, dispatch: DispatchConfig
+) -> State[Any] | None:
+    """Poll ``child`` until it is final: its final state, the Crashed state set here when it is
+    Running and its heartbeats stopped (:class:`coa.heartbeat.Watch`), or its last state (None if it
+    has none) when ``dispatch.timeout_s`` passed first."""
+    watch = Watch(dispatch.heartbeat_timeout_s)
+    poll_s = min(dispatch.heartbeat_s, 5.0)
+    started = time.monotonic()
+    while True:
+        state = client.read_flow_run(child.id).state
+        if state is not None and state.is_final():
+            return state
+        running = state is not None and state.is_running()
+        silence = watch.see(running, read_beat(store, str(child.id)))
+        if silence is not None:
+            why = watch.describe(silence)
+            crashed: State[Any] = Crashed(message=f"{why}; Crashed by the flow run that dispatched it")
+            answer = client.set_flow_run_state(child.id, crashed)  # refused if it ended meanwhile
+            if answer.status == SetStateStatus.ACCEPT:
+                drop(store, str(child.id))
+                return answer.state or crashed
+        if dispatch.timeout_s is not None and time.monotonic() - started > dispatch.timeout_s:
+            return state
+        time.sleep(poll_s)

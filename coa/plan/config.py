@@ -68,6 +68,29 @@ class DispatchConfig(StrictModel):
         description="Times a dispatched step's flow run that crashed (its process or its worker died) is "
         "sent again, each retry resuming from the step's last complete checkpoint; 0: it fails at once.",
     )
+    heartbeat_s: float = Field(
+        default=10.0,
+        gt=0,
+        description="Seconds between the heartbeats a dispatched step's flow run writes to the store "
+        "(`leases/<flow run id>.json`) while it builds; the flow that dispatched it watches them.",
+    )
+    heartbeat_timeout_s: float = Field(
+        default=60.0,
+        gt=0,
+        description="A dispatched step's flow run that is Running and has not beaten for this long (its "
+        "worker or machine died) is marked Crashed by the flow that dispatched it and sent again "
+        "(dispatch.crash_retries); a run still queued (Scheduled, Pending) is never declared dead.",
+    )
+
+    @model_validator(mode="after")
+    def _timeout_spans_beats(self) -> DispatchConfig:
+        if self.heartbeat_timeout_s < 2 * self.heartbeat_s:
+            raise ValueError(
+                f"dispatch.heartbeat_timeout_s ({self.heartbeat_timeout_s:g}) must be at least twice "
+                f"dispatch.heartbeat_s ({self.heartbeat_s:g}): one late beat would read as a dead run; "
+                "raise heartbeat_timeout_s or lower heartbeat_s"
+            )
+        return self
 
     def dispatches(self, step_name: str) -> bool:
         """Whether ``step_name`` runs on the deployment."""
