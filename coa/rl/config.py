@@ -466,8 +466,7 @@ class RLResult(BaseModel):
     )
     heldout_prompts: int = Field(default=0, description="Prompts held out of training and scored (0 = off).")
     heldout: list[dict[str, float]] = Field(
-        default_factory=list,
-        description="Per held-out evaluation: step, correct (the score), format_valid, reward, tokens.",
+        default_factory=list, description="Per held-out scoring: step, correct, format_valid, reward, tokens."
     )
     alarm: str | None = Field(
         default=None, description="The reward-hacking alarm's message (its first firing); None = never."
@@ -476,12 +475,11 @@ class RLResult(BaseModel):
     mode: str = Field(default="sync", description="sync or async (rl.mode).")
     rollout_stats: dict[str, float] = Field(
         default_factory=dict,
-        description="Over this call and every rank (counts added up over the ranks): trainer_idle_s / "
-        "trainer_idle_share (time in the rollout hook, the mean rank's: generating in sync mode, waiting "
-        "for groups and pushing weights in async), staleness_mean / staleness_max of the trained groups "
-        "(policy versions), stale_dropped_groups / _share, groups_trained, groups_generated, episodes "
-        "(rollout rows written), truncated_share, weight_syncs, weight_sync_s and "
-        "weight_version_mismatches (backend=server).",
+        description="Over this call and every rank (counts added up): trainer_idle_s / _share (time in the "
+        "rollout hook, the mean rank's: generating in sync mode, waiting for groups and pushing weights in "
+        "async), staleness_mean / _max of the trained groups (policy versions), stale_dropped_groups / "
+        "_share, groups_trained, groups_generated, episodes (rows written), truncated_share, weight_syncs, "
+        "weight_sync_s and weight_version_mismatches (backend=server).",
     )
 
 
