@@ -35,14 +35,21 @@ FAILING = [  # curation dispatched to the gpu pool, where its gate cannot pass
 ]
 
 
-def _run(env: dict[str, str], deployment: str, *params: str) -> subprocess.CompletedProcess[str]:
+def _run(env: dict[str, str], deployment: str, *params: str) -> subprocess.Popen[str]:
+    """``prefect deployment run --watch`` started (the three runs of the test go at once)."""
     command = [str(BIN / "prefect"), "deployment", "run", deployment]
     for param in params:
         command += ["--param", param]
     command += ["--watch", "--watch-timeout", "300"]
-    return subprocess.run(
-        command, env={**env, "COLUMNS": "240"}, cwd=REPO, capture_output=True, text=True, timeout=360
-    )
+    return subprocess.Popen(
+        command, env={**env, "COLUMNS": "240"}, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+        text=True,
+    )  # fmt: skip
+
+
+def _wait(proc: subprocess.Popen[str]) -> subprocess.CompletedProcess[str]:
+    out, _ = proc.communicate(timeout=360)
+    return subprocess.CompletedProcess(proc.args, proc.returncode, out, "")
 
 
 def _post(env: dict[str, str], path: str, body: dict[str, Any] | None = None) -> Any:
@@ -75,9 +82,17 @@ def test_a_failed_step_fails_its_flow_runs_in_one_line_without_a_crash_traceback
     logs = {pool: tmp_path / f"{pool}-worker.log" for pool in ("cpu", "gpu")}
     workers = [_start([str(BIN / "prefect"), "worker", "start", "--pool", p], env, logs[p]) for p in logs]
     try:
-        failed = _run(env, "pipeline/demo", f"overrides={json.dumps(FAILING)}")
-        refused = _run(env, "run-one-step/gpu", 'spec={"name": "sft"}')  # not a spec: refused
-        bad_input = _run(env, "pipeline/demo", 'overrides=["sft.no_such_field=1"]')
+        started = [
+            _run(env, "pipeline/demo", f"overrides={json.dumps(FAILING)}"),
+            _run(env, "run-one-step/gpu", 'spec={"name": "sft"}'),  # not a spec: refused
+            _run(env, "pipeline/demo", 'overrides=["sft.no_such_field=1"]'),
+        ]
+        try:
+            failed, refused, bad_input = [_wait(proc) for proc in started]
+        finally:
+            for proc in started:
+                if proc.poll() is None:
+                    proc.kill()
     finally:
         for worker in workers:
             _stop(worker)
@@ -86,7 +101,9 @@ def test_a_failed_step_fails_its_flow_runs_in_one_line_without_a_crash_traceback
 
     flows = {f["id"]: f["name"] for f in _post(env, "flows/filter")}
     runs = _post(env, "flow_runs/filter", {"sort": "EXPECTED_START_TIME_ASC"})
-    parent, broken = [r for r in runs if flows[r["flow_id"]] == "pipeline"]
+    pipelines = [r for r in runs if flows[r["flow_id"]] == "pipeline"]  # started at once: told by overrides
+    parent = next(r for r in pipelines if r["parameters"]["overrides"] == FAILING)
+    broken = next(r for r in pipelines if r["parameters"]["overrides"] == ["sft.no_such_field=1"])
     child = next(r for r in runs if r["name"] == f"{parent['name']}/curate")
     alone = next(r for r in runs if flows[r["flow_id"]] == "run-one-step" and r["id"] != child["id"])
 

@@ -42,9 +42,13 @@ def statuses(out: Path) -> dict[str, str]:
 
 
 @pytest.mark.slow
-def test_the_environment_tests_and_demo_parts_dry_run(tmp_path: Path) -> None:
-    proc, out = dry_run(tmp_path, "tests", "demo")
+def test_every_part_dry_runs_through_the_same_commands(tmp_path: Path) -> None:
+    """One dry run of the default parts and the CUDA tests' (the environment part, a wheel build and
+    pip's resolution, runs once): ~3 minutes on two busy cores, four `accelerate launch` processes and
+    the rollout backends."""
+    proc, out = dry_run(tmp_path, "tests", "demo", "sft", "rl")
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert statuses(out) == {"tests": "0", "demo": "0", "sft": "0", "rl": "0"}
     env = (out / "env.txt").read_text()
     assert "would install on CPython 3.12 with --no-index" in env and "coa_pipeline-" in env
     assert "imports: ok on CPU (dry run)" in env and "liger: " in env
@@ -52,15 +56,6 @@ def test_the_environment_tests_and_demo_parts_dry_run(tmp_path: Path) -> None:
     assert "test_flex_attention_packs_without_leakage_on_a_gpu" in tests and "collected" in tests
     demo = (out / "demo-gpu.log").read_text()
     assert "synthetic" in demo and "report" in demo and "build" in demo  # the plan, each step's fate
-    assert statuses(out) == {"tests": "0", "demo": "0"}
-
-
-@pytest.mark.slow
-def test_the_benches_dry_run_through_the_same_commands(tmp_path: Path) -> None:
-    """~5 minutes on two busy cores: four `accelerate launch` processes and the rollout backends."""
-    proc, out = dry_run(tmp_path, "sft", "rl")
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    assert statuses(out) == {"sft": "0", "rl": "0"}
     sft = json.loads((out / "sft.json").read_text())
     tiny = sft["figures"]["tiny"]
     assert tiny["ours"]["steps"] == tiny["bare_trl"]["steps"] == 3
