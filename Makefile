@@ -11,7 +11,7 @@ STAMP  := $(VENV)/.installed
 export PREFECT_SERVER_ANALYTICS_ENABLED ?= false
 export PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS ?= 90
 
-.PHONY: demo test test-fast golden lint typecheck bench docs docs-serve sysdeps uideps pgdeps venv clean
+.PHONY: demo test test-fast test-zero3 golden lint typecheck bench docs docs-serve sysdeps uideps pgdeps venv clean
 
 venv: $(STAMP)
 
@@ -58,6 +58,18 @@ test: $(STAMP) sysdeps uideps pgdeps lint typecheck
 	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) -m "not serial"; parallel=$$?; \
 	$(BIN)/python -m pytest -q -m serial; serial=$$?; \
 	test $$parallel = 0 && test $$serial = 0
+
+# ZeRO-3 on two CPU ranks: the `[zero3]` cases that `make test` skips (its install has no DeepSpeed).
+# .venv-zero3 reads .venv's packages (a .pth) and adds the `deepspeed` extra's pin beside the pinned
+# torch; the first run on a machine JIT-builds one DeepSpeed op (~2 min on 2 cores), later runs reuse it.
+ZERO3 := .venv-zero3
+test-zero3: $(STAMP)
+	test -x $(ZERO3)/bin/python || $(BIN)/python -m venv --without-pip $(ZERO3)
+	$(BIN)/python -c "import site; print('import site; site.addsitedir(%r)' % site.getsitepackages()[0])" \
+	  > $$($(ZERO3)/bin/python -c "import sysconfig; print(sysconfig.get_paths()['purelib'])")/coa-venv.pth
+	$(ZERO3)/bin/python -m pip install -q --disable-pip-version-check --no-build-isolation \
+	  $$($(BIN)/python -c "import tomllib; print(*tomllib.load(open('pyproject.toml', 'rb'))['project']['optional-dependencies']['deepspeed'])")
+	$(ZERO3)/bin/python -m pytest -q -p no:cacheprovider -k zero3 tests/train/test_multi_rank.py tests/rl/test_ranks.py
 
 # Development: skip the slow end-to-end tier (Prefect server + worker, CLI subprocess runs).
 test-fast: $(STAMP)
