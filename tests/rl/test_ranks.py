@@ -41,6 +41,7 @@ from coa.rl.ranks import rank_batch
 from coa.rl.resume import SAMPLING_STATE_FILE, EpochOrderSampler, check_sampling_state
 from coa.rl.rollouts import TRUNCATED
 from coa.train.kit.run import CHECKPOINTS_DIR
+from tests.zero3 import requires_deepspeed
 
 from .helpers import prompts_table
 
@@ -248,12 +249,6 @@ def test_rank_0s_clock_decides_every_ranks_refill_rounds(resolved: Path) -> None
     assert steps <= set(range(result["global_step"]))
 
 
-def _no_deepspeed() -> bool:
-    import importlib.util
-
-    return importlib.util.find_spec("deepspeed") is None
-
-
 @SLOW
 @pytest.mark.parametrize(
     ("accelerate_config", "label"),
@@ -263,10 +258,7 @@ def _no_deepspeed() -> bool:
             "multi_gpu_zero3.yaml",
             "zero3",
             id="zero3",
-            marks=pytest.mark.skipif(
-                _no_deepspeed(),
-                reason="deepspeed is not installed (not in make test's install): make test-zero3 runs it",
-            ),
+            marks=requires_deepspeed,
         ),
     ],
 )

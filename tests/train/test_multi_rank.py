@@ -29,6 +29,7 @@ from coa.train.config import SFT, SFTError, SFTRunConfig
 from coa.train.kit import ranks
 from coa.train.kit.launch import LOG_FILE, launch_accelerate, launch_torchrun, rank_failure
 from coa.train.sft import run_sft
+from tests.zero3 import requires_deepspeed
 
 from .budget_rank import replan_on_rank
 
@@ -168,14 +169,6 @@ def test_two_ranks_train_like_one_process_and_a_killed_rank_resumes(
           f"largest gap {max(gaps):.2e}")  # fmt: skip
 
 
-def _deepspeed_missing() -> str | None:
-    import importlib.util
-
-    if importlib.util.find_spec("deepspeed") is None:
-        return "deepspeed is not installed (not in make test's install): make test-zero3 runs ZeRO-3"
-    return None
-
-
 @pytest.mark.parametrize(
     ("accelerate_config", "label"),
     [
@@ -184,7 +177,7 @@ def _deepspeed_missing() -> str | None:
             "multi_gpu_zero3.yaml",
             "zero3",
             id="zero3",
-            marks=pytest.mark.skipif(_deepspeed_missing() is not None, reason=str(_deepspeed_missing())),
+            marks=requires_deepspeed,
         ),
     ],
 )
