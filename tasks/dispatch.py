@@ -155,7 +155,7 @@ def watch_run(
     Running and its heartbeats stopped (:class:`coa.heartbeat.Watch`), or its last state (None if it
     has none) when ``dispatch.timeout_s`` passed first."""
     watch = Watch(dispatch.heartbeat_timeout_s)
-    poll_s = min(dispatch.heartbeat_s, 5.0)
+    poll_s = min(dispatch.heartbeat_s / 2, 2.0)  # a state read (and a lease read) per poll: cheap
     started = time.monotonic()
     while True:
         state = client.read_flow_run(child.id).state
