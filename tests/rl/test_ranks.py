@@ -41,7 +41,7 @@ from coa.rl.ranks import rank_batch
 from coa.rl.resume import SAMPLING_STATE_FILE, EpochOrderSampler, check_sampling_state
 from coa.rl.rollouts import TRUNCATED
 from coa.train.kit.run import CHECKPOINTS_DIR
-from tests.zero3 import requires_deepspeed
+from tests.zero3 import sharded_configs
 
 from .helpers import prompts_table
 
@@ -250,18 +250,7 @@ def test_rank_0s_clock_decides_every_ranks_refill_rounds(resolved: Path) -> None
 
 
 @SLOW
-@pytest.mark.parametrize(
-    ("accelerate_config", "label"),
-    [
-        pytest.param("fsdp2.yaml", "fsdp2", id="fsdp2"),
-        pytest.param(
-            "multi_gpu_zero3.yaml",
-            "zero3",
-            id="zero3",
-            marks=requires_deepspeed,
-        ),
-    ],
-)
+@sharded_configs
 def test_two_sharded_ranks_generate_on_whole_weights_and_finish_the_plan(
     accelerate_config: str, label: str, resolved: Path, tiny_model: Path
 ) -> None:

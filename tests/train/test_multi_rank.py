@@ -29,7 +29,7 @@ from coa.train.config import SFT, SFTError, SFTRunConfig
 from coa.train.kit import ranks
 from coa.train.kit.launch import LOG_FILE, launch_accelerate, launch_torchrun, rank_failure
 from coa.train.sft import run_sft
-from tests.zero3 import requires_deepspeed
+from tests.zero3 import sharded_configs
 
 from .budget_rank import replan_on_rank
 
@@ -169,18 +169,7 @@ def test_two_ranks_train_like_one_process_and_a_killed_rank_resumes(
           f"largest gap {max(gaps):.2e}")  # fmt: skip
 
 
-@pytest.mark.parametrize(
-    ("accelerate_config", "label"),
-    [
-        pytest.param("fsdp2.yaml", "fsdp2", id="fsdp2"),
-        pytest.param(
-            "multi_gpu_zero3.yaml",
-            "zero3",
-            id="zero3",
-            marks=requires_deepspeed,
-        ),
-    ],
-)
+@sharded_configs
 def test_sharded_on_two_cpu_ranks_trains_like_one_process(
     accelerate_config: str,
     label: str,
