@@ -160,6 +160,9 @@ class Stage:
     hashes): a step spec whose identity differs there is refused."""
     version: int = 1
     """Bumped by hand to rebuild every artifact of the stage (keys hash it with its code)."""
+    runs_model: bool = False
+    """Whether its steps run the student (build, train, sample or evaluate it): a GPU machine's work;
+    the other stages' steps run on any CPU (``infra/run_plan.py --cpu-steps``)."""
 
     def expects_for(self, roles: Iterable[str]) -> dict[str, str | tuple[str, ...]]:
         """The contract each of ``roles`` must have (roles without one are left out)."""

@@ -10,9 +10,12 @@ training report's comparison; ``--json`` writes the stage table and the comparis
     python3 infra/run_plan.py -c configs/demo-gpu.yaml [key=value ...] [--until convert] [--json F]
     python3 infra/run_plan.py -c configs/demo-gpu.yaml --dry-run   # each step: reused or built, nothing run
 
-``--until STEP`` stops after that step (build the CPU steps on one machine, carry the store, run the
-rest on the GPU). ``--expect-reused STEP`` is the other end of that: before anything runs, every step
-up to STEP must be committed in the store, else it stops (exit 4) naming the steps it would build:
+``--cpu-steps`` builds only the steps that run no model and read only such steps (the tasks, the
+teacher's runs, held-out ones included, curation, conversion: :attr:`coa.steps.Stage.runs_model`), to
+build them where the CPU is cheap and carry the store to the GPU; ``--until STEP`` stops after that
+step. ``--expect-reused STEP`` (or ``cpu``: every CPU step) is the other end of that: before anything
+runs, every step up to STEP must be committed in the store, else it stops (exit 4) naming the steps it
+would build:
 a store carried for other code or another config has none of this plan's keys (they hold the source
 hash, ``coa/version.py``), and rebuilding them would spend the GPU's minutes on CPU work. The store
 is ``COA_STORAGE_ROOT`` as for every ``coa`` command.
@@ -29,6 +32,7 @@ from pathlib import Path
 
 from coa import io
 from coa.evaluate.training_report import format_comparison
+from coa.inputs import Upstream
 from coa.plan import plan
 from coa.plan.config import load_pipeline_config
 from coa.plan.preview import preview
@@ -43,7 +47,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--until", help="stop after this step (its name as `coa run --dry-run` lists it)")
     parser.add_argument("--json", type=Path, help="write the stage table and the comparison here")
     parser.add_argument(
-        "--expect-reused", metavar="STEP", help="stop (exit 4) unless every step up to STEP is in the store"
+        "--cpu-steps",
+        action="store_true",
+        help="run only the steps that run no model nor read its output",
+    )
+    parser.add_argument(
+        "--expect-reused",
+        metavar="STEP",
+        help="stop (exit 4) unless every step up to STEP (cpu: every CPU step) is in the store",
     )
     parser.add_argument(
         "--dry-run", action="store_true", help="print whether each step would be reused or built; run none"
@@ -54,8 +65,11 @@ def main(argv: list[str] | None = None) -> int:
     steps = plan(cfg)
     names = [step.name for step in steps]
     for option, name in (("--until", args.until), ("--expect-reused", args.expect_reused)):
-        if name and name not in names:
+        if name and name not in names and not (option == "--expect-reused" and name == "cpu"):
             parser.error(f"{option} {name!r} is no step of this plan: {', '.join(names)}")
+    if args.cpu_steps:
+        steps = cpu_steps(steps)
+        names = [step.name for step in steps]
     store = io.Store()
     print(f"plan {cfg.run_name!r} ({args.config}): {' -> '.join(names)}; store {store.root}", flush=True)
     if args.expect_reused and (missing := not_in_store(steps, store, args.expect_reused)):
@@ -105,10 +119,20 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
+def cpu_steps(steps: list[Step]) -> list[Step]:
+    """The steps that run no model and read only steps that run none (in plan order)."""
+    kept: list[Step] = []
+    for step in steps:
+        upstream = {v.step for v in step.inputs.values() if isinstance(v, Upstream)}
+        if not step.stage.runs_model and upstream <= {s.name for s in kept}:
+            kept.append(step)
+    return kept
+
+
 def not_in_store(steps: list[Step], store: io.Store, last: str) -> list[str]:
-    """The steps up to ``last`` (included) that running the plan would build rather than reuse."""
+    """The steps up to ``last`` (included; ``cpu``: the CPU steps) that running the plan would build."""
     names = [step.name for step in steps]
-    upto = steps[: names.index(last) + 1]
+    upto = cpu_steps(steps) if last == "cpu" else steps[: names.index(last) + 1]
     return [planned.name for planned in preview(upto, store) if not planned.status.startswith("reuse")]
 
 

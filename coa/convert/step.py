@@ -8,7 +8,8 @@ written back batch by batch in table order: the same tables as in one process.
 
 from __future__ import annotations
 
-import polars as pl
+from typing import TYPE_CHECKING
+
 import pyarrow as pa
 from pydantic import Field
 
@@ -18,8 +19,14 @@ from coa.convert.config import ConvertConfig
 from coa.convert.core import rl_prompts, sft_examples
 from coa.convert.shards import converted_batches
 from coa.curate.step import TASK_STATS_JSON, TASK_STATS_TABLE
-from coa.curate.task_stats import EMPTY_SCHEMA, from_json
+from coa.curate.task_stats import empty_schema, from_json
+from coa.lazy import lazy_module
 from coa.steps import Build, Stage, Step, StepInput, StepSummary
+
+if TYPE_CHECKING:
+    import polars as pl
+else:
+    pl = lazy_module("polars", "conversion")
 
 SFT_BATCH_ROWS = 1000
 RL_BATCH_ROWS = 10_000
@@ -53,7 +60,7 @@ def teacher_stats(curated: io.ArtifactRef) -> pl.DataFrame:
         return pl.DataFrame(pl.from_arrow(io.read_table(curated, TASK_STATS_TABLE)))
     if TASK_STATS_JSON in curated.files:
         return from_json(io.read_file(curated, TASK_STATS_JSON))
-    return pl.DataFrame(schema=EMPTY_SCHEMA)
+    return pl.DataFrame(schema=empty_schema())
 
 
 def stats_of(stats: pl.DataFrame, tasks: pa.Table) -> dict[str, tuple[int, int]]:

@@ -25,9 +25,9 @@ import json
 import os
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
-import polars as pl
 import pyarrow as pa
 
 from coa.curate.config import CurateConfig
@@ -49,9 +49,15 @@ from coa.curate.report import drift_rows, headline_markdown, render_report
 from coa.curate.stats import CurationStats, GateCheck, GateRecord, StatsBuilder
 from coa.curate.text import normalize_many
 from coa.errors import CheckFailed
+from coa.lazy import lazy_module
 from coa.scoring.runs import fill_correct
 from schemas.quarantine import QUARANTINE
 from schemas.trajectory import TRAJECTORY
+
+if TYPE_CHECKING:
+    import polars as pl
+else:
+    pl = lazy_module("polars", "curation")
 
 STAGE = "curate"
 PAYLOAD_MAX_CHARS = 100_000

@@ -30,14 +30,20 @@ from __future__ import annotations
 import sys
 from collections import Counter, defaultdict
 from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING
 
-import polars as pl
 import pyarrow as pa
 
 from coa.curate.config import DecontamConfig
 from coa.curate.filters import Rejection
 from coa.curate.frames import step_frame
 from coa.curate.text import normalize_expr, normalize_many, word_ngrams
+from coa.lazy import lazy_module
+
+if TYPE_CHECKING:
+    import polars as pl
+else:
+    pl = lazy_module("polars", "curation")
 
 BENCHMARK_COLUMNS = ("task_id", "question", "gold_answers")
 

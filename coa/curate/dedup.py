@@ -28,9 +28,9 @@ import os
 import tempfile
 from array import array
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 import numpy as np
-import polars as pl
 import pyarrow as pa
 
 from coa.curate.config import DedupConfig
@@ -38,6 +38,12 @@ from coa.curate.filters import Rejection
 from coa.curate.frames import step_frame
 from coa.curate.minhash import SortedMultiMap, band_keys, mix64, optimal_bands, signatures
 from coa.curate.text import shingles
+from coa.lazy import lazy_module
+
+if TYPE_CHECKING:
+    import polars as pl
+else:
+    pl = lazy_module("polars", "curation")
 
 CONTENT_FIELDS = ("agent", "role", "text", "tool_name", "tool_args", "observation")
 _SEED = 0x5EED

@@ -28,14 +28,19 @@ import math
 import os
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pandas as pd
-import polars as pl
 
 from coa.curate.config import CurateConfig
+from coa.lazy import lazy_module
 from schemas.task import FAMILIES
 from schemas.trajectory import RUN_STATUSES, STEP_ROLES
+
+if TYPE_CHECKING:
+    import polars as pl
+else:
+    pl = lazy_module("polars", "curation")
 
 SITE_NAME = "curate_docs"
 RUN_COLUMNS = ("run_id", "family", "status", "n_steps", "n_tool_calls", "tokens", "answer_chars", "correct")

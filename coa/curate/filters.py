@@ -20,14 +20,19 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable, Sequence
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
-import polars as pl
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from coa.curate.config import FilterConfig
 from coa.curate.frames import step_frame
+from coa.lazy import lazy_module
+
+if TYPE_CHECKING:
+    import polars as pl
+else:
+    pl = lazy_module("polars", "curation")
 
 Score = Callable[[str | None, list[str], str], bool | None]
 """``score(final_answer, gold_answers, family)``: True/False, or None when it cannot score."""

@@ -13,9 +13,16 @@ import shutil
 import tempfile
 import weakref
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import polars as pl
 import pyarrow.parquet as pq
+
+from coa.lazy import lazy_module
+
+if TYPE_CHECKING:
+    import polars as pl
+else:
+    pl = lazy_module("polars", "curation")
 
 
 class FrameSpill:

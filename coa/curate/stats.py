@@ -15,15 +15,20 @@ from __future__ import annotations
 import datetime as dt
 from collections import Counter
 from collections.abc import Mapping, Sequence
-from typing import Any, Self
+from typing import TYPE_CHECKING, Any, Self
 
 import numpy as np
-import polars as pl
 import pyarrow as pa
 from pydantic import BaseModel, ConfigDict, Field
 
 from coa.curate.frames import run_frame, step_frame
 from coa.curate.spill import FrameSpill
+from coa.lazy import lazy_module
+
+if TYPE_CHECKING:
+    import polars as pl
+else:
+    pl = lazy_module("polars", "curation")
 
 SUMMARY_SCHEMA = "curate.summary.v1"
 
@@ -191,21 +196,23 @@ class CurationStats(_Record):
     config: dict[str, Any] | None = Field(default=None, description="The curate config of the run.")
 
 
-RUN_SCHEMA: dict[str, pl.DataType | type[pl.DataType]] = {
-    "run_id": pl.String,
-    "family": pl.Categorical,
-    "status": pl.Categorical,
-    "n_steps": pl.Int32,
-    "n_tool_calls": pl.Int32,
-    "tokens": pl.Int64,
-    "answer_chars": pl.Int32,
-    "correct": pl.Boolean,
-    "n_tool_errors": pl.Int32,
-    "max_observation_chars": pl.Int32,
-    "reason": pl.Categorical,
-    "kept": pl.Boolean,
-}
-"""The per-run numbers :meth:`StatsBuilder.runs` returns."""
+def run_schema() -> dict[str, pl.DataType | type[pl.DataType]]:
+    """The per-run numbers :meth:`StatsBuilder.runs` returns (a function: polars is imported where
+    curation runs, :mod:`coa.lazy`)."""
+    return {
+        "run_id": pl.String,
+        "family": pl.Categorical,
+        "status": pl.Categorical,
+        "n_steps": pl.Int32,
+        "n_tool_calls": pl.Int32,
+        "tokens": pl.Int64,
+        "answer_chars": pl.Int32,
+        "correct": pl.Boolean,
+        "n_tool_errors": pl.Int32,
+        "max_observation_chars": pl.Int32,
+        "reason": pl.Categorical,
+        "kept": pl.Boolean,
+    }
 
 
 def histogram(values: Sequence[int] | np.ndarray) -> Histogram:
@@ -344,9 +351,9 @@ class StatsBuilder:
         if self._lazy is None:
             scan = self._runs.scan()
             if scan is None:
-                self._lazy = pl.DataFrame(schema=RUN_SCHEMA).lazy()
+                self._lazy = pl.DataFrame(schema=run_schema()).lazy()
             else:
-                categorical = [c for c, t in RUN_SCHEMA.items() if t == pl.Categorical]
+                categorical = [c for c, t in run_schema().items() if t == pl.Categorical]
                 self._lazy = scan.with_columns(pl.col(categorical).cast(pl.Categorical))
         return self._lazy
 

@@ -16,12 +16,18 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Iterator
+from typing import TYPE_CHECKING
 
-import polars as pl
 import pyarrow as pa
 import pyarrow.parquet as pq
 
 from coa.curate.spill import FrameSpill
+from coa.lazy import lazy_module
+
+if TYPE_CHECKING:
+    import polars as pl
+else:
+    pl = lazy_module("polars", "curation")
 
 SLICE_ROWS = 100_000
 """Rows per table :meth:`TaskStats.tables` yields (one Parquet write each)."""
@@ -29,7 +35,9 @@ SLICE_ROWS = 100_000
 PART_ROWS = 25_000
 """Spilled rows summed at a time by :meth:`TaskStats.tables` (one range of task ids)."""
 
-EMPTY_SCHEMA = {"task_id": pl.String, "runs": pl.Int64, "correct": pl.Int64}
+def empty_schema() -> dict[str, type[pl.DataType]]:
+    """The columns of a task-stats frame (a function: polars is imported where it runs, coa.lazy)."""
+    return {"task_id": pl.String, "runs": pl.Int64, "correct": pl.Int64}
 
 
 def from_json(text: str | bytes) -> pl.DataFrame:
@@ -41,7 +49,7 @@ def from_json(text: str | bytes) -> pl.DataFrame:
             "runs": [int(v[0]) for v in counts.values()],
             "correct": [int(v[1]) for v in counts.values()],
         },
-        schema=EMPTY_SCHEMA,
+        schema=empty_schema(),
     ).sort("task_id")
 
 
@@ -73,7 +81,7 @@ class TaskStats:
         in memory; the ranges come in order, so the tables are sorted as a whole."""
         spilled = self._spill.scan()
         if spilled is None:
-            yield pl.DataFrame(schema=EMPTY_SCHEMA).to_arrow()
+            yield pl.DataFrame(schema=empty_schema()).to_arrow()
             return
         bounds = self._bounds(math.ceil(self._spill.rows / part_rows))
         task = pl.col("task_id")
@@ -90,7 +98,7 @@ class TaskStats:
                 yielded = True
                 yield frame.slice(start, rows).to_arrow()
         if not yielded:
-            yield pl.DataFrame(schema=EMPTY_SCHEMA).to_arrow()
+            yield pl.DataFrame(schema=empty_schema()).to_arrow()
 
     def _bounds(self, parts: int) -> list[str]:
         """``parts - 1`` increasing task ids that cut the spilled ids into ranges of about equal

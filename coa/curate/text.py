@@ -10,8 +10,15 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Iterable, Sequence
+from typing import TYPE_CHECKING
 
-import polars as pl
+from coa.lazy import lazy_module
+
+if TYPE_CHECKING:
+    import polars as pl
+else:
+    pl = lazy_module("polars", "curation")
+
 
 _NOT_WORD = r"[^\p{L}\p{N}\p{M}\s]+"
 

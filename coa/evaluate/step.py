@@ -384,6 +384,7 @@ STAGE = Stage(
     summary=EvalSummary,
     identify=identify,
     describe="the model on the tasks with real tools",
+    runs_model=True,
 )
 PREDICTIONS = Stage(
     name="evaluate.predictions",

@@ -71,4 +71,5 @@ STAGE = Stage(
     expects={"data": "sft.v1"},
     summary=StudentSummary,
     describe="tiny Qwen2 student + tokenizer trained on the data",
+    runs_model=True,
 )

@@ -190,6 +190,7 @@ STAGE = Stage(
     produces={ROLLOUTS_TABLE: "rollout.v1"},
     summary=RLSummary,
     describe="agentic RL (GRPO/DAPO on multi-turn tool rollouts)",
+    runs_model=True,
 )
 
 

@@ -103,4 +103,5 @@ STAGE = Stage(
     produces={ROLLOUTS_TABLE: schemas.ROLLOUT.id},
     summary=SampleSummary,
     describe="the student's samples per training task",
+    runs_model=True,
 )

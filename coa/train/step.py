@@ -113,6 +113,7 @@ STAGE = Stage(
     expects={"data": "sft.v1"},
     summary=SFTSummary,
     describe="supervised fine-tuning (observations masked)",
+    runs_model=True,
 )
 
 
