@@ -36,6 +36,7 @@ import os
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -114,7 +115,7 @@ def accelerate(args: list[str], out: Path) -> float:
     return wall
 
 
-def launch(model: Path, data: Path, out: Path, steps: int, **overrides: object) -> dict[str, object]:
+def launch(model: Path, data: Path, out: Path, steps: int, **overrides: object) -> dict[str, Any]:
     """Our SFT stage's entry point, ``steps`` steps; what its ``sft_result.json`` says."""
     config = {
         "base_model": str(model), "data": str(data), "output_dir": str(out), "max_steps": steps,
@@ -142,7 +143,7 @@ def launch(model: Path, data: Path, out: Path, steps: int, **overrides: object) 
     }
 
 
-def launch_bare_trl(model: Path, data: Path, out: Path, steps: int, **settings: Any) -> dict[str, object]:
+def launch_bare_trl(model: Path, data: Path, out: Path, steps: int, **settings: Any) -> dict[str, Any]:
     """Bare TRL's run (this script's :func:`bare_trl` under accelerate) on the same rows and model."""
     out.mkdir(parents=True, exist_ok=True)
     config = {"model": str(model), "data": str(data), "output_dir": str(out), "steps": steps, **settings}
@@ -197,6 +198,27 @@ def bare_trl(config_file: Path) -> None:
     (Path(c["output_dir"]) / "result.json").write_text(json.dumps(result))
 
 
+def plain_if_liger_fails(
+    label: str, start: Callable[[bool | str], dict[str, Any]], liger: bool | str, cuda: bool
+) -> dict[str, Any]:
+    """``start(liger)``; where Liger's kernels would run and the run fails, once more on the plain path
+    (``liger=False``) with one warning line naming what failed: a GPU-only kernel failure costs the
+    Liger figure, not the part. The run's ``path`` says which path its figures come from."""
+    from coa.train.kernels import liger_unavailable
+
+    if liger is False or liger_unavailable(cuda) is not None:
+        return {**start(False if liger is False else liger), "path": "plain"}
+    try:
+        return {**start(liger), "path": "liger"}
+    except SystemExit as e:
+        failed = " ".join(str(e).strip().splitlines()[-1:])[-300:]
+        print(
+            f"warning: {label}: the run with Liger's kernels failed ({failed}); rerunning on the plain path",
+            flush=True,
+        )
+        return {**start(False), "path": f"plain (Liger failed: {failed})"}
+
+
 def compare(bench: Bench, args: argparse.Namespace, shape: str) -> dict[str, Any]:
     """Ours and bare TRL on ``shape``: both runs, MFU, and the ratio, recorded in ``bench``."""
     out = args.out / shape
@@ -207,25 +229,25 @@ def compare(bench: Bench, args: argparse.Namespace, shape: str) -> dict[str, Any
         "max_length": args.max_length,
         "attn_implementation": args.attn,
     }
-    liger: bool | str = {"auto": "auto", "true": True, "false": False}[args.liger]
+    liger: bool | str = {"true": True, "false": False}.get(args.liger, "auto")
     runs: dict[str, dict[str, Any]] = {}
-    for name, start in (
-        (
-            "ours",
-            lambda: launch(
-                model, args.data, out / "ours", args.steps, packing=True, liger_kernel=liger, **settings
-            ),
+    starts: dict[str, Callable[[bool | str], dict[str, Any]]] = {
+        "ours": lambda use: launch(
+            model, args.data, out / "ours", args.steps, packing=True, liger_kernel=use, **settings
         ),
-        (
-            "bare TRL",
-            lambda: launch_bare_trl(model, args.data, out / "bare-trl", args.steps, liger=liger, **settings),
+        "bare TRL": lambda use: launch_bare_trl(
+            model, args.data, out / "bare-trl", args.steps, liger=use, **settings
         ),
-    ):
+    }
+    for name, start in starts.items():
         try:
-            runs[name] = start()
+            runs[name] = plain_if_liger_fails(f"{shape} {name}", start, liger, _cuda())
         except SystemExit as e:  # one run failing still reports the other, and says why
             print(f"{shape} {name}: {e}", flush=True)
             runs[name] = {"error": str(e)[-2000:]}
+        bench.figure(
+            shape, {"parameters": parameters, **{k.replace(" ", "_").lower(): v for k, v in runs.items()}}
+        )
     ours, trl = runs["ours"], runs["bare TRL"]
     peak = peak_tflops(str(ours.get("device_name") or "") or _device_name())
     for name, run in runs.items():

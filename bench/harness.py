@@ -121,6 +121,18 @@ class Bench:
     timings: dict[str, Timing] = dataclasses.field(default_factory=dict)
     ratios: dict[str, float] = dataclasses.field(default_factory=dict)
     figures: dict[str, Any] = dataclasses.field(default_factory=dict)
+    sink: Path | None = None
+    """Where the record is rewritten as each figure is measured (``--json``): a bench stopped at its
+    time bound (``timeout``) still leaves what it measured, marked ``"complete": false``."""
+
+    def save(self, complete: bool = False) -> None:
+        """Write the record so far to :attr:`sink` (atomically: a reader never sees half a file)."""
+        if self.sink is None:
+            return
+        self.sink.parent.mkdir(parents=True, exist_ok=True)
+        tmp = self.sink.with_suffix(self.sink.suffix + ".tmp")
+        tmp.write_text(json.dumps(self.record() | {"complete": complete}, indent=2, default=str) + "\n")
+        tmp.replace(self.sink)
 
     def time(self, name: str, fn: Callable[[], Any], repeat: int = 3, warmup: int = 0) -> Timing:
         """Run ``fn`` ``warmup`` + ``repeat`` times; keep the ``repeat`` timed runs; print one line."""
@@ -139,6 +151,7 @@ class Bench:
             raise ValueError(f"timing {name!r} has no runs")
         timing = Timing(name, tuple(float(t) for t in times))
         self.timings[name] = timing
+        self.save()
         print(
             f"{name}: min {timing.best:.4f} s, median {timing.median:.4f} s ({len(times)} runs)",
             flush=True,
@@ -153,12 +166,14 @@ class Bench:
             raise ValueError(f"ratio {name!r}: the baseline is 0")
         value = num / den
         self.ratios[name] = value
+        self.save()
         print(f"{name}: {value:.3f}x", flush=True)
         return value
 
     def figure(self, name: str, value: Any) -> None:
         """Any other measured figure (tokens/s, MFU, accuracy, peak memory), recorded as it is."""
         self.figures[name] = value
+        self.save()
 
     def record(self) -> dict[str, Any]:
         return {
@@ -201,16 +216,16 @@ def main(
     """Parse the arguments, print the machine, run the bench, write and return its record."""
     args = parser(doc, extra, repeat).parse_args(argv)
     bench_name = name or Path(sys.argv[0]).stem
-    bench = Bench(bench_name, {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()})
+    bench = Bench(
+        bench_name, {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()}, sink=args.json
+    )
     info = machine()
     gpu = info["gpu"]["name"] if info.get("gpu") else "no GPU"
     print(f"{bench_name} on {info['cpu']} ({info['cores']} cores), {gpu}", flush=True)
+    bench.save()  # the record exists from the start: a part cut before its first figure says so
     run(args, bench)
     record = bench.record()
     if args.json is not None:
-        args.json.parent.mkdir(parents=True, exist_ok=True)
-        tmp = args.json.with_suffix(args.json.suffix + ".tmp")
-        tmp.write_text(json.dumps(record, indent=2, default=str) + "\n", encoding="utf-8")
-        tmp.replace(args.json)
+        bench.save(complete=True)
         print(f"record: {args.json}", flush=True)
     return record
