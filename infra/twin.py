@@ -16,7 +16,8 @@ it. The twin reproduces what the device tool does to a command, on this CPU mach
 * **``$OUT`` read back under the device's rules** (:func:`returned`): at most 8 files, 16 MiB each and
   64 MiB together, at most 2 folders down, names of letters, digits, ``.``, ``_`` and ``-``.
 
-    .venv/bin/python infra/twin.py [--carry .whl .gpu] [--json F] [-- COMMAND]   # default: bash infra/gpu-check.sh
+    .venv/bin/python infra/twin.py [--carry .whl .gpu] [--json F] [-- COMMAND]
+    # COMMAND's default: bash infra/gpu-check.sh
 
 With no ``--carry`` it prepares its own (``infra/gpu-prepare.sh``: wheels for 3.11, the demo's data)
 under ``.twin/``. Exit status: the command's, or 5 when what travels is too big or ``$OUT`` would not
@@ -81,7 +82,8 @@ class Travel:
         biggest = sorted(self.bytes_by_part.items(), key=lambda kv: -kv[1])[:5]
         parts = ", ".join(f"{name} {size / MiB:.1f} MiB" for name, size in biggest)
         return (
-            f"what travels is {self.total / MiB:.1f} MiB, over the device's {TRAVEL_LIMIT // MiB} MiB: {parts}. "
+            f"what travels is {self.total / MiB:.1f} MiB, over the device's {TRAVEL_LIMIT // MiB} MiB: "
+            f"{parts}. "
             "Leave out what the call does not need: ignore it in .gitignore (a build folder, a venv) or stop "
             "carrying it"
         )
@@ -213,7 +215,7 @@ def twin_requirements() -> tuple[list[str], list[str]]:
 
 
 def ensure_venv(path: Path) -> Path:
-    """``.venv-twin``'s Python, created (or rebuilt when its requirements change) from :func:`twin_requirements`."""
+    """``.venv-twin``'s Python, created (rebuilt when its requirements change): :func:`twin_requirements`."""
     reqs, notes = twin_requirements()
     stamp = hashlib.sha256("\n".join(reqs).encode()).hexdigest()[:16]
     python = path / "bin" / "python"
