@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The GPU check of a lent H100/H200 (or any one-GPU CUDA machine): ONE call does everything, in order of
-# value, inside GPU_CHECK_BUDGET_S (540 s) of wall time, every figure written under $OUT as it is measured:
+# value, inside GPU_CHECK_BUDGET_S (480 s) of wall time, every figure written under $OUT as it is measured:
 #   env         the carried wheels installed (`pip install --no-index --no-deps`), bwrap put on PATH, the GPU
 #               and versions, then every module each part will reach IMPORTED (infra/reach.py)   -> env.txt
 #   sft         Qwen2.5-0.5B shape: our SFT stage beside bare TRL SFTTrainer (same rows, packing, bf16,
@@ -29,7 +29,7 @@ PY=${PY:-python3}
 OUT=${OUT:-/tmp/gpu-check}
 WORK=${GPU_CHECK_WORK:-/tmp/gpu-check-work}  # models and checkpoints (GBs) stay here; reports go to $OUT
 SITE=${GPU_CHECK_SITE:-/tmp/site}            # where the carried wheels are installed
-BUDGET=${GPU_CHECK_BUDGET_S:-540}            # the whole call: the device tool's 600 s less start-up and return
+BUDGET=${GPU_CHECK_BUDGET_S:-480}  # the whole call: with the machine's 3-4 minute start, <= 12 device minutes
 mkdir -p "$OUT" "$WORK"
 export PYTHONUNBUFFERED=1 TOKENIZERS_PARALLELISM=false
 left() { echo $((T0 + BUDGET - $(date +%s))); }
@@ -60,12 +60,14 @@ student.tiny.pretrain_steps=10 sft.max_steps=6 sft.save_steps=1000 sft.eval_step
 sft.max_length=512 evaluate.limit_per_family=4 evaluate.max_turns=2 evaluate.max_new_tokens=16
 evaluate.max_total_tokens=256 rl.max_steps=1 rl.time_budget_s=null rl.group_size=2 rl.prompts_per_step=2 rl.max_turns=1
 rl.max_new_tokens=16 rl.max_total_tokens=256 rl.max_refill_rounds=0}
-  BUDGET=${GPU_CHECK_BUDGET_S:-1500}  # a CPU runs the GPU's work slower, whatever the shapes
+  BUDGET=${GPU_CHECK_BUDGET_S:-1500} SCALE=3  # a CPU runs the GPU's work slower, whatever the shapes
 else
-  quick=()
+  quick=() SCALE=1
   # one round (no curation on the GPU side), the plain path first (no Liger), sized for the time left
-  DEMO_OVERRIDES=${DEMO_OVERRIDES-rounds=1 sft.liger_kernel=false student.tiny.pretrain_steps=1000 sft.max_steps=600
-rl.time_budget_s=30}
+  # (H200 rates, 2026-11-28: pretraining ~25 ms a step + ~29 s, SFT ~35 s + 0.062 s a step, an evaluation
+  # 15-18 s): ~40 + 60 + 3 x 17 + ~50 (RL) + ~10 (report) s; cut at its bound, a rerun on the warm machine resumes
+  DEMO_OVERRIDES=${DEMO_OVERRIDES-rounds=1 sft.liger_kernel=false student.tiny.pretrain_steps=500 sft.max_steps=400
+rl.time_budget_s=20}
 fi
 DEMO_OVERRIDES=$(echo "$DEMO_OVERRIDES" | tr '\n' ' ')
 env_part() {
@@ -130,14 +132,14 @@ part() {  # NAME BOUND: each part logs to $OUT/NAME.log and writes its record as
       return 2 ;;
   esac
 }
-declare -A BOUNDS=([sft]=150 [rl]=150 [tests]=150 [sft-1.5b]=200 [sft-sweep]=300 [profile]=120 [profile-rl]=150)
+declare -A BOUNDS=([sft]=120 [rl]=150 [tests]=150 [sft-1.5b]=200 [sft-sweep]=300 [profile]=120 [profile-rl]=150)
 parts=("$@")
 [ ${#parts[@]} -gt 0 ] || parts=(sft rl demo)
 printf 'part\twall_s\tstatus\tbudget_left_s\n' >"$OUT/parts.tsv"
 failed=0
 for name in "${parts[@]}"; do
   [ "$name" = env ] && continue
-  limit=$(bound "${BOUNDS[$name]:-100000}")  # the demo: all the time left
+  limit=$(bound $((${BOUNDS[$name]:-100000} * SCALE)))  # the demo: all the time left
   log=$OUT/$name.log; [ "$name" = demo ] && log=$OUT/demo-gpu.log
   step "$name (bound $limit s)"
   began=$(date +%s)
