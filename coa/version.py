@@ -8,6 +8,9 @@
   ``__init__``s Python runs, each reached package's data files), and the modules of the data
   contracts it reads and writes. A CLI help string, a docs page or an unrelated stage is outside
   it, so editing them rebuilds nothing; an edit to anything the build can run re-keys the step.
+  Of a Python file, only its code counts (:func:`code_text`: comments and docstrings removed), and
+  the modules that move bytes or record what happened without deciding any value a step computes
+  (:data:`UNKEYED`: storage, trackers, resource readings, presentation) are left out of every key.
 """
 
 from __future__ import annotations
@@ -15,6 +18,8 @@ from __future__ import annotations
 import dis
 import functools
 import hashlib
+import io
+import tokenize
 import types
 from collections.abc import Iterator
 from importlib import metadata
@@ -54,6 +59,17 @@ _PACKAGES = ("coa", "schemas")
 """The project's packages: imports of anything else (the standard library, torch, pins) are not
 followed; the dependency pins are the environment's, not the step's code."""
 _DATA_SUFFIXES = {".yaml", ".yml", ".json", ".jinja", ".txt"}
+UNKEYED = (
+    "coa/io/",  # storage: where and how bytes are written and read (its round trips are tested)
+    "coa/tracking/",  # experiment trackers: what is recorded of a run, not the run
+    "coa/facts.py",  # what a step presents
+    "coa/resources.py",  # peak memory readings
+    "coa/settings.py",  # where the store is (a step's address holds the store, not its key)
+    "coa/heartbeat.py",  # a dispatched run's lease
+    "coa/version.py",  # this file: how keys are computed (a change here re-keys by its own effect)
+)
+"""Files reached by every step's closure that cannot change a step's output: outside every key, so
+a fix to the store's retries or a tracker rebuilds nothing. Their imports are still followed."""
 """Data a package reads at run time (prompt templates, grammars): hashed with its package's code."""
 
 
@@ -153,15 +169,55 @@ def _in_subpackage(path: Path, folder: Path) -> bool:
     )
 
 
+def code_text(source: bytes) -> bytes:
+    """A Python file's code without its comments, docstrings (a statement that is only a string
+    literal: a module's, class's or function's docstring, an attribute's) and blank lines; the same
+    text on Python 3.11 and 3.12 (the GPU image's), whose tokenizers differ only inside f-strings,
+    which are kept. A file ``tokenize`` refuses is taken whole."""
+    try:
+        tokens = list(tokenize.tokenize(io.BytesIO(source).readline))
+    except (tokenize.TokenError, SyntaxError, UnicodeDecodeError):
+        return source
+    skip = {tokenize.NL, tokenize.COMMENT, tokenize.ENCODING}
+    significant = [t for t in tokens if t.type not in skip]
+    starts = {tokenize.NEWLINE, tokenize.INDENT, tokenize.DEDENT}
+    drop = [t for t in tokens if t.type == tokenize.COMMENT]
+    for i, tok in enumerate(significant):
+        if tok.type != tokenize.STRING or "f" in tok.string.split(tok.string[-1])[0].lower():
+            continue
+        before = significant[i - 1].type if i else tokenize.NEWLINE
+        after = significant[i + 1].type if i + 1 < len(significant) else tokenize.ENDMARKER
+        if before in starts and after in (tokenize.NEWLINE, tokenize.ENDMARKER):
+            drop.append(tok)
+    lines = source.decode("utf-8").splitlines(keepends=True)
+    offsets = [0]
+    for line in lines:
+        offsets.append(offsets[-1] + len(line))
+    text = "".join(lines)
+    # a token's end from its length: Python 3.12's tokenizer misplaces the end of a multi-line string
+    # that follows a non-ASCII character
+    cuts = sorted((start := offsets[t.start[0] - 1] + t.start[1], start + len(t.string)) for t in drop)
+    kept, at = [], 0
+    for begin, end in cuts:
+        kept.append(text[at:begin])
+        at = max(at, end)
+    kept.append(text[at:])
+    code = "".join(kept).splitlines()
+    return "\n".join(line.rstrip() for line in code if line.strip()).encode()
+
+
 @functools.cache
 def _file_hash(path: Path) -> str:
-    return hashlib.sha256(path.read_bytes()).hexdigest()
+    data = path.read_bytes()
+    return hashlib.sha256(code_text(data) if path.suffix == ".py" else data).hexdigest()
 
 
 def closure_files(module: str, parents: bool = True) -> dict[str, str]:
-    """Each file of :func:`closure` (relative to the source root) → its SHA-256 (first 12 digits)."""
+    """Each file of :func:`closure` (relative to the source root) → the SHA-256 (first 12 digits) of
+    its code (:func:`code_text`) or data; the :data:`UNKEYED` files left out."""
     root = _source_root()
-    return {str(p.relative_to(root)): _file_hash(p)[:12] for p in closure(module, parents)}
+    files = {str(p.relative_to(root)): p for p in closure(module, parents)}
+    return {rel: _file_hash(p)[:12] for rel, p in files.items() if not rel.startswith(UNKEYED)}
 
 
 @functools.cache

@@ -1,6 +1,8 @@
 """Keys from the code a step depends on: a step's code version hashes the files its stage's build
 can reach (its import closure in coa and schemas, with their packages' data files) and the stage's
-explicit version, never the whole tree. Edits are made on a copy of the source tree."""
+explicit version, never the whole tree; of a Python file its code only (no comments, no docstrings),
+and never the runner's storage, trackers or readings (``coa.version.UNKEYED``). Edits are made on a
+copy of the source tree."""
 
 from __future__ import annotations
 
@@ -80,8 +82,19 @@ def test_the_closure_of_sft_holds_the_trainer_format_and_contract_not_the_cli() 
         ("coa/plan/pipeline.py", '"""The steps of a pipeline run', '"""The steps (edited) of a pipeline run'),
         ("coa/train/present.py", 'f"# SFT loss', 'f"# SFT training loss'),
         ("coa/evaluate/present.py", '"""Metrics per family', '"""Metrics (edited) per family'),
+        ("coa/train/sft.py", '"""', '"""Edited. '),
+        ("schemas/sft.py", "import pyarrow as pa", "import pyarrow as pa  # edited"),
     ],
-    ids=["cli-help", "docs", "unrelated-stage", "plan-docstring", "sft-presentation", "eval-presentation"],
+    ids=[
+        "cli-help",
+        "docs",
+        "unrelated-stage",
+        "plan-docstring",
+        "sft-presentation",
+        "eval-presentation",
+        "trainer-docstring",
+        "contract-comment",
+    ],  # fmt: skip
 )
 def test_an_unrelated_edit_keeps_the_sft_and_evaluation_keys(
     tree: Path, path: str, old: str, new: str
@@ -95,9 +108,13 @@ def test_an_unrelated_edit_keeps_the_sft_and_evaluation_keys(
 @pytest.mark.parametrize(
     ("path", "old", "new"),
     [
-        ("coa/train/sft.py", '"""', '"""Edited. '),
-        ("coa/format/__init__.py", '"""', '"""Edited. '),
-        ("schemas/sft.py", "import pyarrow as pa", "import pyarrow as pa  # edited"),
+        ("coa/train/sft.py", 'LOSS_PNG = "loss_curve.png"', 'LOSS_PNG = "loss.png"'),
+        ("coa/format/__init__.py", '"""', '"""Edited. """\nEDITED = 1\n"""'),
+        (
+            "schemas/sft.py",
+            'VARIANTS = ("web", "mhqa", "code_math", "afm")',
+            'VARIANTS = ("web", "mhqa", "afm")',
+        ),
     ],
     ids=["trainer", "coa-format", "sft-contract"],
 )
@@ -109,6 +126,51 @@ def test_an_edit_to_what_sft_runs_changes_the_sft_and_evaluation_keys(
     after = _keys(tree)
     assert after["sft"] != before["sft"] and after["evaluate.after"] != before["evaluate.after"]
     assert after["synthetic"] == before["synthetic"]  # a stage that reaches none of it keeps its key
+
+
+def runner_edits(tree: Path) -> None:
+    """Documentation edits all over the runner and storage, and code edits to the unkeyed modules."""
+    for rel in ("coa/steps.py", "coa/inputs.py", "coa/io/writer.py", "coa/io/read.py", "coa/execution.py"):
+        path = tree / rel
+        text = path.read_text()
+        first = text.index('"""') + 3
+        path.write_text(
+            f"# a comment added\n{text[:first]}Edited docstring. {text[first:]}\n# and one at the end\n"
+        )
+    for rel in ("coa/io/writer.py", "coa/tracking/__init__.py", "coa/resources.py"):  # storage, trackers
+        (tree / rel).write_text((tree / rel).read_text() + "\n_EDITED_CODE = 1\n")
+
+
+def test_documentation_and_storage_edits_in_the_runner_keep_every_key(tree: Path) -> None:
+    """A docstring or comment edit anywhere in the runner, or any edit to storage and the trackers,
+    leaves every key of the demo plan as it was: nothing rebuilds."""
+    before = _keys(tree)
+    runner_edits(tree)
+    assert _keys(tree) == before
+
+
+def test_a_computational_edit_to_the_trainer_rekeys_sft_and_what_follows_only(tree: Path) -> None:
+    before = _keys(tree)
+    _edit(tree / "coa/train/sft.py", 'LOSS_PNG = "loss_curve.png"', 'LOSS_PNG = "loss.png"')
+    after = _keys(tree)
+    names = list(before)
+    first = names.index("sft")
+    changed = [n for n in names if after[n] != before[n]]
+    assert "sft" in changed and not [n for n in changed if names.index(n) < first], changed
+    unchanged = {"synthetic", "collect", "curate", "convert", "student", "evaluate.before", "collect.heldout"}
+    assert unchanged <= set(names) and not unchanged & set(changed), changed
+    assert {"evaluate.after", "rl", "evaluate.after_rl", "report"} <= set(changed), changed
+
+
+def test_the_code_of_a_file_is_its_text_without_comments_and_docstrings() -> None:
+    source = (
+        '"""Module doc."""\nimport os  # why\nX = 1\n"""X\'s doc."""\n\n\n'
+        'def f(a):\n    """Doc\n    more."""\n'
+        '    # a comment\n    s = "kept"\n    return f"{a}"  # trailing\n'
+    )
+    assert version.code_text(source.encode()).decode() == (
+        'import os\nX = 1\ndef f(a):\n    s = "kept"\n    return f"{a}"'
+    )
 
 
 def test_what_a_stage_presents_lies_outside_its_key() -> None:
