@@ -113,8 +113,9 @@ class WeightSync:
         return self._engine
 
     def check(self) -> None:
-        """The engine answers, serves the configured model and has every route a push needs (exit 3)."""
-        self.engine.check()
+        """The engine answers, serves the configured model and has every route a push needs (exit 3);
+        the engine client takes the engine's own state (a killed run's adapters, a restart's none)."""
+        self.engine.check(full_weights=not self.adapter)
 
     def directory(self, version: int) -> Path:
         return self.folder / f"v{version:06d}"
@@ -146,11 +147,16 @@ class WeightSync:
         self.seconds += time.perf_counter() - start
 
     def retire(self, current: int) -> None:
-        """Unload the adapters at least ``retire_after`` versions behind ``current`` that no request uses."""
-        for path in sorted(self.folder.glob("v*")):
-            version = int(path.name[1:])
+        """Unload the adapters at least ``retire_after`` versions behind ``current`` that no request uses:
+        those the engine reports holding (a killed run's included), and remove their folders (and the
+        folders of versions it does not hold, e.g. after an engine restart)."""
+        for version in sorted(self.engine.held_versions()):
             if current - version >= self.retire_after and self.engine.ledger.unused(version):
                 self.engine.retire_adapter(version)
+        held = self.engine.held_versions()
+        for path in sorted(self.folder.glob("v*")):
+            version = int(path.name[1:])
+            if current - version >= self.retire_after and version not in held:
                 shutil.rmtree(path, ignore_errors=True)
 
     def prune(self, keep_from: int) -> None:
