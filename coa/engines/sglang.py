@@ -46,6 +46,8 @@ class SGLangEngine(EngineClient):
     ) -> None:
         super().__init__(root, model, **kwargs)
         self.pause_mode = pause_mode
+        self.unpushed: tuple[int, str] | None = None
+        """The ledger's version and SGLang's name for the weights it started with (``"default"``)."""
 
     def keeps_old_kv(self) -> bool:
         return self.pause_mode == "in_place"
@@ -62,6 +64,14 @@ class SGLangEngine(EngineClient):
             )
         if isinstance(version, str) and version.isdigit():
             self.ledger.set(int(version))
+        elif isinstance(version, str):
+            self.unpushed = (self.ledger.current, version)
+
+    def version_name(self, version: int) -> str:
+        """SGLang's name of the ledger's ``version`` (a pushed version's number, else its start name)."""
+        if self.unpushed is not None and self.unpushed[0] == version:
+            return self.unpushed[1]
+        return str(version)
 
     def push_weights(self, directory: Path, version: int) -> None:
         if not (directory / "config.json").is_file():
@@ -104,7 +114,7 @@ class SGLangEngine(EngineClient):
         spans = span_versions(payload)
         if not spans:  # no report: a push after it was sent may have kept its KV
             return self.ledger.current != stamped
-        return len(set(spans)) > 1 or spans[0] != str(stamped)
+        return len(set(spans)) > 1 or spans[0] != self.version_name(stamped)
 
 
 def span_versions(payload: dict[str, Any]) -> list[str]:
