@@ -53,8 +53,9 @@ def logprobs_of(folder: Path, ids: Sequence[int]) -> list[float]:
     return torch.log_softmax(logits, -1).gather(1, torch.tensor(ids[1:]).view(-1, 1)).view(-1).tolist()
 
 
-@pytest.fixture
+@pytest.fixture(scope="module")
 def server(request: pytest.FixtureRequest, tiny_model: Path) -> Iterator[ServeProcess]:
+    """One coa.serve per protocol for the module; each case puts the base weights back first."""
     protocol = request.param
     extra = ("--protocol", "sglang") if protocol == "sglang" else ()
     serve = ServeProcess(
@@ -66,6 +67,18 @@ def server(request: pytest.FixtureRequest, tiny_model: Path) -> Iterator[ServePr
         yield serve
     finally:
         serve.stop()
+
+
+def restore_base(server: ServeProcess, tiny_model: Path) -> None:
+    """The server back on the base weights, under a version name no ledger number equals."""
+    if httpx.get(f"{server.root}/model_info").status_code == 200:  # SGLang's route
+        body = {"model_path": str(tiny_model), "weight_version": "base"}
+        assert httpx.post(f"{server.root}/update_weights_from_disk", json=body, timeout=60).json()["success"]
+        return
+    rpc = {"method": "reload_weights", "kwargs": {"weights_path": str(tiny_model)}}
+    assert httpx.post(f"{server.root}/collective_rpc", json=rpc, timeout=60).status_code == 200
+    version = {"new_version": "base"}
+    assert httpx.post(f"{server.root}/update_weight_version", json=version).status_code == 200
 
 
 def raw_keep_push(root: str, folder: Path) -> None:
@@ -100,6 +113,7 @@ def test_old_kv_is_flagged_exactly_when_it_was_used(
     case: str, server: ServeProcess, tiny_model: Path, pushed: Path
 ) -> None:
     _, make, expected = CASES[case]
+    restore_base(server, tiny_model)
     engine: EngineClient = (make or (lambda root: VLLMEngine(root, "student")))(server.root)
     engine.check()
     stamped = engine.ledger.stamp()
