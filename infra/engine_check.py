@@ -2,11 +2,16 @@
 
 It starts the engine on 127.0.0.1 with exactly the flags the adapter needs, then through the adapter:
 probe -> check -> generate (v0) -> push full weights as v1 -> generate under v1 -> (vLLM, coa.serve)
-push a LoRA adapter as v2 -> generate under v2 with the adapter's name; writes a JSON record of each
-step and stops the engine. "Under V" is checked three ways: the client's stamp is V, the engine's
-own version is V (``/weight_info`` for vLLM; SGLang's per-completion ``metadata.weight_version(s)``
-agree with the stamp), and the logprobs the engine returned for the ids it sampled (temperature 1)
-are those of the pushed weights, computed here with transformers, not those of the weights before.
+push a LoRA adapter as v2 -> generate under v2 with the adapter's name -> unload; then what a second
+run meets (a new client checks the same engine, which SGLang now serves under the pushed folder's
+path, pushes v0 and generates under it) and what a resume after a restart meets (the engine stopped
+and started again, holding no adapter and version ``default``: a new client checks it, unloads an
+adapter the engine does not hold without error, pushes v1 and generates under it); writes a JSON
+record of each step and stops the engine. "Under V" is checked three ways: the client's stamp is V,
+the engine's own version is V (``/weight_info`` for vLLM; SGLang's per-completion
+``metadata.weight_version(s)`` agree with the stamp), and the logprobs the engine returned for the
+ids it sampled (temperature 1) are those of the pushed weights, computed here with transformers,
+not those of the weights before.
 
     python infra/engine_check.py --engine vllm   --model <HF model folder> [--out engine-check.json]
     python infra/engine_check.py --engine sglang --model <HF model folder>
@@ -44,7 +49,6 @@ if str(ROOT) not in sys.path:  # run as a file from anywhere: coa from this chec
     sys.path.insert(0, str(ROOT))
 
 from coa.engines import EngineClient, detect, open_engine  # noqa: E402
-from coa.engines.vllm import WORKER_EXTENSION  # noqa: E402
 
 NAME = "student"
 PROMPT = "Solve the task with tools. What is 17 + 25? Think step by step and answer."
@@ -70,7 +74,7 @@ def engine_command(
             NAME,
         ]
         command += ["--host", "127.0.0.1", "--port", str(port), "--seed", "0"]
-        command += ["--worker-extension-cls", WORKER_EXTENSION, "--logprobs-mode", "processed_logprobs"]
+        command += ["--logprobs-mode", "processed_logprobs"]  # full weights: vLLM's own reload_weights
         command += ["--enable-lora", "--max-lora-rank", str(lora_rank), "--max-loras", "4"]
         env = {"VLLM_SERVER_DEV_MODE": "1", "VLLM_ALLOW_RUNTIME_LORA_UPDATING": "1", "PYTHONPATH": path}
         return command, env
@@ -89,6 +93,7 @@ class Engine:
     """The engine's process: started in its own process group, stopped with SIGTERM (then SIGKILL)."""
 
     def __init__(self, command: list[str], env: dict[str, str], log: Path) -> None:
+        self.log_path = log
         self.log = log.open("w")
         self.process = subprocess.Popen(
             command, env=os.environ | env, stdout=self.log, stderr=subprocess.STDOUT, start_new_session=True
@@ -252,7 +257,13 @@ def under(
 
 
 def run_checks(
-    client: EngineClient, root: str, args: argparse.Namespace, check: Check, work: Path, expected_kind: str
+    client: EngineClient,
+    root: str,
+    args: argparse.Namespace,
+    check: Check,
+    work: Path,
+    expected_kind: str,
+    restart: Callable[[], None],
 ) -> None:
     from coa.rollout import Codec
 
@@ -294,6 +305,7 @@ def run_checks(
         return
     if client.kind == "sglang":
         check.record["lora"] = "not wired for SGLang (coa.engines.sglang pushes full weights only)"
+        later_runs(root, args, check, work, (base, pushed), restart)
         return
     adapted = with_lora(pushed, args.lora_rank, args.lora_targets.split(","))
 
@@ -313,7 +325,66 @@ def run_checks(
         client.retire_adapters()
         return {"served": client.served_models()}
 
-    check.step("unload adapters", retire)
+    if check.step("unload adapters", retire) is None:
+        return
+    later_runs(root, args, check, work, (base, pushed), restart)
+
+
+def later_runs(
+    root: str,
+    args: argparse.Namespace,
+    check: Check,
+    work: Path,
+    weights: tuple[Any, Any],
+    restart: Callable[[], None],
+) -> None:
+    """A second run on the same engine, then a resume after the engine restarted (new clients each)."""
+    from coa.rollout import Codec
+
+    codec = Codec.from_pretrained(args.model)
+    prompt = codec.encode(PROMPT)
+    base, pushed = weights
+
+    def fresh_push(name: str, model: Any, version: int) -> EngineClient:
+        client = open_engine(args.engine, root, NAME, timeout_s=300)  # type: ignore[arg-type]
+        client.check()  # SGLang serves the last pushed folder's path now; vLLM reports its adapters
+        folder = work / name
+        model.save_pretrained(str(folder), safe_serialization=True)
+        codec.tokenizer.save_pretrained(str(folder))
+        client.push_weights(folder, version)
+        return client
+
+    def second_run() -> dict[str, Any]:
+        client = fresh_push("second-v000000", base, 0)
+        try:
+            detail = under(client, root, codec, prompt, 0, (base, pushed), args.tol, "0")
+            return detail | {"served": client.served_models()}
+        finally:
+            client.close()
+
+    if check.step("second run: check, push v0, generate under v0", second_run) is None:
+        return
+
+    def after_restart() -> dict[str, Any]:
+        restart()
+        client = open_engine(args.engine, root, NAME, timeout_s=300)  # type: ignore[arg-type]
+        try:
+            client.check()
+            unloaded = None
+            if client.kind != "sglang":  # the killed run's last adapter, which the new engine lacks
+                client.adapters.add(2)  # type: ignore[attr-defined]
+                client.retire_adapters()
+                unloaded = "student-v2: not held, no error"
+        finally:
+            client.close()
+        client = fresh_push("resumed-v000001", pushed, 1)
+        try:
+            detail = under(client, root, codec, prompt, 1, (pushed, base), args.tol, "1")
+            return detail | {"unloaded": unloaded}
+        finally:
+            client.close()
+
+    check.step("restart: check, push v1, generate under v1", after_restart)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -339,24 +410,31 @@ def main(argv: list[str] | None = None) -> int:
     record: dict[str, Any] = {"engine": args.engine, "dry_run": args.dry_run, "command": command, "env": env}
     check = Check(record)
     work = Path(tempfile.mkdtemp(prefix="engine-check-"))
-    engine = Engine(command, env, work / "engine.log")
+    engines = [Engine(command, env, work / "engine.log")]
+
+    def restart() -> None:
+        """Stop the engine and start it again (same command, same port): its state is gone."""
+        record["engine_exit_before_restart"] = engines[-1].stop()
+        engines.append(Engine(command, env, work / "engine-restarted.log"))
+        engines[-1].wait_ready(root, args.ready_timeout)
+
     code = 0
     try:
         try:
-            engine.wait_ready(root, args.ready_timeout)
+            engines[0].wait_ready(root, args.ready_timeout)
         except (RuntimeError, TimeoutError) as e:
             record["start_error"] = str(e)
             code = 3
         else:
             client = open_engine(args.engine, root, NAME, timeout_s=300)  # type: ignore[arg-type]
             try:
-                run_checks(client, root, args, check, work, expected_kind)
+                run_checks(client, root, args, check, work, expected_kind, restart)
             finally:
                 client.close()
             code = 0 if record["steps"] and all(s["ok"] for s in record["steps"]) else 1
     finally:
-        record["engine_exit"] = engine.stop()
-        record["engine_log_tail"] = (work / "engine.log").read_text(errors="replace")[-3000:]
+        record["engine_exit"] = engines[-1].stop()
+        record["engine_log_tail"] = engines[-1].log_path.read_text(errors="replace")[-3000:]
         record["ok"] = code == 0
         out = Path(args.out)
         out.parent.mkdir(parents=True, exist_ok=True)

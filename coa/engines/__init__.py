@@ -16,6 +16,7 @@ from coa.engines.base import (
     EngineClient,
     EngineError,
     EngineKind,
+    UnknownName,
     WeightLedger,
     is_context_overflow,
 )
@@ -25,6 +26,7 @@ __all__ = [
     "EngineClient",
     "EngineError",
     "EngineKind",
+    "UnknownName",
     "WeightLedger",
     "detect",
     "is_context_overflow",
@@ -76,10 +78,11 @@ def open_engine(
     timeout_s: float = 600.0,
     api_key: str | None = None,
     transport: Any = None,
-    weights: Literal["auto", "worker_extension", "nccl"] = "auto",
+    weights: Literal["auto", "reload", "worker_extension", "nccl"] = "auto",
 ) -> EngineClient:
     """The adapter of ``kind`` (``auto``: the one :func:`detect` finds) for the server at ``root``;
-    ``weights``: how full weights travel to vLLM (auto: the worker extension; coa.serve: its disk one)."""
+    ``weights``: how full weights travel to vLLM (auto: vLLM 0.31's own ``reload_weights``; coa.serve:
+    its disk one)."""
     from coa.engines.sglang import SGLangEngine
     from coa.engines.vllm import VLLMEngine, WeightsTransport
 
@@ -93,7 +96,5 @@ def open_engine(
         )
     if kind == "sglang":
         return SGLangEngine(root, model, pause_mode=sglang_pause_mode, **common)
-    chosen: WeightsTransport = (
-        "disk" if kind == "coa" else ("nccl" if weights == "nccl" else "worker_extension")
-    )
+    chosen: WeightsTransport = "disk" if kind == "coa" else ("reload" if weights == "auto" else weights)
     return VLLMEngine(root, model, kind=kind, pause_mode=pause_mode, weights=chosen, **common)

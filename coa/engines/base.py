@@ -30,6 +30,11 @@ class EngineError(InfraError, RuntimeError):
     """The serving engine is unreachable, lacks a route, or refused an update (exit 3)."""
 
 
+class UnknownName(EngineError):
+    """The engine has the route but not the thing named (vLLM's 404 ``NotFoundError`` for an adapter it
+    does not hold, e.g. after a restart): the caller decides whether that is an error."""
+
+
 class ContextOverflow(UserError, ValueError):
     """A prompt plus its generation budget is longer than the engine's ``max_model_len`` (exit 2)."""
 
@@ -122,8 +127,10 @@ class EngineClient(ABC):
     # ------------------------------------------------------------------ the interface
 
     @abstractmethod
-    def check(self) -> None:
-        """The engine serves ``model`` and has every route a push needs (else one line with the fix)."""
+    def check(self, full_weights: bool = True) -> None:
+        """The engine serves ``model`` and has every route a push needs (``full_weights``: of full
+        weights, else of LoRA adapters), else one line with the fix; the client's state (loaded
+        adapters, version) is then reconciled with what the engine reports."""
 
     @abstractmethod
     def push_weights(self, directory: Path, version: int) -> None:
@@ -161,14 +168,33 @@ class EngineClient(ABC):
         """The weight version the engine reports for a completion (None: it reports none)."""
         return None
 
+    def held_versions(self) -> set[int]:
+        """The versions whose adapters the engine holds, as it reported them (LoRA-capable engines)."""
+        return set()
+
     def keeps_old_kv(self) -> bool:
         """Whether a generation running across a push continues on the new weights with its old KV cache."""
         return False
 
+    def old_kv(self, stamped: int, payload: dict[str, Any]) -> bool:
+        """Whether the completion of a request stamped ``stamped`` used old-weight KV: its engine keeps
+        running requests' KV across a push (:meth:`keeps_old_kv`) and a push landed after it was sent
+        (it ran across it, or was queued behind it with the old version's ``cache_salt``, so it may have
+        reused that version's prefix blocks)."""
+        return self.keeps_old_kv() and self.ledger.current != stamped
+
+    @staticmethod
+    def cache_salt(version: int) -> str:
+        """The ``cache_salt`` of a request stamped ``version`` (vLLM and SGLang completions take it):
+        prefix-cache entries are shared within a version and never across versions, so a request never
+        reuses KV an older version's weights computed, even where the cache could not be reset."""
+        return f"coa-weights-v{version}"
+
     # ------------------------------------------------------------------ HTTP
 
     def call(self, method: str, route: str, fix: str, **kwargs: Any) -> Any:
-        """``method`` ``route``; a 404 names the route and ``fix``, any other failure the answer."""
+        """``method`` ``route``; a 404 for a missing route names the route and ``fix``, a 404 naming an
+        unknown thing is :class:`UnknownName`, any other failure the answer."""
         import httpx
 
         url = f"{self.root}{route}"
@@ -176,6 +202,9 @@ class EngineClient(ABC):
             response = self.http.request(method, url, **kwargs)
         except httpx.HTTPError as e:
             raise EngineError(f"{self.kind} server {url} unreachable ({type(e).__name__}: {e}): {fix}") from e
+        unknown = not_found_message(response) if response.status_code == 404 else None
+        if unknown is not None:
+            raise UnknownName(f"{self.kind} server {method} {route} answered 404: {unknown}")
         if response.status_code in (404, 405):
             raise EngineError(
                 f"{self.kind} server has no {method} {route} (HTTP {response.status_code}): {fix}"
@@ -204,3 +233,22 @@ class EngineClient(ABC):
 
     def close(self) -> None:
         self.http.close()
+
+
+def not_found_message(response: Any) -> str | None:
+    """The message of an engine's own 404 error body (vLLM's ``{"error": {"message", "type":
+    "NotFoundError"}}``, ``create_error_response`` of ``serve/utils/error_response.py``, or the flat
+    ``{"message", "type"}`` of older vLLM and coa.serve); None for a router's ``{"detail": "Not Found"}``,
+    i.e. a route the server does not have."""
+    try:
+        body = response.json()
+    except ValueError:
+        return None
+    if not isinstance(body, dict):
+        return None
+    nested = body.get("error")
+    error: dict[str, Any] = nested if isinstance(nested, dict) else body
+    message = error.get("message")
+    if error.get("type") == "NotFoundError" and isinstance(message, str):
+        return " ".join(message.split())
+    return None

@@ -8,6 +8,20 @@ keeps them and their old KV) → ``POST /update_weights_from_disk {"model_path":
 is taken as a hub id) → ``POST /continue_generation {}``. Completions report the weights in
 ``metadata.weight_version`` and ``metadata.weight_versions`` (token spans); the client compares
 the first span with its stamp.
+
+After the first successful ``/update_weights_from_disk`` SGLang serves the model under the pushed
+folder's path (``srt/managers/tokenizer_manager.py``, the update handler: the served model name
+follows ``model_path``), so ``/v1/models`` no longer lists ``--served-model-name``; completions do
+not check ``model``. :meth:`SGLangEngine.check` accepts that state, reported by the engine itself (a
+served path and a pushed ``weight_version`` in ``/model_info``), so a second run on the same server
+and a resume work; a restarted SGLang serves the configured name again.
+
+``in_place`` keeps the running requests and their KV, and SGLang refuses to flush its radix cache
+while they run (``flush_cache`` is sent false): a request that ran across the push has old KV, and
+one queued behind it may reuse old-weight prefixes. :meth:`SGLangEngine.old_kv` reads SGLang's own
+per-token ``weight_versions`` spans for that: a completion with more than one span ran across a push,
+one whose first span is newer than its stamp was queued behind one (and its ``cache_salt`` was the
+old version's).
 """
 
 from __future__ import annotations
@@ -32,13 +46,32 @@ class SGLangEngine(EngineClient):
     ) -> None:
         super().__init__(root, model, **kwargs)
         self.pause_mode = pause_mode
+        self.unpushed: tuple[int, str] | None = None
+        """The ledger's version and SGLang's name for the weights it started with (``"default"``)."""
 
     def keeps_old_kv(self) -> bool:
         return self.pause_mode == "in_place"
 
-    def check(self) -> None:
-        self.check_model("start SGLang with --served-model-name <model>")
-        self.call("GET", "/model_info", ADMIN_FIX)
+    def check(self, full_weights: bool = True) -> None:
+        served = self.served_models()
+        info = self.call("GET", "/model_info", ADMIN_FIX)
+        version = info.get("weight_version") if isinstance(info, dict) else None
+        if self.model not in served and not (renamed(served) and version not in (None, "default")):
+            raise EngineError(
+                f"sglang server at {self.root} does not serve {self.model!r} (it serves {served}, weights "
+                f"{version!r}): set rl.rollout.server.model to its --served-model-name, or start SGLang with "
+                f"--served-model-name {self.model}"
+            )
+        if isinstance(version, str) and version.isdigit():
+            self.ledger.set(int(version))
+        elif isinstance(version, str):
+            self.unpushed = (self.ledger.current, version)
+
+    def version_name(self, version: int) -> str:
+        """SGLang's name of the ledger's ``version`` (a pushed version's number, else its start name)."""
+        if self.unpushed is not None and self.unpushed[0] == version:
+            return self.unpushed[1]
+        return str(version)
 
     def push_weights(self, directory: Path, version: int) -> None:
         if not (directory / "config.json").is_file():
@@ -69,10 +102,28 @@ class SGLangEngine(EngineClient):
 
     def reported_version(self, payload: dict[str, Any]) -> str | None:
         """The version of the first generated token (``weight_versions[0]``), else ``weight_version``."""
-        metadata = payload.get("metadata") or {}
-        spans = metadata.get("weight_versions")
+        spans = span_versions(payload)
         if spans:
-            first = spans[0]
-            return str(first["version"] if isinstance(first, dict) else first[0])
-        version = metadata.get("weight_version")
+            return spans[0]
+        version = (payload.get("metadata") or {}).get("weight_version")
         return None if version is None else str(version)
+
+    def old_kv(self, stamped: int, payload: dict[str, Any]) -> bool:
+        if not self.keeps_old_kv():
+            return False
+        spans = span_versions(payload)
+        if not spans:  # no report: a push after it was sent may have kept its KV
+            return self.ledger.current != stamped
+        return len(set(spans)) > 1 or spans[0] != self.version_name(stamped)
+
+
+def span_versions(payload: dict[str, Any]) -> list[str]:
+    """The versions of a completion's ``metadata.weight_versions`` spans, in token order (SGLang's
+    ``{version, start, end}`` objects, ``srt/utils/weight_versions.py``)."""
+    spans = (payload.get("metadata") or {}).get("weight_versions") or []
+    return [str(span["version"] if isinstance(span, dict) else span[0]) for span in spans]
+
+
+def renamed(served: list[str]) -> bool:
+    """SGLang serves a pushed folder's path (an absolute path) in place of ``--served-model-name``."""
+    return any(name.startswith("/") for name in served)

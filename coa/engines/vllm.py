@@ -4,15 +4,17 @@ The routes and bodies are vLLM's own (``vllm/entrypoints/serve/dev/rlhf/api_rout
 ``dev/rpc``, ``dev/cache``, ``serve/lora``); the RL routes exist only with
 ``VLLM_SERVER_DEV_MODE=1``. A full-weight push, one machine, no NCCL:
 
-* ``weights="worker_extension"`` (vLLM): ``POST /pause?mode=keep`` → ``POST /collective_rpc
-  {"method": "coa_load_weights", "args": [<directory>]}`` (our worker extension,
-  :mod:`coa.engines.worker_extension`, started with ``--worker-extension-cls``) → ``POST
-  /update_weight_version {"new_version": "<V>"}`` → ``POST /reset_prefix_cache`` → ``POST /resume``.
+* ``weights="reload"`` (vLLM >= 0.31, the default): ``POST /pause?mode=keep&clear_cache=false`` →
+  ``POST /collective_rpc {"method": "reload_weights", "kwargs": {"weights_path": <directory>}}`` (the
+  worker's own method: vLLM's loader, quantized layers included) → ``POST /update_weight_version
+  {"new_version": "<V>"}`` → ``POST /reset_prefix_cache`` → ``POST /resume``.
+* ``weights="worker_extension"`` (older vLLM): the same with ``{"method": "coa_load_weights",
+  "args": [<directory>]}``, our worker extension (:mod:`coa.engines.worker_extension`, started with
+  ``--worker-extension-cls``; dense models only).
 * ``weights="disk"`` (coa.serve): ``/pause`` → ``POST /start_weight_update`` → ``POST
   /update_weights {"update_info": {"path": <directory>}}`` (the shape of vLLM's draft ``disk``
   weight-transfer backend, PR 52152) → ``POST /finish_weight_update {"weight_version": "<V>"}`` →
   ``/reset_prefix_cache`` → ``/resume``.
-
 * ``weights="nccl"`` (vLLM started with ``--weight-transfer-config '{"backend": "nccl"}'``, trainer
   and engine on different GPUs): the tensors themselves, through **TRL's own weight-transfer client**
   (``trl.experimental.async_grpo.weight_transfer.WeightTransferClient``: ``/init_weight_transfer_engine``
@@ -22,18 +24,33 @@ The routes and bodies are vLLM's own (``vllm/entrypoints/serve/dev/rlhf/api_rout
   in the trainer's environment (vLLM's PyNccl); :meth:`VLLMEngine.check` says so in one line. Not
   run against a real engine: the route bodies are checked against transcribed fixtures only.
 
-A LoRA push is TRL's file-based sync: pause (keep) → ``POST /v1/load_lora_adapter`` under a new
-name per version (``<model>-v<V>``: vLLM keys its prefix cache on the adapter name) → resume; old
-names are unloaded by :meth:`VLLMEngine.retire_adapter`. vLLM completions carry no weight version:
-the ledger's stamp is the version.
+``keep`` is sent with ``clear_cache=false``: vLLM 0.31 applies ``clear_cache`` (default true) to
+``keep`` too (``v1/engine/core.py`` ``_finish_pause`` resets the caches with the running requests,
+which are then preempted and prefilled again on the new weights), so only ``false`` keeps the running
+requests' KV. ``/reset_prefix_cache`` then answers ``{"success": false}`` while those requests hold
+blocks: the refusal is counted (:attr:`VLLMEngine.prefix_resets_refused`); requests carry a
+``cache_salt`` per weight version (:meth:`EngineClient.cache_salt`), so a new version's request never
+reuses an older version's prefix blocks whether the reset succeeded or not.
+
+A LoRA push is TRL's file-based sync (no worker extension): pause (keep) → ``POST
+/v1/load_lora_adapter`` under a new name per version (``<model>-v<V>``: vLLM keys its prefix cache on
+the adapter name) → resume; old names are unloaded by :meth:`VLLMEngine.retire_adapter`, where an
+adapter the engine does not hold (vLLM's 404 ``NotFoundError``: a restarted engine, or a killed run's
+leftovers already gone) is no error. :meth:`VLLMEngine.check` reconciles the loaded versions from the
+engine's ``/v1/models`` (a killed run's adapters), not from folders on disk. vLLM completions carry
+no weight version: the ledger's stamp is the version.
 """
 
 from __future__ import annotations
 
+import logging
+import re
 from pathlib import Path
 from typing import Any, Literal
 
-from coa.engines.base import EngineClient, EngineError, EngineKind
+from coa.engines.base import EngineClient, EngineError, EngineKind, UnknownName
+
+log = logging.getLogger("coa.engines")
 
 WORKER_EXTENSION = "coa.engines.worker_extension.WeightLoader"
 """The ``--worker-extension-cls`` that loads a safetensors directory in place (``coa_load_weights``)."""
@@ -42,13 +59,19 @@ DEV_MODE_FIX = "start vLLM with VLLM_SERVER_DEV_MODE=1 (its RL routes /pause, /r
 EXTENSION_FIX = f"start vLLM with --worker-extension-cls {WORKER_EXTENSION} (coa importable on the server)"
 LORA_FIX = "start vLLM with --enable-lora --max-lora-rank R and VLLM_ALLOW_RUNTIME_LORA_UPDATING=1"
 TIS_FIX = "start vLLM with --logprobs-mode processed_logprobs (or set rl.is_correction: none)"
+RELOAD_FIX = (
+    "run vLLM >= 0.31 (its workers' reload_weights(weights_path=...)) or set "
+    "rl.rollout.server.transport: worker_extension and start vLLM with --worker-extension-cls "
+    f"{WORKER_EXTENSION}"
+)
+RELOAD_SINCE = (0, 31)
 NCCL_FIX = (
     "install vllm==0.31.0 beside the trainer (pyproject's `gpu` extra; TRL's weight-transfer client needs "
     "vLLM's PyNccl) or set rl.rollout.server.transport: worker_extension (one machine, one filesystem)"
 )
 
 PauseMode = Literal["abort", "wait", "keep"]
-WeightsTransport = Literal["worker_extension", "disk", "nccl"]
+WeightsTransport = Literal["reload", "worker_extension", "disk", "nccl"]
 
 
 class VLLMEngine(EngineClient):
@@ -61,7 +84,7 @@ class VLLMEngine(EngineClient):
         *,
         kind: EngineKind = "vllm",
         pause_mode: PauseMode = "keep",
-        weights: WeightsTransport = "worker_extension",
+        weights: WeightsTransport = "reload",
         **kwargs: Any,
     ) -> None:
         super().__init__(root, model, **kwargs)
@@ -73,8 +96,10 @@ class VLLMEngine(EngineClient):
         self.transfer: Any = None
         """TRL's ``WeightTransferClient`` (``nccl``), opened at the first push."""
         self.adapters: set[int] = set()
-        """The versions whose adapters are loaded (pushed and not yet retired)."""
+        """The versions whose adapters the engine holds (pushed, or found by :meth:`reconcile`)."""
         self.tis_fix = TIS_FIX
+        self.prefix_resets_refused = 0
+        """``/reset_prefix_cache`` answers ``{"success": false}`` (running requests held blocks)."""
 
     def adapter_name(self, version: int) -> str:
         return f"{self.model}-v{version}"
@@ -90,8 +115,8 @@ class VLLMEngine(EngineClient):
 
     # ------------------------------------------------------------------ checks
 
-    def check(self) -> None:
-        if self.weights_transport == "nccl":
+    def check(self, full_weights: bool = True) -> None:
+        if self.weights_transport == "nccl" and full_weights:
             require_vllm()
         self.check_model("start the server with --served-model-name <model>")
         self.call("GET", "/is_paused", DEV_MODE_FIX)
@@ -100,13 +125,40 @@ class VLLMEngine(EngineClient):
         if isinstance(info, dict) and isinstance(info.get("vllm_config"), dict):
             mode = (info["vllm_config"].get("model_config") or {}).get("logprobs_mode")
         self.logprobs_processed = None if mode is None else mode == "processed_logprobs"
-        if self.weights_transport == "worker_extension":
+        if full_weights and self.weights_transport == "worker_extension":
             self.rpc("coa_extension_ready", fix=EXTENSION_FIX)
+        if full_weights and self.weights_transport == "reload":
+            self.require_reload()
+        self.reconcile()
+
+    def require_reload(self) -> None:
+        """The engine is vLLM >= 0.31 (``GET /version``): its workers have ``reload_weights``."""
+        answer = self.call("GET", "/version", RELOAD_FIX)
+        text = str(answer.get("version", "")) if isinstance(answer, dict) else ""
+        found = re.match(r"(\d+)\.(\d+)", text)
+        if found is None or (int(found.group(1)), int(found.group(2))) < RELOAD_SINCE:
+            raise EngineError(
+                f"{self.kind} server is vLLM {text or '?'}, without reload_weights: {RELOAD_FIX}"
+            )
+
+    def reconcile(self) -> None:
+        """The state the engine reports, over this client's: the adapters ``<model>-v<V>`` it holds (a
+        killed run's, unloaded by :meth:`retire_adapter` / replaced by :meth:`push_adapter`) and the
+        version it holds (``/weight_info``; ``"default"`` after a restart)."""
+        data = self.call("GET", "/v1/models", "start the server with the served model name").get("data", [])
+        pattern = re.compile(re.escape(self.model) + r"-v(\d+)")
+        held = {int(m.group(1)) for card in data if (m := pattern.fullmatch(str(card.get("id"))))}
+        self.adapters = held
+        if self.adapter is not None and self.adapter not in {self.adapter_name(v) for v in held}:
+            self.adapter = None
+        version = self.call("GET", "/weight_info", DEV_MODE_FIX).get("weight_version")
+        if isinstance(version, str) and version.isdigit():
+            self.ledger.set(int(version))
 
     # ------------------------------------------------------------------ pushes
 
-    def rpc(self, method: str, *args: str, fix: str = EXTENSION_FIX) -> Any:
-        body: dict[str, Any] = {"method": method, "args": list(args), "kwargs": {}, "timeout": None}
+    def rpc(self, method: str, *args: str, fix: str = EXTENSION_FIX, **kwargs: str) -> Any:
+        body: dict[str, Any] = {"method": method, "args": list(args), "kwargs": kwargs, "timeout": None}
         try:
             return self.call("POST", "/collective_rpc", DEV_MODE_FIX, json=body)
         except EngineError as e:
@@ -115,7 +167,24 @@ class VLLMEngine(EngineClient):
             raise
 
     def pause(self) -> None:
-        self.call("POST", "/pause", DEV_MODE_FIX, params={"mode": self.pause_mode})
+        params: dict[str, str] = {"mode": self.pause_mode}
+        if self.pause_mode == "keep":  # vLLM 0.31 drops the running requests' KV unless told not to
+            params["clear_cache"] = "false"
+        self.call("POST", "/pause", DEV_MODE_FIX, params=params)
+
+    def reset_prefix_cache(self) -> bool:
+        """Drop the prefix cache (old-weight KV a GRPO group's shared prompt would reuse); False when
+        the engine refused (vLLM: running requests, kept by a ``keep`` pause, still hold blocks)."""
+        answer = self.call("POST", "/reset_prefix_cache", DEV_MODE_FIX)
+        if isinstance(answer, dict) and answer.get("success") is False:
+            self.prefix_resets_refused += 1
+            log.info(
+                "%s server kept its prefix cache (running requests hold blocks); cache_salt separates "
+                "the versions",
+                self.kind,
+            )
+            return False
+        return True
 
     def resume(self) -> None:
         self.call("POST", "/resume", DEV_MODE_FIX)
@@ -124,7 +193,10 @@ class VLLMEngine(EngineClient):
         path = str(directory.resolve())
         self.pause()
         try:
-            if self.weights_transport == "worker_extension":
+            if self.weights_transport == "reload":
+                self.rpc("reload_weights", fix=RELOAD_FIX, weights_path=path)
+                self.call("POST", "/update_weight_version", DEV_MODE_FIX, json={"new_version": str(version)})
+            elif self.weights_transport == "worker_extension":
                 self.rpc("coa_load_weights", path)
                 self.call("POST", "/update_weight_version", DEV_MODE_FIX, json={"new_version": str(version)})
             else:
@@ -134,7 +206,7 @@ class VLLMEngine(EngineClient):
                     "POST", "/finish_weight_update", DEV_MODE_FIX, json={"weight_version": str(version)}
                 )
             # a GRPO group shares its prompt: old-weight KV must not be reused from the prefix cache
-            self.call("POST", "/reset_prefix_cache", DEV_MODE_FIX)
+            self.reset_prefix_cache()
             self.ledger.set(version)
         finally:
             self.resume()
@@ -148,7 +220,7 @@ class VLLMEngine(EngineClient):
             # TRL: /start_weight_update, /update_weights {update_info} + the broadcast, /finish_weight_update
             self.transfer.send_weights((name, p.detach()) for name, p in vllm_named_params(model))
             self.call("POST", "/update_weight_version", DEV_MODE_FIX, json={"new_version": str(version)})
-            self.call("POST", "/reset_prefix_cache", DEV_MODE_FIX)
+            self.reset_prefix_cache()
             self.ledger.set(version)
         finally:
             self.resume()
@@ -189,26 +261,37 @@ class VLLMEngine(EngineClient):
                     raise
                 # a killed run (or one resumed at this version) left an adapter of this name: replace it,
                 # and drop the prefix cache that may hold its KV
-                self.call("POST", "/v1/unload_lora_adapter", LORA_FIX, json={"lora_name": name})
+                self.unload(name)
                 self.call("POST", "/v1/load_lora_adapter", LORA_FIX, json=body)
-                self.call("POST", "/reset_prefix_cache", DEV_MODE_FIX)
+                self.reset_prefix_cache()
             self.adapters.add(version)
             self.adapter = name
             self.ledger.set(version)
         finally:
             self.resume()
 
+    def unload(self, name: str) -> bool:
+        """Unload adapter ``name``; False when the engine does not hold it (vLLM's 404 ``NotFoundError``,
+        ``openai/models/serving.py`` ``_check_unload_lora_adapter_request``), which is no error: TRL's
+        client treats it the same. A 404 for the route itself still names the fix."""
+        try:
+            self.call("POST", "/v1/unload_lora_adapter", LORA_FIX, json={"lora_name": name})
+        except UnknownName:
+            return False
+        return True
+
+    def held_versions(self) -> set[int]:
+        return set(self.adapters)
+
     def retire_adapter(self, version: int) -> None:
         name = self.adapter_name(version)
         if name != self.adapter:
-            self.call("POST", "/v1/unload_lora_adapter", LORA_FIX, json={"lora_name": name})
+            self.unload(name)
             self.adapters.discard(version)
 
     def retire_adapters(self) -> None:
         for version in sorted(self.adapters):
-            self.call(
-                "POST", "/v1/unload_lora_adapter", LORA_FIX, json={"lora_name": self.adapter_name(version)}
-            )
+            self.unload(self.adapter_name(version))
         self.adapters.clear()
         self.adapter = None
 

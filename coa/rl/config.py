@@ -90,13 +90,15 @@ class RLServer(EndpointConfig):
     engine: Literal["auto", "vllm", "sglang", "coa"] = Field(
         default="auto",
         description="Which engine serves the rollouts: vllm (`vllm serve` or `trl vllm-serve`, full weights "
-        "through the coa worker extension), sglang (`sglang.launch_server`), coa (`python -m coa.serve`); "
+        "through its own reload_weights), sglang (`sglang.launch_server`), coa (`python -m coa.serve`); "
         "auto = probe /model_info and /v1/models (docs/how-to/rl-async.md gives each command line).",
     )
-    transport: Literal["auto", "worker_extension", "nccl"] = Field(
+    transport: Literal["auto", "reload", "worker_extension", "nccl"] = Field(
         default="auto",
-        description="How full weights reach vLLM: auto / worker_extension = a folder per version loaded by "
-        "the coa worker extension (one machine, one filesystem); nccl = the tensors over NCCL through TRL's "
+        description="How full weights reach vLLM: auto / reload = a folder per version loaded by vLLM >= "
+        "0.31's own reload_weights(weights_path) through /collective_rpc (one filesystem); worker_extension "
+        "= the same folder loaded by the coa worker extension (older vLLM; dense models only); nccl = the "
+        "tensors over NCCL through TRL's "
         "weight-transfer client (trainer and engine on different GPUs; vLLM importable beside the trainer; "
         "not yet run against a real engine). coa.serve always takes the folder.",
     )
@@ -133,8 +135,9 @@ class RLRollout(StrictModel):
     pause_mode: Literal["keep", "wait"] = Field(
         default="keep",
         description="How a vLLM-protocol server pauses for a weight update: keep = running generations "
-        "freeze and continue on the new weights with their old KV cache (stamped with the version they "
-        "were sent under); wait = they finish first. The prefix cache is reset after every push.",
+        "freeze and continue on the new weights with their old KV cache (sent with clear_cache=false, "
+        "which vLLM 0.31 needs for that; their rows say old_kv); wait = they finish first. The prefix "
+        "cache is reset after every push, and requests carry a cache_salt per version.",
     )
 
     @field_validator("server", mode="before")

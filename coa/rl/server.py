@@ -5,7 +5,7 @@
 take theirs. :class:`WeightSync` pushes the trainer's full weights to it before a generation batch:
 ``save_pretrained`` into one directory per version (``v<version>/``, written under a temporary
 name and renamed), then the engine's own routes through its adapter (:mod:`coa.engines`: vLLM's
-worker extension driven by ``/collective_rpc``, SGLang's ``/update_weights_from_disk``, or
+own ``reload_weights`` driven by ``/collective_rpc``, SGLang's ``/update_weights_from_disk``, or
 coa.serve's ``update_info`` disk transport), so both must reach the same filesystem. The version is
 the trainer's global optimizer step; every request the policy sends afterwards is stamped with it
 by the client (no engine reports it reliably), which the rollout rows record as ``policy_version``.
@@ -18,7 +18,10 @@ peft model, and served under a new name per version (``<model>-v<V>``, vLLM's
 version it is stamped with. An adapter is unloaded, and its folder removed, once it is beyond
 ``max_staleness`` (no group sampled with it could still be trained) and no request uses it (vLLM may
 read a loaded adapter's folder again when it evicts it from its CPU cache, so the folder stays until
-then). With ``rl.rollout.server.transport: nccl`` (vLLM) no folder is written: the engine client
+then). Which adapters are loaded is what the engine reports (``/v1/models``, read at the run's
+check): a killed run's leftovers are unloaded like the run's own, and after an engine restart the
+folders on disk name adapters it does not hold, which are not unloaded, only removed.
+With ``rl.rollout.server.transport: nccl`` (vLLM) no folder is written: the engine client
 streams the tensors through TRL's weight-transfer client (:meth:`coa.engines.EngineClient.push_model`).
 """
 
@@ -113,8 +116,9 @@ class WeightSync:
         return self._engine
 
     def check(self) -> None:
-        """The engine answers, serves the configured model and has every route a push needs (exit 3)."""
-        self.engine.check()
+        """The engine answers, serves the configured model and has every route a push needs (exit 3);
+        the engine client takes the engine's own state (a killed run's adapters, a restart's none)."""
+        self.engine.check(full_weights=not self.adapter)
 
     def directory(self, version: int) -> Path:
         return self.folder / f"v{version:06d}"
@@ -146,11 +150,16 @@ class WeightSync:
         self.seconds += time.perf_counter() - start
 
     def retire(self, current: int) -> None:
-        """Unload the adapters at least ``retire_after`` versions behind ``current`` that no request uses."""
-        for path in sorted(self.folder.glob("v*")):
-            version = int(path.name[1:])
+        """Unload the adapters at least ``retire_after`` versions behind ``current`` that no request uses:
+        those the engine reports holding (a killed run's included), and remove their folders (and the
+        folders of versions it does not hold, e.g. after an engine restart)."""
+        for version in sorted(self.engine.held_versions()):
             if current - version >= self.retire_after and self.engine.ledger.unused(version):
                 self.engine.retire_adapter(version)
+        held = self.engine.held_versions()
+        for path in sorted(self.folder.glob("v*")):
+            version = int(path.name[1:])
+            if current - version >= self.retire_after and version not in held:
                 shutil.rmtree(path, ignore_errors=True)
 
     def prune(self, keep_from: int) -> None:

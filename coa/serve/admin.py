@@ -3,18 +3,24 @@
 vLLM (``--protocol vllm`` and ``VLLM_SERVER_DEV_MODE=1``, as vLLM gates them; shapes from
 ``vllm/entrypoints/serve/dev/{rlhf,rpc,cache,server_info}/api_router.py`` of vLLM 0.31):
 
-* ``POST /pause?mode=abort|wait|keep`` (default ``abort``: running requests end with finish
-  ``abort``; ``wait``: they finish first; ``keep``: they freeze and continue on the new weights
-  with their old KV cache), ``POST /resume``, ``GET /is_paused``, ``POST /abort_requests``.
+* ``POST /pause?mode=abort|wait|keep&clear_cache=true|false`` (default ``abort``: running requests
+  end with finish ``abort``; ``wait``: they finish first; ``keep``: they freeze and continue after
+  ``/resume``, with their old KV cache only when ``clear_cache=false``: with vLLM 0.31's default
+  ``true`` their caches are reset and they are prefilled again on the new weights, as
+  ``v1/engine/core.py`` ``_finish_pause`` does), ``POST /resume``, ``GET /is_paused``, ``POST
+  /abort_requests``, ``GET /version`` (the vLLM release whose routes this speaks).
 * ``POST /start_weight_update`` → ``POST /update_weights {"update_info": {"path": <directory>}}``
   (the transport of vLLM's draft ``disk`` backend: a directory of ``*.safetensors``; a body without
   ``update_info`` is vLLM's 400 "Missing 'update_info'") → ``POST /finish_weight_update
   {"weight_version": "<string>"}``; ``POST /update_weight_version {"new_version"}``; ``GET
   /weight_info`` ``{"weight_version"}`` (``"default"`` at start).
-* ``POST /collective_rpc {"method", "args"}`` with the methods of our vLLM worker extension
+* ``POST /collective_rpc {"method", "args", "kwargs"}``: the worker's own ``reload_weights`` with
+  ``kwargs {"weights_path": <directory>}`` (vLLM 0.31), and the methods of our vLLM worker extension
   (:class:`coa.engines.worker_extension.WeightLoader`: ``coa_extension_ready``,
   ``coa_load_weights``); any other method is vLLM's 500 for a worker without it.
-* ``POST /reset_prefix_cache`` (counted: this server keeps no prefix cache), ``GET /server_info``
+* ``POST /reset_prefix_cache`` (counted: this server keeps no prefix cache; it answers vLLM's
+  ``{"success": false}`` while running requests hold KV, as vLLM's block pool refuses a reset while
+  blocks are in use), ``GET /server_info``
   (``vllm_config.model_config``: ``dtype``, ``max_model_len``, ``logprobs_mode:
   processed_logprobs``).
 
@@ -23,7 +29,9 @@ SGLang (``--protocol sglang``; ``sglang/srt/entrypoints/http_server.py`` and the
 ``in_place`` = vLLM's keep; ``retract``: the running requests go back to the queue with their ids
 and are prefilled again after the update, so their KV is recomputed on the new weights),
 ``POST /continue_generation``, ``POST /update_weights_from_disk {"model_path": <model folder>,
-"weight_version", "flush_cache", ...}`` (answers ``{"success", "message", "num_paused_requests"}``),
+"weight_version", "flush_cache", ...}`` (answers ``{"success", "message", "num_paused_requests"}``;
+on success the server serves the model under ``model_path``, as SGLang's tokenizer manager renames
+it, and completions name any model, as SGLang does not check it),
 ``GET /model_info`` (and the deprecated ``/get_model_info``), ``GET /server_info``, ``/flush_cache``.
 """
 
@@ -38,6 +46,9 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from coa.serve.app import ModelServer, ServeError
 from coa.serve.weights import assign_weights, load_state_dict_file
+
+VLLM_ROUTES_VERSION = "0.31.0"
+"""The vLLM release whose dev routes ``--protocol vllm`` speaks (``GET /version``)."""
 
 
 class FinishUpdate(BaseModel):
@@ -71,6 +82,7 @@ class UpdateFromDisk(BaseModel):
     recapture_cuda_graph: bool = False
     token_step: int = 0
     flush_cache: bool = True
+    manifest: dict[str, Any] | None = None
     rid: str | None = None
 
 
@@ -114,8 +126,17 @@ def add_vllm_dev_routes(app: Any, server: ModelServer) -> None:
         wait_for_inflight_requests: bool = Query(False),
         clear_cache: bool = Query(True),
     ) -> dict[str, Any]:
-        await pause(server, "wait" if wait_for_inflight_requests and mode == "abort" else mode)
+        chosen: Literal["abort", "wait", "keep", "retract"] = mode
+        if wait_for_inflight_requests and mode == "abort":
+            chosen = "wait"
+        elif mode == "keep" and clear_cache:  # the caches reset: running requests prefilled again later
+            chosen = "retract"
+        await pause(server, chosen)
         return {"status": "paused"}
+
+    @app.get("/version")
+    async def version() -> dict[str, Any]:
+        return {"version": VLLM_ROUTES_VERSION}
 
     @app.post("/resume")
     async def resume_route() -> dict[str, Any]:
@@ -174,6 +195,10 @@ def add_vllm_dev_routes(app: Any, server: ModelServer) -> None:
     async def collective_rpc(body: RPC) -> dict[str, Any]:
         if body.method == "coa_extension_ready":
             return {"results": ["ok"]}
+        if body.method == "reload_weights" and set(body.kwargs) == {"weights_path"} and not body.args:
+            async with server.paused("wait"):
+                await load_directory(server, body.kwargs["weights_path"])
+            return {"results": ["None"]}
         if body.method == "coa_load_weights" and len(body.args) == 1:
             async with server.paused("wait"):
                 return {"results": [await load_directory(server, body.args[0])]}
@@ -183,6 +208,8 @@ def add_vllm_dev_routes(app: Any, server: ModelServer) -> None:
     async def reset_prefix_cache(
         reset_running_requests: bool = Query(False), reset_external: bool = Query(False)
     ) -> dict[str, Any]:
+        if server.batcher.running and not reset_running_requests:
+            return {"success": False}  # running requests hold KV blocks
         server.prefix_resets += 1
         return {"success": True}
 
@@ -225,6 +252,7 @@ def add_sglang_routes(app: Any, server: ModelServer) -> None:
             async with server.paused("wait"):
                 await load_directory(server, body.model_path)
                 server.set_weight_version(body.weight_version)
+                server.name = server.path = body.model_path  # SGLang serves it under the pushed path
         except ServeError as e:
             return JSONResponse({"success": False, "message": str(e), "num_paused_requests": 0}, 400)
         return {"success": True, "message": "Succeeded to update model weights.", "num_paused_requests": 0}

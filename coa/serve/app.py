@@ -161,10 +161,10 @@ class ModelServer:
 
     def build(self, body: CompletionRequest, prompt: list[int], k: int = 0) -> GenRequest:
         adapter = None
-        if body.model != self.name:
-            if body.model not in self.adapters:
-                raise ServeError(404, f"The model `{body.model}` does not exist.", "NotFoundError")
+        if body.model in self.adapters:
             adapter = body.model
+        elif body.model != self.name and self.protocol != "sglang":  # SGLang does not check ``model``
+            raise ServeError(404, f"The model `{body.model}` does not exist.", "NotFoundError")
         if not prompt:
             raise ServeError(400, "the prompt is empty")
         vocab = int(self.base.config.vocab_size)

@@ -3,9 +3,15 @@
 Sources read: the wheels of vLLM 0.31.0 (``vllm-0.31.0-cp38-abi3-manylinux_2_28_x86_64.whl``) and
 SGLang 0.5.23 (``sglang-0.5.23-cp311-cp311-manylinux_2_34_x86_64.whl``), unpacked with ``pip download
 --no-deps``; neither imports on a CPU box without its compiled dependencies, so the fields are
-written out here with the file and lines each comes from. Request models forbid extra fields:
-a field the engine does not declare fails the conformance test (vLLM's completion model would
-accept and log it; SGLang's structs would reject it).
+written out here with the file and lines each comes from. Neither engine refuses a field it does not
+declare: vLLM's models accept and log it, SGLang drops it (its structs are decoded by msgspec,
+``srt/utils/msgspec_utils.py``; its ``CompletionRequest`` is pydantic with the default ``ignore``).
+So a misspelt field would be lost silently: the conformance test's mock engine refuses any field
+the transcribed model does not declare (our check, stricter than either engine).
+
+Also recorded: the answers a second run, a resume or a restart meets (a 404 ``NotFoundError`` for an
+adapter vLLM does not hold, ``{"success": false}`` from a prefix-cache reset while requests run,
+SGLang serving the pushed folder's path after an update).
 """
 
 from __future__ import annotations
@@ -17,6 +23,12 @@ from pydantic import BaseModel, ConfigDict
 
 class Strict(BaseModel):
     model_config = ConfigDict(extra="forbid")
+
+
+class Dropping(BaseModel):
+    """An SGLang struct: unknown fields are dropped, not refused (msgspec / pydantic ``ignore``)."""
+
+    model_config = ConfigDict(extra="ignore")
 
 
 class Empty(Strict):
@@ -209,6 +221,7 @@ VLLM_ROUTES: dict[tuple[str, str], tuple[type[BaseModel] | None, type[BaseModel]
     ("GET", "/v1/models"): (None, None),
     ("POST", "/v1/load_lora_adapter"): (None, VLLMLoadLoRA),
     ("POST", "/v1/unload_lora_adapter"): (None, VLLMUnloadLoRA),
+    ("GET", "/version"): (None, None),  # {"version": VLLM_VERSION}, the api server's (file not re-read)
 }
 
 VLLM_ANSWERS: dict[tuple[str, str], Any] = {
@@ -236,7 +249,21 @@ VLLM_ANSWERS: dict[tuple[str, str], Any] = {
     },
     ("POST", "/v1/load_lora_adapter"): "Success: LoRA adapter 'x' added successfully.",
     ("POST", "/v1/unload_lora_adapter"): "Success: LoRA adapter 'x' removed successfully.",
+    ("GET", "/version"): {"version": "0.31.0"},
 }
+
+VLLM_UNKNOWN_ADAPTER = {
+    # openai/models/serving.py _check_unload_lora_adapter_request: HTTP 404, through
+    # serve/utils/error_response.py create_error_response -> ErrorResponse(error=ErrorInfo(...))
+    "error": {
+        "message": "The lora adapter 'student-v1' cannot be found.",
+        "type": "NotFoundError",
+        "param": None,
+        "code": 404,
+    }
+}
+VLLM_NO_ROUTE = {"detail": "Not Found"}  # FastAPI's 404 for a route vLLM did not mount
+VLLM_RESET_REFUSED = {"success": False}  # dev/cache/api_router.py: the block pool refused (blocks in use)
 
 VLLM_COMPLETION = {
     # CompletionResponse (completion/protocol.py:641-649), CompletionResponseChoice (:613-628),
@@ -270,7 +297,7 @@ VLLM_COMPLETION = {
 SGLANG_IO = "sglang/srt/managers/io_struct.py"
 
 
-class SGLangBaseReq(Strict):
+class SGLangBaseReq(Dropping):
     """BaseReq (io_struct.py:86-90): every request struct's own fields."""
 
     rid: str | None = None
@@ -302,6 +329,7 @@ class SGLangUpdateFromDisk(SGLangBaseReq):
     recapture_cuda_graph: bool = False
     token_step: int = 0
     flush_cache: bool = True
+    manifest: dict[str, Any] | None = None  # the same struct: an optional file manifest
 
 
 SGLANG_COMPLETION_FIELDS = frozenset(
@@ -378,10 +406,17 @@ SGLANG_ANSWERS: dict[tuple[str, str], Any] = {
     ("GET", "/v1/models"): {"object": "list", "data": [{"id": "student", "owned_by": "sglang"}]},
 }
 
+SGLANG_RENAMED = {
+    # after a successful update_weights_from_disk (srt/managers/tokenizer_manager.py, the update
+    # handler): the served model name follows model_path, until SGLang restarts
+    ("GET", "/model_info"): {"model_path": "/ckpt/v000002", "is_generation": True, "weight_version": "2"},
+    ("GET", "/v1/models"): {"object": "list", "data": [{"id": "/ckpt/v000002", "owned_by": "sglang"}]},
+}
+
 SGLANG_COMPLETION = {
     # CompletionResponse (openai/protocol.py:528-536) with metadata from
     # build_endpoint_weight_version_metadata (utils/weight_versions.py:113-117); a span is a
-    # WeightVersionSpan (weight_versions.py:17-20), msgspec array_like: [version, start, end]
+    # span per WeightVersionSpan (weight_versions.py:17-20), serialized as an object {version, start, end}
     "id": "1",
     "object": "text_completion",
     "created": 0,
@@ -398,5 +433,5 @@ SGLANG_COMPLETION = {
         }
     ],
     "usage": {"prompt_tokens": 3, "completion_tokens": 1, "total_tokens": 4},
-    "metadata": {"weight_version": "4", "weight_versions": [["3", 0, 1]]},
+    "metadata": {"weight_version": "4", "weight_versions": [{"version": "3", "start": 0, "end": 1}]},
 }

@@ -54,6 +54,9 @@ class Engine:
             body_model = StartWeightUpdate
         if body_model is not None:
             body_model.model_validate(body)
+            # SGLang would drop an undeclared field silently: refuse it here
+            undeclared = set(body or {}) - set(body_model.model_fields)
+            assert not undeclared, f"{key}: {undeclared} would be dropped"
         else:
             assert body in (None, {}), f"{key} reads no body, got {body}"
         self.calls.append((request.method, request.url.path, params, body))
@@ -80,7 +83,7 @@ def model_folder(tmp_path: Path, name: str) -> Path:
     return folder
 
 
-def test_vllm_full_weights_through_the_worker_extension(tmp_path: Path) -> None:
+def test_vllm_full_weights_through_its_own_reload_weights(tmp_path: Path) -> None:
     engine = Engine(P.VLLM_ROUTES, P.VLLM_ANSWERS)
     client = vllm(engine)
     client.check()
@@ -90,13 +93,46 @@ def test_vllm_full_weights_through_the_worker_extension(tmp_path: Path) -> None:
     assert engine.paths() == [
         "/pause", "/collective_rpc", "/update_weight_version", "/reset_prefix_cache", "/resume"
     ]  # fmt: skip
-    assert engine.calls[0][2] == {"mode": "keep"}
+    assert engine.calls[0][2] == {"mode": "keep", "clear_cache": "false"}  # keep the running requests' KV
+    assert engine.calls[1][3] == {
+        "method": "reload_weights", "args": [],
+        "kwargs": {"weights_path": str((tmp_path / "v000003").resolve())}, "timeout": None,
+    }  # fmt: skip
+    assert engine.calls[2][3] == {"new_version": "3"}  # vLLM's versions are strings
+    assert client.ledger.current == 3 and client.request_model() == "student"
+    assert client.keeps_old_kv() and client.prefix_resets_refused == 0
+
+    old = Engine(P.VLLM_ROUTES, P.VLLM_ANSWERS | {("GET", "/version"): {"version": "0.30.2"}})
+    with pytest.raises(EngineError) as refused:
+        vllm(old).check()
+    assert "vLLM 0.30.2" in one_line(refused.value) and "transport: worker_extension" in str(refused.value)
+    vllm(old).check(full_weights=False)  # LoRA needs neither reload_weights nor the extension
+
+
+def test_vllm_full_weights_through_the_worker_extension(tmp_path: Path) -> None:
+    engine = Engine(P.VLLM_ROUTES, P.VLLM_ANSWERS)
+    client = vllm(engine, weights="worker_extension")
+    client.check()
+    engine.calls.clear()
+    client.push_weights(model_folder(tmp_path, "v000003"), 3)
+    assert engine.paths() == [
+        "/pause", "/collective_rpc", "/update_weight_version", "/reset_prefix_cache", "/resume"
+    ]  # fmt: skip
     assert engine.calls[1][3] == {
         "method": "coa_load_weights", "args": [str((tmp_path / "v000003").resolve())], "kwargs": {},
         "timeout": None,
     }  # fmt: skip
-    assert engine.calls[2][3] == {"new_version": "3"}  # vLLM's versions are strings
-    assert client.ledger.current == 3 and client.request_model() == "student"
+
+
+def test_vllm_reset_refused_while_kept_requests_hold_blocks(tmp_path: Path) -> None:
+    """``keep`` with ``clear_cache=false`` leaves the running requests' blocks in use: vLLM answers the
+    reset with ``{"success": false}``; the push still lands, the refusal is counted."""
+    engine = Engine(P.VLLM_ROUTES, P.VLLM_ANSWERS | {("POST", "/reset_prefix_cache"): P.VLLM_RESET_REFUSED})
+    client = vllm(engine)
+    client.push_weights(model_folder(tmp_path, "v000001"), 1)
+    assert client.prefix_resets_refused == 1 and client.ledger.current == 1
+    assert engine.paths()[-1] == "/resume"
+    assert client.cache_salt(1) != client.cache_salt(2)  # requests of two versions share no prefix blocks
 
 
 def test_coa_disk_transport_speaks_vllms_update_routes(tmp_path: Path) -> None:
@@ -109,6 +145,39 @@ def test_coa_disk_transport_speaks_vllms_update_routes(tmp_path: Path) -> None:
     ]  # fmt: skip
     assert engine.calls[2][3] == {"update_info": {"path": str((tmp_path / "v000001").resolve())}}
     assert engine.calls[3][3] == {"weight_version": "1"}
+
+
+def test_vllm_lora_after_a_restart_and_after_a_killed_run() -> None:
+    """An adapter the engine does not hold (a restarted vLLM) unloads as no error; a 404 for the route
+    itself still names the fix; the adapters a killed run left are found in /v1/models."""
+    gone = Engine(
+        P.VLLM_ROUTES,
+        P.VLLM_ANSWERS
+        | {("POST", "/v1/unload_lora_adapter"): httpx.Response(404, json=P.VLLM_UNKNOWN_ADAPTER)},
+    )
+    client = vllm(gone)
+    client.adapters = {1, 2}
+    client.retire_adapter(1)
+    client.retire_adapters()
+    assert client.adapters == set()
+    no_route = Engine(
+        P.VLLM_ROUTES,
+        P.VLLM_ANSWERS | {("POST", "/v1/unload_lora_adapter"): httpx.Response(404, json=P.VLLM_NO_ROUTE)},
+    )
+    with pytest.raises(EngineError) as failed:
+        vllm(no_route).unload("student-v1")
+    assert "VLLM_ALLOW_RUNTIME_LORA_UPDATING=1" in one_line(failed.value)
+
+    cards = [{"id": "student", "owned_by": "vllm"}, {"id": "student-v4", "parent": "student"}]
+    cards += [{"id": "student-v5", "parent": "student"}, {"id": "other-v9", "parent": "other"}]
+    left = Engine(
+        P.VLLM_ROUTES,
+        P.VLLM_ANSWERS
+        | {("GET", "/v1/models"): {"data": cards}, ("GET", "/weight_info"): {"weight_version": "5"}},
+    )
+    killed = vllm(left)
+    killed.check(full_weights=False)
+    assert killed.held_versions() == {4, 5} and killed.ledger.current == 5
 
 
 def test_vllm_lora_versions_are_new_adapter_names(tmp_path: Path) -> None:
@@ -154,6 +223,44 @@ def test_vllm_lora_requests_name_their_versions_adapter(tmp_path: Path) -> None:
     client.retire_adapters()
     assert [body["lora_name"] for _, _, _, body in engine.calls] == ["student-v2", "student-v3"]
     assert client.request_model(3) == "student"
+
+
+def test_sglang_serves_a_pushed_folder_under_its_path() -> None:
+    """After an update SGLang lists the folder, not --served-model-name: a second run's check passes;
+    a server serving another model by name, never updated, is still refused."""
+    renamed = Engine(P.SGLANG_ROUTES, P.SGLANG_ANSWERS | P.SGLANG_RENAMED)
+    client = SGLangEngine("http://sgl:30000", "student", transport=httpx.MockTransport(renamed))
+    client.check()
+    assert client.ledger.current == 2 and client.request_model() == "student"
+    other = Engine(
+        P.SGLANG_ROUTES,
+        P.SGLANG_ANSWERS | {("GET", "/v1/models"): {"data": [{"id": "teacher", "owned_by": "sglang"}]}},
+    )
+    with pytest.raises(EngineError) as refused:
+        SGLangEngine("http://sgl", "student", transport=httpx.MockTransport(other)).check()
+    assert "does not serve 'student'" in one_line(refused.value)
+
+
+def test_sglang_old_kv_from_its_spans() -> None:
+    """in_place: old KV exactly when the spans show the request ran across a push, or was queued behind
+    it (first span newer than its stamp); retract never keeps it."""
+    engine = Engine(P.SGLANG_ROUTES, P.SGLANG_ANSWERS)
+    in_place = SGLangEngine("http://sgl", "s", pause_mode="in_place", transport=httpx.MockTransport(engine))
+    in_place.ledger.set(4)
+
+    def spans(*versions: str) -> dict[str, Any]:
+        return {
+            "metadata": {
+                "weight_versions": [{"version": v, "start": i, "end": i + 1} for i, v in enumerate(versions)]
+            }
+        }
+
+    assert in_place.old_kv(3, spans("3", "4"))  # ran across the push
+    assert in_place.old_kv(3, spans("4"))  # queued behind it, the old version's cache salt
+    assert not in_place.old_kv(3, spans("3"))  # finished before the push landed
+    assert not in_place.old_kv(4, spans("4"))
+    retract = SGLangEngine("http://sgl", "s", transport=httpx.MockTransport(engine))
+    assert not retract.old_kv(3, spans("3", "4"))
 
 
 def test_sglang_push_and_reported_versions(tmp_path: Path) -> None:
@@ -205,7 +312,7 @@ def test_missing_routes_name_the_engine_and_the_fix() -> None:
     no_extension = Engine(P.VLLM_ROUTES, P.VLLM_ANSWERS)
     no_extension.answers[("POST", "/collective_rpc")] = httpx.Response(500, json={"error": "no attribute"})
     with pytest.raises(EngineError) as failed:
-        vllm(no_extension).check()
+        vllm(no_extension, weights="worker_extension").check()
     assert "--worker-extension-cls coa.engines.worker_extension.WeightLoader" in one_line(failed.value)
 
     no_lora = {k: v for k, v in P.VLLM_ROUTES.items() if "lora" not in k[1]}

@@ -154,5 +154,5 @@ def test_a_push_through_trls_client_sends_vllms_routes_and_bodies(
     assert [n for n, _ in broadcast] == info.names * 2  # each push broadcast every tensor the manifest names
     assert bodies["/start_weight_update"] == {"is_checkpoint_format": True}
     assert bodies["/update_weight_version"] == {"new_version": "4"} and client.ledger.current == 4
-    assert engine.calls[4][2] == {"mode": "keep"}
+    assert engine.calls[4][2] == {"mode": "keep", "clear_cache": "false"}
     assert json.dumps(bodies["/update_weights"])  # JSON, as sent

@@ -34,14 +34,14 @@ def run(model: Path, out: Path, *args: str) -> tuple[int, dict[str, Any]]:
 @pytest.mark.parametrize(
     ("args", "steps"),
     [
-        (("--engine", "vllm", "--dry-run"), 7),  # the vLLM adapter: worker extension, LoRA by name
-        (("--engine", "sglang", "--dry-run"), 4),  # SGLang's adapter: full weights only
+        (("--engine", "vllm", "--dry-run"), 9),  # the vLLM adapter: reload_weights, LoRA by name
+        (("--engine", "sglang", "--dry-run"), 6),  # SGLang's adapter: full weights only
         (
             (
                 "--engine",
                 "coa",
             ),
-            7,
+            9,
         ),  # coa.serve's update_info disk transport
     ],
     ids=["vllm-dry-run", "sglang-dry-run", "coa"],
@@ -66,6 +66,14 @@ def test_each_adapter_passes_against_the_stand_in(
         v2 = by_name["generate under v2"]
         assert v2["model"] == "student-v2" and v2["stamp"] == 2 and v2["logprob_gap_expected"] < 1e-3
         assert by_name["unload adapters"]["served"] == ["student"]
+    # a second run on the same engine, and a resume after it restarted, each under its version
+    second = by_name["second run: check, push v0, generate under v0"]
+    assert second["stamp"] == 0 and second["logprob_gap_expected"] < 1e-3 < second["logprob_gap_other"]
+    if args[1] == "sglang":  # SGLang serves the last pushed folder's path (the second run's check took
+        assert second["served"][0].endswith("second-v000000")  # the first's, v000001)
+    restarted = by_name["restart: check, push v1, generate under v1"]
+    assert restarted["stamp"] == 1 and restarted["logprob_gap_expected"] < 1e-3
+    assert record["engine_exit_before_restart"] == 0
     assert record["engine_exit"] == 0 and record["ok"] is True  # stopped cleanly (SIGTERM)
 
 
@@ -90,8 +98,8 @@ def test_the_real_engines_command_lines(tmp_path: Path, monkeypatch: pytest.Monk
     command, env = check.engine_command("vllm", False, "/m", 8000, 16)
     assert command[:3] == ["/opt/vllm/bin/vllm", "serve", "/m"]
     joined = " ".join(command)
+    assert "--worker-extension-cls" not in command  # full weights: vLLM 0.31's own reload_weights
     for flag in (
-        "--worker-extension-cls coa.engines.worker_extension.WeightLoader",
         "--logprobs-mode processed_logprobs",
         "--enable-lora --max-lora-rank 16",
         "--host 127.0.0.1 --port 8000",
@@ -99,7 +107,6 @@ def test_the_real_engines_command_lines(tmp_path: Path, monkeypatch: pytest.Monk
     ):
         assert flag in joined
     assert env["VLLM_SERVER_DEV_MODE"] == "1" and env["VLLM_ALLOW_RUNTIME_LORA_UPDATING"] == "1"
-    assert str(ROOT) in env["PYTHONPATH"]  # the worker extension imports coa.engines on the server
     monkeypatch.setenv("SGLANG_PYTHON", "/opt/sglang/bin/python")
     command, env = check.engine_command("sglang", False, "/m", 30000, 16)
     assert command[:3] == ["/opt/sglang/bin/python", "-m", "sglang.launch_server"] and env == {}

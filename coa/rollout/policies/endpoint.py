@@ -136,6 +136,8 @@ class EndpointPolicy:
         }
         if sampling.top_k:
             body["top_k"] = sampling.top_k
+        if self.engine is not None and version is not None:  # no prefix KV shared across weight versions
+            body["cache_salt"] = self.engine.cache_salt(version)
         if self.codec.single_token_stops:
             body["stop_token_ids"] = sorted(self.codec.stop_ids)
         else:
@@ -161,7 +163,7 @@ class EndpointPolicy:
             self.engine.ledger.check(stamped, self.engine.reported_version(payload))
             version = stamped  # the client's stamp: the engine held these weights when it was sent
             # a push that keeps running requests' KV (vLLM keep, SGLang in_place) landed while it ran
-            old_kv = self.engine.keeps_old_kv() and self.engine.ledger.current != stamped
+            old_kv = self.engine.old_kv(stamped, payload)
         else:
             version = payload.get("weight_version")  # a server that reports an integer version
         ids = choice.get("token_ids")
