@@ -102,4 +102,4 @@ docs-serve: $(STAMP)
 	NO_MKDOCS_2_WARNING=1 $(BIN)/python -m mkdocs serve -a 127.0.0.1:8000
 
 clean:
-	rm -rf $(VENV) .coa .pytest_cache site
+	rm -rf $(VENV) .coa .pytest_cache site .venv-twin .twin .whl .gpu

@@ -20,8 +20,8 @@ per step and peak GPU memory, and the ratio ours ÷ bare TRL in tokens/s (below 
 With ``--profile configs/demo-gpu.yaml`` it sizes that profile's SFT instead: the profile's own
 student (``student.tiny``, left random), its ``sft`` settings on its ``sft.families``, one run of
 ``--steps`` steps, and the minutes its ``sft.max_steps`` and ``round_sft.max_steps`` would take.
-``--quick`` is the CPU dry run (``infra/gpu-check.sh`` with ``GPU_CHECK_DRY_RUN=1``, and its test): a
-tiny shape, 3 steps, short rows, every part but the CUDA work.
+``--quick`` is the CPU shapes of the GPU check on the CPU twin of the device (``infra/twin.py``,
+``GPU_CHECK_CPU=1``, ``tests/infra/test_twin.py``): a tiny shape, 3 steps, short rows.
 
     python bench/bench_sft_gpu.py --data sft.parquet --out /tmp/bench [--shapes 0.5b,1.5b] [--steps 30]
     python bench/bench_sft_gpu.py --data sft.parquet --out /tmp/bench --profile configs/demo-gpu.yaml

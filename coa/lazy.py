@@ -14,8 +14,8 @@ Type checkers see the real module (``if TYPE_CHECKING: import polars as pl``).
 
 from __future__ import annotations
 
-import importlib
 import types
+from collections.abc import Callable
 from typing import Any
 
 from coa.errors import InfraError
@@ -23,6 +23,16 @@ from coa.errors import InfraError
 
 class MissingDependency(InfraError, ImportError):
     """A package a step needs is not installed on this machine."""
+
+
+def _polars() -> types.ModuleType:
+    import polars
+
+    return polars
+
+
+_IMPORTERS: dict[str, Callable[[], types.ModuleType]] = {"polars": _polars}
+"""The packages that may be imported late, each by a plain ``import`` (the import contracts read it)."""
 
 
 class _LazyModule(types.ModuleType):
@@ -37,7 +47,7 @@ class _LazyModule(types.ModuleType):
         module = self.__dict__["_lazy_module"]
         if module is None:
             try:
-                module = importlib.import_module(self.__name__)
+                module = _IMPORTERS[self.__name__]()
             except ModuleNotFoundError as e:
                 if e.name != self.__name__:
                     raise
@@ -60,6 +70,8 @@ class _LazyModule(types.ModuleType):
 
 def lazy_module(name: str, needed_for: str) -> Any:
     """``name``, imported on its first attribute read; ``needed_for`` names the work that needs it."""
+    if name not in _IMPORTERS:
+        raise ValueError(f"{name} has no importer in coa.lazy._IMPORTERS: add one (a plain import)")
     return _LazyModule(name, needed_for)
 
 
