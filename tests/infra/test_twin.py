@@ -6,9 +6,8 @@ image's packages and nothing else (no project installed, no ``PYTHONPATH``), no 
 read back under the device's rules. A variable lost in a subshell, a module not carried, a path that
 exists only here or a file ``$OUT`` would not return fails here first.
 
-The rules' own tests are quick; the two end-to-end ones share one ``gpu-prepare.sh`` (the real one: the
-Python 3.12 wheels and the demo's store) and cost ~2 minutes of preparing, ~2-3 of building
-``.venv-twin`` on a fresh machine, and the check's run on CPU shapes.
+The rules' own tests are quick; the end-to-end one costs ~2 minutes of ``gpu-prepare.sh``, ~2-3 of
+building ``.venv-twin`` on a fresh machine, and the check's run on CPU shapes (~2.5 minutes).
 """
 
 from __future__ import annotations
@@ -86,18 +85,22 @@ def test_the_twin_holds_the_images_packages_and_says_where_it_cannot() -> None:
     assert any(n.startswith("torch 2.13.0 instead of 2.11.0") for n in notes)
 
 
-@pytest.fixture(scope="module")
-def prepared(tmp_path_factory: pytest.TempPathFactory) -> Path:
+def prepare(dest: Path, **env: str) -> None:
     """``infra/gpu-prepare.sh`` as a user runs it before a GPU session (into a scratch folder)."""
-    dest = tmp_path_factory.mktemp("prepared")
-    env = {**os.environ, "GPU_PREPARE_DEST": str(dest), "PY": sys.executable}
-    proc = subprocess.run(["bash", "infra/gpu-prepare.sh"], cwd=ROOT, env=env, capture_output=True, text=True)
+    full = {**os.environ, "GPU_PREPARE_DEST": str(dest), "PY": sys.executable, **env}
+    proc = subprocess.run(
+        ["bash", "infra/gpu-prepare.sh"], cwd=ROOT, env=full, capture_output=True, text=True
+    )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    return dest
 
 
 @pytest.mark.slow
-def test_what_the_device_call_carries_fits_its_64_mib(prepared: Path) -> None:
+def test_the_gpu_check_fits_the_device_call_and_runs_on_the_twin(tmp_path: Path) -> None:
+    """One ``gpu-prepare.sh`` (the real one: Python 3.12 wheels, the demo's store), what it carries
+    measured against the device's 64 MiB, then ``bash infra/gpu-check.sh`` (env, sft, rl, demo) from a
+    copy of what travels, on CPU shapes (one test: the two share the ~2-minute prepare)."""
+    prepared = tmp_path / "prepared"
+    prepare(prepared)
     travel = twin.travelling(ROOT, [(prepared / ".whl", ".whl"), (prepared / ".gpu", ".gpu")])
     print({part: round(size / twin.MiB, 2) for part, size in travel.bytes_by_part.items()})
     assert travel.too_big() is None, travel.too_big()
@@ -106,18 +109,10 @@ def test_what_the_device_call_carries_fits_its_64_mib(prepared: Path) -> None:
     assert {"coa_pipeline", "trl", "datasets", "pydantic", "math_verify", "bm25s"} <= wheels
     assert not wheels & {"polars", "polars_runtime_32", "great_expectations"}  # no curation on the GPU side
 
-
-@pytest.mark.slow
-def test_the_gpu_checks_default_parts_run_on_the_twin(prepared: Path, tmp_path: Path) -> None:
-    """``bash infra/gpu-check.sh`` (env, sft, rl, demo) from a copy of what travels, on CPU shapes."""
     own = tmp_path / "own"  # the same pins as the device's wheels, for this machine's Python
-    env = {**os.environ, "GPU_PREPARE_DEST": str(own), "PY": sys.executable, "GPU_PREPARE_PARTS": "wheels",
-           "GPU_PYTHON": f"{sys.version_info.major}.{sys.version_info.minor}"}  # fmt: skip
-    subprocess.run(["bash", "infra/gpu-prepare.sh"], cwd=ROOT, env=env, check=True, capture_output=True)
-
-    run = twin.run(
-        "bash infra/gpu-check.sh", [(own / ".whl", ".whl"), (prepared / ".gpu", ".gpu")], work=tmp_path
-    )
+    prepare(own, GPU_PREPARE_PARTS="wheels", GPU_PYTHON=f"{sys.version_info.major}.{sys.version_info.minor}")
+    carry = [(own / ".whl", ".whl"), (prepared / ".gpu", ".gpu")]
+    run = twin.run("bash infra/gpu-check.sh", carry, work=tmp_path / "twin")
     tail = run.output_tail[-4000:]
     assert run.status == 0, tail
     assert not run.left_out, run.left_out
