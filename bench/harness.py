@@ -224,7 +224,7 @@ def main(
     print(f"{bench_name} on {info['cpu']} ({info['cores']} cores), {gpu}", flush=True)
     bench.save()  # the record exists from the start: a part cut before its first figure says so
     run(args, bench)
-    record = bench.record()
+    record = bench.record() | {"complete": True}
     if args.json is not None:
         bench.save(complete=True)
         print(f"record: {args.json}", flush=True)
