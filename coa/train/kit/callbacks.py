@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import logging
+import time
 from collections.abc import Callable, Collection
 from typing import Any
 
@@ -62,13 +63,39 @@ class LogToLogger(TrainerCallback):
             self.log.info("%s %d/%d %s", self.label, state.global_step, state.max_steps, line)
 
 
+LIVE_FIGURES = ("loss", "reward", "learning_rate")
+"""What a trainer's log line hands on to a :class:`~coa.steps.LiveMetrics` progress, beside tokens/s."""
+
+
 def progress_callback(report: Callable[[int, int], None]) -> TrainerCallback:
     """A callback that reports ``(optimizer step, planned steps)`` after every step (the Prefect
-    layer logs it in tenths; the CLI draws a bar)."""
+    layer logs it in tenths and moves its progress artifact; the CLI draws a bar) and, when
+    ``report`` takes live figures (:class:`~coa.steps.LiveMetrics`), each log line's loss (or
+    reward) with the tokens per second since the run started."""
+    from coa.steps import LiveMetrics
+
+    live = report if isinstance(report, LiveMetrics) else None
 
     class _Progress(TrainerCallback):
+        started: float | None = None
+        tokens_before = 0  # a resumed run's tokens, seen before this process started
+
+        def on_train_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+            self.started = time.monotonic()
+            self.tokens_before = int(getattr(state, "num_input_tokens_seen", 0) or 0)
+
         def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
             if state.is_world_process_zero:
                 report(int(state.global_step), int(state.max_steps))
+
+        def on_log(self, args: Any, state: Any, control: Any, logs: Any = None, **kwargs: Any) -> None:
+            if live is None or not state.is_world_process_zero or not logs:
+                return
+            values = {k: float(logs[k]) for k in LIVE_FIGURES if isinstance(logs.get(k), int | float)}
+            seen = int(getattr(state, "num_input_tokens_seen", 0) or 0) - self.tokens_before
+            if seen > 0 and self.started is not None and time.monotonic() > self.started:
+                values["tokens_per_s"] = seen / (time.monotonic() - self.started)
+            if values:
+                live.metrics(values)
 
     return _Progress()
