@@ -1,7 +1,7 @@
 """A step's live progress in the Prefect UI (:mod:`tasks.progress`), against a real Prefect server
-(the test harness's): the progress artifact moves at a bounded rate with the time left, ends at 100%
-(built or reused), and a collection step's moves from 0 to 100% while it runs, read back from the API
-from another thread, with ``planned`` equal to the runs the step planned.
+(the test harness's): the progress artifact moves at a bounded rate with the time left and the live
+figures, ends at 100%, and a collection's and an evaluation's move from 0 to 100% while they run, read
+back from the API from another thread, with ``planned`` equal to the runs (episodes) the step planned.
 """
 
 from __future__ import annotations
@@ -10,6 +10,7 @@ import json
 import threading
 import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -98,22 +99,59 @@ def test_a_collection_steps_progress_moves_from_0_to_100_while_it_runs(
     config = CollectConfig(tools={"record": "off"}, concurrency=2)  # type: ignore[arg-type]
     step = collect_step.step(config, TableInput(writer.commit(), "train"))
 
+    result = _watched(step, "live-collect-progress", tasks.num_rows)
+    assert result.ref.rows("trajectories") == tasks.num_rows
+
+
+def _watched(step: Any, key: str, planned: int) -> Any:
+    """Run ``step`` through the step task in a flow on another thread while this one polls its
+    progress artifact; check it moved from below 100 through the middle to 100 with ``planned``."""
+
     @flow
-    def collect() -> Any:
+    def run() -> Any:
         return run_step_task(step, {}, True, scope="live")
 
     result: list[Any] = []
-    worker = threading.Thread(target=lambda: result.append(collect()))
+    worker = threading.Thread(target=lambda: result.append(run()))
     worker.start()
     seen: list[float] = []
     while worker.is_alive():
-        found = _artifacts("live-collect-progress")
+        found = _artifacts(key)
         if found and (not seen or seen[-1] != found[0].data):
             seen.append(found[0].data)
         time.sleep(0.02)
     worker.join()
-    assert result and result[0].ref.rows("trajectories") == tasks.num_rows
-    (end,) = _artifacts("live-collect-progress")
-    assert end.data == 100.0 and f"built: {tasks.num_rows} of {tasks.num_rows} planned" in end.description
+    (end,) = _artifacts(key)
+    assert end.data == 100.0 and f"built: {planned} of {planned} planned" in end.description
     assert seen[0] < 100.0 and any(0.0 < v < 100.0 for v in seen), seen
     assert seen == sorted(seen)
+    assert result
+    return result[0]
+
+
+def test_an_evaluations_progress_moves_from_0_to_100_while_it_runs(
+    server: None, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    from coa.evaluate import step as eval_step
+    from coa.evaluate.config import EvalConfig
+    from coa.model import init_model, sft_corpus
+    from coa.steps import ModelInput
+    from coa.tools.config import ToolsConfig
+    from tests.evaluate.test_inference import task, tasks_table
+    from tests.train.conftest import TINY
+    from tests.train.rows import arith_rows
+
+    monkeypatch.setattr(live, "PROGRESS_EVERY_S", 0.0)
+    model = init_model(sft_corpus(arith_rows(40, seed=0)), TINY, tmp_path / "tiny")
+    writer = io.Store().writer("tasks", "progress", {"eval": 1})
+    questions = [task(i, f"What is {i} + {i}?") for i in range(6)]
+    writer.write_table("heldout", tasks_table(*questions), schemas.TASK)
+    config = EvalConfig(
+        max_turns=2, max_new_tokens=8, max_total_tokens=16, prompt_style="brief", batch_size=1
+    )
+    tools = ToolsConfig(enabled=("web_search",), record="off")
+    step = eval_step.step(
+        config, tools, TableInput(writer.commit(), "heldout"), ModelInput(external=str(model))
+    )
+    result = _watched(step, "live-evaluate-progress", len(questions))
+    assert result.ref.rows("eval") == len(questions)
