@@ -38,10 +38,13 @@ from tests.rl.conftest import codec, tiny_model  # noqa: F401 (fixtures)
 from tests.rl.test_curate_rollouts import last_uri, rollout_rows, task_rows
 from tests.rollout.helpers import SpyToolBox, blocks
 
-pytestmark = pytest.mark.skipif(
-    shutil.which("chromium") is None,
-    reason="the page checks need headless Chromium: apt-get install chromium",
-)
+pytestmark = [
+    pytest.mark.slow,  # end to end: four stages' outputs, then about 15 page loads in headless Chromium
+    pytest.mark.skipif(
+        shutil.which("chromium") is None,
+        reason="the page checks need headless Chromium: apt-get install chromium (make test does, as root)",
+    ),
+]
 REPO = Path(__file__).resolve().parents[2]
 
 
