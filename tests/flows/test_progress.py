@@ -2,10 +2,12 @@
 artifact moves from 0 to 100% while it runs, read back from the API during the run.
 
 The step runs as a GPU worker runs a dispatched step (``flows/step.py:run_one_step`` on its spec, in
-a process of its own: :mod:`tests.flows.progress_sft`); the test polls the server's artifacts every
-0.1 s meanwhile. Checked: the progress artifact exists before the step is done, shows a value
-strictly between 0 and 100 while the trainer runs, ends at 100 with ``planned`` equal to the plan's
-``sft.max_steps`` and the trainer's last loss and tokens/s, and the live table keeps its bounded rate.
+a process of its own: :mod:`tests.flows.progress_sft`), its trainer in that process (``in_process``)
+or launched in its own (``torchrun``, as ``accelerate launch`` on a GPU: rank 0 writes its progress
+file, the step relays it); the test polls the server's artifacts every 0.1 s meanwhile. Checked: the
+progress artifact exists before the step is done, shows a value strictly between 0 and 100 while the
+trainer runs, ends at 100 with ``planned`` equal to the plan's ``sft.max_steps`` and the trainer's
+last loss and tokens/s, and the live table keeps its bounded rate.
 """
 
 from __future__ import annotations
@@ -31,7 +33,7 @@ pytestmark = pytest.mark.slow
 STEPS = 30
 SFT = [
     *(f"sft.max_steps={STEPS}", "sft.time_budget_s=null", "sft.logging_steps=1", "sft.save_steps=1000"),
-    *("sft.batch_size=8", "sft.max_length=256", "sft.launcher=in_process"),
+    *("sft.batch_size=8", "sft.max_length=256", "sft.num_processes=1"),
 ]
 
 
@@ -42,14 +44,17 @@ def _artifacts(env: dict[str, str], kind: str) -> list[dict[str, Any]]:
     return list(reply.json())
 
 
+@pytest.mark.parametrize("launcher", ["in_process", "torchrun"])
 def test_a_dispatched_sft_steps_progress_moves_from_0_to_100_while_it_runs(
     prefect_env: dict[str, str],  # noqa: F811
     tmp_path: Path,
+    launcher: str,
 ) -> None:
     model, data = _inputs(tmp_path)
     started = time.monotonic()
+    overrides = json.dumps([*SFT, f"sft.launcher={launcher}"])
     run = subprocess.Popen(
-        [sys.executable, "-m", "tests.flows.progress_sft", model, data, json.dumps(SFT)],
+        [sys.executable, "-m", "tests.flows.progress_sft", model, data, overrides],
         env={**prefect_env, "PYTHONPATH": str(REPO)}, cwd=REPO, stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT, text=True,
     )  # fmt: skip
