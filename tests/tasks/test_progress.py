@@ -144,7 +144,7 @@ def test_an_evaluations_progress_moves_from_0_to_100_while_it_runs(
     monkeypatch.setattr(live, "PROGRESS_EVERY_S", 0.0)
     model = init_model(sft_corpus(arith_rows(40, seed=0)), TINY, tmp_path / "tiny")
     writer = io.Store().writer("tasks", "progress", {"eval": 1})
-    questions = [task(i, f"What is {i} + {i}?") for i in range(6)]
+    questions = [task(i, f"What is {i} + {i}?") for i in range(40)]  # long enough to be seen midway
     writer.write_table("heldout", tasks_table(*questions), schemas.TASK)
     config = EvalConfig(
         max_turns=2, max_new_tokens=8, max_total_tokens=16, prompt_style="brief", batch_size=1
