@@ -44,6 +44,7 @@ QUICK = (
     "bench_ray",
     "bench_demo_seeds",
     "bench_copy_learning",
+    "bench_viewer",
 )
 """In this order: the fastest first, so a broken harness shows in seconds."""
 

@@ -4,7 +4,8 @@ This module is the entry point (``coa = "coa.cli:main"``) and the assembly of th
 commands live in :mod:`coa._cli` by concern: :mod:`~coa._cli.run` (``coa run``),
 :mod:`~coa._cli.stages` (one stage at a time), :mod:`~coa._cli.inspect` (show, validate, lineage,
 format check), :mod:`~coa._cli.models` (the registry), :mod:`~coa._cli.tools` (one tool call),
-:mod:`~coa._cli.score` (prediction files), over the helpers of :mod:`~coa._cli.common`.
+:mod:`~coa._cli.score` (prediction files), :mod:`~coa._cli.view` (the episode viewer), over the
+helpers of :mod:`~coa._cli.common`.
 
 Every stage command builds the same :class:`~coa.steps.Step` the pipeline's plan builds and runs it
 through :func:`coa.steps.run_step`, so ``coa collect …`` and the flow give the same artifact for the
@@ -22,7 +23,7 @@ import typer
 from typer.core import TyperGroup
 
 from coa import io
-from coa._cli import inspect, models, run, score, stages, tools
+from coa._cli import inspect, models, run, score, stages, tools, view
 from coa._cli.common import err
 from coa.errors import CoaError, describe
 
@@ -98,8 +99,10 @@ tool_app.command("crawl")(tools.tool_crawl)
 format_app.command("check")(inspect.format_check)
 app.command()(inspect.validate)
 app.command()(inspect.show)
+app.command()(view.view)
 models_app.command("list")(models.models_list)
 models_app.command("show")(models.models_show)
+models_app.command("history")(models.models_history)
 models_app.command("promote")(models.models_promote)
 models_app.command("rollback")(models.models_rollback)
 models_app.command("export")(models.models_export)

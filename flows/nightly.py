@@ -35,13 +35,14 @@ from coa.plan.nightly import (
     tonight,
 )
 from coa.registry.gate import Verdict, apply, verdict_markdown
+from coa.registry.history import NightlyHistory, night_row
 from coa.registry.ledger import Ledger
 from coa.registry.store import Registry
 from coa.steps import ModelInput, StepResult, warm_code_versions
 from flows.pipeline import fail, publish_lineage, publish_summary, run_planned_step
 from tasks.fanout import executor
 from tasks.outcome import project_errors_fail
-from tasks.publish import artifact_key, scope_of
+from tasks.publish import artifact_key, publish_history, scope_of
 
 
 def run_name() -> str:
@@ -103,6 +104,11 @@ def nightly(
         markdown=verdict_markdown(promotion.model_name, candidate, verdict, outcome),
         description=f"Promotion gate of night {night}: {outcome}",
     )
+    row = night_row(
+        night, {name: r.summary for name, r in done.items()}, verdict.promote, verdict.reasons,
+        CANDIDATE_EVAL, CHAMPION_EVAL, NEW_TASKS,
+    )  # fmt: skip
+    publish_history(scope, promotion.model_name, NightlyHistory(promotion.model_name).record(row))
     publish_lineage(scope, done)
     result = publish_summary(scope, cfg, steps, done).model_dump(mode="json")
     result.update(

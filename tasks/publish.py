@@ -17,6 +17,7 @@ a link a browser can open: a presigned URL on S3 (valid :data:`coa.io.LINK_EXPIR
 from __future__ import annotations
 
 import posixpath
+from collections.abc import Sequence
 from pathlib import PurePath
 
 from prefect.artifacts import create_link_artifact, create_markdown_artifact, create_table_artifact
@@ -25,6 +26,8 @@ from coa import io, pages
 from coa.errors import describe
 from coa.facts import Fact, Markdown, Page, Table
 from coa.plan.stages import facts
+from coa.registry.history import NightRow
+from coa.registry.history import plot as history_plot
 from coa.steps import Step, StepResult
 
 MAX_PAGE_CHARS = 2_000_000
@@ -87,3 +90,20 @@ def publish(step: Step, result: StepResult, scope: str = "") -> None:
             create_markdown_artifact(key=key, markdown=page_markdown(fact), description=description)
         else:
             create_link_artifact(key=key, link=fact.url, description=description)
+
+
+def publish_history(scope: str, name: str, rows: Sequence[NightRow]) -> None:
+    """The nightly history of model ``name`` (:mod:`coa.registry.history`): a table with a row per
+    night, and the plot of the champion's metric over the nights (``<scope>-history``,
+    ``<scope>-history-plot``: one artifact each per deployment, a new version every night)."""
+    create_table_artifact(
+        key=artifact_key(scope, "history"),
+        table=[row.model_dump(mode="json") for row in rows],
+        description=f"Nightly history of `{name}`: a row per night",
+    )
+    figure = pages.figure(history_plot(rows, name), f"the champion of {name} over the nights")
+    create_markdown_artifact(
+        key=artifact_key(scope, "history-plot"),
+        markdown=pages.in_markdown(pages.page(f"Nightly history of {name}", [figure]), lambda rel: rel),
+        description=f"`{name}`: the champion's primary metric over the nights, beside each candidate",
+    )

@@ -20,6 +20,7 @@ from coa.errors import CoaError, describe
 from coa.execution import ShardExecutor
 from coa.plan.stages import facts
 from coa.steps import Step, StepResult, run_step
+from tasks.progress import StepProgress
 from tasks.publish import publish
 
 
@@ -58,19 +59,21 @@ def run_step_task(
     executor: ShardExecutor | None = None,
     scope: str = "",
 ) -> Any:
-    """Run (or reuse) ``step``; publish its Prefect artifacts; a project error becomes ``Failed``.
+    """Run (or reuse) ``step``, its live progress in the UI (:mod:`tasks.progress`); publish its Prefect
+    artifacts; a project error becomes ``Failed``.
 
     ``done``: the results of the steps it reads (only those: Prefect draws an edge from each);
     ``executor``: where the step's shards run (:mod:`tasks.fanout`; None = in this process);
     ``scope``: the prefix of its artifact keys (:func:`tasks.publish.scope_of`)."""
     logger = get_run_logger()
+    progress = StepProgress(step.name, scope, logger, _progress(logger, step.name)).start()
     try:
-        result = run_step(
-            step, io.Store(), done, _progress(logger, step.name), reuse_only=not run_it, executor=executor
-        )
+        result = run_step(step, io.Store(), done, progress, reuse_only=not run_it, executor=executor)
     except CoaError as e:
         logger.error("%s: %s", step.name, describe(e))
+        progress.failed(describe(e))
         return Failed(message=describe(e))
+    progress.finish(result.reused)
     logger.info("%s: %s %s", step.name, "reused" if result.reused else "built", result.ref.uri)
     for message in facts(step.stage, result).warnings:  # e.g. RL's reward-hacking alarm
         logger.warning("%s: %s", step.name, message)

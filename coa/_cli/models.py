@@ -1,4 +1,5 @@
-"""``coa models list|show|promote|rollback|export``: the model registry's champions and their history."""
+"""``coa models list|show|history|promote|rollback|export``: the model registry's champions, their
+history, and the nightly history of a model name."""
 
 from __future__ import annotations
 
@@ -49,6 +50,31 @@ def models_show(name: Annotated[str, typer.Argument(help="Registered model name"
         table.add_column(col, overflow="fold")
     for e in history:
         table.add_row(e.at, e.event, e.model_uri, "\n".join(e.reasons))
+    console.print(table)
+
+
+def models_history(name: Annotated[str, typer.Argument(help="Registered model name")]) -> None:
+    """The nightly history of NAME: a row per night (data, training, metrics, the gate's verdict)."""
+    from coa.registry.history import PRIMARY, NightlyHistory
+
+    rows = NightlyHistory(name).rows()
+    if not rows:
+        raise UserError(f"no nightly history for {name!r}: it is written by the nightly flow after each gate")
+
+    def num(value: float | None, se: float | None = None) -> str:
+        if value is None:
+            return "-"
+        return f"{value:.3f} ± {1.96 * se:.3f}" if se is not None else f"{value:g}"
+
+    table = Table(title=f"nightly history of {name} ({PRIMARY} with its 95% interval)")
+    for col in ("night", "new tasks", "runs", "kept", "teacher tokens", "cost $", "sft", "rl",
+                "candidate", "champion", "verdict"):  # fmt: skip
+        table.add_column(col, overflow="fold")
+    for r in rows:
+        verdict = ("promoted: " if r.promoted else "refused: ") + r.reason
+        table.add_row(r.night, num(r.tasks_new), num(r.runs_collected), num(r.runs_kept),
+                      num(r.teacher_tokens), num(r.teacher_cost_usd), num(r.sft_steps), num(r.rl_steps),
+                      num(r.candidate, r.candidate_se), num(r.champion, r.champion_se), verdict)  # fmt: skip
     console.print(table)
 
 

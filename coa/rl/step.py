@@ -129,7 +129,9 @@ def _build(b: Build) -> None:
             progress = [progress_callback(b.progress)] if b.progress is not None else []
             result = run_rl(prompts.read(), run_config, out, resume=True, callbacks=[*callbacks, *progress])
         else:
-            launched = launch(RL, prompts.read(), run_config, out, config)  # accelerate or torchrun
+            launched = launch(
+                RL, prompts.read(), run_config, out, config, b.progress
+            )  # accelerate or torchrun
             result = RLResult.model_validate(launched)
     except EntropyCollapse as e:
         b.writer.write_table(ROLLOUTS_TABLE, read_rollouts(out / ROLLOUTS_DIR), schemas.ROLLOUT)

@@ -70,7 +70,7 @@ def _build(b: Build) -> None:
         progress = [progress_callback(b.progress)] if b.progress is not None else []
         result = run_sft(examples, run_config, out, resume=True, callbacks=[*callbacks, *progress])
     else:
-        launched = launch(SFT, examples, run_config, out, config)
+        launched = launch(SFT, examples, run_config, out, config, b.progress)
         result = SFTResult.model_validate(launched)
     b.writer.put_folder(MODEL_FOLDER, result.model_dir)
     b.writer.put_file(LOSS_PNG, result.loss_curve_png)

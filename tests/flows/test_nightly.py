@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 from prefect.client.orchestration import get_client
@@ -123,5 +124,45 @@ def test_two_nights_promote_then_refuse(
     rerun_s = time.perf_counter() - start
     assert again["refs"] == refs and all(s["status"] == "reused" for s in again["stages"] if s["artifact"])
     assert len(reg.history("agent")) == 2  # nothing recorded twice
+    _check_history([first, second])
     print(f"\nnightly timings: night 1 {night1_s:.1f} s, night 2 {night2_s:.1f} s, rerun {rerun_s:.1f} s")
     print(f"night 1 steps: {first['seconds']}\nnight 2 steps: {second['seconds']}")
+
+
+def _check_history(nights: list[dict[str, Any]]) -> None:
+    """The history artifact holds a row per night whose numbers are the nights' own artifacts'; its
+    plot is an image in the markdown artifact; ``coa models history`` prints the same rows."""
+    import asyncio
+    import json
+
+    from typer.testing import CliRunner
+
+    from coa.cli import app
+
+    rows = json.loads(asyncio.run(_artifact("nightly-demo-history")))
+    assert [r["night"] for r in rows] == ["2026-01-01", "2026-01-02"]
+    for row, night in zip(rows, nights, strict=True):
+        refs = night["refs"]
+        collected = io.read_lineage(refs["collect"]["uri"])["result"]["summary"]
+        assert row["runs_collected"] == io.open_artifact(refs["collect"]["uri"]).rows() == collected["runs"]
+        assert row["teacher_tokens"] == collected["prompt_tokens"] + collected["completion_tokens"] > 0
+        assert (
+            row["tasks_new"] == io.read_lineage(refs["nightly.new_tasks"]["uri"])["result"]["summary"]["new"]
+        )
+        assert row["runs_kept"] == io.open_artifact(refs["curate"]["uri"]).rows("trajectories")
+        assert row["sft_steps"] == io.read_lineage(refs["sft"]["uri"])["steps_run"]
+        assert row["rl_steps"] == io.read_lineage(refs["rl"]["uri"])["steps_run"]
+        metrics = json.loads(io.read_file(refs["evaluate.candidate"]["uri"], "metrics.json"))["families"][
+            "all"
+        ]
+        assert row["candidate"] == metrics["pass@1"] and row["candidate_se"] == metrics["pass@1_se"]
+        assert row["promoted"] == night["verdict"]["promote"]
+        assert row["reason"] == "; ".join(night["verdict"]["reasons"])
+    assert rows[0]["champion"] == rows[0]["candidate"]  # promoted: the candidate is the champion
+    champion = io.read_file(nights[1]["refs"]["evaluate.champion"]["uri"], "metrics.json")
+    assert rows[1]["champion"] == json.loads(champion)["families"]["all"]["pass@1"]  # refused: it stays
+    plot = asyncio.run(_artifact("nightly-demo-history-plot"))
+    assert "data:image/png;base64," in plot
+    printed = CliRunner().invoke(app, ["models", "history", "agent"], env={"COLUMNS": "250"})
+    assert printed.exit_code == 0, printed.output
+    assert "2026-01-01" in printed.output and "2026-01-02" in printed.output and "refused" in printed.output

@@ -72,3 +72,19 @@ def test_the_exit_status_and_the_output_come_back(tmp_path: Path) -> None:
     log = tmp_path / "train.log"
     code = run_guarded([sys.executable, "-c", "print('step 1'); raise SystemExit(7)"], log)
     assert code == 7 and "step 1" in log.read_text()
+
+
+def test_the_launcher_polls_while_it_waits_and_still_ends_a_run_past_its_timeout(tmp_path: Path) -> None:
+    import pytest
+
+    polls: list[float] = []
+    start = time.monotonic()
+    sleeper = [sys.executable, "-c", "import time; time.sleep(1.5)"]
+    code = run_guarded(sleeper, tmp_path / "a.log", poll=lambda: polls.append(time.monotonic()), poll_s=0.2)
+    assert code == 0 and len(polls) >= 4  # while it ran (the relay of its progress), and once at its end
+    assert polls[-1] - start >= 1.5
+    with pytest.raises(subprocess.TimeoutExpired):
+        run_guarded([sys.executable, "-c", TRAINER, str(tmp_path / "pid")], tmp_path / "b.log",
+                    timeout_s=3.0, poll=lambda: None, poll_s=0.3)  # fmt: skip
+    assert time.monotonic() - start < 15
+    assert not _alive(int((tmp_path / "pid").read_text()))  # the group was ended

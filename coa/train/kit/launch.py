@@ -25,12 +25,17 @@ import re
 import signal
 import subprocess
 import sys
+import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Literal
 
 import yaml
 
 from coa.train.kit.recipe import Recipe
+
+Progress = Callable[[int, int], None]
+"""``progress(done, planned)``, as :data:`coa.steps.Progress` (this module stays below the runner)."""
 
 FAILURE_FILE = "failure.json"
 RESOLVED_FILE = "resolved.yaml"
@@ -60,12 +65,17 @@ def work_dir(store_root: str, artifact_uri: str) -> Path:
     return cache / "checkpoints" / "/".join(artifact_uri.rstrip("/").split("/")[-2:])
 
 
-def launch(recipe: Recipe, rows: Any, config: Any, out: Path, stage: Any) -> dict[str, Any]:
+def launch(
+    recipe: Recipe, rows: Any, config: Any, out: Path, stage: Any, progress: Progress | None = None
+) -> dict[str, Any]:
     """Run ``recipe`` as the stage config ``stage`` says (``launcher`` accelerate or torchrun,
-    ``accelerate_config``, ``num_processes``); its result file's JSON."""
+    ``accelerate_config``, ``num_processes``); its result file's JSON. ``progress`` gets the run's
+    steps done of planned (and its live figures) from rank 0's progress file while it runs."""
     if resolve_launcher(stage) == "torchrun":
-        return launch_torchrun(recipe, rows, config, out, stage.num_processes or 1)
-    return launch_accelerate(recipe, rows, config, out, stage.accelerate_config, stage.num_processes)
+        return launch_torchrun(recipe, rows, config, out, stage.num_processes or 1, progress=progress)
+    return launch_accelerate(
+        recipe, rows, config, out, stage.accelerate_config, stage.num_processes, progress=progress
+    )
 
 
 def launch_accelerate(
@@ -76,6 +86,7 @@ def launch_accelerate(
     accelerate_config: str,
     num_processes: int | None = None,
     timeout_s: float | None = None,
+    progress: Progress | None = None,
 ) -> dict[str, Any]:
     """Run ``recipe`` on ``rows`` (a ``pyarrow.Table``) under ``accelerate launch``; its result file's
     JSON. Raises the launched run's own error (see the module doc), or the recipe's error when the run
@@ -84,17 +95,23 @@ def launch_accelerate(
     cmd = [sys.executable, "-m", "accelerate.commands.launch", "--config_file", accelerate_config]
     if num_processes is not None:
         cmd += ["--num_processes", str(num_processes)]
-    return _launch(recipe, rows, config, out, cmd, "accelerate launch", timeout_s)
+    return _launch(recipe, rows, config, out, cmd, "accelerate launch", timeout_s, progress)
 
 
 def launch_torchrun(
-    recipe: Recipe, rows: Any, config: Any, out: Path, num_processes: int, timeout_s: float | None = None
+    recipe: Recipe,
+    rows: Any,
+    config: Any,
+    out: Path,
+    num_processes: int,
+    timeout_s: float | None = None,
+    progress: Progress | None = None,
 ) -> dict[str, Any]:
     """Run ``recipe`` on ``rows`` under ``torchrun --standalone --nproc_per_node num_processes`` (a
     free rendezvous port; DDP over NCCL with CUDA, gloo on CPU); as :func:`launch_accelerate`."""
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone"]
     cmd += ["--nproc_per_node", str(num_processes)]
-    return _launch(recipe, rows, config, out, cmd, "torchrun", timeout_s)
+    return _launch(recipe, rows, config, out, cmd, "torchrun", timeout_s, progress)
 
 
 def check_accelerate_config(recipe: Recipe, accelerate_config: str, num_processes: int | None) -> None:
@@ -115,7 +132,14 @@ def check_accelerate_config(recipe: Recipe, accelerate_config: str, num_processe
 
 
 def _launch(
-    recipe: Recipe, rows: Any, config: Any, out: Path, prefix: list[str], how: str, timeout_s: float | None
+    recipe: Recipe,
+    rows: Any,
+    config: Any,
+    out: Path,
+    prefix: list[str],
+    how: str,
+    timeout_s: float | None,
+    progress: Progress | None = None,
 ) -> dict[str, Any]:
     import pyarrow.parquet as pq
 
@@ -135,8 +159,13 @@ def _launch(
     cmd = [*prefix, "-m", recipe.module, "--config", str(resolved), "--output-dir", str(out), "--resume"]
     log_file = out / LOG_FILE
     offset = log_file.stat().st_size if log_file.exists() else 0
+    relay = None
+    if progress is not None:
+        from coa.train.kit.callbacks import PROGRESS_FILE, ProgressRelay
+
+        relay = ProgressRelay(out / PROGRESS_FILE, progress)
     try:
-        returncode = run_guarded(cmd, log_file, timeout_s=timeout_s)
+        returncode = run_guarded(cmd, log_file, timeout_s=timeout_s, poll=relay.poll if relay else None)
     except subprocess.TimeoutExpired:
         raise recipe.error(
             f"`{how} -m {recipe.module}` was still running after {timeout_s:g} s and was ended; its log: "
@@ -177,12 +206,20 @@ def rank_failure(log_text: str) -> str | None:
     return f"rank {found['rank']} failed first with exit code {found['code']} ({why})"
 
 
-def run_guarded(cmd: list[str], log_file: Path, grace_s: float = 5.0, timeout_s: float | None = None) -> int:
+def run_guarded(
+    cmd: list[str],
+    log_file: Path,
+    grace_s: float = 5.0,
+    timeout_s: float | None = None,
+    poll: Callable[[], None] | None = None,
+    poll_s: float = 1.0,
+) -> int:
     """Run ``cmd`` under :mod:`coa.train.kit.guard` in a process group of its own, its output appended
     to ``log_file`` (never this process's pipe); its exit status. If this process is interrupted or
     ends the run (Ctrl-C, a cancelled flow run) the group is ended here (SIGTERM, then SIGKILL after
     ``grace_s``); if it is killed outright, the guard ends the group itself. Past ``timeout_s`` the
-    group is ended and ``subprocess.TimeoutExpired`` raised."""
+    group is ended and ``subprocess.TimeoutExpired`` raised. ``poll`` is called every ``poll_s`` while
+    it runs, in this thread (the launching step relays the run's progress), and once at its end."""
     log_file.parent.mkdir(parents=True, exist_ok=True)
     with log_file.open("ab") as log:
         proc = subprocess.Popen(
@@ -192,8 +229,24 @@ def run_guarded(cmd: list[str], log_file: Path, grace_s: float = 5.0, timeout_s:
             stderr=subprocess.STDOUT,
             start_new_session=True,
         )
+        deadline = None if timeout_s is None else time.monotonic() + timeout_s
         try:
-            return proc.wait(timeout=timeout_s)
+            while True:
+                wait = poll_s if poll is not None else None
+                if deadline is not None:
+                    left = deadline - time.monotonic()
+                    wait = left if wait is None else min(wait, left)
+                try:
+                    code = proc.wait(timeout=max(0.0, wait) if wait is not None else None)
+                except subprocess.TimeoutExpired:
+                    if deadline is not None and time.monotonic() >= deadline:
+                        raise
+                    if poll is not None:
+                        poll()
+                    continue
+                if poll is not None:
+                    poll()
+                return code
         finally:
             if proc.poll() is None:
                 _end_group(proc, grace_s)

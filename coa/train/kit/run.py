@@ -104,6 +104,10 @@ def train(recipe: Recipe, trainer: Any, start: RunStart, planned: int) -> float:
     if trainer.is_world_process_zero():  # what a killed save left is never read nor rotated
         checkpoints.clean(start.checkpoints)
     checkpoints.install(trainer)
+    if trainer.is_world_process_zero():  # a launching process relays it (coa.train.kit.launch)
+        from coa.train.kit.callbacks import PROGRESS_FILE, ProgressFile, progress_callback
+
+        trainer.add_callback(progress_callback(ProgressFile(start.out / PROGRESS_FILE)))
     if start.last is not None and start.start_step >= planned:
         load_finished(recipe, trainer, start.last)
         # the callbacks see the loop start where it ends (step counter, held-out scores, budget)
