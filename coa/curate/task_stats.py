@@ -35,6 +35,7 @@ SLICE_ROWS = 100_000
 PART_ROWS = 25_000
 """Spilled rows summed at a time by :meth:`TaskStats.tables` (one range of task ids)."""
 
+
 def empty_schema() -> dict[str, type[pl.DataType]]:
     """The columns of a task-stats frame (a function: polars is imported where it runs, coa.lazy)."""
     return {"task_id": pl.String, "runs": pl.Int64, "correct": pl.Int64}
