@@ -5,8 +5,9 @@ The job template starts it on every node but node 0, with the same environment (
 the rendezvous endpoint) and the node's rank. It waits for node 0 to announce a launch, runs that
 launch's command as its node rank (under :mod:`coa.train.kit.guard`, output appended to
 ``train.node<k>.log`` in the run's folder), and waits for the next one: a retried step is a new
-launch. It exits after ``--idle-exit-s`` seconds without a launch (the gang is released), after one
-launch with ``--once``, or when ended (SIGTERM: its running launch is ended too).
+launch. It exits after ``--idle-exit-s`` seconds without a launch (status 0: the gang is released),
+after one launch with ``--once`` (that launch's status), or when ended (SIGTERM: its running launch
+is ended too).
 """
 
 from __future__ import annotations
@@ -24,10 +25,10 @@ POLL_S = 0.2
 
 
 def serve(folder: Path, rank: int, idle_exit_s: float | None, once: bool) -> int:
-    """Run each launch announced in ``folder`` as node ``rank``; the last launch's exit status (0 if none)."""
+    """Run each launch announced in ``folder`` as node ``rank``; with ``once`` the launch's exit status,
+    else 0 when idle for ``idle_exit_s`` (a failed launch is node 0's to report: its step fails)."""
     seen: set[str] = set()
     last = time.monotonic()
-    code = 0
     while True:
         launch = nodes.read_launch(folder)
         if launch is not None and launch.id not in seen:
@@ -40,17 +41,22 @@ def serve(folder: Path, rank: int, idle_exit_s: float | None, once: bool) -> int
             last = time.monotonic()
         elif idle_exit_s is not None and time.monotonic() - last > idle_exit_s:
             print(f"node {rank}: no launch for {idle_exit_s:g} s; exiting", flush=True)
-            return code
+            return 0
         time.sleep(POLL_S)
 
 
-def main(argv: list[str] | None = None) -> int:
+def parser() -> argparse.ArgumentParser:
+    """The agent's command line (the job templates in infra/ are checked against it)."""
     parser = argparse.ArgumentParser(prog="python -m coa.train.kit.node", description=__doc__)
     parser.add_argument(
         "--idle-exit-s", type=float, default=None, help="exit after this long without a launch"
     )
     parser.add_argument("--once", action="store_true", help="exit after one launch, with its status")
-    ns = parser.parse_args(argv)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    ns = parser().parse_args(argv)
     try:
         rank = nodes.node_rank()
         folder = nodes.rendezvous().nodes_dir
