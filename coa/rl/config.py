@@ -102,6 +102,13 @@ class RLServer(EndpointConfig):
         "weight-transfer client (trainer and engine on different GPUs; vLLM importable beside the trainer; "
         "not yet run against a real engine). coa.serve always takes the folder.",
     )
+    replicas: tuple[str, ...] = Field(
+        default=(),
+        description="Base URLs (with /v1) of further replicas of this server: the same model and engine, "
+        "e.g. one per node. Each weight push goes to every replica (each stamps its own requests' "
+        "versions) and the rollout client sends each generation to the next replica in turn "
+        "(coa/rl/replicas.py; docs/how-to/multi-node.md).",
+    )
     sglang_pause_mode: Literal["retract", "in_place"] = Field(
         default="retract",
         description="SGLang's pause for a weight push: retract = running requests recompute their KV on "

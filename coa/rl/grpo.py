@@ -257,6 +257,10 @@ def build_trainer(
     trainer.remove_callback(PrinterCallback)
     if fsdp.cpu_fsdp2_requested():  # accelerate's FSDP takes on GPUs only: shard here (coa.train.kit.fsdp)
         fsdp.install(trainer)
+    acc = trainer.accelerator
+    log.info(
+        "rank %d of %d (pid %d, %s)", acc.process_index, acc.num_processes, os.getpid(), acc.distributed_type
+    )
     if shards := fsdp.describe_shards(trainer):
         log.info("rank %d %s", trainer.accelerator.process_index, shards)
     resume.install(trainer)  # epoch-keyed prompt order, sampling state in every checkpoint

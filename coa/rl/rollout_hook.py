@@ -62,21 +62,25 @@ class Rollouts:
         self.stats |= {"groups_trained": 0.0, "staleness_max": 0.0, "staleness_sum": 0.0}
         self.stats |= {"episodes": 0.0, "groups_generated": 0.0, "truncated": 0.0}
         if config.rollout.backend == "server":
+            from coa.rl.replicas import ReplicaSync, replica_endpoints
             from coa.rl.server import WeightSync, server_endpoint
 
             self.endpoint = server_endpoint(config)
             folder = Path(config.rollout.sync_dir) if config.rollout.sync_dir else out / "weight_sync"
-            self.sync = WeightSync(
-                self.endpoint,
-                folder,
-                config.rollout.pause_mode,
-                adapter=config.adapter_sync,
+            kw: dict[str, Any] = {
+                "pause_mode": config.rollout.pause_mode,
+                "adapter": config.adapter_sync,
                 # sync: each batch is done before the next push; async: a group more than max_staleness
                 # generation batches old is never trained
-                retire_after=1
+                "retire_after": 1
                 if config.mode == "sync"
                 else (config.max_staleness + 1) * config.steps_per_generation,
-            )
+            }
+            endpoints = replica_endpoints(self.endpoint)
+            if len(endpoints) > 1:  # every push to each replica; requests spread over them
+                self.sync = ReplicaSync(endpoints, folder, **kw)
+            else:
+                self.sync = WeightSync(self.endpoint, folder, **kw)
             self.sync.check()
             if (
                 config.is_correction == "tis"
@@ -99,7 +103,7 @@ class Rollouts:
                     self.sync.push(model, step)
                 trainer.accelerator.wait_for_everyone()
                 if not trainer.accelerator.is_main_process:  # the engine now holds rank 0's push
-                    self.sync.version = self.sync.engine.ledger.current = step
+                    self.sync.adopt(step)
             if self.config.mode == "async":
                 if self.producer is None:
                     from coa.rl.producer import GroupProducer
@@ -154,13 +158,30 @@ class Rollouts:
             return self.policy_factory(model, trainer.processing_class)
         eos = trainer.accelerator.unwrap_model(trainer.model).generation_config.eos_token_id
         codec = Codec(trainer.processing_class, eos if isinstance(eos, list) else [eos])
+        # each rank its own stream: unseeded or equally seeded requests repeat samples
+        seed = self.config.seed + int(trainer.state.global_step) + 1_000_003 * rank_of(trainer)[0]
+        syncs = getattr(self.sync, "syncs", None)
+        if syncs is not None:  # several replicas: each its own client (and ledger), in turn
+            from coa.rl.replicas import ReplicaPolicy
+
+            return ReplicaPolicy(
+                [
+                    EndpointPolicy(
+                        s.endpoint,
+                        codec,
+                        max_connections=s.endpoint.max_concurrency,
+                        engine=s.engine,
+                        seed=seed + 7919 * i,
+                    )
+                    for i, s in enumerate(syncs)
+                ]
+            )
         return EndpointPolicy(
             self.endpoint,
             codec,
             max_connections=self.endpoint.max_concurrency,
             engine=self.sync.engine if self.sync is not None else None,
-            # each rank its own stream: unseeded or equally seeded requests repeat samples
-            seed=self.config.seed + int(trainer.state.global_step) + 1_000_003 * rank_of(trainer)[0],
+            seed=seed,
         )
 
     def _trl_batch(self, batch: Any) -> dict[str, Any]:
@@ -207,7 +228,7 @@ class Rollouts:
         if self.sync is not None:
             mine |= {"weight_syncs": float(self.sync.pushes), "weight_sync_s": self.sync.seconds}
             # completions whose engine-reported version disagreed with the client's stamp (SGLang reports)
-            mine["weight_version_mismatches"] = float(self.sync.engine.ledger.mismatches)
+            mine["weight_version_mismatches"] = float(self.sync.mismatches())
         every = gather_all(trainer, [mine]) if trainer is not None else [mine]
         s = {k: sum(r.get(k, 0.0) for r in every) for k in mine}  # rank 0 alone pushes: its syncs
         s["staleness_max"] = max(r["staleness_max"] for r in every)

@@ -149,6 +149,14 @@ class WeightSync:
         self.pushes += 1
         self.seconds += time.perf_counter() - start
 
+    def adopt(self, version: int) -> None:
+        """Another rank pushed ``version``: stamp this rank's requests with it."""
+        self.version = self.engine.ledger.current = version
+
+    def mismatches(self) -> int:
+        """Completions whose engine-reported version disagreed with the client's stamp."""
+        return self.engine.ledger.mismatches
+
     def retire(self, current: int) -> None:
         """Unload the adapters at least ``retire_after`` versions behind ``current`` that no request uses:
         those the engine reports holding (a killed run's included), and remove their folders (and the

@@ -5,7 +5,7 @@
 * :class:`TrainRun`: what one run from a file (``python -m <recipe> --config resolved.yaml``) adds to
   its stage's config: the model to start from and the output folder;
 * :class:`TrainStage`: where the pipeline stage runs (``launcher``, ``accelerate_config``,
-  ``num_processes``).
+  ``num_processes``, ``nodes``).
 
 A recipe declares one config, its stage's (``SFTStageConfig(TrainLoop, TrainStage)``), and derives
 its run's form from it (``SFTRunConfig(SFTStageConfig, TrainRun)``), so the YAML keys stay flat
@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from coa.config import StrictModel
 
@@ -94,8 +94,26 @@ class TrainStage(StrictModel):
         default=None,
         ge=1,
         description="Ranks (GPUs): overrides the accelerate config's process count; torchrun's "
-        "--nproc_per_node (default 1).",
+        "--nproc_per_node (default 1). With nodes > 1: the ranks on each node.",
     )
+    nodes: int = Field(
+        default=1,
+        ge=1,
+        description="Machines the run spans (torchrun's multi-node rendezvous; docs/how-to/multi-node.md): "
+        "this step's process is node 0 and launches `launcher` (torchrun, or accelerate with its config; "
+        "auto = accelerate) with num_processes ranks per node; nodes 1..N-1 run `python -m "
+        "coa.train.kit.node`. The rendezvous comes from the environment (COA_RDZV_ENDPOINT or "
+        "MASTER_ADDR/MASTER_PORT, COA_NODES_DIR). The global batch is unchanged: all ranks share it.",
+    )
+
+    @model_validator(mode="after")
+    def _nodes_launch(self) -> TrainStage:
+        if self.nodes > 1 and self.launcher == "in_process":
+            raise ValueError(
+                f"nodes is {self.nodes} but launcher is in_process: a run on several nodes is launched; set "
+                "launcher to torchrun (plain DDP) or accelerate (with accelerate_config)"
+            )
+        return self
 
 
 RESUME_FREE_FIELDS = frozenset(

@@ -19,6 +19,7 @@ number of ranks: its batch is the global batch, which the ranks share (:mod:`coa
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import re
@@ -46,9 +47,12 @@ Launcher = Literal["in_process", "accelerate", "torchrun"]
 
 
 def resolve_launcher(config: Any) -> Launcher:
-    """Where a training stage runs: its ``launcher``, or by the hardware when ``auto``."""
+    """Where a training stage runs: its ``launcher``, or by the hardware when ``auto`` (always launched
+    on several nodes: ``accelerate``)."""
     if config.launcher != "auto":
         return config.launcher  # type: ignore[no-any-return]
+    if getattr(config, "nodes", 1) > 1:
+        return "accelerate"
     import torch
 
     return "accelerate" if torch.cuda.is_available() else "in_process"
@@ -69,8 +73,10 @@ def launch(
     recipe: Recipe, rows: Any, config: Any, out: Path, stage: Any, progress: Progress | None = None
 ) -> dict[str, Any]:
     """Run ``recipe`` as the stage config ``stage`` says (``launcher`` accelerate or torchrun,
-    ``accelerate_config``, ``num_processes``); its result file's JSON. ``progress`` gets the run's
-    steps done of planned (and its live figures) from rank 0's progress file while it runs."""
+    ``accelerate_config``, ``num_processes``, ``nodes``); its result file's JSON. ``progress`` gets the
+    run's steps done of planned (and its live figures) from rank 0's progress file while it runs."""
+    if getattr(stage, "nodes", 1) > 1:
+        return launch_nodes(recipe, rows, config, out, stage, progress=progress)
     if resolve_launcher(stage) == "torchrun":
         return launch_torchrun(recipe, rows, config, out, stage.num_processes or 1, progress=progress)
     return launch_accelerate(
@@ -114,6 +120,33 @@ def launch_torchrun(
     return _launch(recipe, rows, config, out, cmd, "torchrun", timeout_s, progress)
 
 
+def launch_nodes(
+    recipe: Recipe,
+    rows: Any,
+    config: Any,
+    out: Path,
+    stage: Any,
+    timeout_s: float | None = None,
+    progress: Progress | None = None,
+) -> dict[str, Any]:
+    """Run ``recipe`` on ``stage.nodes`` machines as their node 0 (:mod:`coa.train.kit.nodes`): the launch
+    announced to the other nodes' agents, ``stage.num_processes`` ranks per node, the rendezvous from
+    the environment; as :func:`launch_accelerate`."""
+    from coa.train.kit import nodes
+
+    torchrun = resolve_launcher(stage) == "torchrun"
+    how: Literal["torchrun", "accelerate"] = "torchrun" if torchrun else "accelerate"
+    per_node = stage.num_processes or 1
+    if how == "accelerate":
+        check_accelerate_config(recipe, stage.accelerate_config, stage.nodes * per_node)
+    try:
+        planned = nodes.plan(how, stage.nodes, per_node, stage.accelerate_config, out)
+    except nodes.NodesError as e:
+        raise recipe.error(f"{recipe.name}.nodes is {stage.nodes}: {e}") from None
+    label = f"{'torchrun' if how == 'torchrun' else 'accelerate launch'} on {stage.nodes} nodes"
+    return _launch(recipe, rows, config, out, [], label, timeout_s, progress, on_nodes=planned)
+
+
 def check_accelerate_config(recipe: Recipe, accelerate_config: str, num_processes: int | None) -> None:
     """Refuse a missing accelerate config, or several processes under a one-process config (accelerate
     would start one process, which would train alone)."""
@@ -140,7 +173,13 @@ def _launch(
     how: str,
     timeout_s: float | None,
     progress: Progress | None = None,
+    on_nodes: Any = None,
 ) -> dict[str, Any]:
+    """Write the run's files, run it, read its result; ``progress`` reads rank 0's progress file while it
+    runs; ``on_nodes`` (a :class:`~coa.train.kit.nodes.Launch`) runs it as node 0 of several, announced
+    to the others while it runs."""
+    import contextlib
+
     import pyarrow.parquet as pq
 
     out.mkdir(parents=True, exist_ok=True)
@@ -157,6 +196,12 @@ def _launch(
     failure = out / FAILURE_FILE
     failure.unlink(missing_ok=True)
     cmd = [*prefix, "-m", recipe.module, "--config", str(resolved), "--output-dir", str(out), "--resume"]
+    announce: contextlib.AbstractContextManager[Any] = contextlib.nullcontext()
+    if on_nodes is not None:
+        from coa.train.kit import nodes
+
+        on_nodes = dataclasses.replace(on_nodes, args=tuple(cmd))
+        cmd, announce = on_nodes.command(0), nodes.announced(on_nodes)
     log_file = out / LOG_FILE
     offset = log_file.stat().st_size if log_file.exists() else 0
     relay = None
@@ -165,7 +210,8 @@ def _launch(
 
         relay = ProgressRelay(out / PROGRESS_FILE, progress)
     try:
-        returncode = run_guarded(cmd, log_file, timeout_s=timeout_s, poll=relay.poll if relay else None)
+        with announce:
+            returncode = run_guarded(cmd, log_file, timeout_s=timeout_s, poll=relay.poll if relay else None)
     except subprocess.TimeoutExpired:
         raise recipe.error(
             f"`{how} -m {recipe.module}` was still running after {timeout_s:g} s and was ended; its log: "
