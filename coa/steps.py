@@ -33,7 +33,7 @@ import fnmatch
 import os
 import socket
 from collections.abc import Callable, Iterable, Mapping
-from typing import Any, Protocol, Self, runtime_checkable
+from typing import Any, Self
 
 from pydantic import BaseModel, ConfigDict
 
@@ -44,22 +44,9 @@ from coa.execution import ShardExecutor
 from coa.facts import Facts, Table, show
 from coa.inputs import ModelInput, StepInput, TableInput, Upstream, accepted_contracts, lineage_inputs
 from coa.io import ArtifactRef
+from coa.progress import Progress
 from coa.resources import BuildResources, measure, release_free_memory
 from coa.version import files_version, step_files
-
-Progress = Callable[[int, int], None]
-"""How a build reports how far it is: ``progress(done, planned)`` (runs, optimizer steps, tasks)."""
-
-
-@runtime_checkable
-class LiveMetrics(Protocol):
-    """A :data:`Progress` that also takes the build's live figures (``loss``, ``reward``,
-    ``tokens_per_s``): a build that has them checks ``isinstance(progress, LiveMetrics)`` and calls
-    :meth:`metrics` as they come; a plain ``progress(done, planned)`` function is still enough."""
-
-    def __call__(self, done: int, total: int) -> None: ...
-
-    def metrics(self, values: Mapping[str, float]) -> None: ...
 
 
 class StepSummary(BaseModel):

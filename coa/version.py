@@ -66,6 +66,7 @@ UNKEYED = (
     "coa/resources.py",  # peak memory readings
     "coa/settings.py",  # where the store is (a step's address holds the store, not its key)
     "coa/heartbeat.py",  # a dispatched run's lease
+    "coa/progress.py",  # how far a build is
     "coa/version.py",  # this file: how keys are computed (a change here re-keys by its own effect)
 )
 """Files reached by every step's closure that cannot change a step's output: outside every key, so

@@ -11,11 +11,12 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from coa.config import StrictModel
 from coa.errors import CheckFailed
-from coa.llm.config import EndpointConfig, LLMConfig
+from coa.llm.config import LLMConfig
+from coa.rl.serving import RLRollout
 from coa.rollout.config import MaxTotalTokens, MaxTurns, RolloutLimits
 from coa.tools.config import ToolsConfig
 from coa.train.config import LoraSettings
@@ -77,88 +78,6 @@ class RewardWeights(StrictModel):
         ge=0,
         description="DAPO's soft overlong penalty (0 to -1 over the last `overlong_buffer` tokens of the "
         "budget); 0 = off.",
-    )
-
-
-SERVER_URL_ENV = "COA_RL_SERVER_URL"
-SERVER_MODEL_ENV = "COA_RL_SERVER_MODEL"
-
-
-class RLServer(EndpointConfig):
-    """The completions server of ``rl.rollout.backend: server``: an endpoint and the engine behind it."""
-
-    engine: Literal["auto", "vllm", "sglang", "coa"] = Field(
-        default="auto",
-        description="Which engine serves the rollouts: vllm (`vllm serve` or `trl vllm-serve`, full weights "
-        "through its own reload_weights), sglang (`sglang.launch_server`), coa (`python -m coa.serve`); "
-        "auto = probe /model_info and /v1/models (docs/how-to/rl-async.md gives each command line).",
-    )
-    transport: Literal["auto", "reload", "worker_extension", "nccl"] = Field(
-        default="auto",
-        description="How full weights reach vLLM: auto / reload = a folder per version loaded by vLLM >= "
-        "0.31's own reload_weights(weights_path) through /collective_rpc (one filesystem); worker_extension "
-        "= the same folder loaded by the coa worker extension (older vLLM; dense models only); nccl = the "
-        "tensors over NCCL through TRL's "
-        "weight-transfer client (trainer and engine on different GPUs; vLLM importable beside the trainer; "
-        "not yet run against a real engine). coa.serve always takes the folder.",
-    )
-    replicas: tuple[str, ...] = Field(
-        default=(),
-        description="Base URLs (with /v1) of further replicas of this server: the same model and engine, "
-        "e.g. one per node. Each weight push goes to every replica (each stamps its own requests' "
-        "versions) and the rollout client sends each generation to the next replica in turn "
-        "(coa/rl/replicas.py; docs/how-to/multi-node.md).",
-    )
-    sglang_pause_mode: Literal["retract", "in_place"] = Field(
-        default="retract",
-        description="SGLang's pause for a weight push: retract = running requests recompute their KV on "
-        "the new weights; in_place = they continue with the old KV cache (recorded as such).",
-    )
-
-
-class RLRollout(StrictModel):
-    """Where the RL episodes are generated (``rl.rollout``)."""
-
-    backend: Literal["hf", "hf_batched", "server"] = Field(
-        default="hf",
-        description="hf = transformers generate on the trainer's own weights (micro-batched, lockstep); "
-        "hf_batched = continuous batching in process on the trainer's own weights (no second copy); "
-        "server = an OpenAI-compatible completions server speaking vLLM's token-id protocol (`python -m "
-        "coa.serve`, or vLLM), its weights synced from the trainer before each generation batch.",
-    )
-    server: RLServer | None = Field(
-        default=None,
-        description="The completions server of backend=server (base_url or base_url_env, and the served "
-        f"model name); null = base URL from ${SERVER_URL_ENV} and model from ${SERVER_MODEL_ENV}.",
-    )
-    weight_sync: Literal["auto", "full", "adapter"] = Field(
-        default="auto",
-        description="How the server gets the trainer's weights: full = a model folder per version "
-        "(safetensors) the engine loads through its own routes; adapter = the LoRA adapter of `rl.lora`, "
-        "one folder and one adapter name per version (vLLM's /v1/load_lora_adapter: vLLM, coa.serve), "
-        "requests naming it; auto = adapter with `rl.lora`, else full (coa.engines; the folder must be "
-        "on a filesystem both reach).",
-    )
-    pause_mode: Literal["keep", "wait"] = Field(
-        default="keep",
-        description="How a vLLM-protocol server pauses for a weight update: keep = running generations "
-        "freeze and continue on the new weights with their old KV cache (sent with clear_cache=false, "
-        "which vLLM 0.31 needs for that; their rows say old_kv); wait = they finish first. The prefix "
-        "cache is reset after every push, and requests carry a cache_salt per version.",
-    )
-
-    @field_validator("server", mode="before")
-    @classmethod
-    def _endpoint_as_server(cls, value: object) -> object:
-        """A plain :class:`EndpointConfig` is a server of engine ``auto``."""
-        if isinstance(value, EndpointConfig) and not isinstance(value, RLServer):
-            return value.model_dump(exclude_unset=True)
-        return value
-
-    sync_dir: str | None = Field(
-        default=None,
-        description="Folder the weight files are written to (null = `weight_sync/` in the run's output "
-        "folder); the server must read the same path.",
     )
 
 

@@ -36,7 +36,8 @@ from typing import Any
 
 from coa.engines import EngineClient, EngineError, open_engine
 from coa.llm.config import EndpointConfig
-from coa.rl.config import SERVER_MODEL_ENV, SERVER_URL_ENV, RLServer, RLStageConfig
+from coa.rl.config import RLStageConfig
+from coa.rl.serving import SERVER_MODEL_ENV, SERVER_URL_ENV, RLServer
 from coa.rollout.policies.endpoint import EndpointError
 
 log = logging.getLogger("coa.rl")

@@ -163,6 +163,12 @@ def _check_history(nights: list[dict[str, Any]]) -> None:
     assert rows[1]["champion"] == json.loads(champion)["families"]["all"]["pass@1"]  # refused: it stays
     plot = asyncio.run(_artifact("nightly-demo-history-plot"))
     assert "data:image/png;base64," in plot
-    printed = CliRunner().invoke(app, ["models", "history", "agent"], env={"COLUMNS": "250"})
+    from unittest import mock
+
+    from rich.console import Console
+
+    # the rows, not the terminal's layout: the CLI's console was sized when it was imported
+    with mock.patch("coa._cli.models.console", Console(width=250)):
+        printed = CliRunner().invoke(app, ["models", "history", "agent"])
     assert printed.exit_code == 0, printed.output
     assert "2026-01-01" in printed.output and "2026-01-02" in printed.output and "refused" in printed.output

@@ -24,7 +24,8 @@ import schemas
 from coa import io
 from coa.collect import step as collect_step
 from coa.collect.config import CollectConfig
-from coa.steps import LiveMetrics, TableInput
+from coa.progress import LiveMetrics
+from coa.steps import TableInput
 from tasks import progress as live
 from tasks.run_step import run_step_task
 

@@ -353,7 +353,9 @@ def test_both_recipes_launch_as_their_stage_says(monkeypatch: pytest.MonkeyPatch
 
     seen: list[tuple[list[str], str]] = []
 
-    def launched(r: Any, rows: Any, c: Any, out: Path, prefix: list[str], how: str, t: Any) -> dict[str, Any]:
+    def launched(
+        r: Any, rows: Any, c: Any, out: Path, prefix: list[str], how: str, t: Any, *rest: Any, **kw: Any
+    ) -> dict[str, Any]:
         seen.append((prefix, how))
         return {}
 

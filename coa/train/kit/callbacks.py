@@ -73,7 +73,7 @@ def progress_callback(report: Callable[[int, int], None]) -> TrainerCallback:
     layer logs it in tenths and moves its progress artifact; the CLI draws a bar) and, when
     ``report`` takes live figures (:class:`~coa.steps.LiveMetrics`), each log line's loss (or
     reward) with the tokens per second since the run started."""
-    from coa.steps import LiveMetrics
+    from coa.progress import LiveMetrics
 
     live = report if isinstance(report, LiveMetrics) else None
 
@@ -135,7 +135,7 @@ class ProgressRelay:
     to ``report`` (and its figures, when ``report`` takes them)."""
 
     def __init__(self, path: Path, report: Callable[[int, int], None]) -> None:
-        from coa.steps import LiveMetrics
+        from coa.progress import LiveMetrics
 
         self.path, self.report = path, report
         self.live = report if isinstance(report, LiveMetrics) else None

@@ -1,0 +1,21 @@
+"""How a build reports how far it is, and its live figures (a runner concern with no effect on
+what a step computes: in no step's key, :data:`coa.version.UNKEYED`)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Protocol, runtime_checkable
+
+Progress = Callable[[int, int], None]
+"""How a build reports how far it is: ``progress(done, planned)`` (runs, optimizer steps, tasks)."""
+
+
+@runtime_checkable
+class LiveMetrics(Protocol):
+    """A :data:`Progress` that also takes the build's live figures (``loss``, ``reward``,
+    ``tokens_per_s``): a build that has them checks ``isinstance(progress, LiveMetrics)`` and calls
+    :meth:`metrics` as they come; a plain ``progress(done, planned)`` function is still enough."""
+
+    def __call__(self, done: int, total: int) -> None: ...
+
+    def metrics(self, values: Mapping[str, float]) -> None: ...
