@@ -18,6 +18,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from coa import io
+from coa.registry.ledger import read_records
 from coa.settings import Settings
 
 HISTORY_DIR = "nightly-history"
@@ -88,15 +89,7 @@ class NightlyHistory:
         self.fs, self.path = io.filesystem(io.join(store.root, HISTORY_DIR, name), store.settings)
 
     def rows(self) -> list[NightRow]:
-        if not self.fs.exists(self.path):
-            return []
-        files = sorted(p for p in self.fs.ls(self.path, detail=False) if p.endswith(".json"))
-        out = []
-        for path in files:
-            if not posixpath.basename(path).startswith("."):
-                with self.fs.open(path, "rb") as fh:
-                    out.append(NightRow.model_validate_json(fh.read()))
-        return out
+        return read_records(self.fs, self.path, NightRow)
 
     def record(self, row: NightRow) -> list[NightRow]:
         """Write ``row`` (a rerun of its night writes it again); every night's row, in order."""

@@ -9,11 +9,28 @@ from __future__ import annotations
 
 import datetime as dt
 import posixpath
+from typing import Any, TypeVar
 
 from pydantic import BaseModel, ConfigDict
 
 from coa import io
 from coa.settings import Settings
+
+Record = TypeVar("Record", bound=BaseModel)
+
+
+def read_records(fs: Any, folder: str, model: type[Record]) -> list[Record]:
+    """Every ``*.json`` record in ``folder``, in name order (hidden files, such as an atomic write's
+    temporary, skipped); none when the folder does not exist. The ledger's nights, the nightly history."""
+    if not fs.exists(folder):
+        return []
+    files = sorted(p for p in fs.ls(folder, detail=False) if p.endswith(".json"))
+    out = []
+    for path in files:
+        if not posixpath.basename(path).startswith("."):
+            with fs.open(path, "rb") as fh:
+                out.append(model.model_validate_json(fh.read()))
+    return out
 
 
 class Night(BaseModel):
@@ -34,15 +51,7 @@ class Ledger:
         self.fs, self.path = io.filesystem(io.join(store.root, "nightly", run_name), store.settings)
 
     def nights(self) -> list[Night]:
-        if not self.fs.exists(self.path):
-            return []
-        files = sorted(p for p in self.fs.ls(self.path, detail=False) if p.endswith(".json"))
-        out = []
-        for path in files:
-            if not posixpath.basename(path).startswith("."):
-                with self.fs.open(path, "rb") as fh:
-                    out.append(Night.model_validate_json(fh.read()))
-        return out
+        return read_records(self.fs, self.path, Night)
 
     def before(self, night: str, limit: int | None = None) -> list[Night]:
         """The nights before ``night`` (by label order), at most the last ``limit``."""
