@@ -1,14 +1,16 @@
 """SFT across nodes, proven on two CPU "nodes" of this machine: the step's launcher as node 0 and the
 node agent (``python -m coa.train.kit.node``) as node 1, each a ``torchrun`` (or ``accelerate launch``)
 of one gloo rank, rendezvousing on 127.0.0.1 (:mod:`coa.train.kit.nodes`). Under DDP and FSDP2 they
-train like one process at the same global batch (the tolerances of test_multi_rank.py); node 1 killed
-mid-run (its agent and its rank, SIGKILL) fails the run on node 0 in seconds, and the retry (a restarted
+train like one process at the same global batch (the tolerances of test_multi_rank.py); node 1 frozen
+mid-run (its agent and its rank, SIGSTOP: sockets left open, the hard case) fails the run on node 0 in
+seconds through the heartbeats, and the retry (a restarted
 agent, a new launch) resumes from the last complete checkpoint to weights equal to one process's.
 Run: ``python -m pytest -q tests/train/test_multi_node.py``.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import socket
@@ -25,7 +27,7 @@ import pytest
 
 from coa.train.config import SFT, SFTError, SFTRunConfig, SFTStageConfig
 from coa.train.kit import nodes
-from coa.train.kit.launch import LOG_FILE, launch
+from coa.train.kit.launch import LOG_FILE, descendants, launch
 from coa.train.sft import run_sft
 
 from .test_multi_rank import (
@@ -39,8 +41,8 @@ from .test_multi_rank import (
 
 ROOT = Path(__file__).resolve().parents[2]
 FAILED_WITHIN_S = 30.0
-"""Node 0's launch must fail this soon after node 1 is killed (measured: a few seconds; no hang until a
-rendezvous or collective timeout)."""
+"""Node 0's launch must fail this soon after node 1 is frozen (COA_NODE_SILENT_S=5 in the test; no hang
+until a rendezvous or collective timeout)."""
 
 
 @pytest.fixture(autouse=True)
@@ -126,30 +128,43 @@ def _two_nodes(
     return result, time.perf_counter() - t0
 
 
-def _kill_node_after_checkpoint(
+def _freeze_node_after_checkpoint(
     out: Path, agent: subprocess.Popen[bytes], step: int, done: threading.Event
 ) -> list[float]:
-    """SIGKILL node 1 (its agent and its rank's process group: nothing of it left) once checkpoint
-    ``step`` is complete; the monotonic time of the kill."""
+    """SIGSTOP node 1 (its agent and every process under it: the launcher, the rank) once checkpoint
+    ``step`` is complete, as a machine that hangs or is cut off: its sockets stay open, so only the
+    heartbeats tell node 0 (:class:`coa.train.kit.nodes.Heartbeats`); the monotonic time of the freeze."""
     state = out / "checkpoints" / f"checkpoint-{step}" / "trainer_state.json"
     deadline = time.monotonic() + LAUNCH_TIMEOUT_S
     while not done.is_set() and time.monotonic() < deadline:
         pid = _ranks(out).get(1, (0, 0, "", ""))[1] if (out / "train.node1.log").is_file() else 0
         if state.is_file() and pid:
-            group = os.getpgid(pid)
-            os.killpg(agent.pid, signal.SIGKILL)
-            os.killpg(group, signal.SIGKILL)
+            for frozen in [agent.pid, *descendants(agent.pid)]:
+                os.kill(frozen, signal.SIGSTOP)
             return [time.monotonic()]
         time.sleep(0.01)
     return []
 
 
+def _end_frozen(agent: subprocess.Popen[bytes]) -> None:
+    for pid in [*descendants(agent.pid), agent.pid]:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+    agent.wait()
+
+
 @pytest.mark.slow
 def test_two_nodes_under_ddp_survive_a_lost_node_and_train_like_one_process(
-    tiny_model: Path, sft_rows: pa.Table, tmp_path: Path, rendezvous: Path, one_process: Any
+    tiny_model: Path,
+    sft_rows: pa.Table,
+    tmp_path: Path,
+    rendezvous: Path,
+    one_process: Any,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """torchrun on two nodes (1 gloo rank each) at the global batch 4 x 2: node 1 is killed after
-    checkpoint 4; node 0's launch fails within FAILED_WITHIN_S naming the lost rank; the retry (a new
+    """torchrun on two nodes (1 gloo rank each) at the global batch 4 x 2: node 1 is frozen (SIGSTOP, its
+    sockets left open) after checkpoint 4; node 0's launch fails within FAILED_WITHIN_S naming the silent
+    node (COA_NODE_SILENT_S=5); the retry (a new
     launch, a restarted agent) resumes from the checkpoint and ends at step 12 with one process's loss
     curve and weights (LOSS_TOLERANCE, WEIGHT_TOLERANCE); the announcement is gone after each launch."""
     from transformers import AutoModelForCausalLM
@@ -157,24 +172,28 @@ def test_two_nodes_under_ddp_survive_a_lost_node_and_train_like_one_process(
     config = _config(tiny_model, max_steps=12, launcher="torchrun", num_processes=1, nodes=2)
     out = tmp_path / "ddp"
     out.mkdir()
+    monkeypatch.setenv(nodes.SILENT_ENV, "5")
     agent = _agent(tmp_path / "agent.log")
     done = threading.Event()
-    killed: list[float] = []
-    killer = threading.Thread(target=lambda: killed.extend(_kill_node_after_checkpoint(out, agent, 4, done)))
-    killer.start()
+    frozen: list[float] = []
+    freezer = threading.Thread(
+        target=lambda: frozen.extend(_freeze_node_after_checkpoint(out, agent, 4, done))
+    )
+    freezer.start()
     try:
         with pytest.raises(SFTError) as failed:
             launch(SFT, sft_rows, config, out, config)
         failed_at = time.monotonic()
     finally:
         done.set()
-        killer.join()
-        _stop(agent)
-    assert killed, "node 1 was never killed: the run ended before its checkpoint at step 4"
-    failed_in = failed_at - killed[0]
+        freezer.join()
+        _end_frozen(agent)
+    assert frozen, "node 1 was never frozen: the run ended before its checkpoint at step 4"
+    failed_in = failed_at - frozen[0]
     assert failed_in < FAILED_WITHIN_S, f"node 0 took {failed_in:.1f} s to fail"
     message = str(failed.value)
     assert "torchrun on 2 nodes" in message and "rerun the stage to resume" in message, message
+    assert "node 1 sent no heartbeat" in message, message
     assert nodes.read_launch(rendezvous) is None
 
     resumed, resumed_s = _two_nodes(config, sft_rows, out, tmp_path / "agent.log")
@@ -191,7 +210,7 @@ def test_two_nodes_under_ddp_survive_a_lost_node_and_train_like_one_process(
     assert weight_gap < WEIGHT_TOLERANCE
     assert nodes.read_launch(rendezvous) is None
     print(f"\n1 process: losses {[round(v, 6) for _, v in one_process.loss_curve]}")
-    print(f"2 nodes (DDP): node 1 killed, node 0 failed {failed_in:.1f} s later; the retry ran "
+    print(f"2 nodes (DDP): node 1 frozen, node 0 failed {failed_in:.1f} s later; the retry ran "
           f"{resumed_s:.1f} s "
           f"from step {resumed['start_step']}: losses {[round(v, 6) for _, v in resumed['loss_curve']]}, "
           f"largest loss gap {max(gaps):.2e}, largest weight gap {weight_gap:.2e}")  # fmt: skip

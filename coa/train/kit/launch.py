@@ -19,6 +19,7 @@ number of ranks: its batch is the global batch, which the ranks share (:mod:`coa
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import os
@@ -178,8 +179,6 @@ def _launch(
     """Write the run's files, run it, read its result; ``progress`` reads rank 0's progress file while it
     runs; ``on_nodes`` (a :class:`~coa.train.kit.nodes.Launch`) runs it as node 0 of several, announced
     to the others while it runs."""
-    import contextlib
-
     import pyarrow.parquet as pq
 
     out.mkdir(parents=True, exist_ok=True)
@@ -197,11 +196,13 @@ def _launch(
     failure.unlink(missing_ok=True)
     cmd = [*prefix, "-m", recipe.module, "--config", str(resolved), "--output-dir", str(out), "--resume"]
     announce: contextlib.AbstractContextManager[Any] = contextlib.nullcontext()
+    watch: Callable[[], str | None] | None = None
     if on_nodes is not None:
         from coa.train.kit import nodes
 
         on_nodes = dataclasses.replace(on_nodes, args=tuple(cmd))
         cmd, announce = on_nodes.command(0), nodes.announced(on_nodes)
+        watch = nodes.Heartbeats(nodes.rendezvous().nodes_dir, on_nodes, 0).check
     log_file = out / LOG_FILE
     offset = log_file.stat().st_size if log_file.exists() else 0
     relay = None
@@ -211,7 +212,12 @@ def _launch(
         relay = ProgressRelay(out / PROGRESS_FILE, progress)
     try:
         with announce:
-            returncode = run_guarded(cmd, log_file, timeout_s=timeout_s, poll=relay.poll if relay else None)
+            returncode = run_guarded(
+                cmd, log_file, timeout_s=timeout_s, poll=relay.poll if relay else None, watch=watch
+            )
+    except nodes_silent() as e:
+        raise recipe.error(f"`{how} -m {recipe.module}` ended: {e}; rerun the stage to resume from the last "
+                           f"checkpoint; its log: {log_file}") from None  # fmt: skip
     except subprocess.TimeoutExpired:
         raise recipe.error(
             f"`{how} -m {recipe.module}` was still running after {timeout_s:g} s and was ended; its log: "
@@ -252,6 +258,14 @@ def rank_failure(log_text: str) -> str | None:
     return f"rank {found['rank']} failed first with exit code {found['code']} ({why})"
 
 
+def nodes_silent() -> type[Exception]:
+    """The error :func:`run_guarded` raises when its ``watch`` ends a run (imported late: one machine's
+    launches never load the multi-node module)."""
+    from coa.train.kit.nodes import NodeSilent
+
+    return NodeSilent
+
+
 def run_guarded(
     cmd: list[str],
     log_file: Path,
@@ -259,13 +273,17 @@ def run_guarded(
     timeout_s: float | None = None,
     poll: Callable[[], None] | None = None,
     poll_s: float = 1.0,
+    watch: Callable[[], str | None] | None = None,
 ) -> int:
     """Run ``cmd`` under :mod:`coa.train.kit.guard` in a process group of its own, its output appended
     to ``log_file`` (never this process's pipe); its exit status. If this process is interrupted or
     ends the run (Ctrl-C, a cancelled flow run) the group is ended here (SIGTERM, then SIGKILL after
     ``grace_s``); if it is killed outright, the guard ends the group itself. Past ``timeout_s`` the
     group is ended and ``subprocess.TimeoutExpired`` raised. ``poll`` is called every ``poll_s`` while
-    it runs, in this thread (the launching step relays the run's progress), and once at its end."""
+    it runs, in this thread (the launching step relays the run's progress), and once at its end.
+    ``watch`` (a node's :class:`~coa.train.kit.nodes.Heartbeats` check) is called as often: when it
+    returns a reason the run is ended (its group and every process it started, also in sessions of
+    their own, as torchrun starts its workers) and :class:`~coa.train.kit.nodes.NodeSilent` raised."""
     log_file.parent.mkdir(parents=True, exist_ok=True)
     with log_file.open("ab") as log:
         proc = subprocess.Popen(
@@ -278,7 +296,7 @@ def run_guarded(
         deadline = None if timeout_s is None else time.monotonic() + timeout_s
         try:
             while True:
-                wait = poll_s if poll is not None else None
+                wait = poll_s if poll is not None or watch is not None else None
                 if deadline is not None:
                     left = deadline - time.monotonic()
                     wait = left if wait is None else min(wait, left)
@@ -289,6 +307,11 @@ def run_guarded(
                         raise
                     if poll is not None:
                         poll()
+                    reason = watch() if watch is not None else None
+                    if reason is not None:
+                        print(f"coa: {reason}", file=sys.stderr, flush=True)
+                        _end_group(proc, grace_s)
+                        raise nodes_silent()(reason) from None
                     continue
                 if poll is not None:
                     poll()
@@ -299,7 +322,13 @@ def run_guarded(
 
 
 def _end_group(proc: subprocess.Popen[bytes], grace_s: float) -> None:
+    """SIGTERM the guard's group, then SIGKILL it after ``grace_s``; the processes it started in
+    sessions of their own (torchrun's workers) get the same signals, so none is left waiting."""
+    started = descendants(proc.pid)
     for sig in (signal.SIGTERM, signal.SIGKILL):
+        for pid in started:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, sig)
         try:
             os.killpg(proc.pid, sig)
         except ProcessLookupError:
@@ -309,3 +338,21 @@ def _end_group(proc: subprocess.Popen[bytes], grace_s: float) -> None:
             return
         except subprocess.TimeoutExpired:
             continue
+
+
+def descendants(root: int) -> list[int]:
+    """Every process under ``root`` (Linux ``/proc``; empty elsewhere), read once."""
+    children: dict[int, list[int]] = {}
+    for entry in Path("/proc").glob("[0-9]*"):
+        try:
+            stat = (entry / "stat").read_text()
+        except OSError:
+            continue
+        ppid = int(stat.rsplit(")", 1)[1].split()[1])
+        children.setdefault(ppid, []).append(int(entry.name))
+    found, todo = [], [root]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            found.append(child)
+            todo.append(child)
+    return found

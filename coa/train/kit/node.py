@@ -7,7 +7,9 @@ launch's command as its node rank (under :mod:`coa.train.kit.guard`, output appe
 ``train.node<k>.log`` in the run's folder), and waits for the next one: a retried step is a new
 launch. It exits after ``--idle-exit-s`` seconds without a launch (status 0: the gang is released),
 after one launch with ``--once`` (that launch's status), or when ended (SIGTERM: its running launch
-is ended too).
+is ended too). While a launch runs it beats and watches the other nodes' heartbeats
+(:class:`~coa.train.kit.nodes.Heartbeats`): a node silent for ``$COA_NODE_SILENT_S`` ends this node's
+ranks rather than leave them blocked.
 """
 
 from __future__ import annotations
@@ -34,7 +36,12 @@ def serve(folder: Path, rank: int, idle_exit_s: float | None, once: bool) -> int
         if launch is not None and launch.id not in seen:
             seen.add(launch.id)
             print(f"node {rank}: joining launch {launch.id} ({launch.how}, {launch.nodes} nodes)", flush=True)
-            code = run_guarded(launch.command(rank), launch.log_file(rank))
+            try:
+                watch = nodes.Heartbeats(folder, launch, rank).check
+                code = run_guarded(launch.command(rank), launch.log_file(rank), watch=watch)
+            except nodes.NodeSilent as e:
+                print(f"node {rank}: {e}", flush=True)
+                code = 1
             print(f"node {rank}: launch {launch.id} exited with {code}", flush=True)
             if once:
                 return code

@@ -24,7 +24,13 @@ Where the rendezvous is (infrastructure, so environment variables, set by the jo
 
 A node lost mid-run fails the run on every other node: its ranks' sockets close, the next collective
 on each surviving rank raises, and each node's agent (``--max-restarts 0``) ends its ranks and exits
-non-zero; node 0's launcher raises the recipe's error and the step fails, to be retried.
+non-zero; node 0's launcher raises the recipe's error and the step fails, to be retried. A node that
+goes *silent* instead (frozen, cut off by a partition, its sockets left open) would leave the others
+blocked in a collective that gloo never times out: every node of a launch therefore writes a heartbeat
+(:class:`Heartbeats`, a counter in ``$COA_NODES_DIR/beats/<launch id>/``, bumped every
+:data:`BEAT_S`) and watches the others'; when one has not moved for ``$COA_NODE_SILENT_S`` seconds
+(default :data:`DEFAULT_SILENT_S`) each surviving node ends its ranks and its launch fails, naming the
+silent node. Counters, not file times: the nodes' clocks need not agree.
 """
 
 from __future__ import annotations
@@ -33,22 +39,35 @@ import contextlib
 import dataclasses
 import json
 import os
+import shutil
 import sys
+import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Literal
 
+from coa.errors import InfraError
+
 ENDPOINT_ENV = "COA_RDZV_ENDPOINT"
 NODE_RANK_ENVS = ("COA_NODE_RANK", "PET_NODE_RANK", "SLURM_NODEID")
 NODES_DIR_ENV = "COA_NODES_DIR"
 TIMEOUT_ENV = "COA_RDZV_TIMEOUT_S"
+SILENT_ENV = "COA_NODE_SILENT_S"
 LAUNCH_FILE = "launch.json"
+BEATS_DIR = "beats"
 DEFAULT_TIMEOUT_S = 600
+DEFAULT_SILENT_S = 30
+BEAT_S = 1.0
+"""How often each node bumps its heartbeat (the launch's wait loop polls at this rate)."""
 
 
 class NodesError(ValueError):
     """The multi-node environment is incomplete (a variable missing or malformed)."""
+
+
+class NodeSilent(InfraError):
+    """A node of the launch stopped sending heartbeats; this node ended its ranks (the message says which)."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -59,6 +78,14 @@ class Rendezvous:
     port: int
     nodes_dir: Path
     timeout_s: int
+    silent_s: int = DEFAULT_SILENT_S
+
+
+def _seconds(name: str, default: int, what: str) -> int:
+    value = os.environ.get(name, str(default))
+    if not value.isdigit() or int(value) < 1:
+        raise NodesError(f"{name}={value!r}: give {what} in whole seconds (e.g. {default})")
+    return int(value)
 
 
 def rendezvous() -> Rendezvous:
@@ -81,12 +108,11 @@ def rendezvous() -> Rendezvous:
             f"a run on several nodes needs {NODES_DIR_ENV}: a folder every node mounts (e.g. on the shared "
             "filesystem of the checkpoints), where node 0 announces each launch to the other nodes' agents"
         )
-    timeout = os.environ.get(TIMEOUT_ENV, str(DEFAULT_TIMEOUT_S))
-    if not timeout.isdigit() or int(timeout) < 1:
-        raise NodesError(
-            f"{TIMEOUT_ENV}={timeout!r}: give the seconds node 0 waits for the others (e.g. 600)"
-        )
-    return Rendezvous(host, int(port), Path(folder), int(timeout))
+    timeout = _seconds(TIMEOUT_ENV, DEFAULT_TIMEOUT_S, "the seconds node 0 waits for the others")
+    silent = _seconds(SILENT_ENV, DEFAULT_SILENT_S, "the seconds a node may go without a heartbeat")
+    if silent <= 2 * BEAT_S:
+        raise NodesError(f"{SILENT_ENV}={silent}: give more than {2 * BEAT_S:g} (a beat every {BEAT_S:g} s)")
+    return Rendezvous(host, int(port), Path(folder), timeout, silent)
 
 
 def node_rank() -> int:
@@ -114,6 +140,8 @@ class Launch:
     host: str
     port: int
     timeout_s: int
+    silent_s: int
+    """Seconds without a heartbeat after which a node counts as lost (node 0's setting, for all)."""
     args: tuple[str, ...]
     """What follows the launcher's own arguments: ``-m <recipe> --config resolved.yaml ...``."""
     log_dir: str
@@ -165,6 +193,7 @@ def plan(
         host=where.host,
         port=where.port,
         timeout_s=where.timeout_s,
+        silent_s=where.silent_s,
         args=(),
         log_dir=str(out),
     )
@@ -178,6 +207,8 @@ def announced(launch: Launch) -> Iterator[None]:
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / LAUNCH_FILE
     tmp = folder / f".{LAUNCH_FILE}.{launch.id}.tmp"
+    beats = folder / BEATS_DIR / launch.id
+    beats.mkdir(parents=True, exist_ok=True)  # before the announcement: agents beat only into it
     tmp.write_text(json.dumps(dataclasses.asdict(launch)))
     tmp.replace(path)
     try:
@@ -186,6 +217,7 @@ def announced(launch: Launch) -> Iterator[None]:
         current = read_launch(folder)
         if current is not None and current.id == launch.id:
             path.unlink(missing_ok=True)
+        shutil.rmtree(beats, ignore_errors=True)
 
 
 def read_launch(folder: Path) -> Launch | None:
@@ -195,4 +227,53 @@ def read_launch(folder: Path) -> Launch | None:
     except (FileNotFoundError, json.JSONDecodeError):
         return None
     values["args"] = tuple(values["args"])
+    values.setdefault("silent_s", DEFAULT_SILENT_S)  # announced by a node 0 of before the heartbeats
     return Launch(**values)
+
+
+class Heartbeats:
+    """Node ``rank``'s heartbeat in a launch, and its watch over the other nodes' (see the module).
+
+    :meth:`check` is called about every :data:`BEAT_S` while the launch runs: it bumps this node's
+    counter and returns why the run must end (a node silent for ``launch.silent_s``), else None. A node
+    is watched from its first beat on (one that never joins is the rendezvous timeout's to report).
+    Node 0 creates the launch's folder before announcing it and removes it after; the agents write only
+    into an existing folder, so none is left behind.
+    """
+
+    def __init__(self, folder: Path, launch: Launch, rank: int) -> None:
+        self.dir = folder / BEATS_DIR / launch.id
+        self.rank, self.nodes, self.silent_s = rank, launch.nodes, launch.silent_s
+        self.count = 0
+        self.seen: dict[int, tuple[str, float]] = {}
+        """Each other node's last counter and the monotonic time it was first read."""
+
+    def beat(self) -> None:
+        if not self.dir.is_dir():
+            return
+        self.count += 1
+        tmp = self.dir / f".node{self.rank}.tmp"
+        with contextlib.suppress(FileNotFoundError):  # node 0 removed the folder: the launch is over
+            tmp.write_text(str(self.count))
+            tmp.replace(self.dir / f"node{self.rank}")
+
+    def check(self, now: float | None = None) -> str | None:
+        self.beat()
+        now = time.monotonic() if now is None else now
+        for k in range(self.nodes):
+            if k == self.rank:
+                continue
+            try:
+                value = (self.dir / f"node{k}").read_text()
+            except FileNotFoundError:
+                continue
+            last = self.seen.get(k)
+            if last is None or last[0] != value:
+                self.seen[k] = (value, now)
+            elif now - last[1] > self.silent_s:
+                return (
+                    f"node {k} sent no heartbeat for {now - last[1]:.0f} s ({SILENT_ENV}={self.silent_s}): "
+                    "it is frozen, cut off or gone, so node "
+                    f"{self.rank} ended its ranks instead of waiting in a collective that never returns"
+                )
+        return None
