@@ -8,6 +8,6 @@
 * :mod:`~coa.rl.rollout_hook`: TRL's rollout hook over it (backends, weight push, async), the rows on disk;
 * :mod:`~coa.rl.callbacks` / :mod:`~coa.rl.curves`: entropy guard, refill deadline; the logged curves;
 * :mod:`~coa.rl.grpo`: TRL's ``GRPOTrainer`` driven by those rollouts (``run_rl``, ``python -m``), a
-  recipe of the trainer kit (:mod:`coa.train.kit`) beside SFT's;
+  recipe of the trainer kit (:mod:`coa.kit`) beside SFT's;
 * :mod:`~coa.rl.step`: the pipeline step (SFT model + rl_prompts → ``model`` artifact + ``rollouts``).
 """

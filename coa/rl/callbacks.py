@@ -1,5 +1,5 @@
 """The RL recipe's own trainer callbacks: the refill deadline and the entropy guard (the step
-counter and the log lines are the trainer kit's, :mod:`coa.train.kit.callbacks`).
+counter and the log lines are the trainer kit's, :mod:`coa.kit.callbacks`).
 
 :class:`EntropyGuard` reads the mean token entropy TRL logs each step and stops the run when its
 mean over the last few logged steps falls below the floor (the run then raises

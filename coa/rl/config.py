@@ -3,8 +3,8 @@
 :class:`RLStageConfig` is the one RL config a user sets (how to train, and where the pipeline's
 stage runs), :class:`RLRunConfig` one run from a file (``python -m coa.rl.grpo``), derived from it,
 :class:`RLResult` what a finished run reports (``rl_result.json``), :data:`RL` the recipe the
-trainer kit (:mod:`coa.train.kit`) runs it as. The fields every recipe shares are declared once in
-:mod:`coa.train.kit.config`, the episodes' limits in :mod:`coa.rollout.config`.
+trainer kit (:mod:`coa.kit`) runs it as. The fields every recipe shares are declared once in
+:mod:`coa.kit.config`, the episodes' limits in :mod:`coa.rollout.config`.
 """
 
 from __future__ import annotations
@@ -15,13 +15,8 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from coa.config import StrictModel
 from coa.errors import CheckFailed
-from coa.llm.config import LLMConfig
-from coa.rl.serving import RLRollout
-from coa.rollout.config import MaxTotalTokens, MaxTurns, RolloutLimits
-from coa.tools.config import ToolsConfig
-from coa.train.config import LoraSettings
-from coa.train.kit.config import RESUME_FREE_FIELDS as KIT_RESUME_FREE
-from coa.train.kit.config import (
+from coa.kit.config import RESUME_FREE_FIELDS as KIT_RESUME_FREE
+from coa.kit.config import (
     LearningRate,
     LoggingSteps,
     MaxSteps,
@@ -30,7 +25,12 @@ from coa.train.kit.config import (
     TrainRun,
     TrainStage,
 )
-from coa.train.kit.recipe import Recipe, TrainError
+from coa.kit.lora import LoraSettings
+from coa.kit.recipe import Recipe, TrainError
+from coa.llm.config import LLMConfig
+from coa.rl.serving import RLRollout
+from coa.rollout.config import MaxTotalTokens, MaxTurns, RolloutLimits
+from coa.tools.config import ToolsConfig
 
 RESUME_FREE_FIELDS = KIT_RESUME_FREE | {
     "prompts",
@@ -101,9 +101,9 @@ class RLLora(LoraSettings):
 class RLStageConfig(TrainLoop, RolloutLimits, TrainStage):
     """The RL stage, the one RL config a user sets (the ``rl`` section of a profile): GRPO on
     multi-turn tool rollouts with DAPO's defaults, and where it runs
-    (:class:`~coa.train.kit.config.TrainStage`). A run's form (:class:`RLRunConfig`) is derived from it.
+    (:class:`~coa.kit.config.TrainStage`). A run's form (:class:`RLRunConfig`) is derived from it.
 
-    The loop's fields are the trainer kit's (:class:`~coa.train.kit.config.TrainLoop`) and the
+    The loop's fields are the trainer kit's (:class:`~coa.kit.config.TrainLoop`) and the
     episodes' limits the rollout engine's (:class:`~coa.rollout.config.RolloutLimits`, as in
     evaluation), with RL's defaults. One generation batch = ``prompts_per_step`` groups of
     ``group_size`` episodes; it feeds ``steps_per_generation`` optimizer steps (so the clip ratio

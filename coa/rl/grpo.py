@@ -1,5 +1,5 @@
 """GRPO with DAPO's defaults on multi-turn CoA tool rollouts: TRL's ``GRPOTrainer`` + our rollouts,
-the RL recipe of the trainer kit (:mod:`coa.train.kit`), beside SFT's (:mod:`coa.train.sft`).
+the RL recipe of the trainer kit (:mod:`coa.kit`), beside SFT's (:mod:`coa.train.sft`).
 
 ``run_rl(prompts, config, output_dir, resume)`` trains ``config.base_model`` (an SFT model) on an
 ``rl_prompt.v1`` table and returns :class:`RLResult`. ``python -m coa.rl.grpo --config X.yaml``
@@ -32,7 +32,7 @@ stages load), ``adapter/`` the adapter alone.
 **Several ranks** (``torchrun`` / ``accelerate launch`` under DDP, FSDP2 or ZeRO-3): each rank trains
 ``prompts_per_step / N`` whole groups, generated on the whole model; rank 0 writes every rank's
 rows and decides the held-out score and alarm for all (:mod:`coa.rl.ranks`). FSDP2 on CPU ranks,
-where accelerate's FSDP does not take, is applied here (:mod:`coa.train.kit.fsdp`; such a run does
+where accelerate's FSDP does not take, is applied here (:mod:`coa.kit.fsdp`; such a run does
 not resume).
 
 **Guards.** The entropy TRL logs each step is checked against ``entropy_floor``: a collapse stops
@@ -65,6 +65,10 @@ from typing import Any
 
 import pyarrow as pa
 
+from coa.kit import entry, fsdp
+from coa.kit import run as kit
+from coa.kit.callbacks import StepCounter
+from coa.kit.run import CHECKPOINTS_DIR
 from coa.resources import device_name
 from coa.rl.callbacks import Deadline, EntropyGuard
 from coa.rl.config import RL, EntropyCollapse, RLError, RLResult, RLRunConfig
@@ -82,10 +86,6 @@ from coa.rl.rollout_hook import (
     read_rollouts,
 )
 from coa.rl.rollouts import RolloutSource
-from coa.train.kit import entry, fsdp
-from coa.train.kit import run as kit
-from coa.train.kit.callbacks import StepCounter
-from coa.train.kit.run import CHECKPOINTS_DIR
 
 log = logging.getLogger(RL.logger)
 
@@ -165,11 +165,11 @@ def build_trainer(
     from transformers.trainer_callback import PrinterCallback
     from trl import GRPOConfig, GRPOTrainer
 
+    from coa.kit.budget import StepPlan, TimeBudget
+    from coa.kit.callbacks import LogToLogger
+    from coa.kit.tracking import tracking_args
     from coa.rl import resume
     from coa.tools.build import build_toolbox
-    from coa.train.budget import StepPlan, TimeBudget
-    from coa.train.kit.callbacks import LogToLogger
-    from coa.train.kit.tracking import tracking_args
 
     rows = select_prompts(prompts, config.families)
     heldout_rows: list[dict[str, Any]] = []
@@ -241,9 +241,9 @@ def build_trainer(
         trainer_class = corrected_trainer(GRPOTrainer)
     peft_config = None
     if config.lora is not None:
-        from coa.train.sft_trainer import peft_config_of
+        from coa.kit.lora import peft_config_of
 
-        peft_config = peft_config_of(config.lora)
+        peft_config = peft_config_of(config.lora, RL.error)
     trainer = trainer_class(
         model=model,
         reward_funcs=[_term_reward(t) for t in TERMS],
@@ -255,7 +255,7 @@ def build_trainer(
         callbacks=[counter, guard, LogToLogger(RL.logger, "rl step", CURVE_KEYS, digits=4), *callbacks],
     )
     trainer.remove_callback(PrinterCallback)
-    if fsdp.cpu_fsdp2_requested():  # accelerate's FSDP takes on GPUs only: shard here (coa.train.kit.fsdp)
+    if fsdp.cpu_fsdp2_requested():  # accelerate's FSDP takes on GPUs only: shard here (coa.kit.fsdp)
         fsdp.install(trainer)
     acc = trainer.accelerator
     log.info(
@@ -287,6 +287,7 @@ def build_trainer(
             StepPlan(config.planned_steps),
             cap=config.planned_steps,
             replan_every=config.steps_per_generation,
+            logger=RL.logger,
         )
         trainer.add_callback(budget)
         deadline = Deadline(config.time_budget_s)

@@ -12,7 +12,7 @@ rank generates and how the ranks agree.
   waiting in a decoder step; the ranks meet again at TRL's gather of the rewards.
   **FSDP2** gathers layer by layer in each forward (a collective per decoding step, which ranks that
   decode different numbers of steps would hang in), so for generation every FSDP2 group is unsharded
-  once, on entry, with its reshard-after-forward turned off (:func:`coa.train.kit.fsdp.gathered`):
+  once, on entry, with its reshard-after-forward turned off (:func:`coa.kit.fsdp.gathered`):
   the decoding forwards then run on whole local weights with no collective, and the groups are
   resharded on the way out. Chosen over HF's ``synced_gpus`` (every rank runs a forward as long as
   the longest rank decodes, turn after turn, while a rank's multi-turn episodes are its own, tools in
@@ -85,7 +85,7 @@ def generation_model(trainer: Any) -> Iterator[Any]:
     from trl.distributed import DistributedBackend
     from trl.models.utils import unwrap_model_for_generation
 
-    from coa.train.kit import fsdp
+    from coa.kit import fsdp
 
     accelerator = trainer.accelerator
     if fsdp.is_sharded(trainer.model_wrapped):

@@ -9,7 +9,7 @@ signal (:mod:`coa.rl.signal`: groups that held a correct episode; a warning when
 
 **Where it runs.** ``launcher: auto`` trains in this process on a CPU and launches ``accelerate
 launch --config_file <accelerate_config> -m coa.rl.grpo --config resolved.yaml`` when a CUDA GPU is
-present (the trainer kit's launcher, :mod:`coa.train.kit.launch`, as SFT's). Checkpoints go to
+present (the trainer kit's launcher, :mod:`coa.kit.launch`, as SFT's). Checkpoints go to
 ``{root}/checkpoints/model/<name>-<key>`` (as SFT's); a rerun after a kill resumes from the last
 one. An entropy collapse commits the evidence (rollouts, curves, no model) and fails the step with
 the guard's message.
@@ -23,12 +23,12 @@ from collections.abc import Sequence
 from typing import Any
 
 from coa.errors import UserError
+from coa.kit.launch import launch, resolve_launcher, work_dir
 from coa.rl.config import RL, EntropyCollapse, RLResult, RLRunConfig, RLStageConfig
 from coa.rl.family import EVAL_COLUMNS, pick_family, unreachable_families
 from coa.rl.signal import learning_signal
 from coa.rl.summary import RLCollapsed, RLSummary
 from coa.steps import Build, Stage, Step, StepInput
-from coa.train.kit.launch import launch, resolve_launcher, work_dir
 
 PROMPTS_TABLE = "rl_prompts"
 ROLLOUTS_TABLE = "rollouts"
@@ -123,8 +123,8 @@ def _build(b: Build) -> None:
     )
     try:
         if resolve_launcher(config) == "in_process":
+            from coa.kit.callbacks import progress_callback
             from coa.rl.grpo import run_rl
-            from coa.train.kit.callbacks import progress_callback
 
             progress = [progress_callback(b.progress)] if b.progress is not None else []
             result = run_rl(prompts.read(), run_config, out, resume=True, callbacks=[*callbacks, *progress])

@@ -1,8 +1,8 @@
 """Configuration and result of an SFT run: :class:`SFTRunConfig`, :class:`SFTResult`, the errors,
-and :data:`SFT`, the recipe the trainer kit (:mod:`coa.train.kit`) runs it as.
+and :data:`SFT`, the recipe the trainer kit (:mod:`coa.kit`) runs it as.
 
 The fields every recipe shares (the plan, learning rate, checkpoints, logging; the model and output
-folder; where the stage runs) are declared once in :mod:`coa.train.kit.config`. Kept apart from
+folder; where the stage runs) are declared once in :mod:`coa.kit.config`. Kept apart from
 :mod:`coa.train.sft` so that the pipeline config can import it without importing torch,
 transformers or TRL.
 """
@@ -13,10 +13,9 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from coa.config import StrictModel
 from coa.errors import CheckFailed
-from coa.train.kit.config import RESUME_FREE_FIELDS as KIT_RESUME_FREE
-from coa.train.kit.config import (
+from coa.kit.config import RESUME_FREE_FIELDS as KIT_RESUME_FREE
+from coa.kit.config import (
     LearningRate,
     LoggingSteps,
     MaxSteps,
@@ -25,9 +24,9 @@ from coa.train.kit.config import (
     TrainRun,
     TrainStage,
 )
-from coa.train.kit.recipe import Recipe, TrainError
+from coa.kit.lora import LoraSettings
+from coa.kit.recipe import Recipe, TrainError
 
-DEFAULT_LORA_TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
 RESUME_FREE_FIELDS = KIT_RESUME_FREE | {"data", "table", "time_budget_s", "calibration_steps", "eval_steps"}
 """Fields that may differ between a run and its resumption (they do not change the training itself)."""
 
@@ -40,22 +39,11 @@ class StepCountError(SFTError, CheckFailed):
     """The run did not take the planned number of optimizer steps; its result is not reported."""
 
 
-class LoraSettings(StrictModel):
-    """Train LoRA adapters instead of all weights (needs ``peft``)."""
-
-    r: int = Field(default=16, ge=1, description="Rank of the adapters.")
-    alpha: int = Field(default=32, ge=1, description="LoRA alpha (scale = alpha / r).")
-    dropout: float = Field(default=0.05, ge=0, lt=1, description="Dropout on the adapter input.")
-    target_modules: tuple[str, ...] = Field(
-        default=DEFAULT_LORA_TARGETS, min_length=1, description="Names of the linear layers to adapt."
-    )
-
-
 class SFTStageConfig(TrainLoop, TrainStage):
     """The SFT stage, the one SFT config a user sets (the ``sft`` section of a profile): how to train,
     on which examples, and where. The loop's fields are the kit's
-    (:class:`~coa.train.kit.config.TrainLoop`), with SFT's defaults; where it runs is
-    :class:`~coa.train.kit.config.TrainStage`. A run's form (:class:`SFTRunConfig`) is derived from it.
+    (:class:`~coa.kit.config.TrainLoop`), with SFT's defaults; where it runs is
+    :class:`~coa.kit.config.TrainStage`. A run's form (:class:`SFTRunConfig`) is derived from it.
 
     ``max_steps`` or ``time_budget_s`` sets the plan; with both, the time budget plans and
     ``max_steps`` caps it (a faster machine stops at the cap instead of training more epochs).
@@ -87,7 +75,7 @@ class SFTStageConfig(TrainLoop, TrainStage):
         ge=1,
         description="Micro-batch: examples, or packed rows of max_length tokens with packing. The global "
         "batch, batch_size x grad_accumulation per optimizer step, is the same on any number of ranks: "
-        "they share it (the accumulation divided first, else the micro-batch; coa.train.kit.ranks).",
+        "they share it (the accumulation divided first, else the micro-batch; coa.kit.ranks).",
     )
     grad_accumulation: int = Field(
         default=1, ge=1, description="Micro-batches per optimizer step (of one process; see batch_size)."

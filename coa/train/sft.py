@@ -1,5 +1,5 @@
 """Supervised fine-tuning on ``sft.v1`` examples with TRL's ``SFTTrainer``: the SFT recipe of the
-trainer kit (:mod:`coa.train.kit`).
+trainer kit (:mod:`coa.kit`).
 
 ``run_sft(examples, config, output_dir, resume)`` trains the model named by ``config.base_model``
 (a local folder such as ``coa model init`` writes, or a hub id) and returns :class:`SFTResult`.
@@ -13,7 +13,7 @@ The recipe's parts, one concern each:
   every observation segment; the trajectory and the assistant's end-of-turn token trained);
 * :mod:`coa.train.sft_trainer`: the ``SFTTrainer`` (packing, LoRA, fused LM head, held-out loss);
 * :mod:`coa.train.sft_plan`: the number of optimizer steps, from ``max_steps`` or a calibrated
-  time budget re-planned while training (:mod:`coa.train.budget`);
+  time budget re-planned while training (:mod:`coa.kit.budget`);
 * :mod:`coa.train.curves`: the loss curves, the overfitting warning, the PNG;
 * this module: the run and its entry point, over the kit's checkpoints and resume checks,
   steps-run guard, callbacks, launch and command line.
@@ -46,12 +46,12 @@ from typing import Any
 
 import pyarrow as pa
 
+from coa.kit import entry
+from coa.kit import run as kit
 from coa.resources import device_name
 from coa.train import curves
 from coa.train.config import SFT, SFTResult, SFTRunConfig
 from coa.train.data import select_examples
-from coa.train.kit import entry
-from coa.train.kit import run as kit
 from coa.train.sft_plan import Plan, plan_steps
 from coa.train.sft_trainer import BuiltTrainer, build_trainer
 

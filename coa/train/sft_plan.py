@@ -3,7 +3,7 @@
 With ``max_steps`` the plan is that number. With ``time_budget_s`` a throwaway trainer measures
 the step time on a copy of the model before training (:func:`calibrate_step_time`), the first
 plan is as many steps as fit in the budget (at most ``max_steps``), and the trainer is built for
-``HEADROOM`` times more so :class:`coa.train.budget.TimeBudget` can re-plan while training from the
+``HEADROOM`` times more so :class:`coa.kit.budget.TimeBudget` can re-plan while training from the
 recent speed and end on time; the learning-rate schedule spans the plan in force. A resumed run
 keeps the plan of its checkpoint (``sft_plan.json`` and the checkpoint's ``trainer_state.json``).
 """
@@ -22,10 +22,10 @@ from typing import Any
 from transformers import TrainerCallback
 from transformers.trainer_callback import PrinterCallback
 
-from coa.train.budget import HEADROOM, StepPlan, TimeBudget
+from coa.kit.budget import HEADROOM, StepPlan, TimeBudget
+from coa.kit.ranks import broadcast_from_rank0, world_size
+from coa.kit.run import TRAINER_STATE, RunStart
 from coa.train.config import SFT, SFTError, SFTRunConfig
-from coa.train.kit.ranks import broadcast_from_rank0, world_size
-from coa.train.kit.run import TRAINER_STATE, RunStart
 from coa.train.sft_trainer import CoaSFTTrainer
 
 log = logging.getLogger(SFT.logger)
@@ -71,7 +71,7 @@ def plan_steps(trainer: Any, config: SFTRunConfig, start: RunStart) -> Plan:
         if start.plan.get("time_budget") and start.last is not None:  # keep the plan in force there
             steps = int(json.loads((start.last / TRAINER_STATE).read_text())["max_steps"])
             budget_s = float(start.plan["time_budget"])
-            budget = TimeBudget(budget_s, StepPlan(steps), cap=max_steps, replan=False)
+            budget = TimeBudget(budget_s, StepPlan(steps), cap=max_steps, replan=False, logger=SFT.logger)
     elif config.time_budget_s is None:
         assert config.max_steps is not None
         max_steps = config.max_steps
@@ -80,7 +80,7 @@ def plan_steps(trainer: Any, config: SFTRunConfig, start: RunStart) -> Plan:
         cap = config.max_steps or math.inf
         first = int(max(1, min(config.time_budget_s // calibrated, cap)))
         max_steps = int(min(math.ceil(first * HEADROOM), cap))
-        budget = TimeBudget(config.time_budget_s, StepPlan(first), cap=max_steps)
+        budget = TimeBudget(config.time_budget_s, StepPlan(first), cap=max_steps, logger=SFT.logger)
         log.info("time budget %.0f s at %.3f s/step: planning %d steps, re-planned on the way "
                  "(at most %d)", config.time_budget_s, calibrated, first, max_steps)  # fmt: skip
     trainer.args.max_steps = max_steps
@@ -101,7 +101,7 @@ def calibrate_step_time(trainer: Any, config: SFTRunConfig) -> float:
     batches (the first steps set up kernels and buffers). A line ``seconds = a + b * tokens`` fitted
     to the timed steps gives the step time at the epoch's mean tokens per step. It is the first plan
     only: on the 2-core CPU demo step time drifts by 10-50% during a run, which
-    :class:`coa.train.budget.TimeBudget` corrects while training. The model being trained is
+    :class:`coa.kit.budget.TimeBudget` corrects while training. The model being trained is
     untouched and the seed is reset afterwards. The copy doubles the model's memory for a moment:
     the time budget is meant for small runs (the CPU demo); give ``max_steps`` otherwise. Under
     several ranks every rank runs the copy (its steps are collectives) and all take rank 0's time

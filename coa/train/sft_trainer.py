@@ -3,7 +3,7 @@
 :func:`build_trainer` encodes the ``sft.v1`` rows (:mod:`coa.train.data`: ``input_ids`` and loss
 ``labels``, ``-100`` on the prompt and every observation), holds out whole tasks for a held-out
 loss (:func:`split_heldout`, :class:`HeldoutLoss`), loads the model and returns the trainer with
-the kit's callbacks (:mod:`coa.train.kit.callbacks`), not yet trained. :class:`CoaSFTTrainer`
+the kit's callbacks (:mod:`coa.kit.callbacks`), not yet trained. :class:`CoaSFTTrainer`
 counts the tokens it trains on, follows a time budget's plan in its schedule, and uses TRL's fused
 LM head or the model's own loss (``fused_lm_head``); without the fused head, the LM head runs only at
 the positions whose next token is trained (``head_positions``, :func:`trained_positions_loss`).
@@ -34,14 +34,15 @@ from transformers.trainer_callback import PrinterCallback
 from trl import SFTTrainer
 
 from coa.format import IGNORE_INDEX
-from coa.train.budget import StepPlan, follow_plan
-from coa.train.config import SFT, LoraSettings, SFTError, SFTRunConfig
+from coa.kit import fsdp, ranks
+from coa.kit.budget import StepPlan, follow_plan
+from coa.kit.callbacks import LogLastStep, LogToLogger, StepCounter
+from coa.kit.lora import peft_config_of
+from coa.kit.run import CHECKPOINTS_DIR
+from coa.kit.tracking import tracking_args
+from coa.train.config import SFT, SFTError, SFTRunConfig
 from coa.train.data import EncodedExamples, encode_examples
 from coa.train.kernels import apply_layer_kernels, liger_loss, resolve_liger
-from coa.train.kit import fsdp, ranks
-from coa.train.kit.callbacks import LogLastStep, LogToLogger, StepCounter
-from coa.train.kit.run import CHECKPOINTS_DIR
-from coa.train.kit.tracking import tracking_args
 
 log = logging.getLogger(SFT.logger)
 
@@ -142,7 +143,7 @@ def build_trainer(
     )
     if liger:
         apply_layer_kernels(model)
-    peft_config = peft_config_of(config.lora) if config.lora is not None else None
+    peft_config = peft_config_of(config.lora, SFTError) if config.lora is not None else None
     counter = StepCounter()
     trainer = CoaSFTTrainer(
         model=model,
@@ -153,7 +154,7 @@ def build_trainer(
         callbacks=[counter, LogLastStep(), LogToLogger(SFT.logger), *callbacks],
     )
     trainer.remove_callback(PrinterCallback)  # logs go to the `coa.train.sft` logger instead
-    if fsdp.cpu_fsdp2_requested():  # accelerate's FSDP takes on GPUs only: shard here (coa.train.kit.fsdp)
+    if fsdp.cpu_fsdp2_requested():  # accelerate's FSDP takes on GPUs only: shard here (coa.kit.fsdp)
         fsdp.install(trainer)
     log_rank(trainer, batch)
     trainer.coa_fused_lm_head = fused_lm_head
@@ -177,7 +178,7 @@ def rank_batch(config: SFTRunConfig) -> ranks.RankBatch:
 def log_rank(trainer: Any, batch: ranks.RankBatch) -> None:
     """One line per rank (so a launched run shows its ranks are real): rank, world size, pid, how the
     ranks run (accelerate's distributed type) and the batch; for a model sharded by FSDP2 on CPU ranks
-    (:mod:`coa.train.kit.fsdp`) or by ZeRO-3 a second line with what this rank holds of it; a warning
+    (:mod:`coa.kit.fsdp`) or by ZeRO-3 a second line with what this rank holds of it; a warning
     when an FSDP config did not take (FSDP1 on CPU: accelerate enables FSDP on accelerators only, the
     ranks run plain DDP)."""
     kind = str(getattr(trainer.accelerator.distributed_type, "value", trainer.accelerator.distributed_type))
@@ -216,21 +217,6 @@ def split_heldout(examples: pa.Table, fraction: float, max_examples: int) -> tup
         taken += per_task[task]
     mask = pc.is_in(examples.column("task_id"), pa.array(sorted(chosen), pa.string()))
     return examples.filter(pc.invert(mask)), examples.filter(mask)
-
-
-def peft_config_of(lora: LoraSettings) -> Any:
-    """The ``peft.LoraConfig`` of the run's LoRA settings."""
-    try:
-        from peft import LoraConfig
-    except ImportError as e:  # pragma: no cover - depends on the environment
-        raise SFTError("lora needs the `peft` package (pip install peft)") from e
-    return LoraConfig(
-        r=lora.r,
-        lora_alpha=lora.alpha,
-        lora_dropout=lora.dropout,
-        target_modules=list(lora.target_modules),
-        task_type="CAUSAL_LM",
-    )
 
 
 class CoaSFTTrainer(SFTTrainer):

@@ -20,10 +20,10 @@ from collections.abc import Sequence
 from typing import Any
 
 from coa import io
+from coa.kit.launch import launch, resolve_launcher, work_dir
 from coa.steps import Build, Stage, Step, StepInput
 from coa.train.config import SFT, SFTResult, SFTRunConfig, SFTStageConfig
 from coa.train.data import select_examples
-from coa.train.kit.launch import launch, resolve_launcher, work_dir
 from coa.train.summary import SFTSummary
 
 SFT_TABLE = "sft"
@@ -64,7 +64,7 @@ def _build(b: Build) -> None:
     params = config.model_dump()
     run_config = SFTRunConfig(**params, base_model=base.local_path(), output_dir=str(out))
     if resolve_launcher(config) == "in_process":
-        from coa.train.kit.callbacks import progress_callback
+        from coa.kit.callbacks import progress_callback
         from coa.train.sft import run_sft
 
         progress = [progress_callback(b.progress)] if b.progress is not None else []

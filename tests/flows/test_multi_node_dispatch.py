@@ -2,7 +2,7 @@
 (:mod:`tests.flows.dispatch_sft`) sends an SFT step with ``sft.nodes=2`` to the gpu pool's
 ``run-one-step/gpu`` deployment; the pool's worker (node 0 of the gang: its environment names the
 rendezvous and ``COA_NODES_DIR``) runs the flow run, whose step launches torchrun as node 0; the node
-agent started beside it as node 1 (``python -m coa.train.kit.node``, as the job template starts it on
+agent started beside it as node 1 (``python -m coa.kit.node``, as the job template starts it on
 the other machines) joins that launch. The step commits a model that loads, with the planned steps run.
 """
 
@@ -46,7 +46,7 @@ def test_a_step_on_two_nodes_dispatched_to_the_gpu_pool_completes(
     _gpu_pool(env)
     worker = _start([str(BIN / "prefect"), "worker", "start", "--pool", "gpu"], env, tmp_path / "worker.log")
     agent = _start(
-        [sys.executable, "-m", "coa.train.kit.node", "--idle-exit-s", "300"],
+        [sys.executable, "-m", "coa.kit.node", "--idle-exit-s", "300"],
         env | {"COA_NODE_RANK": "1"},
         tmp_path / "agent.log",
     )

@@ -10,7 +10,7 @@ heartbeats stop, marks the child Crashed with the silence in its message and sen
 names the checkpoint the retry resumes from, read from disk. The retry, on the new worker, resumes from
 that checkpoint, runs the steps left (steps run = planned) and commits weights bit-equal to an
 uninterrupted run of the same config. No process of the killed machine survives (the trainer's group
-is ended by its guard, :mod:`coa.train.kit.guard`).
+is ended by its guard, :mod:`coa.kit.guard`).
 """
 
 from __future__ import annotations
@@ -178,7 +178,7 @@ def test_a_gpu_worker_killed_mid_sft_is_recovered_on_a_restarted_worker(
     killed = _kill_mid_sft(env, tmp_path, storage_root, marks)
     folder, uri = killed.folder, killed.uri
     trained = [c for c in killed.ran if "-m coa.train.sft" in c and "torch.distributed.run" not in c]
-    assert any("coa.train.kit.guard" in c for c in killed.ran) and trained, killed.ran  # killed mid-SFT
+    assert any("coa.kit.guard" in c for c in killed.ran) and trained, killed.ran  # killed mid-SFT
     assert killed.survivors == [], killed.survivors  # worker, flow-run process, guard, torchrun, trainer
 
     runs = {r["name"]: r for r in _api(env, "flow_runs/filter", {})}

@@ -15,7 +15,7 @@ from typing import Any
 
 import yaml
 
-from coa.train.kit import node, nodes
+from coa.kit import node, nodes
 
 ROOT = Path(__file__).resolve().parents[2]
 PYTORCHJOB = ROOT / "infra" / "kubernetes" / "pytorchjob-gang.yaml"
@@ -29,7 +29,7 @@ def _gpu_pool() -> str:
 
 
 def _agent_args(command: str) -> list[str]:
-    """The node agent's arguments in a shell command line (after ``-m coa.train.kit.node``)."""
+    """The node agent's arguments in a shell command line (after ``-m coa.kit.node``)."""
     found = re.search(r"-m coa\.train\.kit\.node([^\n']*)", command)
     assert found, command
     return shlex.split(found[1])

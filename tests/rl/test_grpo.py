@@ -11,12 +11,12 @@ import torch
 from transformers import AutoModelForCausalLM, TrainerCallback
 
 import schemas
+from coa.kit.run import CHECKPOINTS_DIR, last_checkpoint
 from coa.rl.config import EntropyCollapse, RLError, RLRunConfig, RLStepCountError
 from coa.rl.grpo import run_rl
 from coa.rl.rollout_hook import ROLLOUTS_DIR
 from coa.rollout import Codec
 from coa.tools.config import ToolsConfig
-from coa.train.kit.run import CHECKPOINTS_DIR, last_checkpoint
 
 from .helpers import TwoTurnPolicy, prompts_table
 
@@ -169,8 +169,8 @@ def test_entropy_collapse_stops_the_run_with_a_clear_message(tiny_model: Path, t
 def test_accelerate_launch_runs_the_rl_stage_on_a_gpu(tiny_model: Path, tmp_path: Path) -> None:
     if not torch.cuda.is_available():
         pytest.skip("needs a CUDA GPU: the RL stage is launched with `accelerate launch` only there")
+    from coa.kit.launch import launch_accelerate
     from coa.rl.config import RL, RLResult
-    from coa.train.kit.launch import launch_accelerate
 
     cfg = config(tiny_model, max_steps=2, max_new_tokens=32, max_total_tokens=64, max_turns=2)
     launched = launch_accelerate(

@@ -14,11 +14,11 @@ import pyarrow.parquet as pq
 import pytest
 from transformers import AutoModelForCausalLM
 
+from coa.kit.run import CHECKPOINTS_DIR
 from coa.rl.config import RLRunConfig
 from coa.rl.grpo import run_rl
 from coa.rollout import Sampling
 from coa.rollout.policies.endpoint import EndpointPolicy
-from coa.train.kit.run import CHECKPOINTS_DIR
 from tests.serve.conftest import ServeProcess
 from tests.torch_threads import one_torch_thread  # noqa: F401 (autouse fixture)
 

@@ -1,5 +1,5 @@
 """RL across two CPU "nodes" with two serving replicas: the RL recipe launched by the trainer kit as
-node 0 (torchrun, one gloo rank) with ``python -m coa.train.kit.node`` as node 1, against two
+node 0 (torchrun, one gloo rank) with ``python -m coa.kit.node`` as node 1, against two
 ``coa.serve`` processes in vLLM mode (``rl.rollout.server`` and its ``replicas``): the run finishes
 its planned steps with whole groups, rank 0 pushes every version to both replicas (each ends on the
 last version), and both replicas served generations. ``python -m pytest -q tests/rl/test_multi_node.py``.
@@ -21,10 +21,10 @@ import httpx
 import pyarrow.parquet as pq
 import pytest
 
+from coa.kit import nodes
+from coa.kit.launch import LOG_FILE, launch
 from coa.rl.config import RL, RLRunConfig
 from coa.tools.config import ToolsConfig
-from coa.train.kit import nodes
-from coa.train.kit.launch import LOG_FILE, launch
 from tests.serve.conftest import ServeProcess
 
 from .helpers import prompts_table
@@ -85,7 +85,7 @@ def test_rl_on_two_nodes_pushes_to_both_replicas_and_spreads_its_requests(
     env = os.environ | {"COA_NODE_RANK": "1", "PYTHONPATH": str(ROOT)}
     with (tmp_path / "agent.log").open("wb") as log:
         agent = subprocess.Popen(
-            [sys.executable, "-m", "coa.train.kit.node", "--once", "--idle-exit-s", "240"],
+            [sys.executable, "-m", "coa.kit.node", "--once", "--idle-exit-s", "240"],
             env=env,
             stdout=log,
             stderr=subprocess.STDOUT,

@@ -35,12 +35,12 @@ from transformers import AutoModelForCausalLM
 from trl.trainer.utils import RepeatSampler
 
 from coa.config import load_config
+from coa.kit.run import CHECKPOINTS_DIR
 from coa.rl.config import RLError, RLResult, RLRunConfig
 from coa.rl.grpo import run_rl
 from coa.rl.ranks import rank_batch
 from coa.rl.resume import SAMPLING_STATE_FILE, EpochOrderSampler, check_sampling_state
 from coa.rl.rollouts import TRUNCATED
-from coa.train.kit.run import CHECKPOINTS_DIR
 from tests.zero3 import sharded_configs
 
 from .helpers import prompts_table
@@ -254,7 +254,7 @@ def test_rank_0s_clock_decides_every_ranks_refill_rounds(resolved: Path) -> None
 def test_two_sharded_ranks_generate_on_whole_weights_and_finish_the_plan(
     accelerate_config: str, label: str, resolved: Path, tiny_model: Path
 ) -> None:
-    """The shipped fsdp2.yaml (the recipe shards on CPU: coa.train.kit.fsdp) and, where deepspeed
+    """The shipped fsdp2.yaml (the recipe shards on CPU: coa.kit.fsdp) and, where deepspeed
     installs, multi_gpu_zero3.yaml on 2 CPU ranks with the in-process ``hf`` backend: each rank holds
     half the model; generation runs on whole weights (FSDP2's groups unsharded once per batch, ZeRO-3's
     gathered by TRL) with no collective per decoding step, so ranks whose episodes decode different

@@ -22,12 +22,12 @@ import torch
 import yaml
 
 import schemas
+from coa.kit.run import CHECKPOINTS_DIR
 from coa.rl.config import RLRunConfig
 from coa.rl.grpo import run_rl
 from coa.rollout import Generation, Sampling
 from coa.rollout.policies.endpoint import EndpointPolicy
 from coa.tools.config import ToolsConfig
-from coa.train.kit.run import CHECKPOINTS_DIR
 from tests.serve.conftest import REPO, ServeProcess
 from tests.torch_threads import one_torch_thread  # noqa: F401 (autouse fixture)
 
@@ -243,8 +243,8 @@ def test_a_killed_async_run_resumes(serve: ServeProcess, tiny_model: Path, tmp_p
     process.send_signal(signal.SIGKILL)
     process.wait(30)
     assert not (out / "rl_result.json").exists()
+    from coa.kit.checkpoints import last_complete
     from coa.rl.producer import PRODUCER_STATE_FILE
-    from coa.train.kit.checkpoints import last_complete
 
     last = last_complete(out / CHECKPOINTS_DIR)
     assert last is not None

@@ -8,7 +8,7 @@ import os
 import traceback
 from typing import Any
 
-from coa.train.budget import StepPlan, TimeBudget
+from coa.kit.budget import StepPlan, TimeBudget
 
 
 def replan_on_rank(rank: int, world: int, store: str, seconds_per_step: float, out: Any) -> None:

@@ -9,7 +9,7 @@ import pytest
 import torch
 from transformers import get_scheduler
 
-from coa.train.budget import StepPlan, TimeBudget, follow_plan
+from coa.kit.budget import StepPlan, TimeBudget, follow_plan
 
 
 def _scheduler(total: int, warmup: int) -> torch.optim.lr_scheduler.LambdaLR:

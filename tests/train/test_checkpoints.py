@@ -12,9 +12,9 @@ import pytest
 import torch
 import transformers
 
+from coa.kit import checkpoints
+from coa.kit.run import last_checkpoint
 from coa.train import SFTRunConfig
-from coa.train.kit import checkpoints
-from coa.train.kit.run import last_checkpoint
 from coa.train.sft import run_sft
 from tests.train.test_sft import _config, _weights
 

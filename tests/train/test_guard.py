@@ -11,7 +11,7 @@ import textwrap
 import time
 from pathlib import Path
 
-from coa.train.kit.launch import run_guarded
+from coa.kit.launch import run_guarded
 
 TRAINER = textwrap.dedent(
     """
@@ -51,7 +51,7 @@ def test_the_trainer_dies_with_its_killed_launcher(tmp_path: Path) -> None:
         [
             sys.executable,
             "-c",
-            "import sys; from pathlib import Path; from coa.train.kit.launch import run_guarded; "
+            "import sys; from pathlib import Path; from coa.kit.launch import run_guarded; "
             f"run_guarded([sys.executable, {str(script)!r}, {str(pid_file)!r}], Path({str(log)!r}))",
         ],
         env={**os.environ, "PYTHONPATH": os.getcwd()},

@@ -1,6 +1,6 @@
 """A node that goes silent (frozen, cut off: its sockets left open) ends the launch on the other nodes
-within ``$COA_NODE_SILENT_S``: the heartbeats of :mod:`coa.train.kit.nodes`, read by the launch's wait
-loop (:func:`coa.train.kit.launch.run_guarded`), which then ends every process the run started, also
+within ``$COA_NODE_SILENT_S``: the heartbeats of :mod:`coa.kit.nodes`, read by the launch's wait
+loop (:func:`coa.kit.launch.run_guarded`), which then ends every process the run started, also
 those in sessions of their own (as torchrun starts its workers). The same path on two real torchrun
 nodes is tests/train/test_multi_node.py's fault case."""
 
@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from coa.train.kit import nodes
-from coa.train.kit.launch import descendants, run_guarded
+from coa.kit import nodes
+from coa.kit.launch import descendants, run_guarded
 
 from .test_guard import _alive, _wait_for
 
@@ -91,7 +91,7 @@ PEER = textwrap.dedent(
     """
     import sys, time
     from pathlib import Path
-    from coa.train.kit import nodes
+    from coa.kit import nodes
     launch = nodes.Launch(id="l1", how="torchrun", nodes=2, per_node=1, accelerate_config=None,
                           host="127.0.0.1", port=1, timeout_s=60, silent_s=3, args=(), log_dir="/tmp")
     beats = nodes.Heartbeats(Path(sys.argv[1]), launch, 1)

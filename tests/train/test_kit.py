@@ -15,13 +15,13 @@ import yaml
 
 from coa.config import load_config
 from coa.evaluate.config import EvalConfig
+from coa.kit import TrainLoop, TrainRun, TrainStage
+from coa.kit import run as kit
+from coa.kit.launch import FAILURE_FILE, launch_accelerate
+from coa.kit.tracking import tracking_args
 from coa.rl.config import RL, RLRunConfig, RLStageConfig, RLStepCountError
 from coa.rollout.config import RolloutConfig, RolloutLimits
 from coa.train.config import SFT, SFTError, SFTRunConfig, SFTStageConfig, StepCountError
-from coa.train.kit import TrainLoop, TrainRun, TrainStage
-from coa.train.kit import run as kit
-from coa.train.kit.launch import FAILURE_FILE, launch_accelerate
-from coa.train.kit.tracking import tracking_args
 from coa.train.sft import main
 from tests.train.rows import arith_rows
 

@@ -1,6 +1,6 @@
 """SFT across nodes, proven on two CPU "nodes" of this machine: the step's launcher as node 0 and the
-node agent (``python -m coa.train.kit.node``) as node 1, each a ``torchrun`` (or ``accelerate launch``)
-of one gloo rank, rendezvousing on 127.0.0.1 (:mod:`coa.train.kit.nodes`). Under DDP and FSDP2 they
+node agent (``python -m coa.kit.node``) as node 1, each a ``torchrun`` (or ``accelerate launch``)
+of one gloo rank, rendezvousing on 127.0.0.1 (:mod:`coa.kit.nodes`). Under DDP and FSDP2 they
 train like one process at the same global batch (the tolerances of test_multi_rank.py); node 1 frozen
 mid-run (its agent and its rank, SIGSTOP: sockets left open, the hard case) fails the run on node 0 in
 seconds through the heartbeats, and the retry (a restarted
@@ -25,9 +25,9 @@ from typing import Any
 import pyarrow as pa
 import pytest
 
+from coa.kit import nodes
+from coa.kit.launch import LOG_FILE, descendants, launch
 from coa.train.config import SFT, SFTError, SFTRunConfig, SFTStageConfig
-from coa.train.kit import nodes
-from coa.train.kit.launch import LOG_FILE, descendants, launch
 from coa.train.sft import run_sft
 
 from .test_multi_rank import (
@@ -87,7 +87,7 @@ def _agent(log: Path) -> subprocess.Popen[bytes]:
     env = os.environ | {"COA_NODE_RANK": "1", "PYTHONPATH": str(ROOT)}
     with log.open("ab") as out:
         return subprocess.Popen(
-            [sys.executable, "-m", "coa.train.kit.node", "--once", "--idle-exit-s", str(LAUNCH_TIMEOUT_S)],
+            [sys.executable, "-m", "coa.kit.node", "--once", "--idle-exit-s", str(LAUNCH_TIMEOUT_S)],
             env=env,
             stdout=out,
             stderr=subprocess.STDOUT,
@@ -133,7 +133,7 @@ def _freeze_node_after_checkpoint(
 ) -> list[float]:
     """SIGSTOP node 1 (its agent and every process under it: the launcher, the rank) once checkpoint
     ``step`` is complete, as a machine that hangs or is cut off: its sockets stay open, so only the
-    heartbeats tell node 0 (:class:`coa.train.kit.nodes.Heartbeats`); the monotonic time of the freeze."""
+    heartbeats tell node 0 (:class:`coa.kit.nodes.Heartbeats`); the monotonic time of the freeze."""
     state = out / "checkpoints" / f"checkpoint-{step}" / "trainer_state.json"
     deadline = time.monotonic() + LAUNCH_TIMEOUT_S
     while not done.is_set() and time.monotonic() < deadline:

@@ -1,5 +1,5 @@
 """SFT on several ranks, proven on CPU processes: two gloo ranks under ``torchrun`` (DDP) and under
-``accelerate launch`` with the shipped FSDP2 config (sharded by the recipe: coa.train.kit.fsdp) and,
+``accelerate launch`` with the shipped FSDP2 config (sharded by the recipe: coa.kit.fsdp) and,
 where deepspeed is installed, the shipped ZeRO-3 config (DeepSpeed's CPU accelerator) train like one
 process at the same global batch, stop together when a time budget ends, and a rank killed
 mid-run fails the run in one line while the rerun resumes to the plan.
@@ -25,9 +25,9 @@ from typing import Any
 import pyarrow as pa
 import pytest
 
+from coa.kit import ranks
+from coa.kit.launch import LOG_FILE, launch_accelerate, launch_torchrun, rank_failure
 from coa.train.config import SFT, SFTError, SFTRunConfig
-from coa.train.kit import ranks
-from coa.train.kit.launch import LOG_FILE, launch_accelerate, launch_torchrun, rank_failure
 from coa.train.sft import run_sft
 from tests.zero3 import sharded_configs
 
@@ -180,7 +180,7 @@ def test_sharded_on_two_cpu_ranks_trains_like_one_process(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """A shipped sharded config under ``accelerate launch`` on 2 CPU ranks: fsdp2.yaml (accelerate runs
-    DDP on CPU, so the recipe applies FSDP2: coa.train.kit.fsdp) and multi_gpu_zero3.yaml (DeepSpeed's CPU
+    DDP on CPU, so the recipe applies FSDP2: coa.kit.fsdp) and multi_gpu_zero3.yaml (DeepSpeed's CPU
     accelerator over gloo, where deepspeed installs). Each rank holds half the parameter elements (its
     shards); the loss curve is one process's at the same global batch within LOSS_TOLERANCE; the saved
     model (gathered) loads as a plain HF model and equals the one-process model within WEIGHT_TOLERANCE."""
@@ -223,7 +223,7 @@ def test_an_fsdp2_run_on_cpu_ranks_refuses_what_it_cannot_do(
 ) -> None:
     """Resume (its checkpoints hold no optimizer state: each rank's is a shard), LoRA and SFT's time
     budget are refused with what to do instead, before a model is built; DDP (FSDP_VERSION 1) resumes."""
-    from coa.train.kit import fsdp
+    from coa.kit import fsdp
     from coa.train.sft_trainer import build_trainer
 
     checkpoint = tmp_path / "checkpoints" / "checkpoint-8"
@@ -347,9 +347,9 @@ def test_several_gpus_under_the_shipped_configs(
 def test_both_recipes_launch_as_their_stage_says(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     """launcher torchrun or accelerate, num_processes passed on; a one-process accelerate config with
     several processes refused before anything starts (accelerate would start one process)."""
+    from coa.kit import launch as kit_launch
     from coa.rl.config import RL, RLStageConfig
     from coa.train.config import SFTStageConfig
-    from coa.train.kit import launch as kit_launch
 
     seen: list[tuple[list[str], str]] = []
 

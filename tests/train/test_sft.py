@@ -19,11 +19,11 @@ import yaml
 from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback
 
 from coa.config import ConfigError, load_config
+from coa.kit import budget as budget_module
+from coa.kit.budget import HEADROOM
+from coa.kit.run import last_checkpoint
 from coa.train import SFTError, SFTRunConfig, StepCountError
-from coa.train import budget as budget_module
-from coa.train.budget import HEADROOM
 from coa.train.data import encode_examples
-from coa.train.kit.run import last_checkpoint
 from coa.train.sft import LOSS_PNG, PLAN_FILE, RESULT_FILE, main, run_sft
 from coa.train.sft_plan import CALIBRATION_WARMUP, calibration_order, step_seconds_at
 

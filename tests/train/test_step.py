@@ -12,6 +12,7 @@ from transformers import AutoModelForCausalLM
 
 import schemas
 from coa import io
+from coa.kit.launch import work_dir
 from coa.model import step as student_step
 from coa.model.config import StudentConfig
 from coa.steps import ModelInput, TableInput, address, run_step
@@ -19,7 +20,6 @@ from coa.train import SFTError
 from coa.train import step as sft_step
 from coa.train.config import SFTStageConfig
 from coa.train.data import select_examples
-from coa.train.kit.launch import work_dir
 from coa.train.step import read_result
 
 from .conftest import TINY

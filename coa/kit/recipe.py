@@ -1,7 +1,7 @@
 """A recipe: what the kit needs to know about one trainer (SFT, GRPO), in one frozen object.
 
-The kit's functions (:mod:`~coa.train.kit.run`, :mod:`~coa.train.kit.launch`,
-:mod:`~coa.train.kit.entry`) take a :class:`Recipe` and so read and write the same files, guard
+The kit's functions (:mod:`~coa.kit.run`, :mod:`~coa.kit.launch`,
+:mod:`~coa.kit.entry`) take a :class:`Recipe` and so read and write the same files, guard
 the same way and fail with the same messages for every trainer; each recipe module declares its
 instance beside its config (``coa.train.config.SFT``, ``coa.rl.config.RL``). Light to import.
 """

@@ -10,7 +10,7 @@ out): the steps left are what the time left allows, never more than the trainer 
 stretches or shrinks its decay; the warm-up is untouched), so the decay ends where the run ends.
 
 **Several ranks.** Every rank runs the callback, but the plan is decided on rank 0 and broadcast
-(:func:`coa.train.kit.ranks.broadcast_from_rank0`) at each re-plan, so all ranks stop at the same
+(:func:`coa.kit.ranks.broadcast_from_rank0`) at each re-plan, so all ranks stop at the same
 step: each rank's own clock would plan differently, and a rank that stops early leaves the others
 waiting in a collective. The re-plans happen at the same steps on every rank (their timing depends on
 the step count only), which the broadcast, a collective, needs.
@@ -30,9 +30,7 @@ from typing import Any
 
 from transformers import TrainerCallback
 
-from coa.train.kit.ranks import broadcast_from_rank0, rank
-
-log = logging.getLogger("coa.train.sft")
+from coa.kit.ranks import broadcast_from_rank0, rank
 
 REPLAN_EVERY = 50
 """Optimizer steps between two re-plans."""
@@ -75,7 +73,8 @@ def follow_plan(scheduler: Any, plan: StepPlan, built_steps: int, warmup_steps: 
 class TimeBudget(TrainerCallback):
     """Re-plans the steps so that training ends ``budget_s`` seconds after it began (see module doc).
 
-    ``cap`` is the most steps the trainer was built for; ``replan=False`` only enforces ``plan``.
+    ``cap`` is the most steps the trainer was built for; ``replan=False`` only enforces ``plan``;
+    ``logger`` is the recipe's (:attr:`coa.kit.recipe.Recipe.logger`), where the end of the run is said.
     """
 
     def __init__(
@@ -86,6 +85,7 @@ class TimeBudget(TrainerCallback):
         replan: bool = True,
         clock: Callable[[], float] = time.perf_counter,
         replan_every: int | None = None,
+        logger: str = "coa.kit",
     ) -> None:
         self.budget_s = budget_s
         self.plan = plan
@@ -99,6 +99,7 @@ class TimeBudget(TrainerCallback):
         self._first_step = 0
         self._ends: deque[float] = deque(maxlen=SPEED_WINDOW + 1)
         self._ended = False
+        self.log = logging.getLogger(logger)
 
     def on_train_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         self._start = self.clock()
@@ -119,7 +120,7 @@ class TimeBudget(TrainerCallback):
         if state.global_step >= self.plan.steps:
             if not self._ended:
                 self._ended = True
-                log.info("rank %d: the time budget ends the run at step %d", rank(), state.global_step)
+                self.log.info("rank %d: the time budget ends the run at step %d", rank(), state.global_step)
             control.should_training_stop = True
             control.should_log = True
             if str(getattr(args.save_strategy, "value", args.save_strategy)) == "steps":
@@ -140,7 +141,7 @@ class TimeBudget(TrainerCallback):
         steps = min(self.cap, max(step, steps))
         steps = int(broadcast_from_rank0(steps))  # rank 0 decides: every rank stops at the same step
         if steps != self.plan.steps:
-            log.debug(
+            self.log.debug(
                 "time budget: %.0f s left at %.3f s/step (last %d steps): plan %d -> %d steps",
                 time_left, per_step, len(self._ends) - 1, self.plan.steps, steps,
             )  # fmt: skip

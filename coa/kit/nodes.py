@@ -3,14 +3,14 @@
 A stage with ``nodes: N`` (N > 1) runs its recipe on N machines the job scheduler allocated as one
 gang (a Slurm allocation, a Kubeflow ``PyTorchJob``): node 0 is where the step runs (the Prefect
 worker inside the gang picked the flow run, or ``coa run`` was started there); nodes 1..N-1 run
-the node agent, ``python -m coa.train.kit.node``. The step's launcher (:mod:`coa.train.kit.launch`)
+the node agent, ``python -m coa.kit.node``. The step's launcher (:mod:`coa.kit.launch`)
 writes the resolved config and the rows into the step's checkpoint folder as for one machine, then
 announces the launch in ``$COA_NODES_DIR/launch.json`` (:class:`Launch`: the recipe's command, the
 ranks per node, the rendezvous endpoint, a fresh id) and starts its own ``torchrun`` (or
 ``accelerate launch``) as node 0; each agent sees the announcement and starts the same command as its
 node rank. The ranks meet at the endpoint (static rendezvous: node 0 hosts the store, rank 0 is on
 node 0) and run as one world: the batch, the time budget and the refills are agreed over all ranks
-exactly as on one machine (:mod:`coa.train.kit.ranks`). The announcement is removed when node 0's
+exactly as on one machine (:mod:`coa.kit.ranks`). The announcement is removed when node 0's
 launch ends, so an agent never joins a finished run; a retry is a new launch with a new id.
 
 What every node must share: ``$COA_NODES_DIR`` and the step's checkpoint folder (a local store

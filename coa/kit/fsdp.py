@@ -44,7 +44,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from coa.train.kit import ranks
+from coa.kit import ranks
 
 
 def cpu_fsdp2_requested() -> bool:

@@ -4,7 +4,7 @@
 Exit codes: 0 the run finished and its result is sound; 1 a check failed (the steps-run guard, an
 entropy collapse, a non-finite loss or reward); 2 bad input (a config error, no rows, a folder that
 cannot be resumed). A deliberate failure also goes to ``failure.json`` in the output folder (rank 0),
-which :func:`coa.train.kit.launch.launch_accelerate` turns back into the same error.
+which :func:`coa.kit.launch.launch_accelerate` turns back into the same error.
 """
 
 from __future__ import annotations
@@ -19,9 +19,9 @@ from pathlib import Path
 from typing import Any
 
 from coa.errors import CheckFailed, CoaError
-from coa.train.kit.launch import FAILURE_FILE
-from coa.train.kit.recipe import Recipe
-from coa.train.kit.run import write_json
+from coa.kit.launch import FAILURE_FILE
+from coa.kit.recipe import Recipe
+from coa.kit.run import write_json
 
 RunFn = Callable[[Any, str | None, bool], Any]
 """``run(config, output_dir, resume) -> result``: loads the rows the config names and trains."""

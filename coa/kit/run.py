@@ -2,7 +2,7 @@
 plan file, the loop, the steps-run guard, atomic result files.
 
 A run's output folder holds ``checkpoints/checkpoint-N`` (written by the trainer every
-``save_steps`` and at the end, atomically: :mod:`coa.train.kit.checkpoints`), the recipe's plan
+``save_steps`` and at the end, atomically: :mod:`coa.kit.checkpoints`), the recipe's plan
 file and, once finished, ``model/`` and its result file (:func:`finish`).
 
 * :func:`open_run` before the trainer is built: a fresh run refuses a folder that already holds
@@ -28,8 +28,8 @@ from typing import Any, TypeVar
 
 from pydantic import BaseModel
 
-from coa.train.kit import checkpoints, fsdp
-from coa.train.kit.recipe import Recipe
+from coa.kit import checkpoints, fsdp
+from coa.kit.recipe import Recipe
 
 CHECKPOINTS_DIR = "checkpoints"
 MODEL_DIR = "model"
@@ -104,8 +104,8 @@ def train(recipe: Recipe, trainer: Any, start: RunStart, planned: int) -> float:
     if trainer.is_world_process_zero():  # what a killed save left is never read nor rotated
         checkpoints.clean(start.checkpoints)
     checkpoints.install(trainer)
-    if trainer.is_world_process_zero():  # a launching process relays it (coa.train.kit.launch)
-        from coa.train.kit.callbacks import PROGRESS_FILE, ProgressFile, progress_callback
+    if trainer.is_world_process_zero():  # a launching process relays it (coa.kit.launch)
+        from coa.kit.callbacks import PROGRESS_FILE, ProgressFile, progress_callback
 
         trainer.add_callback(progress_callback(ProgressFile(start.out / PROGRESS_FILE)))
     if start.last is not None and start.start_step >= planned:
@@ -147,7 +147,7 @@ checkpoint_step = checkpoints.checkpoint_step
 
 def last_checkpoint(ckpt_dir: str | Path) -> Path | None:
     """The highest-step complete checkpoint (its trainer state, written last, exists and parses), or
-    None; see :mod:`coa.train.kit.checkpoints`."""
+    None; see :mod:`coa.kit.checkpoints`."""
     return checkpoints.last_complete(ckpt_dir)
 
 

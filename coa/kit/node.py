@@ -1,14 +1,14 @@
-"""``python -m coa.train.kit.node``: the agent of nodes 1..N-1 of a multi-node run (see
-:mod:`coa.train.kit.nodes`).
+"""``python -m coa.kit.node``: the agent of nodes 1..N-1 of a multi-node run (see
+:mod:`coa.kit.nodes`).
 
 The job template starts it on every node but node 0, with the same environment (``$COA_NODES_DIR``,
 the rendezvous endpoint) and the node's rank. It waits for node 0 to announce a launch, runs that
-launch's command as its node rank (under :mod:`coa.train.kit.guard`, output appended to
+launch's command as its node rank (under :mod:`coa.kit.guard`, output appended to
 ``train.node<k>.log`` in the run's folder), and waits for the next one: a retried step is a new
 launch. It exits after ``--idle-exit-s`` seconds without a launch (status 0: the gang is released),
 after one launch with ``--once`` (that launch's status), or when ended (SIGTERM: its running launch
 is ended too). While a launch runs it beats and watches the other nodes' heartbeats
-(:class:`~coa.train.kit.nodes.Heartbeats`): a node silent for ``$COA_NODE_SILENT_S`` ends this node's
+(:class:`~coa.kit.nodes.Heartbeats`): a node silent for ``$COA_NODE_SILENT_S`` ends this node's
 ranks rather than leave them blocked.
 """
 
@@ -20,8 +20,8 @@ import sys
 import time
 from pathlib import Path
 
-from coa.train.kit import nodes
-from coa.train.kit.launch import run_guarded
+from coa.kit import nodes
+from coa.kit.launch import run_guarded
 
 POLL_S = 0.2
 
@@ -54,7 +54,7 @@ def serve(folder: Path, rank: int, idle_exit_s: float | None, once: bool) -> int
 
 def parser() -> argparse.ArgumentParser:
     """The agent's command line (the job templates in infra/ are checked against it)."""
-    parser = argparse.ArgumentParser(prog="python -m coa.train.kit.node", description=__doc__)
+    parser = argparse.ArgumentParser(prog="python -m coa.kit.node", description=__doc__)
     parser.add_argument(
         "--idle-exit-s", type=float, default=None, help="exit after this long without a launch"
     )

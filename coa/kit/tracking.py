@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from coa import tracking
-from coa.train.kit.recipe import Recipe
+from coa.kit.recipe import Recipe
 
 
 def report_to(config: Any) -> list[str] | str:

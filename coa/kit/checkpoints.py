@@ -2,7 +2,7 @@
 
 The trainer writes a checkpoint in several files (weights, optimizer, scheduler, RNG, trainer state);
 a process killed in between leaves a folder that looks like a checkpoint but is not one. Here
-(:func:`install`, on every recipe's trainer through :func:`coa.train.kit.run.train`) each checkpoint
+(:func:`install`, on every recipe's trainer through :func:`coa.kit.run.train`) each checkpoint
 is written under a staging folder first (``checkpoints/.staging/checkpoint-N``, which no reader
 globs), then renamed to ``checkpoints/checkpoint-N`` once every file is there: a checkpoint folder
 either is complete or does not exist. Rotation (``save_total_limit``) then counts complete

@@ -102,7 +102,7 @@ class TrainStage(StrictModel):
         description="Machines the run spans (torchrun's multi-node rendezvous; docs/how-to/multi-node.md): "
         "this step's process is node 0 and launches `launcher` (torchrun, or accelerate with its config; "
         "auto = accelerate) with num_processes ranks per node; nodes 1..N-1 run `python -m "
-        "coa.train.kit.node`. The rendezvous comes from the environment (COA_RDZV_ENDPOINT or "
+        "coa.kit.node`. The rendezvous comes from the environment (COA_RDZV_ENDPOINT or "
         "MASTER_ADDR/MASTER_PORT, COA_NODES_DIR). The global batch is unchanged: all ranks share it.",
     )
 

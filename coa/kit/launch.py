@@ -6,15 +6,15 @@ the output folder (atomically; a rerun reuses it), the recipe's data field point
 the YAML written atomically too; then ``accelerate launch --config_file <accelerate_config>
 [--num_processes N] -m <recipe.module> --config resolved.yaml --output-dir OUT --resume`` (or
 ``torchrun --standalone --nproc_per_node N -m <recipe.module> ...``: plain DDP, gloo on CPU), under
-:mod:`coa.train.kit.guard` in a process group of its own with its own log file (``OUT/train.log``):
+:mod:`coa.kit.guard` in a process group of its own with its own log file (``OUT/train.log``):
 the trainer never holds the worker's output pipe, and it is ended with the process that launched it
 (interrupted, cancelled or killed) instead of writing on alone. The run resumes from its last
 complete checkpoint when a killed stage is rerun. When it fails on purpose, its entry
-point (:mod:`coa.train.kit.entry`) leaves its error in ``failure.json`` and the launcher raises the
+point (:mod:`coa.kit.entry`) leaves its error in ``failure.json`` and the launcher raises the
 same error class with the same one-line message here; any other exit is the recipe's error naming
 the command and, when a rank died (torchrun's multi-line ``ChildFailedError`` report in the log),
 which rank and how, in one line (:func:`rank_failure`). The resolved config is the same for any
-number of ranks: its batch is the global batch, which the ranks share (:mod:`coa.train.kit.ranks`).
+number of ranks: its batch is the global batch, which the ranks share (:mod:`coa.kit.ranks`).
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ from typing import Any, Literal
 
 import yaml
 
-from coa.train.kit.recipe import Recipe
+from coa.kit.recipe import Recipe
 
 Progress = Callable[[int, int], None]
 """``progress(done, planned)``, as :data:`coa.steps.Progress` (this module stays below the runner)."""
@@ -130,10 +130,10 @@ def launch_nodes(
     timeout_s: float | None = None,
     progress: Progress | None = None,
 ) -> dict[str, Any]:
-    """Run ``recipe`` on ``stage.nodes`` machines as their node 0 (:mod:`coa.train.kit.nodes`): the launch
+    """Run ``recipe`` on ``stage.nodes`` machines as their node 0 (:mod:`coa.kit.nodes`): the launch
     announced to the other nodes' agents, ``stage.num_processes`` ranks per node, the rendezvous from
     the environment; as :func:`launch_accelerate`."""
-    from coa.train.kit import nodes
+    from coa.kit import nodes
 
     torchrun = resolve_launcher(stage) == "torchrun"
     how: Literal["torchrun", "accelerate"] = "torchrun" if torchrun else "accelerate"
@@ -177,7 +177,7 @@ def _launch(
     on_nodes: Any = None,
 ) -> dict[str, Any]:
     """Write the run's files, run it, read its result; ``progress`` reads rank 0's progress file while it
-    runs; ``on_nodes`` (a :class:`~coa.train.kit.nodes.Launch`) runs it as node 0 of several, announced
+    runs; ``on_nodes`` (a :class:`~coa.kit.nodes.Launch`) runs it as node 0 of several, announced
     to the others while it runs."""
     import pyarrow.parquet as pq
 
@@ -198,7 +198,7 @@ def _launch(
     announce: contextlib.AbstractContextManager[Any] = contextlib.nullcontext()
     watch: Callable[[], str | None] | None = None
     if on_nodes is not None:
-        from coa.train.kit import nodes
+        from coa.kit import nodes
 
         on_nodes = dataclasses.replace(on_nodes, args=tuple(cmd))
         cmd, announce = on_nodes.command(0), nodes.announced(on_nodes)
@@ -207,7 +207,7 @@ def _launch(
     offset = log_file.stat().st_size if log_file.exists() else 0
     relay = None
     if progress is not None:
-        from coa.train.kit.callbacks import PROGRESS_FILE, ProgressRelay
+        from coa.kit.callbacks import PROGRESS_FILE, ProgressRelay
 
         relay = ProgressRelay(out / PROGRESS_FILE, progress)
     try:
@@ -261,7 +261,7 @@ def rank_failure(log_text: str) -> str | None:
 def nodes_silent() -> type[Exception]:
     """The error :func:`run_guarded` raises when its ``watch`` ends a run (imported late: one machine's
     launches never load the multi-node module)."""
-    from coa.train.kit.nodes import NodeSilent
+    from coa.kit.nodes import NodeSilent
 
     return NodeSilent
 
@@ -275,19 +275,19 @@ def run_guarded(
     poll_s: float = 1.0,
     watch: Callable[[], str | None] | None = None,
 ) -> int:
-    """Run ``cmd`` under :mod:`coa.train.kit.guard` in a process group of its own, its output appended
+    """Run ``cmd`` under :mod:`coa.kit.guard` in a process group of its own, its output appended
     to ``log_file`` (never this process's pipe); its exit status. If this process is interrupted or
     ends the run (Ctrl-C, a cancelled flow run) the group is ended here (SIGTERM, then SIGKILL after
     ``grace_s``); if it is killed outright, the guard ends the group itself. Past ``timeout_s`` the
     group is ended and ``subprocess.TimeoutExpired`` raised. ``poll`` is called every ``poll_s`` while
     it runs, in this thread (the launching step relays the run's progress), and once at its end.
-    ``watch`` (a node's :class:`~coa.train.kit.nodes.Heartbeats` check) is called as often: when it
+    ``watch`` (a node's :class:`~coa.kit.nodes.Heartbeats` check) is called as often: when it
     returns a reason the run is ended (its group and every process it started, also in sessions of
-    their own, as torchrun starts its workers) and :class:`~coa.train.kit.nodes.NodeSilent` raised."""
+    their own, as torchrun starts its workers) and :class:`~coa.kit.nodes.NodeSilent` raised."""
     log_file.parent.mkdir(parents=True, exist_ok=True)
     with log_file.open("ab") as log:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "coa.train.kit.guard", "--", *cmd],
+            [sys.executable, "-m", "coa.kit.guard", "--", *cmd],
             stdin=subprocess.DEVNULL,
             stdout=log,
             stderr=subprocess.STDOUT,

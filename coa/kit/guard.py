@@ -1,11 +1,11 @@
-"""``python -m coa.train.kit.guard -- CMD ...``: run a launched trainer so it dies with its launcher.
+"""``python -m coa.kit.guard -- CMD ...``: run a launched trainer so it dies with its launcher.
 
-:func:`coa.train.kit.launch.launch_accelerate` starts this guard in a session (process group) of its
+:func:`coa.kit.launch.launch_accelerate` starts this guard in a session (process group) of its
 own, with the trainer's output going to the run's log file, not the launcher's pipe. The guard starts
 ``CMD`` in that group and watches the process that started it: when that process is gone (a gpu
 worker killed, a lost flow-run process: the guard is re-parented), it ends the whole group (SIGTERM,
 then SIGKILL after :data:`GRACE_S`) instead of letting the trainer write on alone. Checkpoints are
-written atomically (:mod:`coa.train.kit.checkpoints`), so a trainer killed in the middle of a save
+written atomically (:mod:`coa.kit.checkpoints`), so a trainer killed in the middle of a save
 leaves nothing that is read. Otherwise the guard exits with ``CMD``'s exit status.
 """
 
@@ -36,7 +36,7 @@ def end_group(grace_s: float = GRACE_S) -> None:
 def main(argv: list[str]) -> int:
     cmd = argv[1:] if argv and argv[0] == "--" else argv
     if not cmd:
-        print("usage: python -m coa.train.kit.guard -- CMD ...", file=sys.stderr)
+        print("usage: python -m coa.kit.guard -- CMD ...", file=sys.stderr)
         return 2
     parent = os.getppid()
     child = subprocess.Popen(cmd)
