@@ -58,6 +58,18 @@ def test_the_prefect_layer_imports_no_stage_module() -> None:
         assert {m.strip() for m in layer.split("|")} <= set(stages), layer
 
 
+def test_the_trainers_stand_side_by_side_on_their_kit() -> None:
+    """RL imports no module of SFT's package (coa.train) and the kit neither trainer: the kit sits in a
+    layer below both, and a forbidden contract keeps RL off SFT (the layers alone allow it)."""
+    contract = _contracts()["trainers-side-by-side"]
+    assert set(contract["source_modules"]) == {"coa.rl", "coa.kit"}
+    assert contract["forbidden_modules"] == ["coa.train"]
+    assert not contract.get("allow_indirect_imports", False)
+    layers = [{m.strip() for m in layer.split("|")} for layer in _contracts()["layers"]["layers"]]
+    at = {module: i for i, layer in enumerate(layers) for module in layer}
+    assert at["coa.kit"] > max(at["coa.rl"], at["coa.train"])  # a lower layer: it imports neither
+
+
 def test_every_module_of_coa_has_a_place_in_the_contracts() -> None:
     """A new subpackage or module of coa must be given a layer; the no-Prefect rule covers all of coa."""
     children = {
@@ -145,7 +157,7 @@ def test_no_first_party_import_is_hidden_in_a_string() -> None:
 
 
 def test_a_violation_breaks_the_contracts(tmp_path: Path) -> None:
-    """A copy of the tree with three deliberate violations: each one is reported, with its line."""
+    """A copy of the tree with five deliberate violations: each one is reported, with its line."""
     for pkg in PACKAGES:
         shutil.copytree(REPO / pkg, tmp_path / pkg, ignore=shutil.ignore_patterns("__pycache__"))
     shutil.copy(REPO / "pyproject.toml", tmp_path)
@@ -154,6 +166,8 @@ def test_a_violation_breaks_the_contracts(tmp_path: Path) -> None:
         "coa/io/__init__.py": "\n\ndef _up() -> None:\n    from coa.steps import run_step  # noqa\n",
         "coa/format/codec.py": "\n\ndef _up() -> None:\n    import prefect  # noqa\n",  # domain -> Prefect
         "coa/llm/tokens.py": "\nimport coa.steps  # noqa\n",  # a library -> the runner
+        "coa/rl/tis.py": "\n\ndef _sft() -> None:\n    from coa.train import sft_plan  # noqa\n",  # RL -> SFT
+        "coa/kit/guard.py": "\n\ndef _rl() -> None:\n    import coa.rl.family  # noqa\n",  # the kit -> RL
     }
     for rel, extra in violations.items():
         with (tmp_path / rel).open("a") as f:
@@ -164,6 +178,8 @@ def test_a_violation_breaks_the_contracts(tmp_path: Path) -> None:
     assert "coa.io -> coa.steps" in out
     assert "coa.format.codec -> prefect" in out
     assert "coa.llm.tokens -> coa.steps" in out
+    assert "coa.rl.tis -> coa.train.sft_plan" in out.split("RL imports no SFT module")[-1]
+    assert "coa.kit.guard -> coa.rl.family" in out
     # the codec's Prefect import also reaches every config through coa.format.prompts: the fourth
     assert "coa.format.codec -> prefect" in out.split("config modules import no implementation")[-1]
-    assert "4 broken" in out
+    assert "5 broken" in out  # the kit -> RL is one more break of the layers, RL -> SFT its own contract
