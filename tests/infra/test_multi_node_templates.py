@@ -30,7 +30,7 @@ def _gpu_pool() -> str:
 
 def _agent_args(command: str) -> list[str]:
     """The node agent's arguments in a shell command line (after ``-m coa.kit.node``)."""
-    found = re.search(r"-m coa\.train\.kit\.node([^\n']*)", command)
+    found = re.search(r"-m coa\.kit\.node([^\n']*)", command)
     assert found, command
     return shlex.split(found[1])
 
