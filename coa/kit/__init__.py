@@ -6,11 +6,10 @@ neither (the ``trainers-side-by-side`` import contract).
 * :mod:`~coa.kit.recipe`: :class:`Recipe` (a trainer's names, files and errors) and
   :class:`TrainError`;
 * :mod:`~coa.kit.config`: the config fields every recipe shares (:class:`TrainLoop`,
-  :class:`TrainRun`, :class:`TrainStage`), declared once;
+  :class:`TrainRun`, :class:`TrainStage`, :class:`LoraSettings`), declared once;
 * :mod:`~coa.kit.run`: output folder, checkpoints and resume checks, the plan file, the loop,
   the steps-run guard, atomic result files;
-* :mod:`~coa.kit.lora`: :class:`LoraSettings` (adapters instead of all weights) and their ``peft``
-  config;
+* :mod:`~coa.kit.lora`: the ``peft`` config of the LoRA settings (:class:`~coa.kit.config.LoraSettings`);
 * :mod:`~coa.kit.budget`: a time budget re-planned while training (:class:`TimeBudget`,
   :class:`StepPlan`; imports transformers);
 * :mod:`~coa.kit.checkpoints`: checkpoints written atomically, rotated over complete ones, what a

@@ -5,7 +5,9 @@
 * :class:`TrainRun`: what one run from a file (``python -m <recipe> --config resolved.yaml``) adds to
   its stage's config: the model to start from and the output folder;
 * :class:`TrainStage`: where the pipeline stage runs (``launcher``, ``accelerate_config``,
-  ``num_processes``, ``nodes``).
+  ``num_processes``, ``nodes``);
+* :class:`LoraSettings`: LoRA adapters instead of all weights (the ``lora`` section of ``sft`` and,
+  with RL's defaults, of ``rl``; their ``peft`` config is :func:`coa.kit.lora.peft_config_of`).
 
 A recipe declares one config, its stage's (``SFTStageConfig(TrainLoop, TrainStage)``), and derives
 its run's form from it (``SFTRunConfig(SFTStageConfig, TrainRun)``), so the YAML keys stay flat
@@ -121,3 +123,17 @@ RESUME_FREE_FIELDS = frozenset(
 )
 """Fields of every recipe that may differ between a run and its resumption (they do not change the
 training itself: where it logs, checkpoints and runs, the artifact's name); each recipe adds its own."""
+
+
+DEFAULT_LORA_TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
+
+
+class LoraSettings(StrictModel):
+    """Train LoRA adapters instead of all weights (needs ``peft``)."""
+
+    r: int = Field(default=16, ge=1, description="Rank of the adapters.")
+    alpha: int = Field(default=32, ge=1, description="LoRA alpha (scale = alpha / r).")
+    dropout: float = Field(default=0.05, ge=0, lt=1, description="Dropout on the adapter input.")
+    target_modules: tuple[str, ...] = Field(
+        default=DEFAULT_LORA_TARGETS, min_length=1, description="Names of the linear layers to adapt."
+    )

@@ -1,29 +1,13 @@
-"""LoRA adapters instead of all weights, for every recipe: the settings (:class:`LoraSettings`, the
-``lora`` section of ``sft`` and, with RL's defaults, of ``rl``) and the ``peft`` config they make
-(:func:`peft_config_of`). Light to import: ``peft`` is imported only by :func:`peft_config_of`.
+"""The ``peft`` config of a recipe's LoRA settings (:class:`coa.kit.config.LoraSettings`), for every
+recipe (SFT's trainer, GRPO's). ``peft`` is imported when it is called.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from pydantic import Field
-
-from coa.config import StrictModel
+from coa.kit.config import LoraSettings
 from coa.kit.recipe import TrainError
-
-DEFAULT_LORA_TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
-
-
-class LoraSettings(StrictModel):
-    """Train LoRA adapters instead of all weights (needs ``peft``)."""
-
-    r: int = Field(default=16, ge=1, description="Rank of the adapters.")
-    alpha: int = Field(default=32, ge=1, description="LoRA alpha (scale = alpha / r).")
-    dropout: float = Field(default=0.05, ge=0, lt=1, description="Dropout on the adapter input.")
-    target_modules: tuple[str, ...] = Field(
-        default=DEFAULT_LORA_TARGETS, min_length=1, description="Names of the linear layers to adapt."
-    )
 
 
 def peft_config_of(lora: LoraSettings, error: type[TrainError] = TrainError) -> Any:

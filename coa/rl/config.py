@@ -19,13 +19,13 @@ from coa.kit.config import RESUME_FREE_FIELDS as KIT_RESUME_FREE
 from coa.kit.config import (
     LearningRate,
     LoggingSteps,
+    LoraSettings,
     MaxSteps,
     SaveSteps,
     TrainLoop,
     TrainRun,
     TrainStage,
 )
-from coa.kit.lora import LoraSettings
 from coa.kit.recipe import Recipe, TrainError
 from coa.llm.config import LLMConfig
 from coa.rl.serving import RLRollout

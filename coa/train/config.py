@@ -18,13 +18,13 @@ from coa.kit.config import RESUME_FREE_FIELDS as KIT_RESUME_FREE
 from coa.kit.config import (
     LearningRate,
     LoggingSteps,
+    LoraSettings,
     MaxSteps,
     SaveSteps,
     TrainLoop,
     TrainRun,
     TrainStage,
 )
-from coa.kit.lora import LoraSettings
 from coa.kit.recipe import Recipe, TrainError
 
 RESUME_FREE_FIELDS = KIT_RESUME_FREE | {"data", "table", "time_budget_s", "calibration_steps", "eval_steps"}
