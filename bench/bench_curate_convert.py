@@ -148,11 +148,18 @@ def _tail(key: str) -> str:
 def _teacher_runs(tasks: pa.Table, samples: int, concurrency: int = 8) -> list[dict[str, Any]]:
     from coa.collect.config import CollectConfig
     from coa.collect.teacher import open_teacher
+    from coa.synthetic import SyntheticConfig, encyclopedia_table
+    from coa.tools.collection import Collection
+
+    synthetic = SyntheticConfig()  # the encyclopedia the tasks were drawn from (the default one)
+    pages = Collection.from_table(
+        encyclopedia_table(synthetic.encyclopedia_seed, synthetic.encyclopedia_size)
+    )
 
     async def run() -> list[dict[str, Any]]:
         config = CollectConfig(backend="offline", tools={"record": "off"})  # type: ignore[arg-type]
         sem = asyncio.Semaphore(concurrency)
-        async with open_teacher(config, None) as teacher:
+        async with open_teacher(config, None, pages) as teacher:
 
             async def one(task: dict[str, Any], k: int) -> dict[str, Any]:
                 async with sem:

@@ -63,6 +63,8 @@ def _tasks(store: Any, n: int) -> Any:
     if existing is None:
         with writer.table_writer("tasks", schemas.TASK) as write:
             write(schemas.TASK.from_rows(rows))
+        pages = [{"doc_id": "person-0000", "title": "X", "text": "X is X."}]  # what web_search serves
+        writer.write_table("encyclopedia", schemas.DOCUMENT.from_rows(pages), schemas.DOCUMENT)
         existing = writer.commit()
     return TableInput(existing, "tasks")
 
@@ -96,7 +98,10 @@ def _side(root: str, url: str, tasks: int, concurrency: int, executor: Any) -> t
     task_input = _tasks(store, tasks)
     collect_cfg, curate_cfg = _configs(url, concurrency)
     start = time.perf_counter()
-    collected = run_step(collect_step.step(collect_cfg, task_input), store, executor=executor)
+    pages = TableInput(task_input.ref, "encyclopedia")
+    collected = run_step(
+        collect_step.step(collect_cfg, task_input, encyclopedia=pages), store, executor=executor
+    )
     collect_s = time.perf_counter() - start
     raw = TableInput(collected.ref, "trajectories")
     start = time.perf_counter()

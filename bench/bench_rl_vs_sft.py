@@ -333,8 +333,11 @@ def weight_change(model_dir: str | Path, reference_dir: str | Path) -> float:
     return math.sqrt(diff / ref) if ref else float("nan")
 
 
-def evaluate(config: PipelineConfig, model_dir: str, tasks: pa.Table, store: io.Store) -> pa.Table:
-    """The run's evaluation of one model on ``tasks``, greedy: an ``eval.v1`` table."""
+def evaluate(
+    config: PipelineConfig, model_dir: str, tasks: pa.Table, store: io.Store, pages: Any = None
+) -> pa.Table:
+    """The run's evaluation of one model on ``tasks``, greedy, its local search serving ``pages`` (the
+    run's encyclopedia): an ``eval.v1`` table."""
     from coa.evaluate.stage import evaluate_tasks, open_generator
     from coa.tools.build import build_toolbox
 
@@ -343,7 +346,7 @@ def evaluate(config: PipelineConfig, model_dir: str, tasks: pa.Table, store: io.
         update={"samples": 1, "families": None, "limit_per_family": None, "limit_per_benchmark": None}
     )
     root = store.root if "://" not in store.root else None
-    toolbox = build_toolbox(eval_tools(config), root, eval_config.leak_guard.blocked_hosts)
+    toolbox = build_toolbox(eval_tools(config), root, eval_config.leak_guard.blocked_hosts, pages)
     policy = open_generator(eval_config, model_dir)
     try:
         return evaluate_tasks(tasks, policy, toolbox, eval_config)
@@ -465,6 +468,7 @@ def run_bench(
 ) -> dict[str, Any]:
     """The comparison (see the module docstring) as a JSON-ready document."""
     from coa.rl.step import read_result as read_rl_result
+    from coa.tools.collection import Collection
     from coa.train.step import read_result as read_sft_result
 
     store = store or io.Store()
@@ -498,12 +502,15 @@ def run_bench(
         evals = {}
         timings = {}
         models = {"sft": sft_dir, candidate: cand_dir, "continued_sft": cont.model_dir}
+        pages = Collection.from_table(io.read_table(located["synthetic"], "encyclopedia"))  # the run's
         for name, model_dir in models.items():
             t0 = time.perf_counter()
-            evals[name] = evaluate(config, model_dir, tasks, store)
+            evals[name] = evaluate(config, model_dir, tasks, store, pages)
             timings[name] = round(time.perf_counter() - t0, 1)
         other_evals = {
-            f: {name: evaluate(config, model_dir, f_tasks, store) for name, model_dir in models.items()}
+            f: {
+                name: evaluate(config, model_dir, f_tasks, store, pages) for name, model_dir in models.items()
+            }
             for f, f_tasks in others.items()
         }
         cont_change = weight_change(cont.model_dir, sft_dir)

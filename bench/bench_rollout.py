@@ -344,7 +344,13 @@ def bench_hf(quick: bool, bench: Bench | None = None) -> None:
     shape = TinyModelConfig(
         vocab_size=2048, hidden_size=128, num_layers=2, num_heads=4, num_kv_heads=4, intermediate_size=384
     )
-    toolbox = build_toolbox(ToolsConfig(enabled=("code", "web_search"), record="off"), None)
+    from coa.synthetic import encyclopedia_table
+    from coa.tools.collection import Collection
+
+    pages = Collection.from_table(
+        encyclopedia_table(synthetic.encyclopedia_seed, synthetic.encyclopedia_size)
+    )
+    toolbox = build_toolbox(ToolsConfig(enabled=("code", "web_search"), record="off"), None, collection=pages)
     config = RolloutConfig(max_turns=6, max_new_tokens=256, max_total_tokens=768, concurrency=128)
     print(
         f"\n3) HF generate on CPU: tiny student of the demo's shape ({shape.num_layers} layers, vocab 2048)"

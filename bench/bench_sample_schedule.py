@@ -54,13 +54,13 @@ def committed(store: Path, step: str) -> Path:
 
 
 def sample_once(
-    config: SampleConfig, tools: ToolsConfig, rows: list[dict[str, Any]], model: Path
+    config: SampleConfig, tools: ToolsConfig, rows: list[dict[str, Any]], model: Path, pages: Any = None
 ) -> dict[str, Any]:
     import torch
 
     torch.manual_seed(config.seed)
     policy = open_policy(config, str(model / "model"))
-    toolbox = build_toolbox(tools, None)
+    toolbox = build_toolbox(tools, None, collection=pages, fix="evaluate.tools")
     start = time.perf_counter()
     try:
         out = sample_tasks(rows, policy, toolbox, config, 1)
@@ -101,7 +101,10 @@ def run(args: argparse.Namespace, bench: Bench) -> None:
     model = committed(args.store, "sft")
     import pyarrow.parquet as pq
 
+    from coa.tools.collection import Collection
+
     rows = select(pq.read_table(tasks / "train.parquet").to_pylist(), step.config)
+    pages = Collection.from_table(pq.read_table(tasks / "encyclopedia.parquet"))  # the synthetic step's
     if args.quick:
         rows = rows[:4]
     print(f"{model.name}: {len(rows)} tasks x {step.config.samples} samples, backend {step.config.backend}")
@@ -110,7 +113,7 @@ def run(args: argparse.Namespace, bench: Bench) -> None:
     for k in range(args.repeat):
         for schedule in SCHEDULES:
             config = step.config.model_copy(update={"schedule": schedule})
-            one = sample_once(config, tools, rows, model)
+            one = sample_once(config, tools, rows, model, pages)
             runs.append(one)
             print(
                 f"{schedule:>9} {k + 1:>4} {one['wall_s']:>7.1f} {one['calls']:>6} {one['correct']:>8} "

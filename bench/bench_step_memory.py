@@ -69,7 +69,12 @@ def evaluation(
     if quick:  # the machinery only: short episodes
         ev = ev.model_copy(update={"max_turns": 2, "max_new_tokens": 16})
     tasks = pq.read_table(Path(tasks_uri) / "heldout.parquet")
-    toolbox = build_toolbox(load_pipeline_config(DEMO).collect.tools, None)
+    from coa.tools.collection import Collection
+
+    pages = Collection.from_table(
+        pq.read_table(Path(tasks_uri) / "encyclopedia.parquet")
+    )  # the synthetic step's
+    toolbox = build_toolbox(load_pipeline_config(DEMO).collect.tools, None, collection=pages)
     marks: dict[str, Any] = {"start_mib": rss(), "seconds": []}
     if mode is None:
         print(f"start {rss():.0f} MiB", flush=True)

@@ -4,6 +4,7 @@
 """
 
 from schemas._contract import SCHEMA_ID_KEY, Column, ColumnReport, Contract, ContractError, ContractReport
+from schemas.document import DOCUMENT
 from schemas.eval import EVAL
 from schemas.quarantine import QUARANTINE
 from schemas.rl_prompt import RL_PROMPT
@@ -14,7 +15,7 @@ from schemas.task_stats import TASK_STATS
 from schemas.trajectory import TRAJECTORY
 
 ALL: dict[str, Contract] = {
-    c.id: c for c in (TASK, TRAJECTORY, QUARANTINE, SFT, RL_PROMPT, ROLLOUT, EVAL, TASK_STATS)
+    c.id: c for c in (TASK, TRAJECTORY, QUARANTINE, SFT, RL_PROMPT, ROLLOUT, EVAL, TASK_STATS, DOCUMENT)
 }
 
 
@@ -28,6 +29,7 @@ def get(schema_id: str) -> Contract:
 
 __all__ = [
     "ALL",
+    "DOCUMENT",
     "EVAL",
     "QUARANTINE",
     "RL_PROMPT",

@@ -104,10 +104,17 @@ def synthetic_tasks() -> dict[str, Any]:
 def teacher_runs(synthetic_tasks: dict[str, Any]) -> list[dict[str, Any]]:
     from coa.collect.config import CollectConfig
     from coa.collect.teacher import open_teacher
+    from coa.synthetic import SyntheticConfig, encyclopedia_table
+    from coa.tools.collection import Collection
+
+    synthetic = SyntheticConfig()  # the encyclopedia the tasks were drawn from: the step's table
+    pages = Collection.from_table(
+        encyclopedia_table(synthetic.encyclopedia_seed, synthetic.encyclopedia_size)
+    )
 
     async def run() -> list[dict[str, Any]]:
         config = CollectConfig(tools={"record": "off"})  # type: ignore[arg-type]
-        async with open_teacher(config, None) as teacher:
+        async with open_teacher(config, None, pages) as teacher:
             return list(
                 await asyncio.gather(*(teacher.solve(t) for t in synthetic_tasks["train"].to_pylist()))
             )

@@ -39,7 +39,8 @@ def run(cfg: Any, root: str, executor: ShardExecutor | None, curate: bool = True
     store = io.Store(root)
     done: dict[str, StepResult] = {}
     steps = [synthetic_step.step(cfg.synthetic)]
-    steps.append(collect_step.step(cfg.collect, _up("synthetic", "train")))
+    pages = _up("synthetic", "encyclopedia")
+    steps.append(collect_step.step(cfg.collect, _up("synthetic", "train"), encyclopedia=pages))
     if curate:
         steps.append(curate_step.step(cfg.curate, _up("collect", "trajectories"), _up("synthetic", "train")))
         steps.append(convert_step.step(cfg.convert, _up("curate", "trajectories"), _up("synthetic", "train")))

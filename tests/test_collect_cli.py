@@ -72,7 +72,11 @@ def test_unknown_tasks_are_recorded_as_errors_not_faked(
     imported = runner.invoke(app, ["tasks", "import", str(src), "--family", "web"])
     assert imported.exit_code == 0, imported.output
     out = imported.stdout.strip().splitlines()[-1]
-    result = runner.invoke(app, ["collect", "--tasks", out])
+    # imported tasks carry no encyclopedia: the local search refuses to start, saying where one comes from
+    refused = runner.invoke(app, ["collect", "--tasks", out])
+    assert refused.exit_code == 2 and "given no encyclopedia" in " ".join(refused.output.split())
+    pages = synthetic(tmp_path, "synthetic.train={arithmetic: 1}", "synthetic.heldout={}")
+    result = runner.invoke(app, ["collect", "--tasks", out, "--encyclopedia", pages])
     assert result.exit_code == 3, result.output
     message = " ".join(result.stderr.split())
     assert "failed as a whole: 1 of 1 runs (100%" in message and "OfflineBackendUnsupported" in message

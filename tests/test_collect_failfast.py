@@ -13,13 +13,12 @@ import pytest
 
 from coa import io
 from coa.agents.backend import ModelError, ModelUnavailable, infra_failure
-from coa.collect import step as collect_step
 from coa.collect.runs import CollectionFailed
 from coa.llm.preflight import EndpointUnusable
 from coa.steps import run_step
 from tests.agents.test_endpoint_teacher import happy_replies
 from tests.llm.fake_server import FakeLLMServer, Reply, completion
-from tests.test_collect_retry import _endpoint_config, _task_input
+from tests.test_collect_retry import _endpoint_config, _step, _task_input
 
 
 @pytest.fixture()
@@ -59,7 +58,7 @@ def test_an_unreachable_teacher_fails_in_seconds_whatever_the_task_count(
     config = config.model_copy(update={"llm": config.llm.model_copy(update={"endpoints": (dead,)})})
     t0 = time.monotonic()
     with pytest.raises(EndpointUnusable, match=r"teacher endpoint 'fake' .* failed its check") as failed:
-        run_step(collect_step.step(config, _task_input(store, n)), store)
+        run_step(_step(config, _task_input(store, n)), store)
     assert time.monotonic() - t0 < 5
     assert failed.value.exit_code == 3 and "collect.llm.endpoints" in str(failed.value)
 
@@ -71,7 +70,7 @@ def test_an_endpoint_that_does_not_serve_chat_completions_fails_its_check(
     server.reset()
     server.probe = Reply(status=404, body={"detail": "Not Found"})
     with pytest.raises(EndpointUnusable, match=r"refused the check .*HTTP 404.*does not serve"):
-        run_step(collect_step.step(_endpoint_config(server), _task_input(store, 3)), store)
+        run_step(_step(_endpoint_config(server), _task_input(store, 3)), store)
     assert server.hits == 0  # no run started
 
 
@@ -83,7 +82,7 @@ def test_an_off_protocol_teacher_fails_its_runs_not_the_collection(
     store = io.Store(str(tmp_path / "store"))
     server.reset()
     server.default = Reply(body=completion("I would rather talk about the weather."))
-    result = run_step(collect_step.step(_endpoint_config(server), _task_input(store, 3)), store)
+    result = run_step(_step(_endpoint_config(server), _task_input(store, 3)), store)
     rows = io.read_table(result.ref).to_pylist()
     assert [r["status"] for r in rows] == ["error"] * 3
     assert all(r["error"].startswith("AgentParsingError") for r in rows)
@@ -104,7 +103,7 @@ def test_the_circuit_breaker_stops_a_collection_whose_endpoint_died(
     server.push(*happy_replies())  # the first run finishes, then the endpoint is down
     server.default = Reply(status=500, body={"error": {"message": "down"}})
     config = _endpoint_config(server, max_consecutive_failures=3, max_failed_share=1.0)
-    step = collect_step.step(config, _task_input(store, 40))
+    step = _step(config, _task_input(store, 40))
     with pytest.raises(CollectionFailed, match=r"after 3 runs in a row .*max_consecutive_failures=3"):
         run_step(step, store, executor=executor)
     # 1 run's replies + 3 failed runs x 2 attempts (max_retries=1) per shard, not 39 runs' worth
@@ -154,7 +153,7 @@ def test_a_dead_search_endpoint_fails_in_seconds_before_any_run(
     store = io.Store(str(tmp_path / "store"))
     t0 = time.monotonic()
     with pytest.raises(EndpointUnusable, match=said) as failed:
-        run_step(collect_step.step(config, _task_input(store, 40)), store)
+        run_step(_step(config, _task_input(store, 40)), store)
     assert time.monotonic() - t0 < 10 and failed.value.exit_code == 3
     assert f"fix collect.tools.search.{provider} " in str(failed.value)
     check_tools(config.tools.model_copy(update={"record": "replay"}), "collect.tools")  # raises nothing

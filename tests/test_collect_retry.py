@@ -11,7 +11,7 @@ import schemas
 from coa import io
 from coa.collect import step as collect_step
 from coa.collect.config import CollectConfig
-from coa.steps import TableInput, run_step
+from coa.steps import Step, TableInput, run_step
 from tests.agents.test_endpoint_teacher import happy_replies, ok, tasks
 from tests.llm.fake_server import FakeLLMServer, Reply
 
@@ -28,9 +28,7 @@ def server() -> Iterator[FakeLLMServer]:
 
 def test_retry_failed_reruns_only_the_failed_runs(server: FakeLLMServer, tmp_path: Path) -> None:
     store = io.Store(str(tmp_path / "store"))
-    writer = store.writer("tasks", "z", {"n": 3})
-    writer.write_table("tasks", tasks(3), schemas.TASK)
-    task_input = TableInput(writer.commit(), "tasks")
+    task_input = _task_input(store, 3)
     endpoint = {
         "name": "fake", "base_url": server.url, "model": "fake-model", "max_retries": 1,
         "backoff_base_s": 0.01, "backoff_max_s": 0.02, "timeout_s": 2.0, "max_tokens": 64,
@@ -50,14 +48,17 @@ def test_retry_failed_reruns_only_the_failed_runs(server: FakeLLMServer, tmp_pat
         ok("1. plan"), *[Reply(status=500, body={"error": {"message": "boom"}})] * 2
     )  # task 1: retries out
     server.push(*happy_replies())  # task 2 completes
-    first = run_step(collect_step.step(config, task_input), store)
+    first = run_step(_step(config, task_input), store)
     before = io.read_table(first.ref).to_pylist()
     assert [r["status"] for r in before] == ["completed", "error", "completed"]
     calls_before = len(server.requests)
 
     server.push(*happy_replies())  # the endpoint is healthy again
     repaired = run_step(
-        collect_step.retry_step(config, TableInput(first.ref, "trajectories"), task_input), store
+        collect_step.retry_step(
+            config, TableInput(first.ref, "trajectories"), task_input, encyclopedia=_pages(task_input)
+        ),
+        store,
     )
     after = io.read_table(repaired.ref).to_pylist()
     assert len(after) == len(before) == 3  # nothing lost, nothing duplicated
@@ -71,7 +72,7 @@ def test_retry_failed_reruns_only_the_failed_runs(server: FakeLLMServer, tmp_pat
     assert repaired.ref.uri != first.ref.uri
     # the switch is not part of the first collection's identity: turning it on reuses it
     switched = config.model_copy(update={"retry_failed": True})
-    assert run_step(collect_step.step(switched, task_input), store).reused
+    assert run_step(_step(switched, task_input), store).reused
 
 
 def _endpoint_config(
@@ -91,9 +92,22 @@ def _endpoint_config(
 
 
 def _task_input(store: io.Store, n: int) -> TableInput:
+    """``n`` tasks about Zorvak, in an artifact that carries their encyclopedia (as the synthetic
+    step's does)."""
     writer = store.writer("tasks", "z", {"n": n})
     writer.write_table("tasks", tasks(n), schemas.TASK)
+    pages = [{"doc_id": "company-0000", "title": "Zorvak", "text": "Zorvak was founded by Mira Tolen."}]
+    writer.write_table("encyclopedia", schemas.DOCUMENT.from_rows(pages), schemas.DOCUMENT)
     return TableInput(writer.commit(), "tasks")
+
+
+def _step(config: CollectConfig, task_input: TableInput) -> Step:
+    """The collection of ``task_input``, its local search serving the artifact's encyclopedia."""
+    return collect_step.step(config, task_input, encyclopedia=_pages(task_input))
+
+
+def _pages(task_input: TableInput) -> TableInput:
+    return TableInput(task_input.ref, "encyclopedia")
 
 
 def test_retry_failed_bypasses_the_cache_and_counts_the_requests(
@@ -107,12 +121,15 @@ def test_retry_failed_bypasses_the_cache_and_counts_the_requests(
     server.reset()
     server.push(*happy_replies())  # task 0 completes
     server.push(ok("1. plan"), *[Reply(status=500, body={"error": {"message": "boom"}})] * 2)  # task 1 fails
-    first = run_step(collect_step.step(config, task_input), store)
+    first = run_step(_step(config, task_input), store)
     assert [r["status"] for r in io.read_table(first.ref).to_pylist()] == ["completed", "error"]
     sent_before = len(server.requests)
     server.push(*happy_replies())
     repaired = run_step(
-        collect_step.retry_step(config, TableInput(first.ref, "trajectories"), task_input), store
+        collect_step.retry_step(
+            config, TableInput(first.ref, "trajectories"), task_input, encyclopedia=_pages(task_input)
+        ),
+        store,
     )
     sent = len(server.requests) - sent_before
     first_sent = server.requests[sent_before].body["messages"][-1]["content"]
@@ -134,7 +151,7 @@ def test_a_collection_whose_runs_all_failed_is_not_a_success(server: FakeLLMServ
     config = _endpoint_config(server)
     server.reset()
     server.default = Reply(status=500, body={"error": {"message": "down"}})
-    step = collect_step.step(config, task_input)
+    step = _step(config, task_input)
     with pytest.raises(CollectionFailed, match=r"failed as a whole: 3 of 3 runs \(100%") as failed:
         run_step(step, store)
     assert failed.value.exit_code == 3 and "\n" not in str(failed.value)
@@ -159,8 +176,8 @@ def test_more_than_the_allowed_share_failing_is_not_a_success(server: FakeLLMSer
     server.default = Reply(status=500, body={"error": {"message": "down"}})
     strict = _endpoint_config(server, max_failed_share=0.5)
     with pytest.raises(CollectionFailed, match=r"2 of 3 runs \(67%; collect.max_failed_share=0.5\)"):
-        run_step(collect_step.step(strict, task_input), store)
+        run_step(_step(strict, task_input), store)
     server.push(*happy_replies())
     lenient = _endpoint_config(server, max_failed_share=0.9)  # another key: collected anew
-    result = run_step(collect_step.step(lenient, task_input), store)
+    result = run_step(_step(lenient, task_input), store)
     assert result.summary["failed_share"] == pytest.approx(2 / 3)  # in the summary either way

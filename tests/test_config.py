@@ -108,16 +108,20 @@ def test_fingerprint_is_stable_and_sensitive() -> None:
     assert a.fingerprint() != build_config({"run_name": "b"}, PipelineConfig).fingerprint()
 
 
-def test_the_search_must_serve_the_encyclopedia_the_questions_are_about() -> None:
+def test_the_tools_no_longer_choose_an_encyclopedia_and_say_where_it_lives() -> None:
+    """The encyclopedia is set once (``synthetic``); a profile that still sets it in a tools section
+    is refused with the keys that replace it, never silently ignored."""
     demo = REPO / "configs" / "demo.yaml"
-    with pytest.raises(ConfigError, match=r"collect\.tools searches the one of encyclopedia_seed=0, "
-                       r"encyclopedia_entities=300.*collect\.tools\.encyclopedia_entities=1200"):  # fmt: skip
-        load_pipeline_config(demo, ["synthetic.encyclopedia_size=1200"])
-    with pytest.raises(ConfigError, match=r"evaluate\.tools searches"):
-        load_pipeline_config(demo, ["evaluate.tools={encyclopedia_seed: 5}"])
-    both = ["synthetic.encyclopedia_size=1200", "collect.tools.encyclopedia_entities=1200"]
-    aligned = load_pipeline_config(demo, both).collect
-    assert aligned is not None and aligned.tools.encyclopedia_entities == 1200
-    # no multi-hop questions, or a search that is not the local encyclopedia: nothing to match
-    assert load_pipeline_config(demo, [*both[:1], "synthetic.train={arithmetic: 5}", "synthetic.heldout={}"])
-    assert load_pipeline_config(demo, [*both[:1], "collect.tools.enabled=[code]"])
+    moved = (
+        r"encyclopedia_(seed|entities): the tools no longer choose an encyclopedia.*"
+        r"set synthetic\.encyclopedia_seed and synthetic\.encyclopedia_size"
+    )
+    for override in (
+        "collect.tools.encyclopedia_seed=5",
+        "evaluate.tools={encyclopedia_entities: 900}",
+        "rl.tools.encyclopedia_seed=1",
+    ):
+        with pytest.raises(ConfigError, match=moved):
+            load_pipeline_config(demo, [override])
+    # the encyclopedia's size is the synthetic section's alone: no second copy to keep equal
+    assert load_pipeline_config(demo, ["synthetic.encyclopedia_size=1200"]).synthetic is not None

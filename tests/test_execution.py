@@ -64,10 +64,14 @@ def test_a_shard_whose_runs_are_checkpointed_is_not_run_again(tmp_path) -> None:
     cfg = demo_config(multihop=8)
     done = run(cfg, str(tmp_path / "s"), None, curate=False)
     from coa import io
+    from coa.tools.collection import Collection
 
     planned = plan_runs(io.read_table(done["synthetic"].ref, "train"), 1)
+    pages = Collection.from_table(io.read_table(done["synthetic"].ref, "encyclopedia"))  # what shards search
     folder = CheckpointFolder(str(tmp_path / "ckpt"))
-    first = collect_sharded(InProcessExecutor(shards=2), cfg.collect, planned[:4], folder, str(tmp_path))
+    first = collect_sharded(
+        InProcessExecutor(shards=2), cfg.collect, planned[:4], folder, str(tmp_path), collection=pages
+    )
     assert (first.resumed, first.ran) == (0, 4)
     calls: list[int] = []
 
@@ -76,7 +80,9 @@ def test_a_shard_whose_runs_are_checkpointed_is_not_run_again(tmp_path) -> None:
             calls.append(len(items))
             return super().map(fn, items, name)
 
-    second = collect_sharded(Counting(shards=2), cfg.collect, planned, folder, str(tmp_path))
+    second = collect_sharded(
+        Counting(shards=2), cfg.collect, planned, folder, str(tmp_path), collection=pages
+    )
     assert calls == [1]  # the first shard (runs 0-3) was committed: only the second is submitted
     assert (second.resumed, second.ran) == (4, len(planned) - 4)
     assert sorted(folder.done()) == sorted(p.run_id for p in planned)

@@ -43,7 +43,7 @@ def test_required_contracts_exist_with_ids_and_docs() -> None:
 
 
 def test_get_unknown_id_lists_known() -> None:
-    with pytest.raises(KeyError, match="known: eval.v1"):
+    with pytest.raises(KeyError, match="known: document.v1, eval.v1"):
         schemas.get("task.v9")
 
 

@@ -32,7 +32,7 @@ from coa.evaluate import step as evaluate
 from coa.evaluate.summary import EvalReportSummary, EvalSummary, TrainingReportSummary
 from coa.model.step import StudentSummary
 from coa.plan import load_pipeline_config
-from coa.plan.choices import eval_tools
+from coa.plan.choices import ENCYCLOPEDIA, eval_tools
 from coa.plan.nightly import MergeSummary, NewTasksSummary, merge_step, new_tasks_step
 from coa.plan.pipeline import plan
 from coa.registry.config import GateConfig
@@ -117,7 +117,14 @@ def built(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, StepRe
         )
         steps = [*plan(cfg), tasksets.step(imported)]
         steps.append(
-            sample.step(sampling, eval_tools(cfg), Upstream("sft"), Upstream("synthetic", "train"), 1)
+            sample.step(
+                sampling,
+                eval_tools(cfg),
+                Upstream("sft"),
+                Upstream("synthetic", "train"),
+                1,
+                encyclopedia=ENCYCLOPEDIA,
+            )
         )
         steps += [
             evaluate.eval_report_step(

@@ -73,6 +73,25 @@ def tasks_synthetic(
     typer.echo(result.ref.uri)
 
 
+_ENCYCLOPEDIA_HELP = (
+    "Artifact whose `encyclopedia` table (document.v1) the local search serves (from `coa tasks synthetic`)"
+)
+
+
+def _encyclopedia(uri: str | None, tasks: Any = None) -> Any:
+    """The table a stage command's local search serves: ``--encyclopedia``'s, else the task
+    artifact's own (a synthetic task set carries the encyclopedia its questions were drawn from),
+    else none (a local search then refuses to start, saying so)."""
+    from coa.synthetic.step import ENCYCLOPEDIA_TABLE
+    from coa.tools.collection import INPUT
+
+    if uri is not None:
+        return _table(uri, ENCYCLOPEDIA_TABLE, "coa tasks synthetic")
+    if tasks is not None and INPUT in tasks.ref.tables:
+        return _table(tasks.uri, ENCYCLOPEDIA_TABLE, "coa tasks synthetic")
+    return None
+
+
 def collect(
     tasks: Annotated[str, typer.Option("--tasks", help="task.v1 artifact to solve (from `coa tasks …`)")],
     overrides: Annotated[
@@ -90,6 +109,9 @@ def collect(
             "(also: collect.retry_failed=true)",
         ),
     ] = False,
+    encyclopedia: Annotated[
+        str | None, typer.Option(help=_ENCYCLOPEDIA_HELP + "; default: the task artifact's own")
+    ] = None,
 ) -> None:
     """Run the multi-agent teacher on every task; checkpointed, resumable after a crash or a kill."""
     from coa.collect import step as collect_step
@@ -97,7 +119,8 @@ def collect(
 
     cfg = _config(config, overrides, "collect")
     task_input = _table(tasks, table, "coa tasks import | coa tasks synthetic")
-    step = collect_step.step(cfg.collect, task_input)
+    documents = _encyclopedia(encyclopedia, task_input)
+    step = collect_step.step(cfg.collect, task_input, encyclopedia=documents)
     result = _run(step, execution=cfg.execution)
     s = CollectSummary.from_dict(result.summary)
     _say_resumed(s)
@@ -105,7 +128,7 @@ def collect(
         failed = s.statuses.get(collect_step.FAILED_STATUS, 0)
         err.print(f"retrying {failed} failed run(s) of {result.ref.uri}", highlight=False)
         previous = TableInput(result.ref, collect_step.TABLE)
-        step = collect_step.retry_step(cfg.collect, previous, task_input)
+        step = collect_step.retry_step(cfg.collect, previous, task_input, encyclopedia=documents)
         result = _run(step)
         s = CollectSummary.from_dict(result.summary)
         _say_resumed(s)
@@ -253,6 +276,7 @@ def rl(
             "rl.families: auto",
         ),
     ] = None,
+    encyclopedia: Annotated[str | None, typer.Option(help=_ENCYCLOPEDIA_HELP)] = None,
 ) -> None:
     """Agentic RL: GRPO/DAPO on multi-turn tool rollouts of the model; resumes after a crash or a kill."""
     import logging
@@ -264,7 +288,8 @@ def rl(
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     logging.getLogger("coa.rl").setLevel(logging.INFO)
     judged = _table(evaluation, "eval", "coa evaluate") if evaluation is not None else None
-    step = rl_step.step(cfg.rl, _model(model), prompts, evaluation=judged)
+    documents = _encyclopedia(encyclopedia)
+    step = rl_step.step(cfg.rl, _model(model), prompts, evaluation=judged, encyclopedia=documents)
     result = _run(step)
     typer.echo(f"model: {result.ref.uri}")
     show_step(step, result)
@@ -301,6 +326,9 @@ def evaluate(
             "--predictions", help="Score these prediction files instead of running a model (coa score)"
         ),
     ] = None,
+    encyclopedia: Annotated[
+        str | None, typer.Option(help=_ENCYCLOPEDIA_HELP + "; default: the task artifact's own")
+    ] = None,
 ) -> None:
     """Run a CoA model on tasks with the real tools; write eval.v1 and metrics.json, and print
     pass@1 ± its standard error, pass@k, maj@K, format-valid rate, tokens and tool calls per
@@ -326,7 +354,8 @@ def evaluate(
     if model is None:
         raise UserError("coa evaluate needs --model (or --predictions FILE to score predictions)")
     task_input = _table(tasks, table, "coa tasks import | coa tasks synthetic") if tasks else None
-    step = eval_step.step(eval_cfg, eval_tools(cfg), task_input, _model(model))
+    documents = _encyclopedia(encyclopedia, task_input)
+    step = eval_step.step(eval_cfg, eval_tools(cfg), task_input, _model(model), encyclopedia=documents)
     result = _run(step)
     typer.echo(f"eval: {result.ref.uri}")
     show_step(step, result)

@@ -12,13 +12,25 @@ from coa._cli.common import _config, _fail
 from coa.config import ConfigError
 
 
-def _toolbox(config: Path, overrides: list[str] | None) -> Any:
+def _toolbox(name: str, config: Path, overrides: list[str] | None) -> Any:
+    """The profile's collect.tools tool ``name`` alone; a local search serves the encyclopedia of its
+    synthetic section (the one its steps are handed), generated here in memory."""
     from coa.collect.config import CollectConfig
     from coa.tools.build import build_toolbox
+    from coa.tools.collection import Collection
 
     cfg = _config(config, overrides)
-    tools = (cfg.collect or CollectConfig()).tools.model_copy(update={"record": "off"})
-    return build_toolbox(tools, None)
+    tools = (cfg.collect or CollectConfig()).tools
+    if name not in tools.enabled:
+        raise _fail(f"tool {name} is not enabled (collect.tools.enabled)")
+    tools = tools.model_copy(update={"record": "off", "enabled": (name,)})
+    collection = None
+    if cfg.synthetic is not None:
+        from coa.synthetic import encyclopedia_table
+
+        syn = cfg.synthetic
+        collection = Collection.from_table(encyclopedia_table(syn.encyclopedia_seed, syn.encyclopedia_size))
+    return build_toolbox(tools, None, collection=collection, fix="collect.tools")
 
 
 def _run_tool(name: str, argument: str, config: Path, overrides: list[str] | None) -> None:
@@ -27,9 +39,7 @@ def _run_tool(name: str, argument: str, config: Path, overrides: list[str] | Non
     from coa.tools.sandbox import SandboxUnavailable
 
     try:
-        box = _toolbox(config, overrides)
-        if name not in box.tools:
-            raise _fail(f"tool {name} is not enabled (collect.tools.enabled)")
+        box = _toolbox(name, config, overrides)
         result = asyncio.run(box.call(name, argument))
     except (ConfigError, SandboxUnavailable) as e:
         raise _fail(str(e)) from None
@@ -58,7 +68,8 @@ def tool_search(
     overrides: Annotated[list[str] | None, typer.Argument(help="Overrides")] = None,
     config: Annotated[Path, _CFG_OPT] = Path("configs/demo.yaml"),
 ) -> None:
-    """Search with the configured web_search provider (default: BM25 over the synthetic encyclopedia)."""
+    """Search with the configured web_search provider (default: BM25 over the profile's synthetic
+    encyclopedia)."""
     _run_tool("web_search", query, config, overrides)
 
 

@@ -27,6 +27,7 @@ from coa.collect.config import CollectConfig
 from coa.collect.runs import CheckpointFolder, CircuitBreaker, CollectOutcome, PlannedRun, collect_runs
 from coa.collect.teacher import open_teacher
 from coa.execution import ShardExecutor, shard_ranges
+from coa.tools.collection import Collection
 
 SHARD_TASK = "collect-shard"
 
@@ -41,6 +42,8 @@ class CollectShard:
     checkpoints: str
     runs: tuple[PlannedRun, ...]
     flush_seconds: float = 5.0
+    collection: Collection | None = None
+    """The documents the local search serves (the step's encyclopedia), sent with the shard."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -60,7 +63,7 @@ def run_shard(shard: CollectShard) -> ShardOutcome:
     breaker = CircuitBreaker(shard.config.max_consecutive_failures)
 
     async def run() -> CollectOutcome:
-        async with open_teacher(shard.config, shard.storage_root) as teacher:
+        async with open_teacher(shard.config, shard.storage_root, shard.collection) as teacher:
             return await collect_runs(teacher, shard.runs, folder, shard.config.concurrency, breaker=breaker)
 
     outcome = asyncio.run(run())
@@ -86,9 +89,11 @@ def collect_sharded(
     storage_root: str,
     progress: Callable[[int, int], None] | None = None,
     breaker: CircuitBreaker | None = None,
+    collection: Collection | None = None,
 ) -> CollectOutcome:
     """Run ``planned`` as ``executor.shards`` shards; the outcome of the whole collection. ``breaker``
-    is tripped (as the first tripped shard's was) when any shard's circuit breaker stopped it."""
+    is tripped (as the first tripped shard's was) when any shard's circuit breaker stopped it;
+    ``collection`` is what each shard's local search serves."""
     done = checkpoints.done()
     resumed = 0
     shards: list[CollectShard] = []
@@ -99,7 +104,9 @@ def collect_sharded(
             resumed += finished
             continue
         cfg = shard_config(config, len(runs), len(planned))
-        shards.append(CollectShard(index, cfg, storage_root, checkpoints.uri, runs, executor.flush_seconds))
+        shards.append(
+            CollectShard(index, cfg, storage_root, checkpoints.uri, runs, executor.flush_seconds, collection)
+        )
     if progress:
         progress(resumed, len(planned))
     results = executor.map(run_shard, shards, SHARD_TASK) if shards else []

@@ -56,19 +56,24 @@ from coa.collect.summary import CollectSummary, Outcome, Repair
 from coa.collect.teacher import open_teacher
 from coa.errors import UserError
 from coa.steps import Build, Stage, Step, StepInput
+from coa.tools.collection import INPUT as ENCYCLOPEDIA
+from coa.tools.collection import read_collection
 
 TABLE = "trajectories"
 log = logging.getLogger(__name__)
 
 
-def step(config: CollectConfig, tasks: StepInput, name: str = "collect") -> Step:
-    """Collect ``config.samples_per_task`` teacher runs per task of ``tasks``."""
+def step(
+    config: CollectConfig, tasks: StepInput, name: str = "collect", encyclopedia: StepInput | None = None
+) -> Step:
+    """Collect ``config.samples_per_task`` teacher runs per task of ``tasks``; the local search serves
+    ``encyclopedia`` (the synthetic step's ``document.v1`` table; None: no local search)."""
     return Step(
         name=name,
         stage=STAGE,
         artifact=config.name,
         config=config.model_copy(update={"retry_failed": False}),  # the switch does not change this step
-        inputs={"tasks": tasks},
+        inputs={"tasks": tasks, ENCYCLOPEDIA: encyclopedia},
         describe=STAGE.describe,
     )
 
@@ -81,9 +86,10 @@ def _build(b: Build) -> None:
     planned = plan_runs(tasks, config.samples_per_task)
     checkpoints = CheckpointFolder(b.store.checkpoint_uri(b.writer.uri))
     breaker = CircuitBreaker(config.max_consecutive_failures)
+    collection = read_collection(b.optional(ENCYCLOPEDIA))
 
     async def run() -> CollectOutcome:
-        async with open_teacher(config, b.store.root) as teacher:
+        async with open_teacher(config, b.store.root, collection) as teacher:
             return await collect_runs(
                 teacher, planned, checkpoints, config.concurrency, b.progress, breaker=breaker
             )
@@ -92,7 +98,9 @@ def _build(b: Build) -> None:
         outcome = asyncio.run(run())
     else:  # ranges of the plan as shards on the executor (execution.engine: ray), same checkpoints
         executor, root = b.executor, b.store.root
-        outcome = collect_sharded(executor, config, planned, checkpoints, root, b.progress, breaker)
+        outcome = collect_sharded(
+            executor, config, planned, checkpoints, root, b.progress, breaker, collection
+        )
     stop_if_tripped(breaker, checkpoints, "fix the endpoint (collect.llm) and rerun the same command")
     if outcome.budget_stopped:
         raise CollectionIncomplete(
@@ -147,15 +155,20 @@ def summarize_rows(b: Build) -> dict[str, Any]:
 
 
 def retry_step(
-    config: CollectConfig, previous: StepInput, tasks: StepInput, name: str = "collect.retry"
+    config: CollectConfig,
+    previous: StepInput,
+    tasks: StepInput,
+    name: str = "collect.retry",
+    encyclopedia: StepInput | None = None,
 ) -> Step:
-    """Re-run the runs of ``previous`` that ended in an error; keep every other run as it is."""
+    """Re-run the runs of ``previous`` that ended in an error; keep every other run as it is (the
+    local search serving ``encyclopedia``, as :func:`step`'s)."""
     return Step(
         name=name,
         stage=RETRY,
         artifact=config.name,
         config=config.model_copy(update={"retry_failed": True}),
-        inputs={"previous": previous, "tasks": tasks},
+        inputs={"previous": previous, "tasks": tasks, ENCYCLOPEDIA: encyclopedia},
         describe=RETRY.describe,
     )
 
@@ -181,9 +194,10 @@ def _build_retry(b: Build) -> None:
     sent = [0]
 
     breaker = CircuitBreaker(config.max_consecutive_failures)
+    collection = read_collection(b.optional(ENCYCLOPEDIA))
 
     async def run() -> CollectOutcome:
-        async with open_teacher(fresh, b.store.root) as teacher:
+        async with open_teacher(fresh, b.store.root, collection) as teacher:
             try:
                 return await collect_runs(
                     teacher, planned, checkpoints, config.concurrency, b.progress, breaker=breaker
@@ -226,7 +240,7 @@ STAGE = Stage(
     kind="trajectories",
     build=_build,
     config=CollectConfig,
-    expects={"tasks": "task.v1"},
+    expects={"tasks": "task.v1", ENCYCLOPEDIA: "document.v1"},
     produces={TABLE: "trajectory.v1"},
     summary=CollectSummary,
     describe="teacher runs (multi-agent, real tools)",
@@ -236,7 +250,7 @@ RETRY = Stage(
     kind="trajectories",
     build=_build_retry,
     config=CollectConfig,
-    expects={"previous": "trajectory.v1", "tasks": "task.v1"},
+    expects={"previous": "trajectory.v1", "tasks": "task.v1", ENCYCLOPEDIA: "document.v1"},
     produces={TABLE: "trajectory.v1"},
     summary=CollectSummary,
     describe="re-run the failed runs of a collection",

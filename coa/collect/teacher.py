@@ -3,7 +3,8 @@
 ``collect.backend: offline`` is the rule-based teacher over the synthetic families (no network);
 ``collect.backend: endpoint`` is the multi-agent teacher on an OpenAI-compatible endpoint
 (``collect.llm``). The tools are real either way: BM25 search over a local collection (the synthetic
-encyclopedia by default) or a web/wiki provider, the crawler, and Python in the sandbox. With
+step's encyclopedia, handed to the step as its ``encyclopedia`` input) or a web/wiki provider, the
+crawler, and Python in the sandbox. With
 ``tools.record`` every tool result goes into the observation store for offline replay.
 """
 
@@ -17,15 +18,19 @@ from coa.agents.runtime import MultiAgentTeacher
 from coa.collect.config import CollectConfig
 from coa.errors import UserError
 from coa.tools.build import build_toolbox, check_tools
+from coa.tools.collection import Collection
 
 
 @contextlib.asynccontextmanager
-async def open_teacher(config: CollectConfig, storage_root: str | None) -> AsyncIterator[MultiAgentTeacher]:
-    """The configured teacher; closes its HTTP clients on exit."""
+async def open_teacher(
+    config: CollectConfig, storage_root: str | None, collection: Collection | None = None
+) -> AsyncIterator[MultiAgentTeacher]:
+    """The configured teacher, its local search serving ``collection`` (the step's encyclopedia);
+    closes its HTTP clients on exit."""
     if config.preflight:  # the search endpoints, before anything is built (exit 3 within seconds)
-        check_tools(config.tools, fix="collect.tools")
+        check_tools(config.tools, "collect.tools", collection)
     if config.backend == "offline":
-        tools = build_toolbox(config.tools, storage_root)
+        tools = build_toolbox(config.tools, storage_root, collection=collection, fix="collect.tools")
         offline = config.offline
         if "wiki_search" in config.tools.enabled and "web_search" not in config.tools.enabled:
             offline = offline.model_copy(update={"search_tool": "wiki_search"})
@@ -42,6 +47,6 @@ async def open_teacher(config: CollectConfig, storage_root: str | None) -> Async
         from coa.llm.preflight import check_endpoints
 
         await check_endpoints([config.llm.endpoint("teacher")], what="teacher", fix="collect.llm.endpoints")
-    tools = build_toolbox(config.tools, storage_root)
+    tools = build_toolbox(config.tools, storage_root, collection=collection, fix="collect.tools")
     async with LLMRouter(config.llm) as router:
         yield MultiAgentTeacher(EndpointBackend(router), tools, config.teacher)

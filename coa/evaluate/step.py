@@ -37,6 +37,8 @@ from coa.evaluate.summary import EvalReportSummary, EvalSummary, TrainingReportS
 from coa.evaluate.training_report import ROUND_EVAL, ROUND_MODEL, write_training_report
 from coa.steps import Build, ModelInput, Stage, Step, StepInput, TableInput
 from coa.tools.build import build_toolbox, check_tools
+from coa.tools.collection import INPUT as ENCYCLOPEDIA
+from coa.tools.collection import read_collection
 from coa.tools.config import ToolsConfig
 
 BENCHMARK_INPUT = "benchmark{}"
@@ -49,11 +51,14 @@ def step(
     tasks: StepInput | None,
     model: StepInput,
     name: str = "evaluate",
+    encyclopedia: StepInput | None = None,
 ) -> Step:
-    """Evaluate ``model`` on ``tasks`` (may be None when the config names benchmarks) with ``tools``."""
+    """Evaluate ``model`` on ``tasks`` (may be None when the config names benchmarks) with ``tools``,
+    whose local search serves ``encyclopedia`` (the synthetic step's ``document.v1`` table; None: no
+    local search)."""
     if tasks is None and not config.benchmarks:
         raise UserError("evaluate: no tasks (give a task table or name benchmarks in evaluate.benchmarks)")
-    inputs: dict[str, StepInput | None] = {"tasks": tasks, "model": model}
+    inputs: dict[str, StepInput | None] = {"tasks": tasks, "model": model, ENCYCLOPEDIA: encyclopedia}
     for i, spec in enumerate(config.benchmarks):
         ref = io.lookup(spec.uri)
         if ref is None:
@@ -126,9 +131,11 @@ def _build(b: Build) -> None:
     if config.tool_record is not None:
         tools = tools.model_copy(update={"record": config.tool_record})
     root = config.recording or (b.store.root if "://" not in b.store.root else None)
-    check_tools(tools, "evaluate.tools")  # before the first task: a dead search endpoint fails in seconds
+    collection = read_collection(b.optional(ENCYCLOPEDIA))
+    # before the first task: a dead search endpoint (or a local search with nothing to serve) fails now
+    check_tools(tools, "evaluate.tools", collection)
     ledger = LedgerToolBox(
-        build_toolbox(tools, root, config.leak_guard.blocked_hosts),
+        build_toolbox(tools, root, config.leak_guard.blocked_hosts, collection, "evaluate.tools"),
         tools.record if root is not None else "off",
         root if tools.record != "off" else None,
     )
@@ -202,7 +209,7 @@ def predictions_step(
         except OSError as e:
             raise PredictionsError(f"cannot read predictions file {path}: {e.strerror}") from None
     base = step(config, ToolsConfig(enabled=()), tasks, ModelInput(external="predictions"), name)
-    inputs = {k: v for k, v in base.inputs.items() if k != "model"}
+    inputs = {k: v for k, v in base.inputs.items() if k not in ("model", ENCYCLOPEDIA)}
     identity = {"predictions": files} | (
         {"judge_prompt": base.identity["judge_prompt"]} if "judge_prompt" in base.identity else {}
     )
@@ -379,7 +386,7 @@ STAGE = Stage(
     kind="eval",
     build=_build,
     config=EvalConfig,
-    expects={"tasks": "task.v1", BENCHMARK_INPUT.format("*"): "task.v1"},
+    expects={"tasks": "task.v1", BENCHMARK_INPUT.format("*"): "task.v1", ENCYCLOPEDIA: "document.v1"},
     produces={EVAL_TABLE: "eval.v1"},
     summary=EvalSummary,
     identify=identify,

@@ -1,5 +1,5 @@
 """The choices every plan shares, written once: where the data comes from, which model SFT starts
-from, what RL reads, which tools the student gets.
+from, what RL reads, which tools the student gets and the encyclopedia every local search serves.
 
 The pipeline plan (:mod:`coa.plan.pipeline`), the nightly plan (:mod:`coa.plan.nightly`) and the
 CLI's one-stage commands (``coa sft``, ``coa evaluate``) call these, so a night and a pipeline run
@@ -27,6 +27,7 @@ from coa.tools.config import ToolsConfig
 from coa.train import step as sft
 
 HELDOUT = Upstream("synthetic", "heldout")
+ENCYCLOPEDIA = Upstream("synthetic", synthetic.ENCYCLOPEDIA_TABLE)
 CONVERTED_SFT = Upstream("convert", "sft")
 RL_PROMPTS = Upstream("convert", "rl_prompts")
 SFT_EVAL = "evaluate.sft"
@@ -47,13 +48,25 @@ def task_steps(config: PipelineConfig) -> tuple[list[Step], Upstream]:
     return steps, train
 
 
-def collect_steps(config: CollectConfig, tasks: StepInput) -> tuple[list[Step], Upstream]:
-    """Teacher collection on ``tasks`` (and its retry of the failed runs when configured), and the
-    runs curation reads."""
-    steps = [collect.step(config, tasks)]
+def encyclopedia(config: PipelineConfig) -> Upstream | None:
+    """What every local search of the plan serves: the synthetic step's ``encyclopedia`` table (the
+    documents the multi-hop tasks were drawn from), handed to collect, evaluate, sample and RL as an
+    input, so its content hash is in their keys; None without a ``synthetic`` section (a local
+    search then refuses to start, saying so)."""
+    return ENCYCLOPEDIA if config.synthetic is not None else None
+
+
+def collect_steps(
+    config: CollectConfig, tasks: StepInput, documents: StepInput | None = None
+) -> tuple[list[Step], Upstream]:
+    """Teacher collection on ``tasks`` (and its retry of the failed runs when configured), its local
+    search serving ``documents`` (:func:`encyclopedia`), and the runs curation reads."""
+    steps = [collect.step(config, tasks, encyclopedia=documents)]
     if not config.retry_failed:
         return steps, Upstream("collect", "trajectories")
-    steps.append(collect.retry_step(config, Upstream("collect", "trajectories"), tasks))
+    steps.append(
+        collect.retry_step(config, Upstream("collect", "trajectories"), tasks, encyclopedia=documents)
+    )
     return steps, Upstream("collect.retry", "trajectories")
 
 
@@ -83,7 +96,9 @@ def evaluation(config: PipelineConfig, model: StepInput, name: str) -> Step:
     """``model`` on the held-out synthetic tasks (the ``evaluate`` section; the plan checked it is set)."""
     if config.evaluate is None:
         raise UserError(f"{name} needs an `evaluate` section")
-    return evaluate.step(config.evaluate, eval_tools(config), HELDOUT, model, name=name)
+    return evaluate.step(
+        config.evaluate, eval_tools(config), HELDOUT, model, name=name, encyclopedia=encyclopedia(config)
+    )
 
 
 def rl_after_evaluation(config: PipelineConfig, start: StepInput, judged: StepInput | None) -> list[Step]:
@@ -100,7 +115,7 @@ def rl_after_evaluation(config: PipelineConfig, start: StepInput, judged: StepIn
     if config.rl.families == "auto" and judged is None and can_evaluate:
         steps.append(evaluation(config, start, SFT_EVAL))
         judged = Upstream(SFT_EVAL, "eval")
-    steps.append(rl.step(config.rl, start, RL_PROMPTS, evaluation=judged))
+    steps.append(rl.step(config.rl, start, RL_PROMPTS, evaluation=judged, encyclopedia=encyclopedia(config)))
     return steps
 
 
@@ -142,7 +157,17 @@ def later_rounds(
     model = first
     for r in range(2, config.rounds + 1):
         samples = f"sample.r{r - 1}"
-        steps.append(sample.step(sampling, eval_tools(config), model, train, r - 1, name=samples))
+        steps.append(
+            sample.step(
+                sampling,
+                eval_tools(config),
+                model,
+                train,
+                r - 1,
+                name=samples,
+                encyclopedia=encyclopedia(config),
+            )
+        )
         steps.append(
             curate.step(config.curate, raw, train, name=f"curate.r{r}", student=Upstream(samples, "rollouts"))
         )

@@ -203,35 +203,6 @@ class PipelineConfig(StrictModel):
         return self
 
     @model_validator(mode="after")
-    def _one_encyclopedia(self) -> PipelineConfig:
-        """The local search serves the encyclopedia the multi-hop questions are drawn from."""
-        syn = self.synthetic
-        if syn is None or not (syn.train.get("multihop") or syn.heldout.get("multihop")):
-            return self
-        sections = (
-            ("collect.tools", self.collect.tools if self.collect else None),
-            ("evaluate.tools", self.evaluate.tools if self.evaluate else None),
-        )
-        for where, tools in sections:
-            if tools is None:
-                continue
-            enabled = (("web_search", tools.search), ("wiki_search", tools.wiki))
-            searches = [search for name, search in enabled if name in tools.enabled]
-            if not any(s.provider == "local_bm25" and s.index_dir is None for s in searches):
-                continue
-            asked = (syn.encyclopedia_seed, syn.encyclopedia_size)
-            served = (tools.encyclopedia_seed, tools.encyclopedia_entities)
-            if asked != served:
-                raise ValueError(
-                    f"the multi-hop questions are about the encyclopedia of synthetic.encyclopedia_seed="
-                    f"{asked[0]}, synthetic.encyclopedia_size={asked[1]}, but {where} searches the one of "
-                    f"encyclopedia_seed={served[0]}, encyclopedia_entities={served[1]}: set both to the same "
-                    f"values (e.g. {where}.encyclopedia_seed={asked[0]} "
-                    f"{where}.encyclopedia_entities={asked[1]})"
-                )
-        return self
-
-    @model_validator(mode="after")
     def _rounds_valid(self) -> PipelineConfig:
         if self.round_sft.model_fields_set and self.sft is None:
             raise ValueError("round_sft needs an `sft` section (it overrides it for rounds 2..)")

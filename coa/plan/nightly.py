@@ -44,6 +44,7 @@ from coa.nightly.step import MERGE, NEW_TASKS, MergeSummary, NewTasksSummary, me
 from coa.plan.choices import (
     CONVERTED_SFT,
     SFT_EVAL,
+    encyclopedia,
     evaluation,
     later_rounds,
     rl_after_evaluation,
@@ -105,7 +106,7 @@ def nightly_plan(
     steps, source = task_steps(config)
     steps += [
         new_tasks_step(source, previous if promotion.new_tasks_only else {}),
-        collect.step(config.collect, Upstream(NEW_TASKS, "tasks")),
+        collect.step(config.collect, Upstream(NEW_TASKS, "tasks"), encyclopedia=encyclopedia(config)),
         merge_step(
             Upstream("collect", "trajectories"), Upstream(NEW_TASKS, "tasks"), previous, previous_tasks
         ),

@@ -23,6 +23,7 @@ from coa.plan.choices import (
     CONVERTED_SFT,
     HELDOUT,
     collect_steps,
+    encyclopedia,
     evaluation,
     later_rounds,
     rl_after_evaluation,
@@ -55,7 +56,7 @@ def data_steps(config: PipelineConfig) -> list[Step]:
     steps, train = task_steps(config)
     if config.collect is None:
         return steps
-    collected, raw = collect_steps(config.collect, train)
+    collected, raw = collect_steps(config.collect, train, encyclopedia(config))
     steps += collected
     if config.curate is not None:
         steps.append(curate.step(config.curate, raw, train))
@@ -87,7 +88,10 @@ def training_steps(config: PipelineConfig) -> list[Step]:
     reinforced = Upstream("rl") if config.rl is not None else None
     if reinforced is not None:
         steps.append(evaluation(config, reinforced, "evaluate.after_rl"))
-    steps.append(collect.step(config.collect, HELDOUT, name="collect.heldout"))  # the teacher, beside
+    # the teacher, beside
+    steps.append(
+        collect.step(config.collect, HELDOUT, name="collect.heldout", encyclopedia=encyclopedia(config))
+    )
     steps.append(
         evaluate.report_step(
             config.run_name,

@@ -358,6 +358,11 @@ class RLRunConfig(RLStageConfig, TrainRun):
     observation_root: str | None = Field(
         default=None, description="Storage root whose observation store the tools record into (null = none)."
     )
+    encyclopedia: str | None = Field(
+        default=None,
+        description="A Parquet file of document.v1 rows the local search serves (the step's copy of its "
+        "encyclopedia input); null = none (a local search is then refused).",
+    )
 
 
 class RLResult(BaseModel):

@@ -150,6 +150,17 @@ def run_rl(
     return _rl_result(trainer, config, start, planned, counter.steps, runtime)
 
 
+def rollout_toolbox(config: RLRunConfig) -> Any:
+    """The tools the policy calls in its rollouts: ``rl.tools``, the local search built from the run's
+    encyclopedia file (the step's copy of its ``encyclopedia`` input: the synthetic step's table, the
+    documents the tasks were drawn from), recording into the store's observations."""
+    from coa.tools.build import build_toolbox
+    from coa.tools.collection import read_collection_file
+
+    collection = read_collection_file(config.encyclopedia)
+    return build_toolbox(config.tools, config.observation_root, collection=collection, fix="rl.tools")
+
+
 def build_trainer(
     prompts: pa.Table,
     config: RLRunConfig,
@@ -169,7 +180,6 @@ def build_trainer(
     from coa.kit.callbacks import LogToLogger
     from coa.kit.tracking import tracking_args
     from coa.rl import resume
-    from coa.tools.build import build_toolbox
 
     rows = select_prompts(prompts, config.families)
     heldout_rows: list[dict[str, Any]] = []
@@ -226,7 +236,7 @@ def build_trainer(
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
     model = AutoModelForCausalLM.from_pretrained(config.base_model, dtype=torch.float32)
-    toolbox = build_toolbox(config.tools, config.observation_root)
+    toolbox = rollout_toolbox(config)
     judge, audit = open_judge(config, out)
     source = RolloutSource(rows, config, toolbox, judge)
     rollouts = Rollouts(source, RolloutWriter(out / ROLLOUTS_DIR), config, out, policy_factory)

@@ -20,6 +20,7 @@ from __future__ import annotations
 import logging
 import shutil
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 from coa.errors import UserError
@@ -28,7 +29,9 @@ from coa.rl.config import RL, EntropyCollapse, RLResult, RLRunConfig, RLStageCon
 from coa.rl.family import EVAL_COLUMNS, pick_family, unreachable_families
 from coa.rl.signal import learning_signal
 from coa.rl.summary import RLCollapsed, RLSummary
-from coa.steps import Build, Stage, Step, StepInput
+from coa.steps import Build, ModelInput, Stage, Step, StepInput, TableInput
+from coa.tools.collection import INPUT as ENCYCLOPEDIA
+from coa.tools.collection import Collection
 
 PROMPTS_TABLE = "rl_prompts"
 ROLLOUTS_TABLE = "rollouts"
@@ -36,6 +39,8 @@ MODEL_FOLDER = "model"
 ADAPTER_FOLDER = "adapter"
 RESULT_FILE = RL.result_file
 CURVES_PNG = "rl_curves.png"
+ENCYCLOPEDIA_FILE = "encyclopedia.parquet"
+"""The run's copy of its encyclopedia input (what the launched trainer's local search serves)."""
 
 log = logging.getLogger("coa.rl")
 
@@ -47,12 +52,17 @@ def step(
     name: str = "rl",
     callbacks: Sequence[Any] = (),
     evaluation: StepInput | None = None,
+    encyclopedia: StepInput | None = None,
 ) -> Step:
     """Train ``base`` (the SFT model) with GRPO/DAPO on the ``rl_prompts`` of ``prompts``.
 
     With ``rl.families: auto``, ``evaluation`` (an ``eval.v1`` table of ``base`` on held-out tasks)
-    picks the family (:mod:`coa.rl.family`); it is not read otherwise."""
+    picks the family (:mod:`coa.rl.family`); it is not read otherwise. The rollouts' local search
+    serves ``encyclopedia`` (the synthetic step's ``document.v1`` table the tasks were drawn from;
+    None: no local search)."""
     inputs: dict[str, StepInput] = {"base": base, "prompts": prompts}
+    if encyclopedia is not None:
+        inputs[ENCYCLOPEDIA] = encyclopedia
     if config.families == "auto":
         if evaluation is None:
             raise UserError(
@@ -72,13 +82,33 @@ def step(
     )
 
 
-def preflight(config: RLStageConfig) -> None:
-    """Check the endpoints the rollouts call (the search tools', the judge's) before the trainer is
-    launched: a dead or wrong endpoint fails the stage in seconds with the key to fix (exit 3), not
-    after the model is loaded and every episode has spent its retries."""
+def copy_encyclopedia(
+    source: TableInput | ModelInput | None, out: Path
+) -> tuple[Collection | None, str | None]:
+    """The step's ``encyclopedia`` input as the collection the preflight checks, and the Parquet copy
+    in ``out`` that the trainer's local search is built from (:attr:`RLRunConfig.encyclopedia`, read
+    by :func:`coa.rl.grpo.rollout_toolbox`, in this process or a launched one); (None, None) without
+    one."""
+    if source is None:
+        return None, None
+    if not isinstance(source, TableInput):
+        raise TypeError(f"the {ENCYCLOPEDIA} input must be a document.v1 table, not the model {source.name}")
+    import pyarrow.parquet as pq
+
+    table = source.read()
+    out.mkdir(parents=True, exist_ok=True)
+    pq.write_table(table, out / ENCYCLOPEDIA_FILE)
+    return Collection.from_table(table), str(out / ENCYCLOPEDIA_FILE)
+
+
+def preflight(config: RLStageConfig, collection: Collection | None = None) -> None:
+    """Check the endpoints the rollouts call (the search tools', the judge's) and that a local search
+    has its ``collection`` before the trainer is launched: a dead or wrong endpoint fails the stage in
+    seconds with the key to fix (exit 3), not after the model is loaded and every episode has spent
+    its retries."""
     from coa.tools.build import check_tools
 
-    check_tools(config.tools, "rl.tools")
+    check_tools(config.tools, "rl.tools", collection)
     if config.judge is not None:
         from coa.scoring.judge import LLMJudge
 
@@ -107,10 +137,15 @@ def _build(b: Build) -> None:
         log.info("rl: families auto -> %s (%s; %s)", choice.family, choice.rule, choice.accuracy)
         if choice.warning:
             log.warning("rl: %s", choice.warning)
-    preflight(config)
+    collection, documents = copy_encyclopedia(b.optional(ENCYCLOPEDIA), out)
+    preflight(config, collection)
     observations = b.store.root if "://" not in b.store.root else None
     run_config = RLRunConfig(
-        **params, base_model=base.local_path(), output_dir=str(out), observation_root=observations
+        **params,
+        base_model=base.local_path(),
+        output_dir=str(out),
+        observation_root=observations,
+        encyclopedia=documents,
     )
     b.writer.extra_lineage.update(
         {
@@ -188,7 +223,7 @@ STAGE = Stage(
     kind="model",
     build=_build,
     config=RLStageConfig,
-    expects={"prompts": "rl_prompt.v1", "evaluation": "eval.v1"},
+    expects={"prompts": "rl_prompt.v1", "evaluation": "eval.v1", ENCYCLOPEDIA: "document.v1"},
     produces={ROLLOUTS_TABLE: "rollout.v1"},
     summary=RLSummary,
     describe="agentic RL (GRPO/DAPO on multi-turn tool rollouts)",

@@ -1,7 +1,9 @@
 """The sampling step: a model's k attempts at the training tasks → a ``rollouts`` table (rollout.v1).
 
-Inputs: ``model`` (the round's SFT model) and ``tasks`` (the training tasks, task.v1). The key
-hashes the config, the round, the tools, the task table and the model artifact, so a rerun reuses
+Inputs: ``model`` (the round's SFT model), ``tasks`` (the training tasks, task.v1) and, when the
+tools search locally, ``encyclopedia`` (the synthetic step's document.v1 table the search serves).
+The key hashes the config, the round, the tools, the task table, the encyclopedia and the model
+artifact, so a rerun reuses
 the committed samples. The lineage's ``sampled`` names the round and the model; curation reads it
 to label the student's rows (``teacher``: ``student-r<round>``). The tools are the student's
 (:func:`coa.plan.choices.eval_tools`): the ones it is evaluated with.
@@ -24,6 +26,8 @@ from coa.sample.core import counts, sample_tasks, select
 from coa.sample.summary import SampleSummary
 from coa.steps import Build, Stage, Step, StepInput
 from coa.tools.build import build_toolbox, check_tools
+from coa.tools.collection import INPUT as ENCYCLOPEDIA
+from coa.tools.collection import read_collection
 from coa.tools.config import ToolsConfig
 
 ROLLOUTS_TABLE = "rollouts"
@@ -36,8 +40,10 @@ def step(
     tasks: StepInput,
     round_: int,
     name: str = "sample",
+    encyclopedia: StepInput | None = None,
 ) -> Step:
-    """``config.samples`` attempts of ``model`` (the round ``round_`` model) at each task of ``tasks``."""
+    """``config.samples`` attempts of ``model`` (the round ``round_`` model) at each task of ``tasks``;
+    the local search serves ``encyclopedia`` (the synthetic step's table; None: no local search)."""
     if config.prompt_style is None or config.variants is None:
         raise UserError(
             "sample: prompt_style and variants must be resolved (the plan takes them from `convert`)"
@@ -47,7 +53,7 @@ def step(
         stage=STAGE,
         artifact=config.name,
         config=config,
-        inputs={"model": model, "tasks": tasks},
+        inputs={"model": model, "tasks": tasks, ENCYCLOPEDIA: encyclopedia},
         identity={"round": round_, "tools": tools.model_dump(mode="json")},
         describe=f"the round-{round_} student's {config.samples} samples per training task",
     )
@@ -68,7 +74,9 @@ def _build(b: Build) -> None:
     config: SampleConfig = b.step.config
     round_ = int(b.step.identity["round"])
     tools = ToolsConfig.model_validate(b.step.identity["tools"])
-    check_tools(tools, "evaluate.tools")  # sampling calls the evaluation's tools: a dead endpoint fails now
+    collection = read_collection(b.optional(ENCYCLOPEDIA))
+    # sampling calls the evaluation's tools: a dead endpoint (or nothing to search locally) fails now
+    check_tools(tools, "evaluate.tools", collection)
     model = b.model("model")
     rows = select(b.table("tasks").read().to_pylist(), config)
     if not rows:
@@ -81,7 +89,7 @@ def _build(b: Build) -> None:
     torch.manual_seed(config.seed)
     policy = open_policy(config, model.local_path())
     root = b.store.root if "://" not in b.store.root else None
-    toolbox = build_toolbox(tools, root)
+    toolbox = build_toolbox(tools, root, collection=collection, fix="evaluate.tools")
     try:
         out = sample_tasks(rows, policy, toolbox, config, round_, b.progress)
     finally:
@@ -99,7 +107,7 @@ STAGE = Stage(
     kind="rollouts",
     build=_build,
     config=SampleConfig,
-    expects={"tasks": "task.v1"},
+    expects={"tasks": "task.v1", ENCYCLOPEDIA: "document.v1"},
     produces={ROLLOUTS_TABLE: schemas.ROLLOUT.id},
     summary=SampleSummary,
     describe="the student's samples per training task",

@@ -6,7 +6,8 @@ Three families, each generated deterministically from a seed:
   call for the code tool; gold answer an integer string (:mod:`coa.synthetic.arithmetic`);
 - ``multihop`` (``mhqa``): 2- and 3-hop questions over a generated encyclopedia of fictional
   entities; gold answer the final entity's name (:mod:`coa.synthetic.multihop`; the world and
-  its documents, which a search tool serves, are :mod:`coa.synthetic.encyclopedia`);
+  its documents, which the synthetic step commits as its ``encyclopedia`` table for the local search,
+  are :mod:`coa.synthetic.encyclopedia`);
 - ``programming`` (``code``): small stdin/stdout programs with generated tests
   (:mod:`coa.synthetic.programming`).
 
@@ -26,7 +27,13 @@ from coa.synthetic.config import SPLITS, SYNTHETIC_FAMILIES, Split, SyntheticCon
 if TYPE_CHECKING:
     from coa.synthetic import arithmetic, multihop, programming
     from coa.synthetic._common import SyntheticError, assert_disjoint, split_of
-    from coa.synthetic.encyclopedia import Document, World, build_encyclopedia, build_world
+    from coa.synthetic.encyclopedia import (
+        Document,
+        World,
+        build_encyclopedia,
+        build_world,
+        encyclopedia_table,
+    )
     from coa.synthetic.families import TASK_FAMILY, generate, generate_all, parse_question
     from coa.synthetic.multihop import hop_query
 
@@ -44,6 +51,7 @@ __all__ = [
     "assert_disjoint",
     "build_encyclopedia",
     "build_world",
+    "encyclopedia_table",
     "generate",
     "generate_all",
     "hop_query",
@@ -60,7 +68,7 @@ def __getattr__(name: str) -> Any:
         from coa.synthetic import _common
 
         return getattr(_common, name)
-    if name in ("Document", "World", "build_encyclopedia", "build_world"):
+    if name in ("Document", "World", "build_encyclopedia", "build_world", "encyclopedia_table"):
         from coa.synthetic import encyclopedia
 
         return getattr(encyclopedia, name)

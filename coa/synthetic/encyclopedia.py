@@ -11,7 +11,9 @@ Short syllable names are meant to be easy to copy for a tiny model with a small 
 of its relations in a natural sentence (plus filler facts), and distractor documents (events that
 mention several entities without stating any relation). A relation is stated only in its subject's
 document, so every hop has exactly one gold document. The questions over it are
-:mod:`coa.synthetic.multihop`; the local search index serves its documents.
+:mod:`coa.synthetic.multihop`. :func:`encyclopedia_table` gives the documents as a ``document.v1``
+table: the synthetic step commits it as its ``encyclopedia`` table, and the local search of every
+step that searches locally builds its index from that table (never from a seed of its own).
 """
 
 from __future__ import annotations
@@ -23,6 +25,9 @@ import random
 from collections.abc import Mapping
 from types import MappingProxyType
 
+import pyarrow as pa
+
+import schemas
 from coa.synthetic._common import SyntheticError, rng_for
 from coa.synthetic.config import DEFAULT_ENTITIES, MIN_ENTITIES
 
@@ -360,3 +365,9 @@ def _doc_order(seed: int, doc_id: str) -> int:
 def build_encyclopedia(seed: int = 0, n_entities: int = DEFAULT_ENTITIES) -> list[Document]:
     """The encyclopedia documents (entity pages and distractors) for ``seed`` and ``n_entities``."""
     return list(build_world(seed, n_entities).documents)
+
+
+def encyclopedia_table(seed: int = 0, n_entities: int = DEFAULT_ENTITIES) -> pa.Table:
+    """The encyclopedia of ``seed`` and ``n_entities`` as a ``document.v1`` table, in collection order."""
+    rows = [{"doc_id": d.id, "title": d.title, "text": d.text} for d in build_encyclopedia(seed, n_entities)]
+    return schemas.DOCUMENT.from_rows(rows)

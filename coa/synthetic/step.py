@@ -1,4 +1,6 @@
-"""The synthetic-tasks step: the built-in families as one ``task.v1`` artifact (``train``, ``heldout``)."""
+"""The synthetic-tasks step: the built-in families as one artifact: the ``train`` and ``heldout``
+splits (``task.v1``) and the ``encyclopedia`` (``document.v1``) the multi-hop questions are drawn
+from, which every step whose search is local takes as its input."""
 
 from __future__ import annotations
 
@@ -6,28 +8,39 @@ from pydantic import Field
 
 import schemas
 from coa.steps import Build, Stage, Step, StepSummary
-from coa.synthetic import SyntheticConfig, generate_all
+from coa.synthetic import SyntheticConfig, encyclopedia_table, generate_all
 
 SPLITS = ("train", "heldout")
+ENCYCLOPEDIA_TABLE = "encyclopedia"
+"""The table of the encyclopedia's documents: the collection a local search serves."""
 
 
 class SyntheticSummary(StepSummary):
-    """What the synthetic step generated: tasks per split."""
+    """What the synthetic step generated: tasks per split, pages of the encyclopedia."""
 
     train: int = Field(description="Tasks of the train split.")
     heldout: int = Field(description="Tasks of the held-out split.")
+    documents: int = Field(default=0, description="Pages of the encyclopedia (entities and distractors).")
 
 
 def step(config: SyntheticConfig, name: str = "synthetic") -> Step:
-    """Generate the train and held-out splits (disjoint questions), keyed by the config alone."""
+    """Generate the train and held-out splits (disjoint questions) and the encyclopedia, keyed by the
+    config alone."""
     return Step(name=name, stage=STAGE, artifact="synthetic", config=config, describe=STAGE.describe)
 
 
 def _build(b: Build) -> None:
-    tables = generate_all(b.step.config)
+    config: SyntheticConfig = b.step.config
+    tables = generate_all(config)
     for split in SPLITS:
         b.writer.write_table(split, tables[split], schemas.TASK)
-    b.report(SyntheticSummary(train=tables["train"].num_rows, heldout=tables["heldout"].num_rows))
+    documents = encyclopedia_table(config.encyclopedia_seed, config.encyclopedia_size)
+    b.writer.write_table(ENCYCLOPEDIA_TABLE, documents, schemas.DOCUMENT)
+    b.report(
+        SyntheticSummary(
+            train=tables["train"].num_rows, heldout=tables["heldout"].num_rows, documents=documents.num_rows
+        )
+    )
 
 
 STAGE = Stage(
@@ -35,7 +48,7 @@ STAGE = Stage(
     kind="tasks",
     build=_build,
     config=SyntheticConfig,
-    produces={split: "task.v1" for split in SPLITS},
+    produces={**{split: schemas.TASK.id for split in SPLITS}, ENCYCLOPEDIA_TABLE: schemas.DOCUMENT.id},
     summary=SyntheticSummary,
-    describe="generate the synthetic task families",
+    describe="generate the synthetic task families and their encyclopedia",
 )

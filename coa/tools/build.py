@@ -1,7 +1,9 @@
 """Building the tools a :class:`~coa.tools.config.ToolsConfig` names: :func:`build_toolbox` gives the
 :class:`~coa.tools.toolbox.FunctionToolBox` (search, crawl, code in the sandbox, the observation store
 for record/replay) that collection, evaluation, sampling and RL call. The config is
-:mod:`coa.tools.config` (which imports none of this)."""
+:mod:`coa.tools.config` (which imports none of this); the local search's documents are the
+:class:`~coa.tools.collection.Collection` the step hands over (its ``encyclopedia`` input), never
+rebuilt here."""
 
 from __future__ import annotations
 
@@ -10,6 +12,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from coa.tools.code import make_code_tool
+from coa.tools.collection import Collection, require_collection
 from coa.tools.config import SearchConfig, ToolsConfig
 from coa.tools.crawl import make_crawl_tool
 from coa.tools.sandbox import SandboxConfig
@@ -18,11 +21,13 @@ from coa.tools.search_providers import build_search_provider, check_search
 from coa.tools.toolbox import FunctionToolBox, ObservationStore
 
 
-def check_tools(config: ToolsConfig, fix: str) -> None:
+def check_tools(config: ToolsConfig, fix: str, collection: Collection | None = None) -> None:
     """Check the endpoint behind each enabled search tool before a stage's first run
-    (:func:`~coa.tools.search_providers.check_search`: exit 3 within seconds, with the fix); ``fix``
-    is where the stage's tools are configured (``collect.tools``). With ``record: replay`` the tools
-    answer from recordings only, and no endpoint is called."""
+    (:func:`~coa.tools.search_providers.check_search`: exit 3 within seconds, with the fix), and that
+    a local search has a ``collection`` to serve; ``fix`` is where the stage's tools are configured
+    (``collect.tools``). With ``record: replay`` the tools answer from recordings only, and no
+    endpoint is called."""
+    require_collection(config, collection, fix)
     if config.record == "replay":
         return
     if "web_search" in config.enabled:
@@ -32,27 +37,34 @@ def check_tools(config: ToolsConfig, fix: str) -> None:
 
 
 def build_toolbox(
-    config: ToolsConfig, storage_root: str | None, blocked_hosts: Sequence[str] = ()
+    config: ToolsConfig,
+    storage_root: str | None,
+    blocked_hosts: Sequence[str] = (),
+    collection: Collection | None = None,
+    fix: str = "tools",
 ) -> FunctionToolBox:
     """The agents' tools, with the observation store under ``storage_root`` unless record=off.
+
+    ``collection``: the documents the local search and the crawler's ``local://`` pages serve (the
+    step's ``encyclopedia`` input); a local search without one is refused
+    (:func:`~coa.tools.collection.require_collection`, ``fix`` naming the tools' section). Without one
+    the crawler fetches remote pages only.
 
     ``blocked_hosts`` (the evaluation's leak guard): search hits and crawls at these
     ``host/path-prefix`` locations are dropped; the providers' names (the observation store's keys)
     then carry a hash of the list, so an unguarded recording is never replayed.
     """
 
+    require_collection(config, collection, fix)
     functions: dict[str, Any] = {}
     providers: dict[str, str] = {}
     local: LocalBM25Search | None = None
 
     def local_collection() -> LocalBM25Search:
         nonlocal local
+        assert collection is not None  # require_collection saw to it
         if local is None:
-            from coa.synthetic import build_encyclopedia
-
-            local = LocalBM25Search(
-                build_encyclopedia(config.encyclopedia_seed, config.encyclopedia_entities)
-            )
+            local = LocalBM25Search(collection.documents)
         return local
 
     def provider_for(search: SearchConfig) -> Any:
@@ -62,7 +74,7 @@ def build_toolbox(
             provider = build_search_provider(search)
         return BlockingSearch(provider, blocked_hosts) if blocked_hosts else provider
 
-    corpus = f"synthetic-encyclopedia(seed={config.encyclopedia_seed},n={config.encyclopedia_entities})"
+    corpus = collection.name if collection is not None else "remote"
     if "web_search" in config.enabled:
         functions["web_search"] = make_web_search_tool(provider_for(config.search), config.search.top_k)
         providers["web_search"] = config.search.provider + (
@@ -75,7 +87,9 @@ def build_toolbox(
         )
     if "crawl_page" in config.enabled:
         functions["crawl_page"] = make_crawl_tool(
-            config=config.crawl, local_docs=local_collection(), blocked=tuple(blocked_hosts)
+            config=config.crawl,
+            local_docs=local_collection() if collection is not None else None,
+            blocked=tuple(blocked_hosts),
         )
         providers["crawl_page"] = f"crawl:{corpus}"
     if "code" in config.enabled:

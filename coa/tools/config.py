@@ -8,13 +8,15 @@ builds the tools, so loading a profile loads none of them.
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from coa.config import StrictModel
 
 _ENV_NAME = r"^[A-Za-z_][A-Za-z0-9_]*$"
+MOVED_KEYS = ("encyclopedia_seed", "encyclopedia_entities")
+"""Keys a tools section no longer has: the local search serves the synthetic step's encyclopedia."""
 
 
 class SerperConfig(StrictModel):
@@ -108,14 +110,22 @@ class ToolsConfig(StrictModel):
     wiki: SearchConfig = Field(
         default_factory=lambda: SearchConfig(top_k=3), description="Provider behind wiki_search."
     )
-    encyclopedia_seed: int = Field(
-        default=0, description="Synthetic encyclopedia served by local_bm25 search."
-    )
-    encyclopedia_entities: int = Field(
-        default=300, ge=24, description="Entities in the synthetic encyclopedia."
-    )
     crawl: CrawlConfig = Field(default_factory=CrawlConfig, description="Crawler settings.")
     code: CodeToolConfig = Field(default_factory=CodeToolConfig, description="Sandbox limits.")
     record: Literal["off", "record", "replay", "auto"] = Field(
         default="auto", description="Observation store: reuse recorded results (auto), only replay, or off."
     )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _encyclopedia_moved(cls, data: Any) -> Any:
+        """A profile that still sets the encyclopedia here is told where it lives now."""
+        moved = [k for k in MOVED_KEYS if isinstance(data, dict) and k in data]
+        if moved:
+            raise ValueError(
+                f"{', '.join(moved)}: the tools no longer choose an encyclopedia; the local search serves "
+                "the synthetic step's `encyclopedia` table (the one the tasks were drawn from), which the "
+                "plan hands to every step whose search is local: set synthetic.encyclopedia_seed and "
+                "synthetic.encyclopedia_size instead, and remove these keys"
+            )
+        return data

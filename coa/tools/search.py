@@ -4,7 +4,7 @@ One interface, :class:`SearchProvider` (``search(query, top_k) -> list[SearchHit
 providers:
 
 - :class:`LocalBM25Search`: BM25 (``bm25s``) over a local document collection, e.g. the synthetic
-  encyclopedia (:func:`coa.synthetic.build_encyclopedia`). The embedded default: offline and
+  step's ``encyclopedia`` table (:mod:`coa.tools.collection`). The embedded default: offline and
   deterministic (ties broken by collection order); the index saves to and loads from a folder.
   Hit urls are ``local://doc/<id>``, which :mod:`coa.tools.crawl` can open.
 - :class:`~coa.tools.search_providers.SerperSearch` (a Serper-compatible web search API) and
@@ -64,7 +64,7 @@ class SearchProvider(Protocol):
 
 
 class DocumentLike(Protocol):
-    """What a local collection is made of (e.g. :class:`coa.synthetic.Document`)."""
+    """What a local collection is made of (e.g. :class:`LocalDocument`)."""
 
     @property
     def id(self) -> str: ...

@@ -159,10 +159,11 @@ def test_a_tool_tag_that_closes_the_wrong_block_runs_nothing(codec: Codec) -> No
 
 
 def test_web_search_over_the_local_encyclopedia_and_metrics(codec: Codec) -> None:
-    from coa.synthetic import build_encyclopedia
+    from coa.synthetic import encyclopedia_table
+    from coa.tools.collection import Collection
 
-    doc = build_encyclopedia(0, 300)[0]
-    name = doc.title
+    pages = Collection.from_table(encyclopedia_table(0, 300))  # the synthetic step's table
+    name = pages.documents[0].title
     search = blocks(
         ("think", "One lookup."), ("plan", "Look it up."), ("think", "Search."), ("web_search", name)
     )
@@ -174,7 +175,9 @@ def test_web_search_over_the_local_encyclopedia_and_metrics(codec: Codec) -> Non
         ("think", "Done."),
         ("answer", name),
     )
-    box = SpyToolBox(build_toolbox(ToolsConfig(enabled=("web_search",), record="off"), None))
+    box = SpyToolBox(
+        build_toolbox(ToolsConfig(enabled=("web_search",), record="off"), None, collection=pages)
+    )
     policy = ScriptedPolicy(codec, {"Who?": [search, answer]})
     table = evaluate_tasks(tasks_table(task(0, "Who?", family="mhqa", gold=name)), policy, box, LIMITS)
     row = table.to_pylist()[0]

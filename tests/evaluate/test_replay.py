@@ -1,7 +1,8 @@
 """Reproducible web evaluation: record the tools' observations once, replay them, same rows twice.
 
 The student is the tiny model the evaluation tests build; the tasks are the GAIA dev fixture's
-first tasks; the tools are the local search and crawl (recorded on the first run, replayed after).
+first tasks; the tools are the local search over the synthetic step's encyclopedia and the crawler
+(recorded on the first run, replayed after).
 A scripted policy that always searches and crawls checks the replay of real calls through the same
 step (the random tiny model rarely closes a tool tag).
 """
@@ -30,8 +31,14 @@ WALL_CLOCK = ("latency_s",)
 TOOLS = ToolsConfig(enabled=("web_search", "crawl_page"), record="auto")
 
 
+Gaia = tuple[TableInput, TableInput]
+"""The GAIA tasks, and the encyclopedia the local search serves (the synthetic step's table)."""
+
+
 @pytest.fixture(scope="module")
-def gaia(tmp_path_factory: pytest.TempPathFactory) -> TableInput:
+def gaia(tmp_path_factory: pytest.TempPathFactory) -> Gaia:
+    from coa.synthetic import SyntheticConfig
+    from coa.synthetic import step as synthetic
     from coa.tasksets import TasksConfig
     from coa.tasksets import step as tasksets
     from coa.tasksets.config import TaskSourceConfig
@@ -40,7 +47,8 @@ def gaia(tmp_path_factory: pytest.TempPathFactory) -> TableInput:
     store = io.Store(str(tmp_path_factory.mktemp("tasks")))
     source = TaskSourceConfig(path=str(FIXTURES / "gaia_dev_103.json"))
     ref = run_step(tasksets.step(TasksConfig(name="gaia", sources=(source,))), store).ref
-    return TableInput(ref, "tasks")
+    pages = run_step(synthetic.step(SyntheticConfig(train={"multihop": 1}, heldout={})), store).ref
+    return TableInput(ref, "tasks"), TableInput(pages, synthetic.ENCYCLOPEDIA_TABLE)
 
 
 def config(record: str, recording: Path, new_tokens: int = 24) -> EvalConfig:
@@ -51,9 +59,13 @@ def config(record: str, recording: Path, new_tokens: int = 24) -> EvalConfig:
 
 
 def evaluate(
-    store: Path, gaia: TableInput, model: str, record: str, recording: Path, new_tokens: int = 24
+    store: Path, gaia: Gaia, model: str, record: str, recording: Path, new_tokens: int = 24
 ) -> StepResult:
-    step = eval_step.step(config(record, recording, new_tokens), TOOLS, gaia, ModelInput(external=model))
+    tasks, pages = gaia
+    model_input = ModelInput(external=model)
+    step = eval_step.step(
+        config(record, recording, new_tokens), TOOLS, tasks, model_input, encyclopedia=pages
+    )
     return run_step(step, io.Store(str(store)))
 
 
@@ -63,7 +75,7 @@ def rows(result: StepResult) -> pa.Table:
 
 
 def test_replayed_gaia_evaluation_of_the_tiny_student_is_identical_twice(
-    gaia: TableInput,
+    gaia: Gaia,
     tiny_model: Path,  # noqa: F811
     tmp_path: Path,
 ) -> None:
@@ -104,7 +116,7 @@ def _searching_policy(model: str) -> Any:
 
 
 def test_replay_answers_every_search_and_crawl_from_the_recording(
-    gaia: TableInput,
+    gaia: Gaia,
     tiny_model: Path,  # noqa: F811
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,

@@ -10,6 +10,7 @@ from coa import io
 from coa.evaluate import step as eval_step
 from coa.evaluate.config import EvalConfig
 from coa.steps import ModelInput, TableInput, run_step
+from coa.synthetic import encyclopedia_table
 from coa.tools.config import ToolsConfig
 
 from .test_stage import task, tasks_table, tiny_model  # noqa: F401 (fixture)
@@ -21,11 +22,17 @@ def test_step_commits_an_eval_artifact_and_reuses_it(tiny_model: Path, tmp_path:
     writer.write_table(
         "heldout", tasks_table(task(0, "What is 1 + 1?"), task(1, "Who?", family="mhqa")), schemas.TASK
     )
+    writer.write_table("encyclopedia", encyclopedia_table(0, 60), schemas.DOCUMENT)  # what the search serves
     tasks_ref = writer.commit()
     config = EvalConfig(max_turns=2, max_new_tokens=8, max_total_tokens=16, prompt_style="brief")
     tools = ToolsConfig(enabled=("code", "web_search"), record="off")
+    pages = TableInput(tasks_ref, "encyclopedia")
     step = eval_step.step(
-        config, tools, TableInput(tasks_ref, "heldout"), ModelInput(external=str(tiny_model))
+        config,
+        tools,
+        TableInput(tasks_ref, "heldout"),
+        ModelInput(external=str(tiny_model)),
+        encyclopedia=pages,
     )
     built = run_step(step, store)
     ref, metrics = built.ref, built.summary["metrics"]

@@ -30,7 +30,8 @@ def test_two_rounds_add_the_round_steps_with_their_inputs() -> None:
     assert names[at + 6 :] == ["rl", "evaluate.after_rl", "collect.heldout", "report"]
     by = {s.name: s for s in steps}
     train = Upstream("synthetic", "train")
-    assert by["sample.r1"].inputs == {"model": Upstream("sft"), "tasks": train}
+    encyclopedia = Upstream("synthetic", "encyclopedia")  # what its local search serves
+    assert by["sample.r1"].inputs == {"model": Upstream("sft"), "tasks": train, "encyclopedia": encyclopedia}
     assert by["sample.r1"].identity["round"] == 1
     sampling = by["sample.r1"].config
     assert (sampling.samples, sampling.prompt_style) == (3, "brief")  # style: the convert section's
@@ -124,7 +125,12 @@ def test_a_night_runs_its_rounds_on_the_merged_data_before_rl() -> None:
 
     cfg = load_pipeline_config(REPO / "configs" / "nightly.yaml", ["rounds=2"])
     steps = {s.name: s for s in nightly_plan(cfg, None)}
-    assert steps["sample.r1"].inputs == {"model": Upstream("sft"), "tasks": MERGED_TASKS}
+    encyclopedia = Upstream("synthetic", "encyclopedia")
+    assert steps["sample.r1"].inputs == {
+        "model": Upstream("sft"),
+        "tasks": MERGED_TASKS,
+        "encyclopedia": encyclopedia,
+    }
     assert steps["curate.r2"].inputs["raw"] == Upstream(MERGE, "trajectories")
     assert steps["sft.r2"].inputs["base"] == Upstream("sft") and steps["rl"].inputs["base"] == Upstream(
         "sft.r2"

@@ -101,7 +101,8 @@ def test_killing_a_shard_worker_loses_and_duplicates_nothing(tmp_path: Path, clu
     cfg = cfg.model_copy(update={"collect": cfg.collect.model_copy(update={"concurrency": 1})})
     store = io.Store(str(tmp_path / "store"))
     done = {"synthetic": run_step(synthetic_step.step(cfg.synthetic), store)}
-    collect = collect_step.step(cfg.collect, Upstream("synthetic", "train"))
+    pages = Upstream("synthetic", "encyclopedia")
+    collect = collect_step.step(cfg.collect, Upstream("synthetic", "train"), encyclopedia=pages)
     uri, _ = address(collect, resolve(collect, done), store)
     folder = Path(store.checkpoint_uri(uri))
     executor = RayExecutor(ExecutionConfig(engine="ray", shards=2, flush_seconds=0, max_retries=2))

@@ -90,15 +90,17 @@ def test_progress_moves_at_a_bounded_rate_and_ends_at_100(server: None) -> None:
 def test_a_collection_steps_progress_moves_from_0_to_100_while_it_runs(
     server: None, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from coa.synthetic import SyntheticConfig, generate_all
+    from coa.synthetic import SyntheticConfig, encyclopedia_table, generate_all
 
     monkeypatch.setattr(live, "PROGRESS_EVERY_S", 0.0)  # every report moves it: the poll sees the way
     tasks = generate_all(SyntheticConfig(train={"arithmetic": 24, "multihop": 24}, heldout={}))["train"]
     store = io.Store()
     writer = store.writer("tasks", "progress", {"n": tasks.num_rows})
     writer.write_table("train", tasks, schemas.TASK)
+    writer.write_table("encyclopedia", encyclopedia_table(), schemas.DOCUMENT)  # what the search serves
     config = CollectConfig(tools={"record": "off"}, concurrency=2)  # type: ignore[arg-type]
-    step = collect_step.step(config, TableInput(writer.commit(), "train"))
+    ref = writer.commit()
+    step = collect_step.step(config, TableInput(ref, "train"), encyclopedia=TableInput(ref, "encyclopedia"))
 
     result = _watched(step, "live-collect-progress", tasks.num_rows)
     assert result.ref.rows("trajectories") == tasks.num_rows
@@ -137,6 +139,7 @@ def test_an_evaluations_progress_moves_from_0_to_100_while_it_runs(
     from coa.evaluate.config import EvalConfig
     from coa.model import init_model, sft_corpus
     from coa.steps import ModelInput
+    from coa.synthetic import encyclopedia_table
     from coa.tools.config import ToolsConfig
     from tests.evaluate.test_inference import task, tasks_table
     from tests.train.conftest import TINY
@@ -147,12 +150,18 @@ def test_an_evaluations_progress_moves_from_0_to_100_while_it_runs(
     writer = io.Store().writer("tasks", "progress", {"eval": 1})
     questions = [task(i, f"What is {i} + {i}?") for i in range(40)]  # long enough to be seen midway
     writer.write_table("heldout", tasks_table(*questions), schemas.TASK)
+    writer.write_table("encyclopedia", encyclopedia_table(0, 60), schemas.DOCUMENT)  # what the search serves
+    ref = writer.commit()
     config = EvalConfig(
         max_turns=2, max_new_tokens=8, max_total_tokens=16, prompt_style="brief", batch_size=1
     )
     tools = ToolsConfig(enabled=("web_search",), record="off")
     step = eval_step.step(
-        config, tools, TableInput(writer.commit(), "heldout"), ModelInput(external=str(model))
+        config,
+        tools,
+        TableInput(ref, "heldout"),
+        ModelInput(external=str(model)),
+        encyclopedia=TableInput(ref, "encyclopedia"),
     )
     result = _watched(step, "live-evaluate-progress", len(questions))
     assert result.ref.rows("eval") == len(questions)

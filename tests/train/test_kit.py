@@ -80,7 +80,8 @@ def test_a_run_config_is_its_stage_config_plus_where_it_reads_and_writes() -> No
     for stage_model, run_model in ((SFTStageConfig, SFTRunConfig), (RLStageConfig, RLRunConfig)):
         assert issubclass(run_model, stage_model)
         extra = set(run_model.model_fields) - set(stage_model.model_fields)
-        assert extra - set(TrainRun.model_fields) <= {"data", "table", "prompts", "observation_root"}
+        run_own = {"data", "table", "prompts", "observation_root", "encyclopedia"}
+        assert extra - set(TrainRun.model_fields) <= run_own
     stage = SFTStageConfig(max_steps=3, name="sft-r2", launcher="accelerate", num_processes=2, seed=7)
     run = SFTRunConfig(**stage.model_dump(), base_model="m", output_dir="o")
     assert run.model_dump(include=set(SFTStageConfig.model_fields)) == stage.model_dump()
