@@ -75,6 +75,13 @@ def engine_for(endpoint: EndpointConfig, pause_mode: Any = "keep") -> EngineClie
     sglang_pause = endpoint.sglang_pause_mode if isinstance(endpoint, RLServer) else "retract"
     weights = endpoint.transport if isinstance(endpoint, RLServer) else "auto"
     key = os.environ.get(endpoint.api_key_env) if endpoint.api_key_env else None
+    admin_env = endpoint.admin_api_key_env if isinstance(endpoint, RLServer) else None
+    admin_key = os.environ.get(admin_env) if admin_env else None
+    if admin_env and not admin_key:
+        raise EngineError(
+            f"rl.rollout.server.admin_api_key_env names {admin_env}, which is not set: export it (the "
+            "server's --admin-api-key) or unset admin_api_key_env"
+        )
     return open_engine(
         kind,
         admin_root(endpoint),
@@ -83,6 +90,7 @@ def engine_for(endpoint: EndpointConfig, pause_mode: Any = "keep") -> EngineClie
         sglang_pause_mode=sglang_pause,
         timeout_s=endpoint.timeout_s,
         api_key=key,
+        admin_api_key=admin_key,
         weights=weights,
     )
 
