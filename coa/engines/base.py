@@ -1,11 +1,12 @@
 """What every engine client shares: the errors, the client-side version ledger, the HTTP calls.
 
 A serving engine used as an RL rollout server gets the trainer's weights pushed to it as version
-``V`` and generates token ids; none of the released engines reports per completion which weights
-sampled it in a way the trainer can rely on (vLLM reports nothing; SGLang reports spans). So the
-client stamps each request with the version the engine held when the request was sent
-(:meth:`WeightLedger.stamp`); where the engine reports one, the report is compared with the stamp
-and a disagreement counted (:attr:`WeightLedger.mismatches`), never trusted silently.
+``V`` and generates token ids; vLLM reports nothing per completion about the weights that sampled
+it, SGLang reports per-token spans. So the client stamps each request with the version the engine
+will run it on (:meth:`WeightLedger.stamp`: the version it holds, or the one a push that has paused
+it is loading); where the engine reports a version (SGLang), the report is the completion's version
+(:meth:`EngineClient.version_of`) and a disagreement with the stamp is counted
+(:attr:`WeightLedger.mismatches`).
 
 :class:`EngineClient` is the interface each adapter implements (:mod:`coa.engines.vllm`,
 :mod:`coa.engines.sglang`): check the routes it needs, push full weights or a LoRA adapter as a

@@ -14,7 +14,8 @@ in flight (the previous one is kept: SGLang falls back to it when a load fails).
 
 With ``rl.lora`` (``weight_sync: adapter``) only the adapter is saved, ``save_pretrained`` of the
 peft model, and served under a new name per version (``<model>-v<V>``, vLLM's
-``/v1/load_lora_adapter``, as TRL's async trainer does); each request names the adapter of the
+``/v1/load_lora_adapter`` as TRL's async trainer does, or SGLang's ``/load_lora_adapter``); each
+request names the adapter of the
 version it is stamped with. An adapter is unloaded, and its folder removed, once it is beyond
 ``max_staleness`` (no group sampled with it could still be trained) and no request uses it (vLLM may
 read a loaded adapter's folder again when it evicts it from its CPU cache, so the folder stays until
