@@ -1,8 +1,9 @@
 """One command that proves an RL engine adapter (coa/engines) against the engine it is written for.
 
 It starts the engine on 127.0.0.1 with exactly the flags the adapter needs, then through the adapter:
-probe -> check -> generate (v0) -> push full weights as v1 -> generate under v1 -> (vLLM, coa.serve)
-push a LoRA adapter as v2 -> generate under v2 with the adapter's name -> unload; then what a second
+probe -> check -> generate (v0) -> push full weights as v1 -> generate under v1 -> push a LoRA
+adapter as v2 -> generate under v2 with the adapter's name (vLLM: ``student-v2``; SGLang:
+``student:student-v2``) -> unload; then what a second
 run meets (a new client checks the same engine, which SGLang now serves under the pushed folder's
 path, pushes v0 and generates under it) and what a resume after a restart meets (the engine stopped
 and started again, holding no adapter and version ``default``: a new client checks it, unloads an
@@ -55,7 +56,7 @@ PROMPT = "Solve the task with tools. What is 17 + 25? Think step by step and ans
 
 
 def engine_command(
-    engine: str, dry_run: bool, model: str, port: int, lora_rank: int
+    engine: str, dry_run: bool, model: str, port: int, lora_rank: int, lora_targets: str = "q_proj,v_proj"
 ) -> tuple[list[str], dict[str, str]]:
     """The engine's command line and environment: the adapters' flags (docs/how-to/rl-async.md)."""
     path = os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH", "")) if p)
@@ -80,6 +81,9 @@ def engine_command(
         return command, env
     python = os.environ.get("SGLANG_PYTHON", "/opt/sglang/bin/python")
     command = [python, "-m", "sglang.launch_server", "--model-path", model, "--served-model-name", NAME]
+    # LoRA at run time (coa/engines/sglang.py): no adapter at start, so the rank and modules are given
+    command += ["--enable-lora", "--max-lora-rank", str(lora_rank), "--lora-target-modules"]
+    command += lora_targets.split(",")
     return [*command, "--host", "127.0.0.1", "--port", str(port)], {}
 
 
@@ -303,10 +307,6 @@ def run_checks(
     )
     if v1 is None:
         return
-    if client.kind == "sglang":
-        check.record["lora"] = "not wired for SGLang (coa.engines.sglang pushes full weights only)"
-        later_runs(root, args, check, work, (base, pushed), restart)
-        return
     adapted = with_lora(pushed, args.lora_rank, args.lora_targets.split(","))
 
     def push_adapter() -> dict[str, Any]:
@@ -370,11 +370,9 @@ def later_runs(
         client = open_engine(args.engine, root, NAME, timeout_s=300)  # type: ignore[arg-type]
         try:
             client.check()
-            unloaded = None
-            if client.kind != "sglang":  # the killed run's last adapter, which the new engine lacks
-                client.adapters.add(2)  # type: ignore[attr-defined]
-                client.retire_adapters()
-                unloaded = "student-v2: not held, no error"
+            client.adapters.add(2)  # type: ignore[attr-defined]  # the killed run's, which the engine lacks
+            client.retire_adapters()
+            unloaded = "student-v2: not held, no error"
         finally:
             client.close()
         client = fresh_push("resumed-v000001", pushed, 1)
@@ -403,7 +401,9 @@ def main(argv: list[str] | None = None) -> int:
     extra = [a for a in extra if a != "--"]
     port = free_port()
     root = f"http://127.0.0.1:{port}"
-    command, env = engine_command(args.engine, args.dry_run, args.model, port, args.lora_rank)
+    command, env = engine_command(
+        args.engine, args.dry_run, args.model, port, args.lora_rank, args.lora_targets
+    )
     command += extra
     stand_in = args.dry_run or args.engine == "coa"
     expected_kind = "sglang" if args.engine == "sglang" else ("coa" if stand_in else "vllm")

@@ -77,12 +77,14 @@ def open_engine(
     sglang_pause_mode: Literal["retract", "in_place"] = "retract",
     timeout_s: float = 600.0,
     api_key: str | None = None,
+    admin_api_key: str | None = None,
     transport: Any = None,
     weights: Literal["auto", "reload", "worker_extension", "nccl"] = "auto",
 ) -> EngineClient:
     """The adapter of ``kind`` (``auto``: the one :func:`detect` finds) for the server at ``root``;
     ``weights``: how full weights travel to vLLM (auto: vLLM 0.31's own ``reload_weights``; coa.serve:
-    its disk one)."""
+    its disk one); ``admin_api_key``: SGLang's ``--admin-api-key``, sent to its admin routes only
+    (``api_key`` to the others)."""
     from coa.engines.sglang import SGLangEngine
     from coa.engines.vllm import VLLMEngine, WeightsTransport
 
@@ -95,6 +97,11 @@ def open_engine(
             'set transport: auto, or serve with vLLM (--weight-transfer-config \'{"backend": "nccl"}\')'
         )
     if kind == "sglang":
-        return SGLangEngine(root, model, pause_mode=sglang_pause_mode, **common)
+        return SGLangEngine(root, model, pause_mode=sglang_pause_mode, admin_api_key=admin_api_key, **common)
+    if admin_api_key:
+        raise EngineError(
+            f"rl.rollout.server.admin_api_key_env names SGLang's --admin-api-key, but the server is {kind} "
+            "(one key, api_key_env, for every route): unset admin_api_key_env"
+        )
     chosen: WeightsTransport = "disk" if kind == "coa" else ("reload" if weights == "auto" else weights)
     return VLLMEngine(root, model, kind=kind, pause_mode=pause_mode, weights=chosen, **common)

@@ -1,11 +1,12 @@
 """What every engine client shares: the errors, the client-side version ledger, the HTTP calls.
 
 A serving engine used as an RL rollout server gets the trainer's weights pushed to it as version
-``V`` and generates token ids; none of the released engines reports per completion which weights
-sampled it in a way the trainer can rely on (vLLM reports nothing; SGLang reports spans). So the
-client stamps each request with the version the engine held when the request was sent
-(:meth:`WeightLedger.stamp`); where the engine reports one, the report is compared with the stamp
-and a disagreement counted (:attr:`WeightLedger.mismatches`), never trusted silently.
+``V`` and generates token ids; vLLM reports nothing per completion about the weights that sampled
+it, SGLang reports per-token spans. So the client stamps each request with the version the engine
+will run it on (:meth:`WeightLedger.stamp`: the version it holds, or the one a push that has paused
+it is loading); where the engine reports a version (SGLang), the report is the completion's version
+(:meth:`EngineClient.version_of`) and a disagreement with the stamp is counted
+(:attr:`WeightLedger.mismatches`).
 
 :class:`EngineClient` is the interface each adapter implements (:mod:`coa.engines.vllm`,
 :mod:`coa.engines.sglang`): check the routes it needs, push full weights or a LoRA adapter as a
@@ -51,10 +52,21 @@ class WeightLedger:
     ``current`` is the version the engine holds (set by a push before the engine resumes);
     :meth:`stamp` / :meth:`release` count the requests in flight per version, so a version's files
     are removed only once no request can still use them (:meth:`unused_below`).
+
+    A full-weight push that has paused the engine is ``pending`` (:meth:`begin`): a request sent
+    then waits in the engine's queue until the engine resumes on the new weights (vLLM 0.31 queues
+    every request added while paused, ``v1/engine/core.py`` ``pause_scheduler``: "All pause modes
+    queue new adds"; SGLang's tokenizer manager holds it until ``continue_generation``,
+    ``tokenizer_manager.py`` ``generate_request`` waiting on ``is_pause_cond``), so it is stamped
+    with the pushed version. Should the push fail (:meth:`abandon`), the engine resumes on the old
+    weights and :meth:`resolve` gives those requests the old version back.
     """
 
     def __init__(self, current: int = 0) -> None:
         self.current = current
+        self.pending: int | None = None
+        self.abandoned: dict[int, int] = {}
+        """A push that failed: its version -> the version the engine kept (what its requests ran on)."""
         self.in_flight: Counter[int] = Counter()
         self.mismatches = 0
         self.reported = 0
@@ -62,8 +74,27 @@ class WeightLedger:
 
     def stamp(self) -> int:
         with self._lock:
-            self.in_flight[self.current] += 1
-            return self.current
+            version = self.current if self.pending is None else self.pending
+            self.in_flight[version] += 1
+            return version
+
+    def begin(self, version: int) -> None:
+        """The engine is paused for a push of ``version``: requests sent from now on run on it."""
+        with self._lock:
+            self.pending = version
+            self.abandoned.pop(version, None)
+
+    def abandon(self) -> None:
+        """The pending push failed: the engine resumes on ``current``."""
+        with self._lock:
+            if self.pending is not None and self.pending != self.current:
+                self.abandoned[self.pending] = self.current
+            self.pending = None
+
+    def resolve(self, stamped: int) -> int:
+        """The version a request stamped ``stamped`` ran on (the stamp, unless its push failed)."""
+        with self._lock:
+            return self.abandoned.get(stamped, stamped)
 
     def release(self, version: int) -> None:
         with self._lock:
@@ -83,6 +114,7 @@ class WeightLedger:
     def set(self, version: int) -> None:
         with self._lock:
             self.current = version
+            self.pending = None
 
     def unused(self, version: int) -> bool:
         """No request sent under ``version`` is still in flight."""
@@ -113,6 +145,7 @@ class EngineClient(ABC):
         *,
         timeout_s: float = 600.0,
         api_key: str | None = None,
+        admin_api_key: str | None = None,
         transport: Any = None,
     ) -> None:
         import httpx
@@ -123,6 +156,8 @@ class EngineClient(ABC):
         self.old_kv_pushes = 0
         headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
         self.http = httpx.Client(timeout=timeout_s, headers=headers, transport=transport)
+        self.admin_headers = {"Authorization": f"Bearer {admin_api_key}"} if admin_api_key else {}
+        """The header of the admin routes (SGLang's ``--admin-api-key``); none: the client's own."""
 
     # ------------------------------------------------------------------ the interface
 
@@ -176,12 +211,18 @@ class EngineClient(ABC):
         """Whether a generation running across a push continues on the new weights with its old KV cache."""
         return False
 
+    def version_of(self, stamped: int, payload: dict[str, Any]) -> int:
+        """The weight version a completion of a request stamped ``stamped`` was sampled under (its
+        first token's): the stamp (resolved should its push have failed), unless the engine reports a
+        version (SGLang)."""
+        return self.ledger.resolve(stamped)
+
     def old_kv(self, stamped: int, payload: dict[str, Any]) -> bool:
         """Whether the completion of a request stamped ``stamped`` used old-weight KV: its engine keeps
         running requests' KV across a push (:meth:`keeps_old_kv`) and a push landed after it was sent
         (it ran across it, or was queued behind it with the old version's ``cache_salt``, so it may have
         reused that version's prefix blocks)."""
-        return self.keeps_old_kv() and self.ledger.current != stamped
+        return self.keeps_old_kv() and self.ledger.current != self.ledger.resolve(stamped)
 
     @staticmethod
     def cache_salt(version: int) -> str:
@@ -192,16 +233,28 @@ class EngineClient(ABC):
 
     # ------------------------------------------------------------------ HTTP
 
-    def call(self, method: str, route: str, fix: str, **kwargs: Any) -> Any:
-        """``method`` ``route``; a 404 for a missing route names the route and ``fix``, a 404 naming an
-        unknown thing is :class:`UnknownName`, any other failure the answer."""
+    def call(
+        self, method: str, route: str, fix: str, *, admin: bool = False, refusal: bool = False, **kwargs: Any
+    ) -> Any:
+        """``method`` ``route`` (``admin``: with the admin routes' key); a 404 for a missing route names
+        the route and ``fix``, a 404 naming an unknown thing is :class:`UnknownName`, a refused key
+        names the setting that holds it, any other failure is the answer. ``refusal``: a 400 whose
+        body is the route's own ``{"success": false, ...}`` answer is returned, not raised."""
         import httpx
 
         url = f"{self.root}{route}"
+        if admin and self.admin_headers:
+            kwargs["headers"] = self.admin_headers | kwargs.get("headers", {})
         try:
             response = self.http.request(method, url, **kwargs)
         except httpx.HTTPError as e:
             raise EngineError(f"{self.kind} server {url} unreachable ({type(e).__name__}: {e}): {fix}") from e
+        if response.status_code in (401, 403):
+            setting = "admin_api_key_env" if admin and self.admin_headers else "api_key_env"
+            raise EngineError(
+                f"{self.kind} server refused the key of {method} {route} (HTTP {response.status_code}): "
+                f"set rl.rollout.server.{setting} to the variable holding {self.key_flag(admin)}"
+            )
         unknown = not_found_message(response) if response.status_code == 404 else None
         if unknown is not None:
             raise UnknownName(f"{self.kind} server {method} {route} answered 404: {unknown}")
@@ -209,6 +262,10 @@ class EngineClient(ABC):
             raise EngineError(
                 f"{self.kind} server has no {method} {route} (HTTP {response.status_code}): {fix}"
             )
+        if refusal and response.status_code == 400:
+            refused = json_object(response)
+            if refused is not None and refused.get("success") is False:
+                return refused
         if response.status_code != 200:
             text = " ".join(response.text[:300].split())
             raise EngineError(f"{self.kind} server {method} {route} answered {response.status_code}: {text}")
@@ -218,6 +275,10 @@ class EngineClient(ABC):
             return response.json()
         except ValueError:
             return response.text
+
+    def key_flag(self, admin: bool) -> str:
+        """The engine's option that sets the key a route checks (``admin``: an admin route)."""
+        return "its --api-key"
 
     def served_models(self) -> list[str]:
         data = self.call("GET", "/v1/models", "start the server with the served model name").get("data", [])
@@ -235,16 +296,22 @@ class EngineClient(ABC):
         self.http.close()
 
 
+def json_object(response: Any) -> dict[str, Any] | None:
+    """The JSON object an answer holds (None: no JSON object)."""
+    try:
+        body = response.json()
+    except ValueError:
+        return None
+    return body if isinstance(body, dict) else None
+
+
 def not_found_message(response: Any) -> str | None:
     """The message of an engine's own 404 error body (vLLM's ``{"error": {"message", "type":
     "NotFoundError"}}``, ``create_error_response`` of ``serve/utils/error_response.py``, or the flat
     ``{"message", "type"}`` of older vLLM and coa.serve); None for a router's ``{"detail": "Not Found"}``,
     i.e. a route the server does not have."""
-    try:
-        body = response.json()
-    except ValueError:
-        return None
-    if not isinstance(body, dict):
+    body = json_object(response)
+    if body is None:
         return None
     nested = body.get("error")
     error: dict[str, Any] = nested if isinstance(nested, dict) else body

@@ -37,8 +37,16 @@ A LoRA push is TRL's file-based sync (no worker extension): pause (keep) → ``P
 the adapter name) → resume; old names are unloaded by :meth:`VLLMEngine.retire_adapter`, where an
 adapter the engine does not hold (vLLM's 404 ``NotFoundError``: a restarted engine, or a killed run's
 leftovers already gone) is no error. :meth:`VLLMEngine.check` reconciles the loaded versions from the
-engine's ``/v1/models`` (a killed run's adapters), not from folders on disk. vLLM completions carry
-no weight version: the ledger's stamp is the version.
+engine's ``/v1/models`` (a killed run's adapters), not from folders on disk.
+
+vLLM completions carry no weight version (per-request versions are an open PR), so the client's
+stamp is the version. A request sent once ``/pause`` has returned waits in vLLM's queue ("All pause
+modes queue new adds", ``v1/engine/core.py`` ``pause_scheduler``) and runs on the pushed weights:
+it is stamped with the pushed version and carries that version's ``cache_salt``
+(:meth:`coa.engines.WeightLedger.begin`). One sent while the ``/pause`` call itself is under way
+cannot be placed (it may have been admitted before the pause, or queued): it keeps the old stamp,
+the older of the two, and under ``keep`` its ``old_kv`` is true. LoRA pushes need none of this: a
+request names its version's adapter, which serves it to its end.
 """
 
 from __future__ import annotations
@@ -49,6 +57,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from coa.engines.base import EngineClient, EngineError, EngineKind, UnknownName
+from coa.engines.lora import AdapterVersions
 
 log = logging.getLogger("coa.engines")
 
@@ -74,7 +83,7 @@ PauseMode = Literal["abort", "wait", "keep"]
 WeightsTransport = Literal["reload", "worker_extension", "disk", "nccl"]
 
 
-class VLLMEngine(EngineClient):
+class VLLMEngine(AdapterVersions, EngineClient):
     """vLLM's RL routes; ``weights`` picks how full weights travel (see the module doc)."""
 
     def __init__(
@@ -91,18 +100,13 @@ class VLLMEngine(EngineClient):
         self.kind = kind
         self.pause_mode = pause_mode
         self.weights_transport = weights
-        self.adapter: str | None = None
+        self.init_adapters()
         self.streams_weights = weights == "nccl"
         self.transfer: Any = None
         """TRL's ``WeightTransferClient`` (``nccl``), opened at the first push."""
-        self.adapters: set[int] = set()
-        """The versions whose adapters the engine holds (pushed, or found by :meth:`reconcile`)."""
         self.tis_fix = TIS_FIX
         self.prefix_resets_refused = 0
         """``/reset_prefix_cache`` answers ``{"success": false}`` (running requests held blocks)."""
-
-    def adapter_name(self, version: int) -> str:
-        return f"{self.model}-v{version}"
 
     def request_model(self, version: int | None = None) -> str:
         if version is not None and version in self.adapters:
@@ -145,12 +149,8 @@ class VLLMEngine(EngineClient):
         """The state the engine reports, over this client's: the adapters ``<model>-v<V>`` it holds (a
         killed run's, unloaded by :meth:`retire_adapter` / replaced by :meth:`push_adapter`) and the
         version it holds (``/weight_info``; ``"default"`` after a restart)."""
-        data = self.call("GET", "/v1/models", "start the server with the served model name").get("data", [])
-        pattern = re.compile(re.escape(self.model) + r"-v(\d+)")
-        held = {int(m.group(1)) for card in data if (m := pattern.fullmatch(str(card.get("id"))))}
-        self.adapters = held
-        if self.adapter is not None and self.adapter not in {self.adapter_name(v) for v in held}:
-            self.adapter = None
+        models = self.call("GET", "/v1/models", "start the server with the served model name")
+        self.find_adapters(models.get("data", []))
         version = self.call("GET", "/weight_info", DEV_MODE_FIX).get("weight_version")
         if isinstance(version, str) and version.isdigit():
             self.ledger.set(int(version))
@@ -192,6 +192,7 @@ class VLLMEngine(EngineClient):
     def push_weights(self, directory: Path, version: int) -> None:
         path = str(directory.resolve())
         self.pause()
+        self.ledger.begin(version)  # paused: requests sent from now on run on the new weights
         try:
             if self.weights_transport == "reload":
                 self.rpc("reload_weights", fix=RELOAD_FIX, weights_path=path)
@@ -209,6 +210,7 @@ class VLLMEngine(EngineClient):
             self.reset_prefix_cache()
             self.ledger.set(version)
         finally:
+            self.ledger.abandon()  # a failed push: the engine resumes on the old weights
             self.resume()
 
     def push_model(self, model: Any, version: int) -> None:
@@ -216,6 +218,7 @@ class VLLMEngine(EngineClient):
         if self.transfer is None:
             self.transfer = self.open_transfer(model)
         self.pause()
+        self.ledger.begin(version)
         try:
             # TRL: /start_weight_update, /update_weights {update_info} + the broadcast, /finish_weight_update
             self.transfer.send_weights((name, p.detach()) for name, p in vllm_named_params(model))
@@ -223,6 +226,7 @@ class VLLMEngine(EngineClient):
             self.reset_prefix_cache()
             self.ledger.set(version)
         finally:
+            self.ledger.abandon()
             self.resume()
 
     def open_transfer(self, model: Any) -> Any:
@@ -279,21 +283,6 @@ class VLLMEngine(EngineClient):
         except UnknownName:
             return False
         return True
-
-    def held_versions(self) -> set[int]:
-        return set(self.adapters)
-
-    def retire_adapter(self, version: int) -> None:
-        name = self.adapter_name(version)
-        if name != self.adapter:
-            self.unload(name)
-            self.adapters.discard(version)
-
-    def retire_adapters(self) -> None:
-        for version in sorted(self.adapters):
-            self.unload(self.adapter_name(version))
-        self.adapters.clear()
-        self.adapter = None
 
     def weight_version(self) -> str:
         """The version the engine holds (``GET /weight_info``; ``"default"`` before any push)."""

@@ -14,7 +14,8 @@ in flight (the previous one is kept: SGLang falls back to it when a load fails).
 
 With ``rl.lora`` (``weight_sync: adapter``) only the adapter is saved, ``save_pretrained`` of the
 peft model, and served under a new name per version (``<model>-v<V>``, vLLM's
-``/v1/load_lora_adapter``, as TRL's async trainer does); each request names the adapter of the
+``/v1/load_lora_adapter`` as TRL's async trainer does, or SGLang's ``/load_lora_adapter``); each
+request names the adapter of the
 version it is stamped with. An adapter is unloaded, and its folder removed, once it is beyond
 ``max_staleness`` (no group sampled with it could still be trained) and no request uses it (vLLM may
 read a loaded adapter's folder again when it evicts it from its CPU cache, so the folder stays until
@@ -75,6 +76,13 @@ def engine_for(endpoint: EndpointConfig, pause_mode: Any = "keep") -> EngineClie
     sglang_pause = endpoint.sglang_pause_mode if isinstance(endpoint, RLServer) else "retract"
     weights = endpoint.transport if isinstance(endpoint, RLServer) else "auto"
     key = os.environ.get(endpoint.api_key_env) if endpoint.api_key_env else None
+    admin_env = endpoint.admin_api_key_env if isinstance(endpoint, RLServer) else None
+    admin_key = os.environ.get(admin_env) if admin_env else None
+    if admin_env and not admin_key:
+        raise EngineError(
+            f"rl.rollout.server.admin_api_key_env names {admin_env}, which is not set: export it (the "
+            "server's --admin-api-key) or unset admin_api_key_env"
+        )
     return open_engine(
         kind,
         admin_root(endpoint),
@@ -83,6 +91,7 @@ def engine_for(endpoint: EndpointConfig, pause_mode: Any = "keep") -> EngineClie
         sglang_pause_mode=sglang_pause,
         timeout_s=endpoint.timeout_s,
         api_key=key,
+        admin_api_key=admin_key,
         weights=weights,
     )
 

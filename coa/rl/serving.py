@@ -38,6 +38,13 @@ class RLServer(EndpointConfig):
         "each push goes to every replica, generations go to each in turn (docs/how-to/multi-"
         "node.md).",
     )
+    admin_api_key_env: str | None = Field(
+        default=None,
+        pattern=r"^[A-Za-z_][A-Za-z0-9_]*$",
+        description="SGLang only: NAME of the environment variable holding the server's --admin-api-key "
+        "(never the key itself). Its admin routes (pause, weight updates, LoRA loading) then take this "
+        "key and refuse api_key_env's; completions take api_key_env's. Null: api_key_env's for all.",
+    )
     sglang_pause_mode: Literal["retract", "in_place"] = Field(
         default="retract",
         description="SGLang's pause for a weight push: retract = running requests recompute their KV on "
@@ -64,7 +71,8 @@ class RLRollout(StrictModel):
         default="auto",
         description="How the server gets the trainer's weights: full = a model folder per version "
         "(safetensors) the engine loads through its own routes; adapter = the LoRA adapter of `rl.lora`, "
-        "one folder and one adapter name per version (vLLM's /v1/load_lora_adapter: vLLM, coa.serve), "
+        "one folder and one adapter name per version (vLLM's /v1/load_lora_adapter, SGLang's "
+        "/load_lora_adapter, coa.serve's either), "
         "requests naming it; auto = adapter with `rl.lora`, else full (coa.engines; the folder must be "
         "on a filesystem both reach).",
     )

@@ -32,7 +32,11 @@ and are prefilled again after the update, so their KV is recomputed on the new w
 "weight_version", "flush_cache", ...}`` (answers ``{"success", "message", "num_paused_requests"}``;
 on success the server serves the model under ``model_path``, as SGLang's tokenizer manager renames
 it, and completions name any model, as SGLang does not check it),
-``GET /model_info`` (and the deprecated ``/get_model_info``), ``GET /server_info``, ``/flush_cache``.
+``GET /model_info`` (and the deprecated ``/get_model_info``), ``GET /server_info``, ``/flush_cache``;
+``POST /load_lora_adapter {"lora_name", "lora_path"}`` / ``/unload_lora_adapter {"lora_name"}``
+answering SGLang's ``LoRAUpdateOutput`` (``{"success", "error_message", "loaded_adapters"}``, 400
+when refused: an adapter name already loaded, an unload of a name not loaded), requests selecting an
+adapter by ``model: "<served>:<adapter>"`` or ``lora_path`` (:meth:`ModelServer.sglang_adapter`).
 """
 
 from __future__ import annotations
@@ -44,7 +48,7 @@ from typing import Any, Literal
 from fastapi import Request
 from pydantic import BaseModel, ConfigDict, Field
 
-from coa.serve.app import ModelServer, ServeError
+from coa.serve.app import AdapterRequest, ModelServer, ServeError
 from coa.serve.weights import assign_weights, load_state_dict_file
 
 VLLM_ROUTES_VERSION = "0.31.0"
@@ -68,6 +72,24 @@ class PauseGeneration(BaseModel):
     model_config = ConfigDict(extra="forbid")
     mode: Literal["abort", "retract", "in_place"] = Field(default="abort", description="io_struct's modes.")
     rid: str | None = Field(default=None, description="BaseReq's request id (accepted).")
+
+
+class LoadLoRA(BaseModel):
+    """SGLang's ``LoadLoRAAdapterReqInput`` (unknown fields dropped, as msgspec drops them)."""
+
+    model_config = ConfigDict(extra="ignore")
+    lora_name: str = Field(min_length=1, description="The name requests select it by.")
+    lora_path: str = Field(description="A peft adapter folder.")
+    pinned: bool = Field(default=False, description="Accepted; no effect here.")
+    lora_id: str | None = Field(default=None, description="Set by SGLang's tokenizer manager.")
+
+
+class UnloadLoRA(BaseModel):
+    """SGLang's ``UnloadLoRAAdapterReqInput``."""
+
+    model_config = ConfigDict(extra="ignore")
+    lora_name: str = Field(min_length=1, description="The adapter to unload.")
+    lora_id: str | None = Field(default=None, description="Set by SGLang's tokenizer manager.")
 
 
 class UpdateFromDisk(BaseModel):
@@ -276,6 +298,40 @@ def add_sglang_routes(app: Any, server: ModelServer) -> None:
 
     app.get("/server_info")(server_info)
     app.get("/get_server_info")(server_info)
+
+    def lora_update(success: bool, message: str | None = None, listed: bool = True) -> Any:
+        """SGLang's ``LoRAUpdateOutput`` (``io_struct.py``), 400 unless ``success`` (``http_server.py``
+        ``load_lora_adapter``); ``loaded_adapters`` name -> path as its ``lora_manager.py`` lists them,
+        null for a refusal its tokenizer manager answers (``tokenizer_control_mixin.py``)."""
+        from fastapi.responses import JSONResponse
+
+        body = {
+            "success": success,
+            "error_message": "" if message is None else message,
+            "loaded_adapters": dict(server.adapters) if listed else None,
+        }
+        return JSONResponse(body, 200 if success else 400)
+
+    @app.post("/load_lora_adapter")
+    async def load_lora_adapter(body: LoadLoRA) -> Any:
+        if body.lora_name in server.adapters:  # lora_manager.py validate_new_adapter
+            return lora_update(
+                False, f"Failed to load LoRA adapter {body.lora_name} because it is already loaded"
+            )
+        try:
+            await server.load_adapter(AdapterRequest(lora_name=body.lora_name, lora_path=body.lora_path))
+        except ServeError as e:
+            return lora_update(False, str(e))
+        return lora_update(True)
+
+    @app.post("/unload_lora_adapter")
+    async def unload_lora_adapter(body: UnloadLoRA) -> Any:
+        if body.lora_name not in server.adapters:  # lora_registry.py unregister
+            loaded = f"dict_keys({sorted(server.adapters)})"
+            message = f"LoRA with name {body.lora_name} does not exist. Loaded LoRAs: {loaded}"
+            return lora_update(False, message, listed=False)
+        await server.unload_adapter(AdapterRequest(lora_name=body.lora_name))
+        return lora_update(True)
 
     @app.api_route("/flush_cache", methods=["GET", "POST"])
     async def flush_cache() -> dict[str, Any]:

@@ -159,11 +159,33 @@ class ModelServer:
                 out.append(list(p))  # type: ignore[arg-type]
         return out
 
+    def sglang_adapter(self, body: CompletionRequest) -> str | None:
+        """The adapter an SGLang request names: ``model`` ``<served>:<adapter>`` (the part after the
+        served name, or after the first colon), else its ``lora_path`` field (``serving_base.py``
+        ``_resolve_lora_path``); a name not loaded is SGLang's 400 (``lora_registry.py`` ``acquire``)."""
+        adapter: Any = None
+        model, served = body.model, f"{self.name}:"
+        if ":" in model and model != self.name:
+            named = model[len(served) :] if model.startswith(served) else model.split(":", 1)[1]
+            adapter = named.strip() or None
+        if adapter is None:
+            adapter = (body.model_extra or {}).get("lora_path")
+        if adapter is not None and adapter not in self.adapters:
+            raise ServeError(
+                400,
+                f"The following requested LoRA adapters are not loaded: {adapter}\n"
+                f"Loaded adapters: dict_keys({sorted(self.adapters)}).",
+                "BadRequest",
+            )
+        return None if adapter is None else str(adapter)
+
     def build(self, body: CompletionRequest, prompt: list[int], k: int = 0) -> GenRequest:
         adapter = None
-        if body.model in self.adapters:
+        if self.protocol == "sglang":  # SGLang does not check ``model`` beyond an adapter it names
+            adapter = self.sglang_adapter(body)
+        elif body.model in self.adapters:
             adapter = body.model
-        elif body.model != self.name and self.protocol != "sglang":  # SGLang does not check ``model``
+        elif body.model != self.name:
             raise ServeError(404, f"The model `{body.model}` does not exist.", "NotFoundError")
         if not prompt:
             raise ServeError(400, "the prompt is empty")

@@ -58,13 +58,15 @@ def create_app(server: ModelServer, *, dev_mode: bool | None = None) -> Any:
     async def models() -> dict[str, Any]:
         return server.models()
 
-    @app.post("/v1/load_lora_adapter")
-    async def load_lora_adapter(body: AdapterRequest) -> PlainTextResponse:
-        return PlainTextResponse(await server.load_adapter(body))
+    if server.protocol == "vllm":  # SGLang's are /load_lora_adapter and /unload_lora_adapter (admin)
 
-    @app.post("/v1/unload_lora_adapter")
-    async def unload_lora_adapter(body: AdapterRequest) -> PlainTextResponse:
-        return PlainTextResponse(await server.unload_adapter(body))
+        @app.post("/v1/load_lora_adapter")
+        async def load_lora_adapter(body: AdapterRequest) -> PlainTextResponse:
+            return PlainTextResponse(await server.load_adapter(body))
+
+        @app.post("/v1/unload_lora_adapter")
+        async def unload_lora_adapter(body: AdapterRequest) -> PlainTextResponse:
+            return PlainTextResponse(await server.unload_adapter(body))
 
     @app.get("/health")
     async def health() -> JSONResponse:

@@ -332,6 +332,22 @@ class SGLangUpdateFromDisk(SGLangBaseReq):
     manifest: dict[str, Any] | None = None  # the same struct: an optional file manifest
 
 
+class SGLangLoadLoRA(SGLangBaseReq):
+    """LoadLoRAAdapterReqInput (io_struct.py:2516-2524)."""
+
+    lora_name: str
+    lora_path: str
+    pinned: bool = False
+    lora_id: str | None = None  # set by the tokenizer manager
+
+
+class SGLangUnloadLoRA(SGLangBaseReq):
+    """UnloadLoRAAdapterReqInput (io_struct.py:2535-2539)."""
+
+    lora_name: str
+    lora_id: str | None = None
+
+
 SGLANG_COMPLETION_FIELDS = frozenset(
     # sglang/srt/entrypoints/openai/protocol.py:365-467, the fields of CompletionRequest
     [
@@ -395,8 +411,43 @@ SGLANG_ROUTES: dict[tuple[str, str], tuple[type[BaseModel] | None, type[BaseMode
     ("POST", "/continue_generation"): (None, SGLangContinue),  # :1844-1854
     ("POST", "/update_weights_from_disk"): (None, SGLangUpdateFromDisk),  # :1300-1326
     ("GET", "/model_info"): (None, None),  # :812-840
-    ("GET", "/v1/models"): (None, None),
+    ("GET", "/v1/models"): (None, None),  # :1993-2022 (loaded adapters listed, parent: the base)
+    ("POST", "/load_lora_adapter"): (None, SGLangLoadLoRA),  # :1652-1660
+    ("POST", "/unload_lora_adapter"): (None, SGLangUnloadLoRA),  # :1676-1684
 }
+
+SGLANG_ADMIN_ROUTES = frozenset(
+    # the routes http_server.py marks @auth_level(AuthLevel.ADMIN_OPTIONAL) that a client of ours calls
+    # (:1025 flush_cache, :1300 update_weights_from_disk, :1527 update_weight_version, :1652
+    # load_lora_adapter, :1676 unload_lora_adapter, :1831 pause_generation, :1844 continue_generation);
+    # the others it calls (/v1/completions :1860, /v1/models :1993, /model_info :812) are NORMAL
+    [
+        "/flush_cache",
+        "/update_weights_from_disk",
+        "/update_weight_version",
+        "/load_lora_adapter",
+        "/unload_lora_adapter",
+        "/pause_generation",
+        "/continue_generation",
+    ]
+)
+
+
+def sglang_auth(path: str, authorization: str | None, api_key: str | None, admin_key: str | None) -> int:
+    """The status SGLang's key middleware gives a request (200: let through), the rules of
+    ``sglang/srt/utils/auth.py`` ``decide_request_auth``: health routes always pass; an admin route
+    takes the admin key when one is set (and then refuses the api key), else the api key when set,
+    else anything; any other route takes the api key when one is set (never the admin key), else
+    anything. A refusal is 401 ``{"error": "Unauthorized"}`` (``add_api_key_middleware``)."""
+    if path.startswith(("/health", "/ready", "/metrics")):
+        return 200
+    expected = (admin_key or api_key) if path in SGLANG_ADMIN_ROUTES else api_key
+    if expected is None:
+        return 200
+    return 200 if authorization == f"Bearer {expected}" else 401
+
+
+SGLANG_UNAUTHORIZED = {"error": "Unauthorized"}
 
 SGLANG_ANSWERS: dict[tuple[str, str], Any] = {
     ("POST", "/pause_generation"): {"message": "Generation paused successfully.", "status": "ok"},
@@ -404,6 +455,29 @@ SGLANG_ANSWERS: dict[tuple[str, str], Any] = {
     ("POST", "/update_weights_from_disk"): {"success": True, "message": "ok", "num_paused_requests": 0},
     ("GET", "/model_info"): {"model_path": "/m", "is_generation": True, "weight_version": "default"},
     ("GET", "/v1/models"): {"object": "list", "data": [{"id": "student", "owned_by": "sglang"}]},
+    # LoRAUpdateOutput (io_struct.py:2572-2575), lora_manager.py create_lora_update_result: name -> path
+    ("POST", "/load_lora_adapter"): {"success": True, "error_message": "", "loaded_adapters": {}},
+    ("POST", "/unload_lora_adapter"): {"success": True, "error_message": "", "loaded_adapters": {}},
+}
+
+SGLANG_LORA_ALREADY_LOADED = {
+    # HTTP 400 (http_server.py:1659): lora_manager.py validate_new_adapter, through _load_lora_adapter
+    "success": False,
+    "error_message": "Failed to load LoRA adapter student-v1 because it is already loaded",
+    "loaded_adapters": {"student-v1": "/left/v000001"},
+}
+SGLANG_LORA_UNKNOWN = {
+    # HTTP 400 (http_server.py:1683): lora_registry.py unregister's ValueError, caught by
+    # tokenizer_control_mixin.py unload_lora_adapter (no loaded_adapters)
+    "success": False,
+    "error_message": "LoRA with name student-v1 does not exist. Loaded LoRAs: dict_keys([])",
+    "loaded_adapters": None,
+}
+SGLANG_LORA_DISABLED = {
+    # HTTP 400: tokenizer_control_mixin.py load_lora_adapter on a server started without --enable-lora
+    "success": False,
+    "error_message": "LoRA is not enabled. Please set `--enable-lora` to enable LoRA.",
+    "loaded_adapters": None,
 }
 
 SGLANG_RENAMED = {

@@ -35,12 +35,24 @@ class StartWeightUpdate(P.Strict):
 class Engine:
     """An engine's routes as a mock transport: validates, records, answers."""
 
-    def __init__(self, routes: Routes, answers: dict[tuple[str, str], Any], **override: Any) -> None:
+    def __init__(
+        self,
+        routes: Routes,
+        answers: dict[tuple[str, str], Any],
+        keys: tuple[str | None, str | None] = (None, None),
+        **override: Any,
+    ) -> None:
         self.routes, self.answers = routes, answers | override
+        self.keys = keys
+        """SGLang's ``--api-key`` and ``--admin-api-key`` (:func:`protocols.sglang_auth`)."""
         self.calls: list[tuple[str, str, dict[str, str], Any]] = []
+        self.refused: list[str] = []
 
     def __call__(self, request: httpx.Request) -> httpx.Response:
         key = (request.method, request.url.path)
+        if P.sglang_auth(request.url.path, request.headers.get("Authorization"), *self.keys) == 401:
+            self.refused.append(request.url.path)
+            return httpx.Response(401, json=P.SGLANG_UNAUTHORIZED)
         if key not in self.routes:
             return httpx.Response(404, json={"detail": "Not Found"})
         query_model, body_model = self.routes[key]
@@ -294,6 +306,94 @@ def test_sglang_push_and_reported_versions(tmp_path: Path) -> None:
     with pytest.raises(EngineError, match="bad shapes"):
         bad.push_weights(tmp_path / "v000003", 5)
     assert refused.paths()[-1] == "/continue_generation" and bad.ledger.current == 0  # resumed, not moved
+
+
+def sglang(engine: Engine, **kw: Any) -> SGLangEngine:
+    return SGLangEngine("http://sgl:30000", "student", transport=httpx.MockTransport(engine), **kw)
+
+
+@pytest.mark.parametrize("keys", [("api", "admin"), ("api", None), (None, "admin")])
+def test_sglang_routes_get_the_key_each_takes(keys: tuple[str | None, str | None], tmp_path: Path) -> None:
+    """With both keys set, SGLang's admin routes take only --admin-api-key and the others only
+    --api-key (``auth.py`` ``decide_request_auth``): the client sends each route its own; one key
+    sent everywhere, the old behaviour, is refused and the error names the setting."""
+    api, admin = keys
+    engine = Engine(P.SGLANG_ROUTES, P.SGLANG_ANSWERS, keys=keys)
+    client = sglang(engine, api_key=api, admin_api_key=admin)
+    client.check()
+    client.push_weights(model_folder(tmp_path, "v000001"), 1)
+    client.push_adapter(tmp_path / "v000001", 2)
+    client.retire_adapters()
+    assert not engine.refused and engine.paths()[-1] == "/unload_lora_adapter"
+
+    # the policy's completions carry api_key_env's key (EndpointPolicy.start): a NORMAL route
+    assert P.sglang_auth("/v1/completions", f"Bearer {api}" if api else None, api, admin) == 200
+    if api and admin:  # the mock refuses the other key on each kind of route, as SGLang does
+        assert P.sglang_auth("/v1/completions", "Bearer admin", api, admin) == 401
+        assert P.sglang_auth("/pause_generation", "Bearer api", api, admin) == 401
+    if api and admin:  # one key for every route, the old behaviour: refused where it is not the route's
+        with pytest.raises(EngineError) as refused:
+            sglang(engine, api_key=api).push_weights(tmp_path / "v000001", 3)
+        assert "rl.rollout.server.api_key_env" in one_line(refused.value) and "401" in str(refused.value)
+        assert engine.refused == ["/pause_generation"]
+        with pytest.raises(EngineError) as refused:
+            sglang(engine, api_key=admin, admin_api_key=admin).check()  # the admin key on /v1/models
+        assert "SGLang's --api-key" in one_line(refused.value)
+        with pytest.raises(EngineError) as refused:
+            sglang(engine, api_key=api, admin_api_key=api).push_adapter(tmp_path / "v000001", 3)
+        assert "admin_api_key_env" in one_line(refused.value) and "--admin-api-key" in str(refused.value)
+    with pytest.raises(EngineError, match="unset admin_api_key_env"):
+        open_engine("vllm", "http://v", "student", admin_api_key="admin")  # vLLM has one key
+
+
+def test_sglang_lora_pushes_adapters_by_name(tmp_path: Path) -> None:
+    """SGLang's /load_lora_adapter under a new name per version, no pause (running requests keep the
+    adapter they named); requests name ``<model>:<adapter>``; a name a killed run left loaded is
+    unloaded and loaded again; an adapter SGLang does not hold (a restart) unloads as no error."""
+    engine = Engine(P.SGLANG_ROUTES, P.SGLANG_ANSWERS)
+    client = sglang(engine)
+    client.check(full_weights=False)
+    assert client.request_model(0) == "student"
+    for version in (4, 5):
+        client.push_adapter(model_folder(tmp_path, f"a{version}"), version)
+    assert engine.paths()[-2:] == ["/load_lora_adapter", "/load_lora_adapter"]  # no pause, no continue
+    assert engine.calls[-1][3] == {"lora_name": "student-v5", "lora_path": str((tmp_path / "a5").resolve())}
+    assert (client.request_model(4), client.request_model(5)) == ("student:student-v4", "student:student-v5")
+    assert client.request_model() == "student:student-v5" and client.ledger.current == 5
+    assert not client.keeps_old_kv() and client.reported_version(P.SGLANG_COMPLETION) is None
+    client.retire_adapter(4)
+    client.retire_adapter(5)  # the served one stays
+    assert [b for _, p, _, b in engine.calls if p == "/unload_lora_adapter"] == [{"lora_name": "student-v4"}]
+
+    left = Engine(P.SGLANG_ROUTES, P.SGLANG_ANSWERS)
+    loads = {"n": 0}
+
+    def leftover(request: httpx.Request) -> httpx.Response:
+        if request.url.path == "/load_lora_adapter" and loads["n"] == 0:
+            loads["n"] += 1
+            return httpx.Response(400, json=P.SGLANG_LORA_ALREADY_LOADED)
+        if request.url.path == "/unload_lora_adapter" and loads["n"] == 1:
+            loads["n"] += 1
+            return left(request)
+        if request.url.path == "/unload_lora_adapter":
+            return httpx.Response(400, json=P.SGLANG_LORA_UNKNOWN)  # a restarted SGLang holds none
+        return left(request)
+
+    cards = [{"id": "student"}, {"id": "student-v0", "parent": "student"}, {"id": "other-v3", "parent": "x"}]
+    left.answers[("GET", "/v1/models")] = {"data": cards}
+    resumed = SGLangEngine("http://sgl", "student", transport=httpx.MockTransport(leftover))
+    resumed.check(full_weights=False)
+    assert resumed.held_versions() == {0}  # the killed run's adapter, found in /v1/models
+    resumed.push_adapter(model_folder(tmp_path, "v000001"), 1)
+    assert left.paths()[-2:] == ["/unload_lora_adapter", "/load_lora_adapter"]  # replaced
+    resumed.retire_adapter(0)  # SGLang no longer holds it: 400 "does not exist", no error
+    assert resumed.held_versions() == {1}
+
+    disabled = Engine(P.SGLANG_ROUTES, P.SGLANG_ANSWERS)
+    disabled.answers[("POST", "/load_lora_adapter")] = httpx.Response(400, json=P.SGLANG_LORA_DISABLED)
+    with pytest.raises(EngineError) as failed:
+        sglang(disabled).push_adapter(tmp_path / "a4", 6)
+    assert "--enable-lora" in one_line(failed.value) and "--lora-target-modules" in str(failed.value)
 
 
 def one_line(error: BaseException) -> str:

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import orjson
 import pytest
 
 from coa.engines import ContextOverflow, WeightLedger
@@ -39,7 +40,7 @@ def answered(policy: EndpointPolicy, payload: dict[str, Any], push_to: int | Non
             policy.engine.ledger.set(push_to)
         return payload
 
-    policy._post = post  # type: ignore[method-assign]
+    policy._post = post  # type: ignore[method-assign,assignment]
     policy._session = object()
     generation = asyncio.run(policy.generate([1, 2, 3], 8, Sampling(1.0)))
     return generation, seen
@@ -88,7 +89,56 @@ def test_sglang_reports_are_checked_against_the_stamp(codec: Codec) -> None:
     assert generation.finish == "stop" and generation.stop == "</answer>"  # SGLang's matched_stop
     engine.ledger.set(2)
     generation, _ = answered(policy, P.SGLANG_COMPLETION)
-    assert generation.version == 2 and engine.ledger.mismatches == 1  # counted, the stamp kept
+    assert generation.version == 3 and engine.ledger.mismatches == 1  # counted; SGLang's report wins
+    other = P.SGLANG_COMPLETION | {"metadata": {"weight_versions": [{"version": "x", "start": 0, "end": 1}]}}
+    generation, _ = answered(policy, other)
+    assert generation.version == 2  # a version this client never pushed: the stamp
+
+
+def test_requests_sent_during_a_push_are_stamped_with_its_version(codec: Codec, tmp_path: Path) -> None:
+    """A request sent once the engine is paused for a push waits for the new weights: it is stamped
+    (and salted) with the pushed version, with no old KV; should the push fail, it ran on the old
+    weights and its version says so. One sent before the pause keeps the old stamp (conservative)."""
+    keep = offline(VLLMEngine)
+    policy = EndpointPolicy(ENDPOINT, codec, engine=keep, seed=0)
+    keep.ledger.begin(1)  # /pause returned, the push of version 1 under way
+    generation, seen = answered(policy, P.VLLM_COMPLETION, push_to=1)  # the push lands while it waits
+    assert seen["in_flight"] == {1: 1} and (generation.version, generation.old_kv) == (1, False)
+
+    keep.ledger.begin(2)
+
+    async def failed_push(data: bytes, prompt_len: int, max_new: int) -> dict[str, Any]:
+        body = orjson.loads(data)
+        assert body["cache_salt"] == keep.cache_salt(2)  # no prefix block of version 1 reused
+        keep.ledger.abandon()  # the load failed: the engine resumes on version 1
+        return P.VLLM_COMPLETION
+
+    policy._post = failed_push  # type: ignore[method-assign,assignment]
+    generation = asyncio.run(policy.generate([1, 2, 3], 8, Sampling(1.0)))
+    assert (generation.version, generation.old_kv) == (1, False) and keep.ledger.current == 1
+
+    # through the adapter: a request sent while reload_weights runs is stamped with the pushed version
+    stamps: list[int] = []
+
+    def engine(request: httpx.Request) -> httpx.Response:
+        if request.url.path == "/collective_rpc":
+            stamps.append(pushing.ledger.stamp())
+        if request.url.path == "/pause":
+            stamps.append(pushing.ledger.stamp())  # sent before the pause returned: the old version
+        return httpx.Response(200, json={"success": True})
+
+    pushing = VLLMEngine("http://engine", "student", transport=httpx.MockTransport(engine))
+    (tmp_path / "v3").mkdir()
+    pushing.push_weights(tmp_path / "v3", 3)
+    assert stamps == [0, 3] and pushing.ledger.pending is None
+
+    # SGLang: the same, and its spans agree (the request waited in its tokenizer manager)
+    sgl = offline(SGLangEngine)
+    sgl.ledger.begin(4)
+    spans = {"metadata": {"weight_versions": [{"version": "4", "start": 0, "end": 1}]}}
+    policy = EndpointPolicy(ENDPOINT, codec, engine=sgl, seed=0)
+    generation, _ = answered(policy, P.SGLANG_COMPLETION | spans, 4)
+    assert generation.version == 4 and sgl.ledger.mismatches == 0
 
 
 def test_a_context_overflow_names_max_model_len(serve: ServeProcess, codec: Codec) -> None:

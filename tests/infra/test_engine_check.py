@@ -35,7 +35,7 @@ def run(model: Path, out: Path, *args: str) -> tuple[int, dict[str, Any]]:
     ("args", "steps"),
     [
         (("--engine", "vllm", "--dry-run"), 9),  # the vLLM adapter: reload_weights, LoRA by name
-        (("--engine", "sglang", "--dry-run"), 6),  # SGLang's adapter: full weights only
+        (("--engine", "sglang", "--dry-run"), 9),  # SGLang's adapter: full weights, LoRA by name
         (
             (
                 "--engine",
@@ -59,12 +59,13 @@ def test_each_adapter_passes_against_the_stand_in(
     by_name = {s["name"]: s for s in done}
     v1 = by_name["generate under v1"]
     assert v1["stamp"] == 1 and v1["logprob_gap_expected"] < 1e-3 < v1["logprob_gap_other"]
-    if args[1] == "sglang":
-        assert v1["engine_reported"] >= 1 and "not wired" in str(record["lora"])
+    v2 = by_name["generate under v2"]
+    assert v2["stamp"] == 2 and v2["logprob_gap_expected"] < 1e-3 < v2["logprob_gap_other"]
+    if args[1] == "sglang":  # its model syntax; it serves the v1 folder by its path, adapters unloaded
+        assert v1["engine_reported"] >= 1 and v2["model"] == "student:student-v2"
+        assert [Path(p).name for p in by_name["unload adapters"]["served"]] == ["v000001"]
     else:
-        assert v1["engine_version"] == "1"
-        v2 = by_name["generate under v2"]
-        assert v2["model"] == "student-v2" and v2["stamp"] == 2 and v2["logprob_gap_expected"] < 1e-3
+        assert v1["engine_version"] == "1" and v2["model"] == "student-v2"
         assert by_name["unload adapters"]["served"] == ["student"]
     # a second run on the same engine, and a resume after it restarted, each under its version
     second = by_name["second run: check, push v0, generate under v0"]
@@ -111,3 +112,4 @@ def test_the_real_engines_command_lines(tmp_path: Path, monkeypatch: pytest.Monk
     command, env = check.engine_command("sglang", False, "/m", 30000, 16)
     assert command[:3] == ["/opt/sglang/bin/python", "-m", "sglang.launch_server"] and env == {}
     assert "--model-path /m" in " ".join(command)
+    assert "--enable-lora --max-lora-rank 16 --lora-target-modules q_proj v_proj" in " ".join(command)

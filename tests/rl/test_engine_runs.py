@@ -18,19 +18,21 @@ from coa.rl.config import RLResult
 from coa.rl.grpo import run_rl
 from coa.rl.server import WeightSync
 from coa.tools.config import ToolsConfig
+from coa.train.kit.run import CHECKPOINTS_DIR
 from tests.serve.conftest import ServeProcess
 from tests.torch_threads import one_torch_thread  # noqa: F401 (autouse fixture)
 
 from .helpers import prompts_table
 from .test_grpo import _Kill
-from .test_lora import LORA
-from .test_server_backend import server_config
+from .test_lora import LORA, served_logprobs, spy_bodies, with_adapter
+from .test_server_backend import FIXED, close, logprobs_of, server_config
 
 PLAN = 2
 CASES = {
     # case: (coa.serve's protocol, the adapter rl.rollout.server.engine names, rl.lora)
     "sglang": ("sglang", "sglang", None),  # full weights through /update_weights_from_disk
     "vllm-lora": ("vllm", "vllm", LORA),  # one adapter per version
+    "sglang-lora": ("sglang", "sglang", LORA),  # SGLang's /load_lora_adapter, one name per version
 }
 
 
@@ -149,3 +151,31 @@ def test_a_run_resumes_after_the_server_restarted(
     expected = "default" if case == "vllm-lora" else str(PLAN - 1)  # LoRA pushes leave the base's version
     assert httpx.get(f"{second.root}{version_route}").json()["weight_version"] == expected
     assert not list((out / "weight_sync").glob("v*"))  # the resumed run removed every folder
+
+
+def test_a_lora_run_on_sglang(
+    servers: list[ServeProcess], tiny_model: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``rl.lora`` against SGLang: each version's adapter loaded by SGLang's ``/load_lora_adapter``
+    under its own name, every request naming it as ``student:<adapter>`` (SGLang's ``model``
+    syntax), the adapter served as version V the trainer's weights at step V; the run unloads its
+    adapters at its end."""
+    from transformers import TrainerCallback
+
+    server = start(tiny_model, "sglang")
+    servers.append(server)
+    sent = spy_bodies(monkeypatch)
+    served: dict[int, list[float]] = {}
+
+    class Probe(TrainerCallback):  # type: ignore[misc]
+        def on_step_end(self, args: Any, state: Any, control: Any, **kw: Any) -> None:
+            version = state.global_step - 1
+            served[version] = served_logprobs(server, f"student:student-v{version}", FIXED)
+
+    settings = config(tiny_model, server, "sglang-lora")
+    result = run_rl(prompts_table(6), settings, tmp_path / "run", callbacks=[Probe()])
+    assert_finished(result)
+    assert sent and all(model == f"student:student-v{version}" for model, version in sent)
+    step1 = logprobs_of(with_adapter(tiny_model, tmp_path / "run" / CHECKPOINTS_DIR / "checkpoint-1"), FIXED)
+    assert sorted(served) == [0, 1] and close(served[1], step1) and not close(served[0], served[1])
+    assert served_ids(server) == ["student"]  # unloaded; SGLang still serves the base by its name

@@ -161,7 +161,9 @@ class EndpointPolicy:
         old_kv = False
         if self.engine is not None and stamped is not None:
             self.engine.ledger.check(stamped, self.engine.reported_version(payload))
-            version = stamped  # the client's stamp: the engine held these weights when it was sent
+            # the engine's report where it gives one (SGLang's spans), else the client's stamp: the
+            # weights the engine held when it was sent, or a push's that had paused it (ledger.begin)
+            version = self.engine.version_of(stamped, payload)
             # a push that keeps running requests' KV (vLLM keep, SGLang in_place) landed while it ran
             old_kv = self.engine.old_kv(stamped, payload)
         else:
