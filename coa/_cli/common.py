@@ -165,6 +165,7 @@ def _run(step: Any, label: str | None = None, execution: Any = None) -> Any:
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     from coa.steps import run_step
+    from coa.view.commit import commit_page
 
     columns = (TextColumn(label or step.name), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
     shards: Any = contextlib.nullcontext(None)
@@ -179,7 +180,7 @@ def _run(step: Any, label: str | None = None, execution: Any = None) -> Any:
             bar.update(job, completed=done, total=total)
 
         try:
-            result = run_step(step, io.Store(), progress=progress, executor=executor)
+            result = run_step(step, io.Store(), progress=progress, executor=executor, finish=commit_page)
         except KeyboardInterrupt:
             raise _fail(f"interrupted: {_saved(step)}", 130) from None
     verb = "reused committed artifact" if result.reused else "built"
