@@ -17,6 +17,7 @@ steps' Prefect artifacts link it (:func:`coa.view.links.page_link`) and say how 
 from __future__ import annotations
 
 import posixpath
+import time
 
 import schemas
 from coa import io
@@ -28,8 +29,8 @@ PAGE_FILE = "episodes.html"
 SAMPLE_CAP = 2_000
 """The most episodes a committed page holds (about 10 MB of page; ``coa view --cap`` gives more)."""
 LINEAGE_KEY = "episodes_page"
-"""The lineage entry that records the page: ``{"file", "shown", "total", "teacher"}`` (the teacher's
-runs shown beside the episodes, or null)."""
+"""The lineage entry that records the page: ``{"file", "shown", "total", "teacher", "bytes",
+"seconds"}`` (the teacher's runs shown beside the episodes, or null; what the page cost the step)."""
 PRIMARY = (schemas.TRAJECTORY.id, schemas.SFT.id, schemas.ROLLOUT.id, schemas.EVAL.id)
 """An artifact holding a table of one of these gets a page (a quarantine alone, a task set's, does not)."""
 
@@ -44,15 +45,19 @@ def commit_page(writer: io.ArtifactWriter, cap: int = SAMPLE_CAP) -> int | None:
     episodes ``writer`` staged, or for a report of an evaluation beside the teacher's runs (inputs
     ``teacher`` and one of :data:`EVALUATED`), that evaluation's episodes each beside the teacher's on
     the same task. The episodes shown, or None when there are none to show."""
+    started = time.perf_counter()
     view = _own(writer, cap) or _paired(writer, cap)
     if view is None:
         return None
-    writer.write_file(PAGE_FILE, render(view))
+    text = render(view).encode()
+    writer.write_file(PAGE_FILE, text)
     writer.extra_lineage[LINEAGE_KEY] = {
         "file": PAGE_FILE,
         "shown": len(view.episodes),
         "total": view.total,
         "teacher": view.teacher_uri or None,
+        "bytes": len(text),
+        "seconds": round(time.perf_counter() - started, 3),
     }
     return len(view.episodes)
 

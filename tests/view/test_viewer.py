@@ -268,10 +268,12 @@ def test_rollouts_and_curation_show_rewards_masks_and_quarantine_reasons(
     # the page `coa curate` committed with its artifact, opened on the links its Prefect artifacts give
     ref = io.lookup(artifacts["curated"])
     assert ref is not None and commit.PAGE_FILE in ref.files  # in the manifest: committed with the tables
-    assert io.read_lineage(ref)[commit.LINEAGE_KEY] == {
+    recorded = io.read_lineage(ref)[commit.LINEAGE_KEY]
+    assert {k: recorded[k] for k in ("file", "shown", "total", "teacher")} == {
         "file": commit.PAGE_FILE, "shown": 4, "total": 4, "teacher": None,
     }  # fmt: skip
     curated = Path(io.filesystem(ref.uri)[1]) / commit.PAGE_FILE
+    assert recorded["bytes"] == curated.stat().st_size and recorded["seconds"] > 0
     shown = facts(
         STAGES["curate"], StepResult("curate", ref, True, io.read_lineage(ref)["result"]["summary"])
     )
