@@ -128,7 +128,11 @@ def test_two_nights_promote_then_refuse(
     start = time.perf_counter()
     third = nightly(config_path="configs/demo.yaml", overrides=second_overrides, night="2026-01-03")
     stop_s = time.perf_counter() - start
-    assert third["outcome"] == "no new tasks" and set(third["seconds"]) <= {"synthetic", "nightly.new_tasks"}
+    assert (
+        isinstance(third, dict)
+        and third["outcome"] == "no new tasks"
+        and set(third["seconds"]) <= {"synthetic", "nightly.new_tasks"}
+    )
     assert reg.resolve("agent") == first["candidate"] and len(reg.history("agent")) == 2
     _check_history([first, second])
     print(f"night 3 (no new tasks) {stop_s:.1f} s")

@@ -31,7 +31,7 @@ from coa.cli import app
 from coa.evaluate.config import EvalConfig
 from coa.evaluate.present import VERDICTS
 from coa.evaluate.stage import evaluate_tasks
-from coa.facts import Link
+from coa.facts import Link, Markdown
 from coa.plan.stages import STAGES, facts
 from coa.rollout import Codec
 from coa.rollout.policies.scripted import ScriptedPolicy
@@ -277,7 +277,11 @@ def test_rollouts_and_curation_show_rewards_masks_and_quarantine_reasons(
     shown = facts(
         STAGES["curate"], StepResult("curate", ref, True, io.read_lineage(ref)["result"]["summary"])
     )
-    links = dict(LINK.findall(next(f.text for f in shown.items if f.what == "episodes-sample")))
+    links = dict(
+        LINK.findall(
+            next(f.text for f in shown.items if isinstance(f, Markdown) and f.what == "episodes-sample")
+        )
+    )
     assert next(f.url for f in shown.items if isinstance(f, Link)) == curated.as_uri()
     reason = links["quarantined as exact_duplicate (3)"]
     assert reason == f"{curated.as_uri()}#kind=quarantined&reason=exact_duplicate"
