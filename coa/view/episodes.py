@@ -351,16 +351,24 @@ def upstream_of(uri: str) -> list[io.ArtifactRef]:
 
 def _questions(tables: Mapping[str, tuple[str, Any]], upstream: Iterable[io.ArtifactRef]) -> dict[str, str]:
     """task id (and prompt id) -> question: from the artifact's ``rl_prompt.v1`` table, else from
-    the ``task.v1`` tables of the artifacts it was made from (its lineage)."""
+    the ``rl_prompt.v1`` (an RL step's prompts) and ``task.v1`` tables of the artifacts it was made
+    from (its lineage)."""
     out: dict[str, str] = {}
+
+    def prompts(source: Any) -> None:
+        for r in _read(source, ["prompt_id", "task_id", "prompt"]).to_pylist():
+            user = next((m["content"] for m in r["prompt"] if m["role"] == "user"), "")
+            out.setdefault(r["prompt_id"], user)
+            out.setdefault(r["task_id"], user)
+
     for sid, source in tables.values():
         if sid == schemas.RL_PROMPT.id:
-            for r in _read(source, ["prompt_id", "task_id", "prompt"]).to_pylist():
-                user = next((m["content"] for m in r["prompt"] if m["role"] == "user"), "")
-                out[r["prompt_id"]] = out[r["task_id"]] = user
+            prompts(source)
     for up_ref in upstream:
         for name, info in up_ref.tables.items():
-            if info.schema_id == schemas.TASK.id:
+            if info.schema_id == schemas.RL_PROMPT.id:  # an RL step's prompts (a conversion's table)
+                prompts((up_ref, name))
+            elif info.schema_id == schemas.TASK.id:
                 for r in io.read_table(up_ref, name, columns=["task_id", "question"]).to_pylist():
                     out.setdefault(r["task_id"], r["question"])
     return out

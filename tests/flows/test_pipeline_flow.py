@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -101,6 +102,10 @@ def test_pipeline_runs_built_stages_and_reports_the_rest(
     assert pages["curate"]["total"] == 15 and pages["evaluate.after_rl"]["shown"] == 5
     assert pages["report"]["teacher"] == refs["collect.heldout"].uri and pages["report"]["shown"] == 5
     assert "synthetic" not in pages and "sft" not in pages  # tasks and models are not episodes
+    text = (Path(io.filesystem(refs["rl"].uri)[1]) / PAGE_FILE).read_text()
+    embedded = text.split('id="coa-data">', 1)[1].split("</script>", 1)[0].replace("<\\/", "</")
+    rollouts = json.loads(embedded)["episodes"]  # each with its question, from the RL step's prompts
+    assert len(rollouts) == pages["rl"]["total"] > 0 and all(e["q"] for e in rollouts)
     cost = sum(p["seconds"] for p in pages.values()), sum(p["bytes"] for p in pages.values()) / 1e6
     print(f"\n{len(pages)} episodes pages: {cost[0]:.2f} s, {cost[1]:.1f} MB")
 
