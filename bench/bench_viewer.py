@@ -8,7 +8,9 @@ opens the page: the wall time of ``chromium --headless --screenshot`` of it (loa
 paint) against the same on an empty page (Chromium's own start: the baseline), and the page's own
 clock at its first render (``performance.now()`` from navigation start: parse, JSON, filters, the
 first page of episodes; read from ``--dump-dom``, whose own wall time is mostly the serialising of
-the page's embedded data back out, so it is not timed).
+the page's embedded data back out, so it is not timed). Last, what the runner's hook
+(:mod:`coa.view.commit`) adds to a step that stages such a table: its page of at most
+:data:`~coa.view.commit.SAMPLE_CAP` episodes, against the staging of the table alone.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from harness import Bench, main
 import schemas
 from coa import io
 from coa.view import episodes, page
+from coa.view.commit import PAGE_FILE, SAMPLE_CAP, commit_page
 
 FIXTURE = Path(__file__).resolve().parents[1] / "tests" / "fixtures" / "trajectories.parquet"
 
@@ -73,6 +76,27 @@ def run(args, bench: Bench) -> None:
         bench.figure("episodes", n)
         bench.figure("on the page", min(n, args.cap))
         bench.figure("page MB", round(out.stat().st_size / 1e6, 1))
+        # what the runner's hook adds to a step that stages this table (coa.view.commit: a sample of
+        # SAMPLE_CAP, staged with the table): the step's own staging of the table is the baseline
+        table = build(n)
+
+        def stage(with_page: bool) -> None:
+            w = store.writer("trajectories", "staged", {"episodes": n, "page": with_page})
+            w.write_table("trajectories", table, schemas.TRAJECTORY)
+            if with_page:
+                commit_page(w)
+                staged_page.append(w.fs.size(f"{w.staging}/{PAGE_FILE}"))
+            w.abort()
+
+        staged_page: list[int] = []
+        alone = bench.time("stage the table (a step's own write)", lambda: stage(False), args.repeat)
+        paged = bench.time(
+            f"stage the table and its page (coa.view.commit, {SAMPLE_CAP:,} at most)",
+            lambda: stage(True),
+            args.repeat,
+        )
+        bench.ratio("with the page / without", paged, alone)
+        bench.figure("committed page MB", round(staged_page[-1] / 1e6, 1))
         chromium = shutil.which("chromium") or shutil.which("chromium-browser")
         if chromium is None:
             print("chromium not found: the page was not opened (apt-get install chromium)")

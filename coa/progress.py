@@ -19,3 +19,16 @@ class LiveMetrics(Protocol):
     def __call__(self, done: int, total: int) -> None: ...
 
     def metrics(self, values: Mapping[str, float]) -> None: ...
+
+
+SHOWN = ("loss", "reward")
+"""Live figures a one-line progress shows (the Prefect progress artifact's description, the CLI's bar);
+a live table shows all of them."""
+
+
+def figures_text(values: Mapping[str, float]) -> str:
+    """The live figures of a one-line progress: ``loss 2.31, 1,204 tokens/s`` (empty without any)."""
+    parts = [f"{k} {v:.4g}" for k, v in values.items() if k in SHOWN]
+    if "tokens_per_s" in values:
+        parts.append(f"{values['tokens_per_s']:,.0f} tokens/s")
+    return ", ".join(parts)

@@ -18,6 +18,9 @@ A :class:`Step` is a name, a frozen config, named typed inputs and a build funct
   :class:`~coa.io.StorageFull` line (exit 3) and commits nothing;
 * **lineage**: the step name, its inputs (by role and table), where it was built (host, process id)
   and its summary go into ``_lineage.json``;
+* **what a front end adds to the artifact** (``finish``: the viewer's page of its episodes,
+  :func:`coa.view.commit.commit_page`): staged after the build, committed with it, outside the key;
+  a failure there is logged and the artifact is committed without it;
 * **checks that fail after the evidence is written** (the curation gate): the build calls
   :meth:`Build.fail`; the artifact is committed (so the report can be read) and the runner raises
   :class:`StepCheckFailed` with the recorded message, the same on every rerun.
@@ -30,6 +33,7 @@ from __future__ import annotations
 
 import dataclasses
 import fnmatch
+import logging
 import os
 import socket
 from collections.abc import Callable, Iterable, Mapping
@@ -47,6 +51,8 @@ from coa.io import ArtifactRef
 from coa.progress import Progress
 from coa.resources import BuildResources, measure, release_free_memory
 from coa.version import files_version, step_files
+
+log = logging.getLogger(__name__)
 
 
 class StepSummary(BaseModel):
@@ -122,6 +128,9 @@ class Build:
 
 
 BuildFn = Callable[[Build], None]
+Finish = Callable[[io.ArtifactWriter], object]
+"""What the runner adds to a built artifact before its commit, outside its key (the entry layers pass
+:func:`coa.view.commit.commit_page`: the page of the episodes it holds)."""
 Present = Callable[[Any, "StepResult"], Facts]
 """A stage's view of a step: its typed summary and result → plain facts (:mod:`coa.facts`). Each
 stage's lives in its ``present`` module, which its build never imports (so what a stage shows is
@@ -345,19 +354,21 @@ def run_step(
     progress: Progress | None = None,
     reuse_only: bool = False,
     executor: ShardExecutor | None = None,
+    finish: Finish | None = None,
 ) -> StepResult:
     """Reuse the step's committed artifact, or build and commit it (see the module docstring).
 
     ``reuse_only``: never build; a step that has no committed artifact is a :class:`UserError`
     (``coa run --only`` uses it for the steps in front of the slice it runs). ``executor``: where a
     step that shards its work runs the shards (``execution.engine``); it does not change the key.
+    ``finish``: what to add to a built artifact before its commit (:data:`Finish`).
 
     A request the storage service still fails after the client's retries (S3: HTTP 5xx, throttling)
     is one :class:`~coa.io.StorageUnavailable` line (exit 3) naming the step; nothing is committed.
     """
     store = store or io.Store()
     try:
-        return _run_step(step, store, done, progress, reuse_only, executor)
+        return _run_step(step, store, done, progress, reuse_only, executor, finish)
     except CoaError:
         raise
     except Exception as e:
@@ -378,6 +389,7 @@ def _run_step(
     progress: Progress | None,
     reuse_only: bool,
     executor: ShardExecutor | None,
+    finish: Finish | None = None,
 ) -> StepResult:
     inputs = resolve(step, done or {})
     check_inputs(step, inputs)
@@ -408,7 +420,7 @@ def _run_step(
         with writer.claim():  # an identical run building it now: wait for it, then reuse its artifact
             existing = writer.existing()
             if existing is None:
-                return _build_and_commit(step, writer, inputs, store, progress, executor)
+                return _build_and_commit(step, writer, inputs, store, progress, executor, finish)
     record = io.read_lineage(existing).get("result", {})
     if record.get("failure"):
         raise StepCheckFailed(step.name, existing.uri, record["failure"])
@@ -422,6 +434,7 @@ def _build_and_commit(
     store: io.Store,
     progress: Progress | None,
     executor: ShardExecutor | None,
+    finish: Finish | None = None,
 ) -> StepResult:
     build = Build(step, writer, inputs, store, progress, executor=executor)
     try:
@@ -448,6 +461,12 @@ def _build_and_commit(
     if missing:
         writer.abort()
         raise RuntimeError(f"step {step.name} did not write {missing} (wrote {written}): a bug in its build")
+    if finish is not None:
+        try:
+            finish(writer)
+        except Exception as e:  # a view of the artifact, not the artifact: commit without it
+            log.warning("step %s: %s failed (%s: %s); committed without it", step.name,
+                        getattr(finish, "__name__", "finish"), type(e).__name__, e)  # fmt: skip
     writer.extra_lineage["result"] = {"summary": summary, "failure": build.failure}
     resources = meter.result
     if resources is not None:

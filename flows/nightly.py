@@ -35,7 +35,7 @@ from coa.plan.nightly import (
     tonight,
 )
 from coa.registry.gate import Verdict, apply, verdict_markdown
-from coa.registry.history import NightlyHistory, night_row
+from coa.registry.history import NightlyHistory, night_row, stopped_row
 from coa.registry.ledger import Ledger
 from coa.registry.store import Registry
 from coa.steps import ModelInput, StepResult, warm_code_versions
@@ -83,6 +83,9 @@ def nightly(
             seconds[step.name] = round(time.perf_counter() - start, 2)
             if step.name == NEW_TASKS and no_new_tasks(done[step.name]):
                 logger.info("no new tasks tonight: nothing to collect or train; the champion stays")
+                history = NightlyHistory(promotion.model_name)
+                row = stopped_row(night, {n: r.summary for n, r in done.items()}, NEW_TASKS, history.rows())
+                publish_history(scope, promotion.model_name, history.record(row))
                 publish_summary(scope, cfg, steps, done)
                 return {"night": night, "outcome": "no new tasks", "seconds": seconds}
             if step.name == MERGE:  # tonight's data is committed: later nights build on it whatever follows
@@ -104,10 +107,7 @@ def nightly(
         markdown=verdict_markdown(promotion.model_name, candidate, verdict, outcome),
         description=f"Promotion gate of night {night}: {outcome}",
     )
-    row = night_row(
-        night, {name: r.summary for name, r in done.items()}, verdict.promote, verdict.reasons,
-        CANDIDATE_EVAL, CHAMPION_EVAL, NEW_TASKS,
-    )  # fmt: skip
+    row = night_row(night, {name: r.summary for name, r in done.items()}, verdict, NEW_TASKS)
     publish_history(scope, promotion.model_name, NightlyHistory(promotion.model_name).record(row))
     publish_lineage(scope, done)
     result = publish_summary(scope, cfg, steps, done).model_dump(mode="json")

@@ -38,6 +38,7 @@ from coa.plan.config import load_pipeline_config
 from coa.plan.preview import preview
 from coa.plan.run_result import run_result
 from coa.steps import Step, StepResult, run_step
+from coa.view.commit import commit_page
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -94,7 +95,7 @@ def main(argv: list[str] | None = None) -> int:
         for step in steps:
             began = time.monotonic()
             print(f"--- {step.name} (at {began - started:.0f} s)", flush=True)
-            done[step.name] = result = run_step(step, store, done)
+            done[step.name] = result = run_step(step, store, done, finish=commit_page)
             how = "reused" if result.reused else "built"
             print(f"--- {step.name}: {how} in {time.monotonic() - began:.1f} s: {result.ref.uri}", flush=True)
             if headline := result.summary.get("headline"):  # an evaluation's accuracies, said as it ends:

@@ -27,6 +27,7 @@ from typing import Any
 
 from prefect.artifacts import create_progress_artifact, create_table_artifact, update_progress_artifact
 
+from coa.progress import figures_text
 from tasks.publish import artifact_key
 
 PROGRESS_EVERY_S = 1.0
@@ -34,8 +35,6 @@ PROGRESS_EVERY_S = 1.0
 TABLE_EVERY_S = 30.0
 """The fewest seconds between two versions of the live table (each is a row of the artifacts list): a
 step shorter than this writes none, a 2-hour SFT about 240."""
-SHOWN = ("loss", "reward")
-"""Live figures the progress artifact's description carries (all of them go in the table)."""
 TABLE_ROWS = 10
 """Snapshots the live table keeps (the newest last)."""
 
@@ -142,9 +141,8 @@ class StepProgress:
     def describe(self, now: float, lead: str = "") -> str:
         left = self.eta(now)
         pace = f", ~{clock_text(left)} left" if left is not None else ""
-        figures = "".join(f", {k} {v:.4g}" for k, v in self.figures.items() if k in SHOWN)
-        if "tokens_per_s" in self.figures:
-            figures += f", {self.figures['tokens_per_s']:,.0f} tokens/s"
+        figures = figures_text(self.figures)
+        figures = f", {figures}" if figures else ""
         return (
             f"`{self.name}`: {lead}{self.done} of {self.total} planned ({self.percent:.0f}%){figures}, "
             f"{clock_text(now - self.started)} elapsed{pace}"

@@ -20,6 +20,7 @@ from coa.errors import CoaError, describe
 from coa.execution import ShardExecutor
 from coa.plan.stages import facts
 from coa.steps import Step, StepResult, run_step
+from coa.view.commit import commit_page
 from tasks.progress import StepProgress
 from tasks.publish import publish
 
@@ -68,7 +69,9 @@ def run_step_task(
     logger = get_run_logger()
     progress = StepProgress(step.name, scope, logger, _progress(logger, step.name)).start()
     try:
-        result = run_step(step, io.Store(), done, progress, reuse_only=not run_it, executor=executor)
+        result = run_step(
+            step, io.Store(), done, progress, reuse_only=not run_it, executor=executor, finish=commit_page
+        )
     except CoaError as e:
         logger.error("%s: %s", step.name, describe(e))
         progress.failed(describe(e))

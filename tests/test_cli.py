@@ -206,3 +206,24 @@ def test_a_hub_model_with_no_network_is_one_line_not_a_traceback(
         and e.value.exit_code == 3
         and "hf download someorg/somemodel" in str(e.value)
     )
+
+
+def test_the_progress_bar_shows_the_live_figures_the_prefect_progress_shows() -> None:
+    import io as stdio
+
+    from rich.console import Console
+    from rich.progress import Progress, TextColumn
+
+    from coa._cli.common import BarProgress
+    from coa.progress import LiveMetrics, figures_text
+
+    out = stdio.StringIO()
+    with Progress(TextColumn("{task.completed}/{task.total} {task.fields[figures]}"),
+                  console=Console(file=out, width=200, force_terminal=False)) as bar:  # fmt: skip
+        live = BarProgress(bar, bar.add_task("sft", total=None, figures=""))
+        assert isinstance(live, LiveMetrics)  # what the trainers' callback checks before sending figures
+        live(3, 10)
+        live.metrics({"loss": 2.3125, "learning_rate": 1e-4, "tokens_per_s": 1204.4})
+        bar.refresh()
+    assert "3/10 loss 2.312, 1,204 tokens/s" in out.getvalue()
+    assert figures_text({"reward": 0.5}) == "reward 0.5" and figures_text({}) == ""

@@ -229,3 +229,29 @@ def test_a_stage_that_presents_nothing_shows_its_summary_figures(tmp_path: Path)
     shown = _tasks_step(2).stage.summary_facts(result)
     assert len(shown.items) == 1 and isinstance(shown.items[0], Table)
     assert list(shown.items[0].rows) == [{"metric": "n", "value": 2}] and shown.warnings == ()
+
+
+def test_finish_adds_to_the_commit_and_its_failure_commits_without_it(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    from coa.view.commit import PAGE_FILE, commit_page
+
+    store = io.Store(str(tmp_path))
+    seen: list[str] = []
+
+    def finish(writer: io.ArtifactWriter) -> None:
+        seen.append(writer.uri)
+        assert commit_page(writer) is None  # tasks are no episodes: no page
+        writer.write_file("extra.txt", "added")
+
+    made = run_step(_tasks_step(5), store, finish=finish)
+    assert seen == [made.ref.uri] and "extra.txt" in made.ref.files and PAGE_FILE not in made.ref.files
+    assert run_step(_tasks_step(5), store, finish=finish).reused and len(seen) == 1  # reuse: no finish
+
+    def broken(writer: io.ArtifactWriter) -> None:
+        raise ValueError("no page today")
+
+    with caplog.at_level("WARNING", logger="coa.steps"):
+        other = run_step(_tasks_step(6), store, finish=broken)
+    assert not other.reused and io.read_table(other.ref, "tasks").num_rows == 6  # committed all the same
+    assert "step make: broken failed (ValueError: no page today); committed without it" in caplog.text

@@ -3,6 +3,7 @@ table or a model named on the command line, and running a step with a progress b
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -162,29 +163,55 @@ def _run(step: Any, label: str | None = None, execution: Any = None) -> Any:
     Ray through the orchestration skin (:mod:`tasks.fanout`, loaded only then)."""
     import contextlib
 
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+    from rich.progress import (
+        BarColumn,
+        MofNCompleteColumn,
+        Progress,
+        TextColumn,
+        TimeElapsedColumn,
+        TimeRemainingColumn,
+    )
 
     from coa.steps import run_step
+    from coa.view.commit import commit_page
 
-    columns = (TextColumn(label or step.name), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
+    columns = (
+        TextColumn(label or step.name), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+        TextColumn("~"), TimeRemainingColumn(), TextColumn("{task.fields[figures]}"),
+    )  # fmt: skip
     shards: Any = contextlib.nullcontext(None)
     if execution is not None and execution.engine != "local":
         from tasks.fanout import executor as fanout_executor
 
         shards = fanout_executor(execution)
     with shards as executor, Progress(*columns, console=err, transient=True) as bar:
-        job = bar.add_task(step.name, total=None)
-
-        def progress(done: int, total: int) -> None:
-            bar.update(job, completed=done, total=total)
-
+        job = bar.add_task(step.name, total=None, figures="")
+        progress = BarProgress(bar, job)
         try:
-            result = run_step(step, io.Store(), progress=progress, executor=executor)
+            result = run_step(step, io.Store(), progress=progress, executor=executor, finish=commit_page)
         except KeyboardInterrupt:
             raise _fail(f"interrupted: {_saved(step)}", 130) from None
     verb = "reused committed artifact" if result.reused else "built"
     err.print(f"{step.name}: {verb} {result.ref.uri}", highlight=False)
     return result
+
+
+class BarProgress:
+    """The CLI's progress bar as a step's :class:`~coa.progress.LiveMetrics`: done of planned, elapsed,
+    time left, and the live figures (loss or reward, tokens/s) the Prefect progress artifact shows."""
+
+    def __init__(self, bar: Any, job: Any) -> None:
+        self.bar, self.job = bar, job
+        self.figures: dict[str, float] = {}
+
+    def __call__(self, done: int, total: int) -> None:
+        self.bar.update(self.job, completed=done, total=total)
+
+    def metrics(self, values: Mapping[str, float]) -> None:
+        from coa.progress import figures_text
+
+        self.figures.update(values)
+        self.bar.update(self.job, figures=figures_text(self.figures))
 
 
 def _saved(step: Any) -> str:

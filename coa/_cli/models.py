@@ -55,26 +55,32 @@ def models_show(name: Annotated[str, typer.Argument(help="Registered model name"
 
 def models_history(name: Annotated[str, typer.Argument(help="Registered model name")]) -> None:
     """The nightly history of NAME: a row per night (data, training, metrics, the gate's verdict)."""
-    from coa.registry.history import PRIMARY, NightlyHistory
+    from coa.registry.history import NightlyHistory
 
     rows = NightlyHistory(name).rows()
     if not rows:
         raise UserError(f"no nightly history for {name!r}: it is written by the nightly flow after each gate")
 
-    def num(value: float | None, se: float | None = None) -> str:
+    def num(value: float | None, low: float | None = None, high: float | None = None) -> str:
         if value is None:
             return "-"
-        return f"{value:.3f} ± {1.96 * se:.3f}" if se is not None else f"{value:g}"
+        return (
+            f"{value:.3f} [{low:.3f}, {high:.3f}]" if low is not None and high is not None else f"{value:g}"
+        )
 
-    table = Table(title=f"nightly history of {name} ({PRIMARY} with its 95% interval)")
+    metric = next((r.metric for r in reversed(rows) if r.metric), "the gate's primary metric")
+    level = next((f"{r.confidence:.0%} " for r in reversed(rows) if r.confidence), "")
+    table = Table(title=f"nightly history of {name} ({metric}, with its {level}bootstrap interval)")
     for col in ("night", "new tasks", "runs", "kept", "teacher tokens", "cost $", "sft", "rl",
                 "candidate", "champion", "verdict"):  # fmt: skip
         table.add_column(col, overflow="fold")
     for r in rows:
-        verdict = ("promoted: " if r.promoted else "refused: ") + r.reason
+        verdict = f"stopped ({r.stopped}): " if r.stopped else "promoted: " if r.promoted else "refused: "
+        verdict += r.reason
         table.add_row(r.night, num(r.tasks_new), num(r.runs_collected), num(r.runs_kept),
                       num(r.teacher_tokens), num(r.teacher_cost_usd), num(r.sft_steps), num(r.rl_steps),
-                      num(r.candidate, r.candidate_se), num(r.champion, r.champion_se), verdict)  # fmt: skip
+                      num(r.candidate, r.candidate_low, r.candidate_high),
+                      num(r.champion, r.champion_low, r.champion_high), verdict)  # fmt: skip
     console.print(table)
 
 

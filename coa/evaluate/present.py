@@ -9,6 +9,7 @@ from coa.evaluate.metrics import metrics_rows
 from coa.evaluate.summary import EvalSummary, Headline, TrainingReportSummary
 from coa.facts import Fact, Facts, Markdown, Page, Table, show
 from coa.steps import StepResult
+from coa.view.links import sample_links
 
 
 def model_of(result: StepResult) -> str:
@@ -17,14 +18,20 @@ def model_of(result: StepResult) -> str:
     return str(model.get("model") or model.get("uri") or "the model")
 
 
+VERDICTS = (("failed", {"verdict": "fail"}), ("passed", {"verdict": "pass"}))
+"""The views of an evaluation's page its facts link."""
+
+
 def _headline(s: Headline, result: StepResult, what: str) -> tuple[Fact, ...]:
-    """The report's headline as markdown, and the HTML report itself (a front end shows it in place)."""
+    """The report's headline as markdown, the HTML report itself (a front end shows it in place) and
+    links to the failed and passed episodes of its page (the teacher's beside them in a report's)."""
     items: list[Fact] = [Markdown("headline", s.headline, f"{what}: {result.ref.uri}")] if s.headline else []
     if s.report:
         items.append(
             Page("report", result.ref.uri, posixpath.basename(s.report), f"{what} (the HTML report)")
         )
-    return tuple(items)
+    sample = sample_links(result.ref, "Failed and passed episodes", VERDICTS)
+    return (*items, sample) if sample is not None else tuple(items)
 
 
 def present_eval(s: EvalSummary, result: StepResult) -> Facts:

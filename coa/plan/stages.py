@@ -15,6 +15,7 @@ its presentation, and editing what a stage shows rebuilds nothing.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
 
 from coa.collect import present as collect_present
@@ -38,6 +39,7 @@ from coa.tasksets import present as tasksets_present
 from coa.tasksets import step as tasksets
 from coa.train import present as sft_present
 from coa.train import step as sft
+from coa.view.links import page_link
 
 STAGES: Mapping[str, Stage] = {
     s.name: s
@@ -81,9 +83,13 @@ here shows its summary's figures (:meth:`coa.steps.Stage.summary_facts`)."""
 
 
 def facts(stage: Stage, result: StepResult) -> Facts:
-    """What a front end (the Prefect publisher, the CLI) shows of ``result``, a step of ``stage``."""
+    """What a front end (the Prefect publisher, the CLI) shows of ``result``, a step of ``stage``,
+    and a link to the page of its episodes when it committed one (:mod:`coa.view.commit`)."""
     present = PRESENTERS.get(stage.name)
     if present is None:
-        return stage.summary_facts(result)
-    summary = stage.summary.from_dict(result.summary) if stage.summary is not None else result.summary
-    return present(summary, result)
+        shown = stage.summary_facts(result)
+    else:
+        summary = stage.summary.from_dict(result.summary) if stage.summary is not None else result.summary
+        shown = present(summary, result)
+    link = page_link(result.ref)
+    return shown if link is None else dataclasses.replace(shown, items=(*shown.items, link))

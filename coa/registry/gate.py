@@ -22,10 +22,12 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+import numpy as np
+import pyarrow as pa
 from pydantic import BaseModel, ConfigDict, Field
 
 from coa import io
-from coa.evaluate.compare import ALL, compare
+from coa.evaluate.compare import ALL, bootstrap_interval, compare, paired_values
 from coa.lineage import Graph, trace
 from coa.registry.config import GateConfig
 from coa.registry.store import Champion, Registry
@@ -50,6 +52,50 @@ class BenchmarkDelta(BaseModel):
     regression: bool = Field(description="Whether the lower bound is below -margin.")
 
 
+class Estimate(BaseModel):
+    """One model's primary metric on the primary benchmark, with its bootstrap interval (the gate's
+    resampling of that model's own rows: its samples, confidence and seed)."""
+
+    model_config = ConfigDict(frozen=True, extra="ignore")
+
+    value: float = Field(description="The mean over the model's rows on the benchmark.")
+    low: float = Field(description="Lower bound of the bootstrap interval of the mean.")
+    high: float = Field(description="Upper bound of the bootstrap interval of the mean.")
+    rows: int = Field(description="(task, sample) rows it is the mean of.")
+
+
+class PrimaryMetric(BaseModel):
+    """What the gate's gain check reads: the primary metric on the primary benchmark, each model's
+    value with its interval, and the paired delta with its interval (None without a champion)."""
+
+    model_config = ConfigDict(frozen=True, extra="ignore")
+
+    benchmark: str = Field(description="The primary benchmark (``all``: every evaluated row).")
+    metric: str = Field(description="The primary metric (``correct``, ``score``, ``format_valid``).")
+    confidence: float = Field(description="The intervals' confidence.")
+    candidate: Estimate | None = Field(description="The candidate's value; None: not evaluated on it.")
+    champion: Estimate | None = Field(default=None, description="The champion's; None without one.")
+    delta: BenchmarkDelta | None = Field(
+        default=None, description="candidate - champion on the pairs both were evaluated on, its interval."
+    )
+
+
+def estimate(table: pa.Table, config: GateConfig, seed_offset: int = 0) -> Estimate | None:
+    """The primary metric of one evaluation on the primary benchmark with its bootstrap interval;
+    None when the evaluation holds no row of that benchmark."""
+    per = paired_values(table, table, config.primary_metric)  # a table paired with itself: its own rows
+    if config.primary_benchmark == ALL:
+        values = np.concatenate([a for a, _ in per.values()]) if per else np.empty(0)
+    else:
+        values = per.get(config.primary_benchmark, (np.empty(0), None))[0]
+    if not len(values):
+        return None
+    low, high = bootstrap_interval(
+        values, config.bootstrap_samples, config.confidence, config.seed + seed_offset
+    )
+    return Estimate(value=float(values.mean()), low=low, high=high, rows=len(values))
+
+
 class Verdict(StepSummary):
     """The gate's decision, why, and the evidence (the gate step's summary)."""
 
@@ -58,6 +104,9 @@ class Verdict(StepSummary):
     checks: dict[str, bool] = Field(description="Check -> passed (lineage, data quality, regression, gain).")
     per_benchmark: dict[str, BenchmarkDelta] = Field(
         default_factory=dict, description="Benchmark -> the paired delta against the champion, its interval."
+    )
+    primary: PrimaryMetric | None = Field(
+        default=None, description="The primary metric on the primary benchmark: each model's, the delta."
     )
 
 
@@ -144,18 +193,24 @@ def decide(
     graph = trace(candidate_eval, settings)
     checks, reasons = lineage_checks(graph, config)
     per: dict[str, BenchmarkDelta] = {}
+    cand = io.read_table(candidate_eval, "eval", settings)
+    shown = PrimaryMetric(
+        benchmark=config.primary_benchmark, metric=config.primary_metric, confidence=config.confidence,
+        candidate=estimate(cand, config),
+    )  # fmt: skip
     if champion_eval is None:
         if all(checks.values()):
             reasons.append("no champion yet: the first candidate that passes the checks is promoted")
-        return Verdict(promote=all(checks.values()), reasons=tuple(reasons), checks=checks, per_benchmark=per)
-    cand = io.read_table(candidate_eval, "eval", settings)
+        return Verdict(promote=all(checks.values()), reasons=tuple(reasons), checks=checks, per_benchmark=per,
+                       primary=shown)  # fmt: skip
     champ = io.read_table(champion_eval, "eval", settings)
+    shown = shown.model_copy(update={"champion": estimate(champ, config, 1)})
     kwargs = {"samples": config.bootstrap_samples, "confidence": config.confidence, "seed": config.seed}
     deltas = compare(cand, champ, config.metric, **kwargs)  # type: ignore[arg-type]
     if not deltas:
         reasons.append("no (task_id, sample_index) pair evaluated by both the candidate and the champion")
         checks["no_regression"] = checks["gain"] = False
-        return Verdict(promote=False, reasons=tuple(reasons), checks=checks, per_benchmark=per)
+        return Verdict(promote=False, reasons=tuple(reasons), checks=checks, per_benchmark=per, primary=shown)
     regressed = False
     for bench, d in deltas.items():
         per[bench] = BenchmarkDelta(**d.as_dict(), regression=d.low < -config.margin)
@@ -171,6 +226,8 @@ def decide(
         gain = False
         reasons.append(f"primary benchmark {config.primary_benchmark!r} was not evaluated on both models")
     else:
+        delta = BenchmarkDelta(**primary.as_dict(), regression=primary.low < -config.margin)
+        shown = shown.model_copy(update={"delta": delta})
         gain = primary.delta > 0 and primary.delta >= config.min_gain
         gain = gain and (primary.low > 0 or not config.significant_gain)
         what = (
@@ -184,7 +241,8 @@ def decide(
             + ("" if gain else f"; needs ≥ {config.min_gain} and > 0")
         )
     checks["no_regression"], checks["gain"] = not regressed, gain
-    return Verdict(promote=all(checks.values()), reasons=tuple(reasons), checks=checks, per_benchmark=per)
+    return Verdict(promote=all(checks.values()), reasons=tuple(reasons), checks=checks, per_benchmark=per,
+                   primary=shown)  # fmt: skip
 
 
 def apply(

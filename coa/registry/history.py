@@ -1,10 +1,12 @@
 """The nightly history of a model name: one row per night, read side by side.
 
 :func:`night_row` reads a night's own step summaries (tonight's new tasks, the collection, the
-curation, SFT, RL, the candidate's and the champion's evaluations) and the gate's verdict into a
-:class:`NightRow`; :class:`NightlyHistory` keeps one JSON file per night under
+curation, SFT, RL) and the gate's verdict (the candidate's and the champion's value of the gate's
+primary metric on its primary benchmark, each with the gate's bootstrap interval, and their paired
+delta) into a :class:`NightRow`; a night that stopped at "no new tasks" gets a row saying so
+(:func:`stopped_row`: the champion carried over); :class:`NightlyHistory` keeps one JSON file per night under
 ``{root}/nightly-history/{model name}/{night}.json`` (a rerun of a night writes the same row again);
-:func:`plot` draws the champion's primary metric over the nights with its 95% interval, beside each
+:func:`plot` draws the champion's primary metric over the nights with its interval, beside each
 night's candidate. The nightly flow publishes the rows and the plot; ``coa models history NAME``
 prints the rows.
 """
@@ -18,16 +20,18 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from coa import io
+from coa.registry.gate import Estimate, Verdict
 from coa.registry.ledger import read_records
 from coa.settings import Settings
 
 HISTORY_DIR = "nightly-history"
-PRIMARY = "pass@1"
-"""The metric the history shows per night: over all held-out tasks (``metrics["all"]``)."""
+NO_NEW_TASKS = "no new tasks"
+"""Why a night stopped before training (:attr:`NightRow.stopped`)."""
 
 
 class NightRow(BaseModel):
-    """One night: what it collected and kept, what it trained, how the models scored, the verdict."""
+    """One night: what it collected and kept, what it trained, how the models scored on the gate's
+    primary metric (with the gate's bootstrap intervals), the verdict; or where it stopped."""
 
     model_config = ConfigDict(frozen=True)
     night: str
@@ -38,46 +42,75 @@ class NightRow(BaseModel):
     teacher_cost_usd: float | None = Field(description="Their cost; None without prices.")
     sft_steps: int | None = Field(description="SFT optimizer steps run.")
     rl_steps: int | None = Field(description="RL optimizer steps run; None without RL.")
-    candidate: float | None = Field(description=f"The candidate's {PRIMARY} on the held-out tasks.")
-    candidate_se: float | None = Field(description="Its standard error.")
-    champion: float | None = Field(description=f"The champion's {PRIMARY} after tonight's verdict.")
-    champion_se: float | None = Field(description="Its standard error.")
+    metric: str | None = Field(
+        default=None, description="The gate's primary metric on its primary benchmark (``correct on all``)."
+    )
+    confidence: float | None = Field(default=None, description="The confidence of the intervals below.")
+    candidate: float | None = Field(description="The candidate's value of the metric.")
+    candidate_low: float | None = Field(default=None, description="Its bootstrap interval's lower bound.")
+    candidate_high: float | None = Field(default=None, description="Its bootstrap interval's upper bound.")
+    champion: float | None = Field(description="The champion's value after tonight's verdict.")
+    champion_low: float | None = Field(default=None, description="Its bootstrap interval's lower bound.")
+    champion_high: float | None = Field(default=None, description="Its bootstrap interval's upper bound.")
+    delta: float | None = Field(default=None, description="candidate - champion on their paired rows.")
+    delta_low: float | None = Field(default=None, description="The paired bootstrap interval's lower bound.")
+    delta_high: float | None = Field(default=None, description="Its upper bound.")
     promoted: bool = Field(description="Whether the gate promoted the candidate.")
-    reason: str = Field(description="The gate's reasons, joined.")
+    reason: str = Field(description="The gate's reasons, joined (or why the night stopped).")
+    stopped: str | None = Field(
+        default=None, description="Why the night stopped before the gate (``no new tasks``); None: it ran."
+    )
 
 
-def _metric(summary: Mapping[str, Any] | None) -> tuple[float | None, float | None]:
-    if not summary:
-        return None, None
-    overall = summary.get("metrics", {}).get("all", {})
-    return overall.get(PRIMARY), overall.get(f"{PRIMARY}_se")
+def _estimate(value: Estimate | None) -> tuple[float | None, float | None, float | None]:
+    return (None, None, None) if value is None else (value.value, value.low, value.high)
 
 
 def night_row(
     night: str,
     summaries: Mapping[str, Mapping[str, Any]],
-    promoted: bool,
-    reasons: Sequence[str],
-    candidate_eval: str,
-    champion_eval: str,
+    verdict: Verdict,
     new_tasks: str,
 ) -> NightRow:
-    """The row of ``night`` from its steps' summaries (step name -> summary) and the gate's verdict;
-    the step names of the candidate's and champion's evaluations and of tonight's new tasks are the
-    plan's."""
+    """The row of ``night`` from its steps' summaries (step name -> summary) and the gate's verdict
+    (its primary metric and intervals: :class:`~coa.registry.gate.PrimaryMetric`); ``new_tasks``:
+    the plan's step of tonight's new tasks."""
     collect, curate = summaries.get("collect", {}), summaries.get("curate", {})
     tokens = None
     if "prompt_tokens" in collect:
         tokens = int(collect["prompt_tokens"]) + int(collect["completion_tokens"])
-    candidate, candidate_se = _metric(summaries.get(candidate_eval))
-    champion, champion_se = (candidate, candidate_se) if promoted else _metric(summaries.get(champion_eval))
+    primary = verdict.primary
+    candidate = _estimate(primary.candidate if primary else None)
+    champion = candidate if verdict.promote else _estimate(primary.champion if primary else None)
+    delta = primary.delta if primary else None
     return NightRow(
         night=night, tasks_new=summaries.get(new_tasks, {}).get("new"), runs_collected=collect.get("runs"),
         runs_kept=curate.get("rows_kept"), teacher_tokens=tokens, teacher_cost_usd=collect.get("cost_usd"),
         sft_steps=summaries.get("sft", {}).get("steps_run"),
         rl_steps=summaries.get("rl", {}).get("steps_run"),
-        candidate=candidate, candidate_se=candidate_se, champion=champion, champion_se=champion_se,
-        promoted=promoted, reason="; ".join(reasons),
+        metric=f"{primary.metric} on {primary.benchmark}" if primary else None,
+        confidence=primary.confidence if primary else None,
+        candidate=candidate[0], candidate_low=candidate[1], candidate_high=candidate[2],
+        champion=champion[0], champion_low=champion[1], champion_high=champion[2],
+        delta=delta.delta if delta else None, delta_low=delta.low if delta else None,
+        delta_high=delta.high if delta else None,
+        promoted=verdict.promote, reason="; ".join(verdict.reasons),
+    )  # fmt: skip
+
+
+def stopped_row(night: str, summaries: Mapping[str, Mapping[str, Any]], new_tasks: str,
+                earlier: Sequence[NightRow]) -> NightRow:  # fmt: skip
+    """The row of a night that stopped at ``new_tasks`` with none new: nothing collected or trained,
+    the champion (the last earlier night's, if any) stays."""
+    last = next((r for r in reversed(earlier) if r.night < night and r.champion is not None), None)
+    return NightRow(
+        night=night, tasks_new=summaries.get(new_tasks, {}).get("new", 0), runs_collected=0, runs_kept=None,
+        teacher_tokens=0, teacher_cost_usd=None, sft_steps=None, rl_steps=None,
+        metric=last.metric if last else None, confidence=last.confidence if last else None,
+        candidate=None, champion=last.champion if last else None,
+        champion_low=last.champion_low if last else None, champion_high=last.champion_high if last else None,
+        promoted=False, reason="no new tasks tonight: nothing collected or trained; the champion stays",
+        stopped=NO_NEW_TASKS,
     )  # fmt: skip
 
 
@@ -99,7 +132,7 @@ class NightlyHistory:
 
 
 def plot(rows: Sequence[NightRow], name: str) -> str | None:
-    """The champion's primary metric over the nights (95% interval) beside each candidate, as base64
+    """The champion's primary metric over the nights (its bootstrap interval) beside each candidate, as base64
     PNG (:func:`coa.pages.png`); None when no night has a metric."""
     scored = [r for r in rows if r.champion is not None or r.candidate is not None]
     if not scored:
@@ -113,13 +146,17 @@ def plot(rows: Sequence[NightRow], name: str) -> str | None:
 
     fig, ax = plt.subplots(figsize=(6, 3))
     nights = [r.night for r in scored]
-    champ = [(r.night, r.champion, r.champion_se or 0.0) for r in scored if r.champion is not None]
+    champ = [(r.night, r.champion, r.champion_low, r.champion_high) for r in scored if r.champion is not None]
     if champ:
-        ax.errorbar([c[0] for c in champ], [c[1] for c in champ], yerr=[1.96 * c[2] for c in champ],
+        below = [v - (lo if lo is not None else v) for _, v, lo, _ in champ]
+        above = [(hi if hi is not None else v) - v for _, v, _, hi in champ]
+        ax.errorbar([c[0] for c in champ], [c[1] for c in champ], yerr=[below, above],
                     marker="o", capsize=3, label=f"champion of {name}")  # fmt: skip
     cand = [(r.night, r.candidate) for r in scored if r.candidate is not None]
     ax.scatter([c[0] for c in cand], [c[1] for c in cand], marker="x", color="tab:red", label="candidate")
-    ax.set_ylabel(f"{PRIMARY} (held-out)")
+    metric = next((r.metric for r in reversed(scored) if r.metric), "the gate's primary metric")
+    level = next((r.confidence for r in reversed(scored) if r.confidence), None)
+    ax.set_ylabel(metric + (f" ({level:.0%} interval)" if level else ""), fontsize=8)
     ax.set_xticks(range(len(nights)), nights, rotation=30, ha="right")
     ax.legend(fontsize=8)
     return png(fig)

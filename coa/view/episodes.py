@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 import pyarrow as pa
@@ -317,33 +317,58 @@ def _tables(uri: str) -> tuple[str, dict[str, tuple[str, Any]]]:
 
 
 def _read(source: Any, columns: Sequence[str] | None = None) -> pa.Table:
+    """A table's rows from where :func:`_tables` (or :func:`staged_tables`) found it: a committed
+    artifact's table, a loose Parquet file, or a file staged for a commit."""
     if isinstance(source, tuple):
         return io.read_table(source[0], source[1], columns=columns)
+    if isinstance(source, Staged):
+        import pyarrow.parquet as pq
+
+        with source.fs.open(source.path, "rb") as fh:
+            return pq.read_table(fh, columns=columns)
     return io.read_parquet_file(source)
 
 
-def _questions(uri: str, tables: Mapping[str, tuple[str, Any]]) -> dict[str, str]:
-    """task id (and prompt id) -> question: from the artifact's ``rl_prompt.v1`` table, else from
-    the ``task.v1`` tables of the artifacts it was made from (its lineage)."""
-    out: dict[str, str] = {}
-    for sid, source in tables.values():
-        if sid == schemas.RL_PROMPT.id:
-            for r in _read(source, ["prompt_id", "task_id", "prompt"]).to_pylist():
-                user = next((m["content"] for m in r["prompt"] if m["role"] == "user"), "")
-                out[r["prompt_id"]] = out[r["task_id"]] = user
+@dataclasses.dataclass(frozen=True)
+class Staged:
+    """A table written for an artifact not committed yet (the runner's hook reads it before the commit)."""
+
+    fs: Any
+    path: str
+
+
+def upstream_of(uri: str) -> list[io.ArtifactRef]:
+    """The committed artifacts ``uri`` was made from (its lineage's upstream); none for a loose file."""
     ref = io.lookup(uri)
     if ref is None:
-        return out
+        return []
     try:
-        upstream = [u["uri"] for u in io.read_lineage(ref).get("upstream", [])]
+        found = [io.lookup(u["uri"]) for u in io.read_lineage(ref).get("upstream", [])]
     except (OSError, ValueError, io.ArtifactError):
-        return out
-    for up in upstream:
-        up_ref = io.lookup(up)
-        if up_ref is None:
-            continue
+        return []
+    return [r for r in found if r is not None]
+
+
+def _questions(tables: Mapping[str, tuple[str, Any]], upstream: Iterable[io.ArtifactRef]) -> dict[str, str]:
+    """task id (and prompt id) -> question: from the artifact's ``rl_prompt.v1`` table, else from
+    the ``rl_prompt.v1`` (an RL step's prompts) and ``task.v1`` tables of the artifacts it was made
+    from (its lineage)."""
+    out: dict[str, str] = {}
+
+    def prompts(source: Any) -> None:
+        for r in _read(source, ["prompt_id", "task_id", "prompt"]).to_pylist():
+            user = next((m["content"] for m in r["prompt"] if m["role"] == "user"), "")
+            out.setdefault(r["prompt_id"], user)
+            out.setdefault(r["task_id"], user)
+
+    for sid, source in tables.values():
+        if sid == schemas.RL_PROMPT.id:
+            prompts(source)
+    for up_ref in upstream:
         for name, info in up_ref.tables.items():
-            if info.schema_id == schemas.TASK.id:
+            if info.schema_id == schemas.RL_PROMPT.id:  # an RL step's prompts (a conversion's table)
+                prompts((up_ref, name))
+            elif info.schema_id == schemas.TASK.id:
                 for r in io.read_table(up_ref, name, columns=["task_id", "question"]).to_pylist():
                     out.setdefault(r["task_id"], r["question"])
     return out
@@ -357,6 +382,16 @@ def _pick(n: int, cap: int) -> list[int]:
 def _episodes(uri: str, cap: int, side: str = "") -> tuple[tuple[str, ...], list[Episode], int]:
     """(kinds, episodes, total) of every episode table of ``uri``, ``cap`` at most over them all."""
     uri, tables = _tables(uri)
+    return _from_tables(uri, tables, lambda: upstream_of(uri), cap, side)
+
+
+def _from_tables(
+    uri: str,
+    tables: Mapping[str, tuple[str, Any]],
+    upstream: Callable[[], Iterable[io.ArtifactRef]],
+    cap: int,
+    side: str = "",
+) -> tuple[tuple[str, ...], list[Episode], int]:
     held = {name: (sid, src) for name, (sid, src) in tables.items() if sid in EPISODE_SCHEMAS}
     if not held:
         found = ", ".join(f"{n} ({sid or 'no schema id'})" for n, (sid, _) in tables.items())
@@ -365,7 +400,7 @@ def _episodes(uri: str, cap: int, side: str = "") -> tuple[tuple[str, ...], list
             f"artifact, RL rollouts or an evaluation (tables of {', '.join(EPISODE_SCHEMAS)})"
         )
     questions = (
-        _questions(uri, tables)
+        _questions(tables, upstream())
         if any(s in (schemas.ROLLOUT.id, schemas.EVAL.id) for s, _ in held.values())
         else {}
     )
@@ -389,6 +424,19 @@ def _episodes(uri: str, cap: int, side: str = "") -> tuple[tuple[str, ...], list
             episodes += [eval_episode(r, questions, side) for r in rows]
         kinds.append(f"{name} ({sid}, {table.num_rows} rows)")
     return tuple(kinds), episodes, total
+
+
+def from_tables(
+    uri: str,
+    tables: Mapping[str, tuple[str, Any]],
+    upstream: Callable[[], Iterable[io.ArtifactRef]],
+    cap: int = DEFAULT_CAP,
+) -> View:
+    """The episodes of ``tables`` (name -> (schema id, where to read it: :class:`Staged` for a table
+    not committed yet)) of the artifact at ``uri``, made from ``upstream`` (read for the questions an
+    evaluation's or a rollout's rows do not hold), at most ``cap``."""
+    kinds, episodes, total = _from_tables(uri, tables, upstream, cap)
+    return View(uri=uri, kinds=kinds, episodes=tuple(episodes), total=total)
 
 
 def load(uri: str, teacher: str | None = None, cap: int = DEFAULT_CAP) -> View:

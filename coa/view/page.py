@@ -4,7 +4,11 @@
 The episodes are embedded once as JSON (``<script type="application/json">``, ``</`` escaped) and
 the script shows them a page of :data:`PAGE_SIZE` at a time, so a page of tens of thousands of
 episodes opens as fast as the browser parses the JSON. The filters live in the address's fragment
-(``#family=math&verdict=fail&q=paris&page=2``): a filtered view is a link, and the page opens on it.
+(``#family=math&verdict=fail&q=paris&page=2``): a filtered view is a link, and the page opens on it
+(the steps' Prefect artifacts link views such as ``#verdict=fail`` and
+``#kind=quarantined&reason=exact_duplicate``: :mod:`coa.view.links`). ``reason`` matches one part of
+an episode's reason (its parts split at ``:``, ``;`` and ``,``: a quarantine's ``stage: reason:
+detail``), not any text in it.
 Text is always set as text, never as markup: a tool's output cannot inject anything into the page.
 """
 
@@ -60,7 +64,9 @@ def render(view: View, page_size: int = PAGE_SIZE) -> str:
         for r in ("think", "plan", "tool_call", "observation", "reflection", "verification", "answer")
     )
     filters = (
-        _select("family", "family") + _select("verdict", "verdict") + _select("status", "status")
+        _select("kind", "kind") + _select("family", "family") + _select("verdict", "verdict")
+        + _select("status", "status")
+        + '<label>reason <input type="search" id="f-reason" placeholder="e.g. exact_duplicate"></label>'
         + '<label>reward <input type="number" step="any" id="f-rmin" placeholder="min">'
         '<input type="number" step="any" id="f-rmax" placeholder="max"></label>'
         '<label>tokens <input type="number" id="f-lmin" placeholder="min">'

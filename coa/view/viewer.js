@@ -4,7 +4,7 @@ window.addEventListener('error',ev=>{errors.textContent+=String(ev.message)+'\n'
 const D=JSON.parse(document.getElementById('coa-data').textContent);
 const E=D.episodes,T=D.teacher,PAGE=D.page_size,COLLAPSE=D.collapse;
 const byTask={};T.forEach(t=>{(byTask[t.task]=byTask[t.task]||[]).push(t);});
-const KEYS=['family','verdict','status','rmin','rmax','lmin','lmax','q','page'];
+const KEYS=['kind','family','verdict','status','reason','rmin','rmax','lmin','lmax','q','page'];
 let S={};
 function el(tag,cls,text){const n=document.createElement(tag);if(cls)n.className=cls;if(text!=null)n.textContent=String(text);return n;}
 function readHash(){S={};const h=new URLSearchParams(location.hash.slice(1));KEYS.forEach(k=>{S[k]=h.get(k)||'';});
@@ -17,7 +17,10 @@ let hay=null;
 function haystack(e,i){if(!hay)hay=new Array(E.length);if(hay[i]===undefined)
   hay[i]=(e.q+'\n'+e.id+'\n'+e.task+'\n'+e.reason+'\n'+e.steps.map(s=>s[2]).join('\n')).toLowerCase();return hay[i];}
 function num(v){return v===''?null:Number(v);}
+function reasons(e){return e.reason.toLowerCase().split(/[:;,]\s*/).map(x=>x.trim());}
 function match(e,i){
+  if(S.kind&&e.kind!==S.kind)return false;
+  if(S.reason&&reasons(e).indexOf(S.reason.toLowerCase().trim())<0)return false;
   if(S.family&&e.family!==S.family)return false;
   if(S.verdict&&e.verdict!==S.verdict)return false;
   if(S.status&&e.status!==S.status)return false;
@@ -71,7 +74,7 @@ function render(){writeHash();
     else list.appendChild(card(e));});
   if(!document.body.dataset.ready)document.body.dataset.readyMs=String(Math.round(performance.now()));
   document.body.dataset.ready='1';}
-options('f-family','family');options('f-verdict','verdict');options('f-status','status');
+options('f-kind','kind');options('f-family','family');options('f-verdict','verdict');options('f-status','status');
 readHash();
 KEYS.forEach(k=>{const i=document.getElementById('f-'+k);if(!i)return;
   i.addEventListener('input',()=>{S[k]=i.value;if(k!=='page')S.page='';render();});});

@@ -6,7 +6,7 @@ twice the tasks: only the new half is collected, curated together with night 1's
 from the champion and gated against it; its gate is set so no candidate can pass (a gain of 1.0),
 so it is refused: the run still completes, the champion stays, and the reasons are in the registry
 history and in the ``nightly-demo-gate`` Prefect artifact. A rerun of night 2 reuses every artifact and
-records nothing twice.
+records nothing twice. Night 3 offers no new task: it stops there, and its history row says so.
 """
 
 from __future__ import annotations
@@ -124,7 +124,18 @@ def test_two_nights_promote_then_refuse(
     rerun_s = time.perf_counter() - start
     assert again["refs"] == refs and all(s["status"] == "reused" for s in again["stages"] if s["artifact"])
     assert len(reg.history("agent")) == 2  # nothing recorded twice
+    # night 3 offers night 2's tasks again: none is new, so it stops there and its row says so
+    start = time.perf_counter()
+    third = nightly(config_path="configs/demo.yaml", overrides=second_overrides, night="2026-01-03")
+    stop_s = time.perf_counter() - start
+    assert (
+        isinstance(third, dict)
+        and third["outcome"] == "no new tasks"
+        and set(third["seconds"]) <= {"synthetic", "nightly.new_tasks"}
+    )
+    assert reg.resolve("agent") == first["candidate"] and len(reg.history("agent")) == 2
     _check_history([first, second])
+    print(f"night 3 (no new tasks) {stop_s:.1f} s")
     print(f"\nnightly timings: night 1 {night1_s:.1f} s, night 2 {night2_s:.1f} s, rerun {rerun_s:.1f} s")
     print(f"night 1 steps: {first['seconds']}\nnight 2 steps: {second['seconds']}")
 
@@ -138,9 +149,20 @@ def _check_history(nights: list[dict[str, Any]]) -> None:
     from typer.testing import CliRunner
 
     from coa.cli import app
+    from coa.registry.config import GateConfig
+    from coa.registry.gate import estimate
 
+    gate = GateConfig(bootstrap_samples=200)  # NIGHT's gate: primary metric `correct` on `all`
     rows = json.loads(asyncio.run(_artifact("nightly-demo-history")))
-    assert [r["night"] for r in rows] == ["2026-01-01", "2026-01-02"]
+    assert [r["night"] for r in rows] == ["2026-01-01", "2026-01-02", "2026-01-03"]
+    stopped = rows.pop()
+    assert (
+        stopped["stopped"] == "no new tasks" and stopped["tasks_new"] == 0 and stopped["runs_collected"] == 0
+    )
+    assert stopped["candidate"] is None and not stopped["promoted"] and "no new tasks" in stopped["reason"]
+    assert [stopped[k] for k in ("champion", "champion_low", "champion_high")] == [
+        rows[1][k] for k in ("champion", "champion_low", "champion_high")
+    ]  # the champion stays, with its interval
     for row, night in zip(rows, nights, strict=True):
         refs = night["refs"]
         collected = io.read_lineage(refs["collect"]["uri"])["result"]["summary"]
@@ -155,12 +177,31 @@ def _check_history(nights: list[dict[str, Any]]) -> None:
         metrics = json.loads(io.read_file(refs["evaluate.candidate"]["uri"], "metrics.json"))["families"][
             "all"
         ]
-        assert row["candidate"] == metrics["pass@1"] and row["candidate_se"] == metrics["pass@1_se"]
+        # the gate's primary metric with the gate's bootstrap interval, from the night's evaluation
+        table = io.read_table(refs["evaluate.candidate"]["uri"], "eval")
+        own = estimate(table, gate)
+        assert own is not None and row["metric"] == "correct on all" and row["confidence"] == 0.95
+        assert (row["candidate"], row["candidate_low"], row["candidate_high"]) == (
+            own.value,
+            own.low,
+            own.high,
+        )
+        assert row["candidate"] == pytest.approx(metrics["pass@1"]) and own.low <= own.value <= own.high
         assert row["promoted"] == night["verdict"]["promote"]
         assert row["reason"] == "; ".join(night["verdict"]["reasons"])
     assert rows[0]["champion"] == rows[0]["candidate"]  # promoted: the candidate is the champion
+    assert rows[0]["champion_low"] == rows[0]["candidate_low"] and rows[0]["delta"] is None  # none to pair
     champion = io.read_file(nights[1]["refs"]["evaluate.champion"]["uri"], "metrics.json")
-    assert rows[1]["champion"] == json.loads(champion)["families"]["all"]["pass@1"]  # refused: it stays
+    assert rows[1]["champion"] == pytest.approx(json.loads(champion)["families"]["all"]["pass@1"])  # it stays
+    champ = estimate(io.read_table(nights[1]["refs"]["evaluate.champion"]["uri"], "eval"), gate, 1)
+    assert champ is not None and (rows[1]["champion_low"], rows[1]["champion_high"]) == (
+        champ.low,
+        champ.high,
+    )
+    delta = nights[1]["verdict"]["primary"]["delta"]  # the paired delta the gain check read
+    assert (rows[1]["delta"], rows[1]["delta_low"], rows[1]["delta_high"]) == (
+        delta["delta"], delta["low"], delta["high"],
+    ) and delta["low"] <= delta["delta"] <= delta["high"]  # fmt: skip
     plot = asyncio.run(_artifact("nightly-demo-history-plot"))
     assert "data:image/png;base64," in plot
     from unittest import mock
@@ -172,3 +213,4 @@ def _check_history(nights: list[dict[str, Any]]) -> None:
         printed = CliRunner().invoke(app, ["models", "history", "agent"])
     assert printed.exit_code == 0, printed.output
     assert "2026-01-01" in printed.output and "2026-01-02" in printed.output and "refused" in printed.output
+    assert "stopped (no new tasks)" in printed.output and "bootstrap interval" in printed.output

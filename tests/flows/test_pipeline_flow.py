@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -86,6 +87,27 @@ def test_pipeline_runs_built_stages_and_reports_the_rest(
         and row["teacher_tokens_per_task"] > 0
         for row in result.comparison
     )
+    # every step that holds episodes committed its viewer page; the training report's pairs the last
+    # evaluation with the teacher's held-out runs (coa.view.commit)
+    from coa.view.commit import LINEAGE_KEY, PAGE_FILE
+
+    pages = {
+        name: io.read_lineage(ref.uri)[LINEAGE_KEY]
+        for name, ref in refs.items()
+        if PAGE_FILE in io.open_artifact(ref.uri).files
+    }
+    assert {"collect", "curate", "convert", "rl", "evaluate.before", "evaluate.after_rl", "report"} <= set(
+        pages
+    )
+    assert pages["curate"]["total"] == 15 and pages["evaluate.after_rl"]["shown"] == 5
+    assert pages["report"]["teacher"] == refs["collect.heldout"].uri and pages["report"]["shown"] == 5
+    assert "synthetic" not in pages and "sft" not in pages  # tasks and models are not episodes
+    text = (Path(io.filesystem(refs["rl"].uri)[1]) / PAGE_FILE).read_text()
+    embedded = text.split('id="coa-data">', 1)[1].split("</script>", 1)[0].replace("<\\/", "</")
+    rollouts = json.loads(embedded)["episodes"]  # each with its question, from the RL step's prompts
+    assert len(rollouts) == pages["rl"]["total"] > 0 and all(e["q"] for e in rollouts)
+    cost = sum(p["seconds"] for p in pages.values()), sum(p["bytes"] for p in pages.values()) / 1e6
+    print(f"\n{len(pages)} episodes pages: {cost[0]:.2f} s, {cost[1]:.1f} MB")
 
     again = pipeline(config_path="configs/demo.yaml", overrides=SMALL)
     assert again.refs == refs  # same inputs: the same artifacts

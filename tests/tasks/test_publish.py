@@ -29,6 +29,7 @@ from coa.evaluate import step as evaluate_step
 from coa.evaluate.summary import EvalSummary, TrainingReportSummary
 from coa.settings import Settings
 from coa.steps import Step, StepResult
+from coa.view import commit
 from tasks.publish import publish
 
 pytestmark = pytest.mark.slow
@@ -85,6 +86,14 @@ def _committed(root: str, kind: str, summary: Any) -> StepResult:
     writer = io.Store(root, Settings.from_env()).writer(kind, "demo", {"kind": kind})
     writer.write_file("report.html", _report(f"{kind} report"))
     writer.write_file("data_docs/index.html", "<p>expectations</p>")
+    # the viewer's page as the runner's hook records it (tests/view/test_viewer.py builds real ones)
+    writer.write_file(commit.PAGE_FILE, f"<p>episodes of {kind}</p>")
+    writer.extra_lineage[commit.LINEAGE_KEY] = {
+        "file": commit.PAGE_FILE,
+        "shown": 2,
+        "total": 9,
+        "teacher": None,
+    }
     ref = writer.commit()
     summary = summary.model_copy(update={"report": io.join(ref.uri, "report.html")})
     return StepResult(kind, ref, False, summary.to_dict())
@@ -135,10 +144,19 @@ def test_reports_render_in_the_ui_from_a_local_store(server: None, tmp_path: Any
     (metrics,) = _rows(arts["pipeline-demo-evaluate-sft-metrics"])  # the terminal's display cells
     assert metrics["family"] == "math" and metrics["tasks"] == "4" and metrics["pass@1 ± se"] == "50.0%"
     assert _rows(arts["pipeline-demo-report-comparison"])[0]["acc. after"] == 0.5
+    for step, kind in (("curate", "curated"), ("evaluate-sft", "eval"), ("report", "report")):
+        link = arts[f"pipeline-demo-{step}-episodes"]  # every step with a page links it
+        assert link.type == "markdown" and "a sample of 2 of 9 episodes, evenly spaced" in link.description
+        assert f"(file://{tmp_path}/store/{kind}/demo-" in link.data and "/episodes.html)" in link.data
+    curated = arts["pipeline-demo-curate-episodes-sample"].data
+    assert "[quarantined as wrong (2)](file://" in curated
+    assert "episodes.html#kind=quarantined&reason=wrong)" in curated and "#kind=run)" in curated
+    assert "[failed](file://" in arts["pipeline-demo-evaluate-sft-episodes-sample"].data
 
 
 def test_reports_on_s3_link_to_presigned_urls_a_browser_opens(server: None, s3_root: str) -> None:
-    page = _published(s3_root)["pipeline-demo-curate-report"].data
+    arts = _published(s3_root)
+    page = arts["pipeline-demo-curate-report"].data
     first = page.splitlines()[0]
     assert first.startswith("[Open the full report](http://127.0.0.1:") and "Signature=" in first, first
     url = first.split("](", 1)[1].split(")", 1)[0]
@@ -146,6 +164,12 @@ def test_reports_on_s3_link_to_presigned_urls_a_browser_opens(server: None, s3_r
     assert report.status_code == 200 and "<h2>Headline</h2>" in report.text  # no credentials needed
     docs = page.split('<a href="', 1)[1].split('"', 1)[0]  # the relative link, presigned too
     assert "data_docs/index.html" in docs and httpx.get(docs, timeout=10).text == "<p>expectations</p>"
+    link = arts["pipeline-demo-evaluate-sft-episodes"].data
+    url = link.split("](", 1)[1].split(")", 1)[0]
+    assert "Signature=" in url and httpx.get(url, timeout=10).text == "<p>episodes of eval</p>"
+    failed = arts["pipeline-demo-evaluate-sft-episodes-sample"].data.split("[failed](", 1)[1].split(")", 1)[0]
+    assert "Signature=" in failed and failed.endswith("#verdict=fail")  # the filter outside the signature
+    assert httpx.get(failed, timeout=10).text == "<p>episodes of eval</p>"
 
 
 def test_a_report_that_cannot_be_read_is_one_line_not_a_failed_step(tmp_path: Any) -> None:

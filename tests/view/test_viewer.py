@@ -14,6 +14,7 @@ from __future__ import annotations
 import html.parser
 import json
 import os
+import re
 import shutil
 import subprocess
 import tempfile
@@ -28,10 +29,15 @@ import schemas
 from coa import io
 from coa.cli import app
 from coa.evaluate.config import EvalConfig
+from coa.evaluate.present import VERDICTS
 from coa.evaluate.stage import evaluate_tasks
+from coa.facts import Link, Markdown
+from coa.plan.stages import STAGES, facts
 from coa.rollout import Codec
 from coa.rollout.policies.scripted import ScriptedPolicy
-from coa.view import episodes, page
+from coa.steps import StepResult
+from coa.view import commit, episodes, page
+from coa.view.links import sample_links
 from coa.view.serve import PageServer
 from tests.rl.conftest import codec, tiny_model  # noqa: F401 (fixtures)
 from tests.rl.test_curate_rollouts import last_uri, rollout_rows, task_rows
@@ -45,6 +51,8 @@ pytestmark = [
     ),
 ]
 REPO = Path(__file__).resolve().parents[2]
+LINK = re.compile(r"\[([^\]]+)\]\(([^)]+)\)")
+"""A markdown link: (label, URL)."""
 
 
 class Dom(html.parser.HTMLParser):
@@ -210,6 +218,10 @@ def test_sft_page_marks_exactly_the_stored_observation_spans(
     artifacts: dict[str, str], tmp_path: Path
 ) -> None:
     path = page.write(episodes.load(artifacts["sft"]), tmp_path / "sft.html")
+    converted = io.lookup(artifacts["sft"])  # `coa convert` committed its page with its tables
+    assert converted is not None and commit.PAGE_FILE in converted.files
+    recorded = io.read_lineage(converted)[commit.LINEAGE_KEY]
+    assert recorded["shown"] == recorded["total"] == len(episodes.load(artifacts["sft"]).episodes)
     rows = {r["example_id"]: r for r in io.read_table(artifacts["sft"], "sft").to_pylist()}
     dom, console = load(path)
     one, _ = load(path, f"q={next(iter(rows))}", screenshot=shoot(tmp_path, "sft"))
@@ -253,11 +265,32 @@ def test_rollouts_and_curation_show_rewards_masks_and_quarantine_reasons(
     rewarded = sum(r["reward"] >= 1.0 for r in rows)
     high, _ = load(rollouts, "rmin=1")
     assert count(high) == rewarded and 0 < rewarded < 12
-    curated = page.write(episodes.load(artifacts["curated"]), tmp_path / "curated.html")
-    dom, console = load(curated, "status=quarantined", screenshot=shoot(tmp_path, "curated"))
+    # the page `coa curate` committed with its artifact, opened on the links its Prefect artifacts give
+    ref = io.lookup(artifacts["curated"])
+    assert ref is not None and commit.PAGE_FILE in ref.files  # in the manifest: committed with the tables
+    recorded = io.read_lineage(ref)[commit.LINEAGE_KEY]
+    assert {k: recorded[k] for k in ("file", "shown", "total", "teacher")} == {
+        "file": commit.PAGE_FILE, "shown": 4, "total": 4, "teacher": None,
+    }  # fmt: skip
+    curated = Path(io.filesystem(ref.uri)[1]) / commit.PAGE_FILE
+    assert recorded["bytes"] == curated.stat().st_size and recorded["seconds"] > 0
+    shown = facts(
+        STAGES["curate"], StepResult("curate", ref, True, io.read_lineage(ref)["result"]["summary"])
+    )
+    links = dict(
+        LINK.findall(
+            next(f.text for f in shown.items if isinstance(f, Markdown) and f.what == "episodes-sample")
+        )
+    )
+    assert next(f.url for f in shown.items if isinstance(f, Link)) == curated.as_uri()
+    reason = links["quarantined as exact_duplicate (3)"]
+    assert reason == f"{curated.as_uri()}#kind=quarantined&reason=exact_duplicate"
+    dom, console = load(curated, reason.split("#")[1], screenshot=shoot(tmp_path, "curated"))
     no_errors(curated, dom, console)
     reasons = io.read_table(artifacts["curated"], "quarantine").column("reason").to_pylist()
     assert count(dom) == len(reasons) == 3 and {c["data-kind"] for c in dom.cards} == {"quarantined"}
+    kept, _ = load(curated, links["kept runs (1)"].split("#")[1])
+    assert count(kept) == 1 and {c["data-kind"] for c in kept.cards} == {"run"}
     text = curated.read_text()
     assert all(f"curate: {r}" in text for r in reasons)  # the reason shown with its stage and detail
 
@@ -282,8 +315,27 @@ def test_evaluation_beside_the_teacher_pairs_episodes_by_task(
     assert all(
         s["q"] for s in [e.to_json() for e in episodes.load(artifacts["eval"], artifacts["runs"]).episodes]
     )
-    failed, _ = load(path, "verdict=fail")
-    assert count(failed) == 2
+    # an evaluation report's committed page: the evaluation beside the teacher, opened on its link
+    store = io.Store(str(Path(io.filesystem(artifacts["eval"])[1]).parents[1]))
+    w = store.writer("eval-report", "viewer", {"test": "viewer"})
+    w.extra_lineage["inputs"] = {
+        "candidate": {"uri": artifacts["eval"], "table": "eval"},
+        "teacher": {"uri": artifacts["runs"], "table": "trajectories"},
+    }
+    w.write_file("report.html", "<html><body>report</body></html>")
+    assert commit.commit_page(w) == 4
+    report = w.commit()
+    sample = sample_links(report, "Failed and passed episodes", VERDICTS)
+    assert sample is not None and "each beside the teacher's runs on its task" in sample.text
+    links = dict(LINK.findall(sample.text))
+    committed = Path(io.filesystem(report.uri)[1]) / commit.PAGE_FILE
+    assert links == {
+        "failed": f"{committed.as_uri()}#verdict=fail",
+        "passed": f"{committed.as_uri()}#verdict=pass",
+    }
+    failed, _ = load(committed, "verdict=fail")
+    assert count(failed) == 2 and {c["data-side"] for c in failed.cards} == {"student", "teacher"}
+    assert all(c["data-task"] == c["pair"] for c in failed.cards)
 
 
 def test_large_artifacts_are_sampled_and_say_so_and_the_page_is_served(
