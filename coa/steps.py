@@ -37,9 +37,9 @@ import logging
 import os
 import socket
 from collections.abc import Callable, Iterable, Mapping
-from typing import Any, Self
+from typing import Any
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel
 
 from coa import io, tracking
 from coa.attempts import clear_failed, mark_failed
@@ -50,35 +50,10 @@ from coa.inputs import ModelInput, StepInput, TableInput, Upstream, accepted_con
 from coa.io import ArtifactRef
 from coa.progress import Progress
 from coa.resources import BuildResources, measure, release_free_memory
+from coa.summary import StepSummary
 from coa.version import files_version, step_files
 
 log = logging.getLogger(__name__)
-
-
-class StepSummary(BaseModel):
-    """What a step reports, typed: each stage declares its subclass beside its step.
-
-    A build hands its summary to :meth:`Build.report`; the runner serializes it once
-    (:meth:`to_dict`) into ``_lineage.json`` and the :class:`StepResult`, so a fresh build and a
-    reused one give readers the same JSON, which they parse with :meth:`from_dict` and read by field.
-
-    Reading is tolerant: keys an older artifact did not store take their defaults, keys it stored
-    that this version no longer reads are ignored. Writing stores the fields the build set (a field
-    left at its default is not written), so the stored JSON is what the step reported, as before the
-    summaries were typed.
-    """
-
-    # stored JSON of any version reads back; a NaN metric is stored as NaN (as json.dumps writes it)
-    model_config = ConfigDict(frozen=True, extra="ignore", ser_json_inf_nan="constants")
-
-    @classmethod
-    def from_dict(cls, summary: Mapping[str, Any]) -> Self:
-        """The summary a step result or a stored lineage record holds."""
-        return cls.model_validate(dict(summary))
-
-    def to_dict(self, exclude: set[str] | None = None) -> dict[str, Any]:
-        """The JSON the runner stores in lineage: the fields the build set (less ``exclude``)."""
-        return self.model_dump(mode="json", exclude_unset=True, exclude=exclude)
 
 
 @dataclasses.dataclass

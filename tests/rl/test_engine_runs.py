@@ -14,11 +14,11 @@ import httpx
 import pyarrow.parquet as pq
 import pytest
 
+from coa.kit.run import CHECKPOINTS_DIR
 from coa.rl.config import RLResult
 from coa.rl.grpo import run_rl
 from coa.rl.server import WeightSync
 from coa.tools.config import ToolsConfig
-from coa.train.kit.run import CHECKPOINTS_DIR
 from tests.serve.conftest import ServeProcess
 from tests.torch_threads import one_torch_thread  # noqa: F401 (autouse fixture)
 
