@@ -24,7 +24,8 @@ generation / tools / training, optimizer steps/s. A random-init student writes n
 running, so the tool share is a floor. ``--quick`` is the CPU dry run (tiny shape, a few short
 requests, one small step: every part but the CUDA work).
 
-    python bench/bench_rl_gpu.py --prompts rl.parquet --sft-data sft.parquet --out /tmp/bench-rl \\
+    python bench/bench_rl_gpu.py --prompts rl.parquet --encyclopedia encyclopedia.parquet \\
+        --sft-data sft.parquet --out /tmp/bench-rl \\
         [--steps 3] [--group 8] [k=v ...]   # k=v go to the RL run config, e.g. rollout.backend=hf_batched
 """
 
@@ -185,7 +186,13 @@ def rollouts(args: argparse.Namespace, bench: Bench, model_dir: Path) -> dict[st
 
 
 def launch(
-    model: Path, prompts: Path, out: Path, steps: int, overrides: list[str], timeout: float | None = None
+    model: Path,
+    prompts: Path,
+    out: Path,
+    steps: int,
+    overrides: list[str],
+    timeout: float | None = None,
+    encyclopedia: Path | None = None,
 ) -> tuple[dict, float]:
     """The RL stage's entry point under accelerate; its ``rl_result.json`` and wall time. Past
     ``timeout`` seconds the whole process group is killed (the trainer runs in a child of the
@@ -197,6 +204,8 @@ def launch(
         # a random-init student earns no reward: every group has zero variance, and dynamic sampling
         # would refill each batch (5x the episodes a step on CPU, 2026-11-27); the bench times one batch
         "max_refill_rounds": 0,
+        # the pages the prompts' tasks were drawn from: what the rollouts' local search serves
+        "encyclopedia": str(encyclopedia) if encyclopedia is not None else None,
     }  # fmt: skip
     shutil.rmtree(out, ignore_errors=True)  # a fresh run each time (never a resume of the last bench)
     out.mkdir(parents=True)
@@ -259,7 +268,9 @@ def rl_step(args: argparse.Namespace, bench: Bench, model: Path) -> dict[str, An
     if args.quick:
         overrides = ["prompts_per_step=2", "group_size=2", "max_total_tokens=96", *overrides]
     try:
-        result, wall = launch(model, args.prompts, args.out / "rl", args.steps, overrides, args.rl_timeout)
+        result, wall = launch(
+            model, args.prompts, args.out / "rl", args.steps, overrides, args.rl_timeout, args.encyclopedia
+        )
     except (TimeoutError, RuntimeError) as e:  # the rollout figures above are still recorded
         print(f"rl step: {e}", flush=True)
         bench.figure("rl_step", {"error": str(e)[-2000:], "overrides": overrides})
@@ -304,6 +315,12 @@ def run(args: argparse.Namespace, bench: Bench) -> None:
 def arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--prompts", type=Path, required=True, help="rl_prompt.v1 Parquet file")
     p.add_argument("--sft-data", type=Path, required=True, help="sft.v1 rows (tokenizer; completion lengths)")
+    p.add_argument(
+        "--encyclopedia",
+        type=Path,
+        help="document.v1 Parquet the RL step's local search serves (the synthetic step's encyclopedia "
+        "table: gpu-prepare.sh writes .gpu/encyclopedia.parquet); without it RL must not search locally",
+    )
     p.add_argument("--out", type=Path, required=True)
     p.add_argument("--steps", type=int, default=3, help="RL optimizer steps")
     p.add_argument("--shape", default="0.5b", choices=["0.5b", "1.5b", "tiny"], help="bench_sft_gpu's shapes")

@@ -176,10 +176,12 @@ def _node(uri: str, lineage: dict[str, Any]) -> Node:
 
 
 def _dedup(edges: list[Edge]) -> list[Edge]:
+    """Each (child, parent, role) once; two roles read from one parent (a step's tasks and its
+    encyclopedia, both from the synthetic step) stay two edges."""
     seen, out = set(), []
     for e in edges:
-        if (e.child, e.parent) not in seen:
-            seen.add((e.child, e.parent))
+        if (e.child, e.parent, e.role) not in seen:
+            seen.add((e.child, e.parent, e.role))
             out.append(e)
     return out
 

@@ -47,7 +47,7 @@ step "env: the carried wheels, bwrap, versions, every module the parts will reac
 # the wheel gives the package's metadata (its version) and the console script
 export PYTHONPATH=$PWD:$SITE
 mkdir -p "$SITE/bin" && install -m 755 .gpu/bin/bwrap "$SITE/bin/bwrap" && export PATH=$SITE/bin:$PATH
-SFT=.gpu/sft.parquet RL=.gpu/rl.parquet STORE=$WORK/store
+SFT=.gpu/sft.parquet RL=.gpu/rl.parquet DOCS=.gpu/encyclopedia.parquet STORE=$WORK/store
 [ -d "$STORE" ] || cp -r .gpu/store "$STORE"
 export COA_STORAGE_ROOT=$STORE
 
@@ -113,21 +113,22 @@ part() {  # NAME BOUND: each part logs to $OUT/NAME.log and writes its record as
       timeout -k 10 "$2" "$PY" bench/bench_sft_gpu.py "${quick[@]}" --data "$SFT" --out "$WORK/bench" \
         --shapes "$shape" --steps 30 "${sweep[@]}" --json "$OUT/$1.json" ;;
     rl)
-      timeout -k 10 "$2" "$PY" bench/bench_rl_gpu.py "${quick[@]}" --prompts "$RL" --sft-data "$SFT" --out "$WORK/bench" \
+      timeout -k 10 "$2" "$PY" bench/bench_rl_gpu.py "${quick[@]}" --prompts "$RL" --encyclopedia "$DOCS" --sft-data "$SFT" --out "$WORK/bench" \
         --n-prompts 8 --group 8 --max-new-tokens 384 --steps 2 --rl-timeout $(($2 / 2)) --json "$OUT/rl.json" "${backend[@]}" ;;
     profile)
       timeout -k 10 "$2" "$PY" bench/bench_sft_gpu.py "${quick[@]}" --data "$SFT" --out "$WORK/demo-gpu" \
         --profile configs/demo-gpu.yaml --steps 300 --json "$OUT/profile.json" ;;
     profile-rl)
-      timeout -k 10 "$2" "$PY" bench/bench_rl_gpu.py "${quick[@]}" --prompts "$RL" --sft-data "$SFT" \
+      timeout -k 10 "$2" "$PY" bench/bench_rl_gpu.py "${quick[@]}" --prompts "$RL" --encyclopedia "$DOCS" --sft-data "$SFT" \
         --out "$WORK/demo-gpu-rl" --profile configs/demo-gpu.yaml --steps 2 --rl-timeout $(($2 / 2)) \
         --json "$OUT/profile-rl.json" "${backend[@]}" ;;
     demo)
       # every CPU step must be in the carried store for this code (their keys hold its hash): else it stops
       # at once (exit 4) instead of collecting on device time; a rerun on the warm machine resumes
       # shellcheck disable=SC2086
+      # --no-pages: device seconds go to the GPU steps, not the viewer's pages (`coa view` makes them later)
       timeout -k 10 "$2" "$PY" infra/run_plan.py -c configs/demo-gpu.yaml $DEMO_OVERRIDES --expect-reused cpu \
-        --json "$OUT/demo-gpu.json" ;;
+        --no-pages --json "$OUT/demo-gpu.json" ;;
     *) echo "error: unknown part '$1' (sft rl demo; optional: tests sft-1.5b sft-sweep profile profile-rl)" >&2
       return 2 ;;
   esac

@@ -8,7 +8,8 @@
 #   .gpu/   store/: configs/demo-gpu.yaml's steps that run no model (tasks, the offline teacher's runs,
 #           the held-out ones included, curation, conversion: `infra/run_plan.py --cpu-steps`) for
 #           `gpu-check.sh demo` to reuse; sft.parquet and rl.parquet, the converted examples and RL
-#           prompts the benches train on (read from that store); package-version, the version those
+#           prompts the benches train on, and encyclopedia.parquet, the synthetic step's encyclopedia
+#           their tasks were drawn from (what the RL bench's local search serves), read from that store; package-version, the version those
 #           steps' keys hold (coa/version.py); bin/bwrap, the code tool's sandbox (~70 KB)
 #
 # Both travel as the device call's `carry` paths; with the tree, 64 MiB in all (tests/infra/test_twin.py
@@ -68,8 +69,9 @@ if [[ " $PARTS " == *" data "* ]]; then
   # from the project's wheel it installs, and the source's hash), for `gpu-check.sh demo` to reuse.
   # GPU_PREPARE_OVERRIDES: profile overrides (the twin's smaller tasks); the check's demo uses the same.
   # shellcheck disable=SC2086
+  # --no-pages: the viewer's pages (~9 MB an artifact of episodes) would not fit the device call's 64 MiB
   COA_STORAGE_ROOT=$tmp/store PYTHONPATH=. "$PY" infra/run_plan.py -c configs/demo-gpu.yaml \
-    ${GPU_PREPARE_OVERRIDES:-} --cpu-steps >"$tmp/prepare.log" 2>&1 || { tail -40 "$tmp/prepare.log" >&2; exit 1; }
+    ${GPU_PREPARE_OVERRIDES:-} --cpu-steps --no-pages >"$tmp/prepare.log" 2>&1 || { tail -40 "$tmp/prepare.log" >&2; exit 1; }
   grep -E '^--- .*: (built|reused)' "$tmp/prepare.log" | sed 's/^--- /  /'
   rm "$tmp/prepare.log"
   # the benches' rows: the converted examples and RL prompts, read from the store's convert step
@@ -94,8 +96,14 @@ if ref is None:
     sys.exit(f"error: the convert step is not in the store {store.root} ({convert.status})")
 pq.write_table(io.read_table(ref, "sft"), out / "sft.parquet")
 pq.write_table(io.read_table(ref, "rl_prompts"), out / "rl.parquet")
+(synthetic,) = [p for p in preview(steps, store) if p.name == "synthetic"]
+tasks = io.lookup(synthetic.uri, store.settings) if synthetic.uri else None
+if tasks is None:
+    sys.exit(f"error: the synthetic step is not in the store {store.root} ({synthetic.status})")
+pq.write_table(io.read_table(tasks, "encyclopedia"), out / "encyclopedia.parquet")  # what RL's search serves
 print(f"data: {pq.read_metadata(out / 'sft.parquet').num_rows} sft.v1 examples, "
-      f"{pq.read_metadata(out / 'rl.parquet').num_rows} RL prompts")
+      f"{pq.read_metadata(out / 'rl.parquet').num_rows} RL prompts, "
+      f"{pq.read_metadata(out / 'encyclopedia.parquet').num_rows} encyclopedia pages")
 PY
   "$PY" -c "import importlib.metadata as m; print(m.version('coa-pipeline'))" >"$tmp/package-version"
   rm -rf "$DEST/.gpu" && mv "$tmp" "$DEST/.gpu"

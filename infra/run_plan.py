@@ -48,6 +48,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--until", help="stop after this step (its name as `coa run --dry-run` lists it)")
     parser.add_argument("--json", type=Path, help="write the stage table and the comparison here")
     parser.add_argument(
+        "--no-pages",
+        action="store_true",
+        help="commit no viewer page (episodes.html) with the artifacts: what gpu-prepare.sh carries to a "
+        "device counts against its 64 MiB, and a page of 2,000 runs is ~9 MB (`coa view` makes one later)",
+    )
+    parser.add_argument(
         "--cpu-steps",
         action="store_true",
         help="run only the steps that run no model nor read its output",
@@ -95,7 +101,9 @@ def main(argv: list[str] | None = None) -> int:
         for step in steps:
             began = time.monotonic()
             print(f"--- {step.name} (at {began - started:.0f} s)", flush=True)
-            done[step.name] = result = run_step(step, store, done, finish=commit_page)
+            done[step.name] = result = run_step(
+                step, store, done, finish=None if args.no_pages else commit_page
+            )
             how = "reused" if result.reused else "built"
             print(f"--- {step.name}: {how} in {time.monotonic() - began:.1f} s: {result.ref.uri}", flush=True)
             if headline := result.summary.get("headline"):  # an evaluation's accuracies, said as it ends:

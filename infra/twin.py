@@ -229,10 +229,50 @@ def ensure_venv(path: Path) -> Path:
     )
     for note in notes:
         print(f"twin: {note}", flush=True)
-    pip = [str(python), "-m", "pip", "install", "-q", "--disable-pip-version-check", "--no-deps"]
-    subprocess.run([*pip, *reqs], check=True)
+    site = Path(
+        subprocess.run(
+            [str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+            capture_output=True, text=True, check=True,
+        ).stdout.strip()
+    )  # fmt: skip
+    rest = [req for req in reqs if not _link_installed(req, site)]
+    print(f"twin: {len(reqs) - len(rest)} packages linked from this environment (same version), "
+          f"{len(rest)} installed by pip", flush=True)  # fmt: skip
+    if rest:
+        pip = [str(python), "-m", "pip", "install", "-q", "--disable-pip-version-check", "--no-deps"]
+        subprocess.run([*pip, *rest], check=True)
     (path / ".twin-stamp").write_text(stamp)
     return python
+
+
+def _link_installed(req: str, site: Path) -> bool:
+    """Install ``name==version`` into ``site`` by hard-linking the files this environment's copy of that
+    very version holds (its RECORD: what pip unpacked from the same wheel), when it has that version;
+    False (nothing written) otherwise. Files outside site-packages (console scripts) are left out: the
+    check runs ``python -m``. Linking instead of unpacking the wheels again saves ~1-2 minutes of CPU."""
+    name, _, version = req.partition("==")
+    try:
+        dist = metadata.distribution(name)
+    except metadata.PackageNotFoundError:
+        return False
+    files = dist.files or []
+    direct = json.loads(dist.read_text("direct_url.json") or "{}")
+    if dist.version != version or not files or direct.get("dir_info", {}).get("editable"):
+        return False
+    here = Path(str(dist.locate_file(""))).resolve()
+    planned = []
+    for f in files:
+        src = Path(str(dist.locate_file(f))).resolve()
+        if not src.is_relative_to(here) or not src.is_file():
+            continue  # outside site-packages (bin/), or listed but absent (a .pyc not written)
+        planned.append((src, site / src.relative_to(here)))
+    for src, dst in planned:
+        dst.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            os.link(src, dst)
+        except OSError:  # another filesystem: copy
+            shutil.copy2(src, dst)
+    return True
 
 
 # -- the run ------------------------------------------------------------------------------------------

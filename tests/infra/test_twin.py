@@ -105,6 +105,8 @@ def test_the_gpu_check_fits_the_device_call_and_runs_on_the_twin(tmp_path: Path)
     print({part: round(size / twin.MiB, 2) for part, size in travel.bytes_by_part.items()})
     assert travel.too_big() is None, travel.too_big()
     assert (prepared / ".gpu" / "bin" / "bwrap").stat().st_size < 1 << 20  # the sandbox travels (~70 KB)
+    assert not list((prepared / ".gpu").rglob("episodes.html"))  # no viewer page (~9 MB each) is carried
+    assert (prepared / ".gpu" / "encyclopedia.parquet").is_file()  # what the RL bench's search serves
     wheels = {p.name.split("-")[0].lower() for p in (prepared / ".whl").glob("*.whl")}
     assert {"coa_pipeline", "trl", "datasets", "pydantic", "math_verify", "bm25s"} <= wheels
     assert not wheels & {"polars", "polars_runtime_32", "great_expectations"}  # no curation on the GPU side
