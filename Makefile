@@ -53,10 +53,10 @@ demo: $(STAMP) sysdeps
 
 # The suite on TEST_WORKERS pytest-xdist workers (each with one torch thread: tests/conftest.py), then the
 # `serial` tier alone (tests that time themselves or scan the machine's processes). Both always run.
-# --dist loadgroup: a module whose tests share a module-wide fixture runs on one worker (tests/conftest.py).
+# The modules holding `slow` tests are scheduled first (tests/conftest.py), so the two workers end together.
 TEST_WORKERS ?= 2
 test: $(STAMP) sysdeps uideps pgdeps lint typecheck
-	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadgroup -m "not serial"; parallel=$$?; \
+	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) -m "not serial"; parallel=$$?; \
 	$(BIN)/python -m pytest -q -m serial; serial=$$?; \
 	test $$parallel = 0 && test $$serial = 0
 

@@ -76,23 +76,11 @@ SANDBOX_MODULES = ("tests/tools/test_sandbox.py", "tests/tools/test_code.py")
 """Modules whose every test runs code in the bubblewrap sandbox (tier ``sandbox``)."""
 
 
-SHARED_SCOPES = ("module", "class", "package")
-
-
-@pytest.hookimpl(tryfirst=True)  # before xdist's own hook reads the groups (``--dist loadgroup``)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Test tiers: ``sandbox`` tests need bwrap; ``cuda`` tests need a GPU. Each is skipped with the
-    reason when its hardware is missing, never silently (``make test`` installs bwrap as root).
-
-    A module whose tests share a fixture wider than a test (a Prefect server, a built pipeline, a
-    model served for the module) is one ``xdist_group``: under ``make test``'s ``--dist loadgroup``
-    its tests run on one worker, so the fixture is set up once, not once on each worker."""
+    reason when its hardware is missing, never silently (``make test`` installs bwrap as root)."""
     has_bwrap = shutil.which("bwrap") is not None
     for item in items:
-        info = getattr(item, "_fixtureinfo", None)
-        defs = info.name2fixturedefs.values() if info is not None else ()
-        if any(d.scope in SHARED_SCOPES for chain in defs for d in chain):
-            item.add_marker(pytest.mark.xdist_group(item.nodeid.split("::", 1)[0]))
         if str(item.path.relative_to(REPO)) in SANDBOX_MODULES:
             item.add_marker(pytest.mark.sandbox)
         if "sandbox" in item.keywords and not has_bwrap:
