@@ -306,9 +306,11 @@ def config_counts() -> dict[str, int]:
 
     walked = list(_walk(PipelineConfig, "", (PipelineConfig,)))
     knobs = [key for key, field, _ in walked if not _models_in(field.annotation)]
-    classes = {PipelineConfig} | {m for _, _, m in walked} | {
-        sub for _, field, _ in walked for sub in _models_in(field.annotation)
-    }
+    classes = (
+        {PipelineConfig}
+        | {m for _, _, m in walked}
+        | {sub for _, field, _ in walked for sub in _models_in(field.annotation)}
+    )
     declared: list[type[BaseModel]] = []
     for path in sorted([REPO / "coa" / "config.py", *(REPO / "coa").glob("*/config.py")]):
         name = ".".join(path.relative_to(REPO).with_suffix("").parts)
