@@ -2,10 +2,11 @@
 
 This module is the entry point (``coa = "coa.cli:main"``) and the assembly of the command tree; the
 commands live in :mod:`coa._cli` by concern: :mod:`~coa._cli.run` (``coa run``),
-:mod:`~coa._cli.stages` (one stage at a time), :mod:`~coa._cli.inspect` (show, validate, lineage,
-format check), :mod:`~coa._cli.models` (the registry), :mod:`~coa._cli.tools` (one tool call),
-:mod:`~coa._cli.score` (prediction files), :mod:`~coa._cli.view` (the episode viewer), over the
-helpers of :mod:`~coa._cli.common`.
+:mod:`~coa._cli.stages` (one stage at a time: a command per stage, generated from the stage table
+with :mod:`~coa._cli.commands`), :mod:`~coa._cli.export` (converted data for other trainers),
+:mod:`~coa._cli.inspect` (show, validate, lineage, format check), :mod:`~coa._cli.models` (the
+registry), :mod:`~coa._cli.tools` (one tool call), :mod:`~coa._cli.score` (prediction files),
+:mod:`~coa._cli.view` (the episode viewer), over the helpers of :mod:`~coa._cli.common`.
 
 Every stage command builds the same :class:`~coa.steps.Step` the pipeline's plan builds and runs it
 through :func:`coa.steps.run_step`, so ``coa collect …`` and the flow give the same artifact for the
@@ -23,7 +24,7 @@ import typer
 from typer.core import TyperGroup
 
 from coa import io
-from coa._cli import inspect, models, run, score, stages, tools, view
+from coa._cli import export, inspect, models, run, score, stages, tools, view
 from coa._cli.common import err
 from coa.errors import CoaError, describe
 
@@ -81,18 +82,13 @@ app.add_typer(models_app, name="models")
 
 # the commands, in the order `coa --help` lists them
 app.command(context_settings={"allow_extra_args": False})(run.run)
-tasks_app.command("import")(stages.tasks_import)
-tasks_app.command("synthetic")(stages.tasks_synthetic)
-app.command()(stages.collect)
-app.command()(stages.curate)
-app.command()(stages.convert)
-model_app.command("init")(stages.model_init)
-app.command()(stages.sft)
-app.command()(stages.rl)
-app.command()(stages.evaluate)
+groups = {"": app, "tasks": tasks_app, "model": model_app}
+for path, command in stages.aliases():  # today's names of the stage commands (coa collect, coa model init…)
+    group, _, name = path.rpartition(" ")
+    groups[group].command(name)(command)
+app.add_typer(stages.stage_app(), name="stage")
 app.command("score")(score.score)
-app.command("eval-report")(stages.eval_report)
-app.command("export")(stages.export_cmd)
+app.command("export")(export.export_cmd)
 tool_app.command("code")(tools.tool_code)
 tool_app.command("search")(tools.tool_search)
 tool_app.command("crawl")(tools.tool_crawl)
