@@ -21,7 +21,6 @@ from __future__ import annotations
 from typing import Any
 
 import typer
-from typer.core import TyperGroup
 
 from coa import io
 from coa._cli import export, inspect, models, run, score, stages, tools, view
@@ -29,7 +28,7 @@ from coa._cli.common import err
 from coa.errors import CoaError, describe
 
 
-class _OneLineErrors(TyperGroup):
+class _OneLineErrors(stages.TopLevel):
     """The top-level group: a project error (:class:`~coa.errors.CoaError`) from any command is one
     line on stderr and its exit code (2 input, 1 check failed, 3 infrastructure), never a traceback."""
 
@@ -63,14 +62,18 @@ app = typer.Typer(
     help="coa-pipeline: a factory for Chain-of-Agents agent models.", no_args_is_help=True, cls=_OneLineErrors
 )
 tasks_app = typer.Typer(
-    help="Task sets: import benchmark and training task files into task.v1.", no_args_is_help=True
+    help="Task sets: import benchmark and training task files into task.v1.",
+    no_args_is_help=True,
+    cls=stages.group("tasks"),
 )
 app.add_typer(tasks_app, name="tasks")
 tool_app = typer.Typer(
     help="Run one tool and print the observation the model would see.", no_args_is_help=True
 )
 app.add_typer(tool_app, name="tool")
-model_app = typer.Typer(help="Student models: build the tiny local student.", no_args_is_help=True)
+model_app = typer.Typer(
+    help="Student models: build the tiny local student.", no_args_is_help=True, cls=stages.group("model")
+)
 app.add_typer(model_app, name="model")
 format_app = typer.Typer(help="The Chain-of-Agents format: check trajectories against a grammar variant.")
 app.add_typer(format_app, name="format")
@@ -82,11 +85,10 @@ app.add_typer(models_app, name="models")
 
 # the commands, in the order `coa --help` lists them
 app.command(context_settings={"allow_extra_args": False})(run.run)
-groups = {"": app, "tasks": tasks_app, "model": model_app}
-for path, command in stages.aliases():  # today's names of the stage commands (coa collect, coa model init…)
-    group, _, name = path.rpartition(" ")
-    groups[group].command(name)(command)
-app.add_typer(stages.stage_app(), name="stage")
+# after `run`: the stage commands by today's names (coa collect, coa tasks synthetic…), generated
+# when called (coa._cli.stages.StageCommands), and `coa stage NAME` for every stage
+stage_app = typer.Typer(help=stages.STAGE_HELP, no_args_is_help=True, cls=stages.group(stages.STAGE_GROUP))
+app.add_typer(stage_app, name=stages.STAGE_GROUP)
 app.command("score")(score.score)
 app.command("export")(export.export_cmd)
 tool_app.command("code")(tools.tool_code)

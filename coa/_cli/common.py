@@ -136,16 +136,6 @@ def hub_unreachable(model_id: str | None, why: str) -> InfraError:
     )
 
 
-def _raw_table(uri: str) -> str:
-    """The table ``coa curate`` reads of ``--raw``: a collection's ``trajectories``, else an RL
-    artifact's ``rollouts``."""
-    try:
-        tables = io.open_artifact(uri).tables
-    except io.ArtifactError:
-        return "trajectories"  # _table reports the missing artifact
-    return "rollouts" if "trajectories" not in tables and "rollouts" in tables else "trajectories"
-
-
 def _model(value: str, option: str = "--model") -> Any:
     """A model named on the command line (by ``option``): ``champion:NAME`` (resolved through the
     registry), a committed model artifact URI, else a folder or hub id."""

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
+from typer.core import TyperGroup
 
 from coa._cli.commands import ALIASES, COMMANDS, Command, Extra
 from coa._cli.common import _run
@@ -212,20 +213,61 @@ def show(step: Step, result: StepResult) -> None:
         show_step(step, result)
 
 
-def stage_app() -> typer.Typer:
-    """``coa stage``: one command per stage of the stage table, named by the stage."""
-    app = typer.Typer(
-        help="Run one stage: a command for every stage of the stage table (coa/plan/stages.py), "
-        "generated from its declaration.",
-        no_args_is_help=True,
-    )
-    for name in _stages():
-        if name not in COMMANDS:
-            raise KeyError(f"stage {name!r} has no entry in coa._cli.commands.COMMANDS: add one")
-        app.command(name)(make_command(COMMANDS[name], f"coa stage {name}"))
-    return app
+def commands_under(group: str) -> list[str]:
+    """The stage commands of a command group (``stage``: every stage; ``""``: the top-level kept
+    names; ``tasks``, ``model``: theirs), named without reading the stage table."""
+    if group == STAGE_GROUP:
+        return list(COMMANDS)
+    return [path.rpartition(" ")[2] for path, _ in ALIASES if path.rpartition(" ")[0] == group]
 
 
-def aliases() -> list[tuple[str, Callable[..., None]]]:
-    """Today's command paths (``tasks synthetic``) and their commands, in the order help lists them."""
-    return [(path, make_command(command, f"coa {path}")) for path, command in ALIASES]
+def build(group: str, name: str) -> Any:
+    """The click command ``name`` of ``group`` (see :func:`commands_under`), generated now."""
+    if group == STAGE_GROUP:
+        command, called = COMMANDS[name], f"coa stage {name}"
+    else:
+        path = f"{group} {name}".strip()
+        command, called = dict(ALIASES)[path], f"coa {path}"
+    one = typer.Typer()
+    one.command(name)(make_command(command, called))
+    return typer.main.get_command(one)
+
+
+class StageCommands(TyperGroup):
+    """A command group whose stage commands are generated when called or listed, so that a command
+    that runs no stage (``coa validate``) never loads the stage table; :func:`group` makes one."""
+
+    group: typing.ClassVar[str] = ""
+    first: typing.ClassVar[int] = 0
+    """How many of the group's own commands its help lists before the stage commands."""
+
+    def list_commands(self, ctx: Any) -> list[str]:
+        own = super().list_commands(ctx)
+        made = [n for n in commands_under(self.group) if n not in own]
+        return [*own[: self.first], *made, *own[self.first :]]
+
+    def get_command(self, ctx: Any, cmd_name: str) -> Any:
+        found = super().get_command(ctx, cmd_name)
+        if found is None and cmd_name in commands_under(self.group):
+            found = self.commands[cmd_name] = build(self.group, cmd_name)
+        return found
+
+
+class TopLevel(StageCommands):
+    """The top level of ``coa``: today's names of the stage commands (``coa collect``…), listed after
+    ``coa run``."""
+
+    group = ""
+    first = 1
+
+
+def group(name: str, first: int = 0) -> type[StageCommands]:
+    """The :class:`StageCommands` class of the command group ``name`` (``""``: the top level)."""
+    return type(f"StageCommands_{name or 'coa'}", (StageCommands,), {"group": name, "first": first})
+
+
+STAGE_GROUP = "stage"
+STAGE_HELP = (
+    "Run one stage: a command for every stage of the stage table (coa/plan/stages.py), generated from "
+    "its declaration."
+)
