@@ -137,7 +137,7 @@ def make_command(command: Command, called: str) -> Callable[..., None]:
     return run_stage
 
 
-def _filled(given: TableInput | Any, contract: str | tuple[str, ...]) -> TableInput | None:
+def _filled(given: Any, contract: str | tuple[str, ...]) -> TableInput | None:
     """The table of ``contract`` in the artifact of another input (its first such table), if any."""
     if not isinstance(given, TableInput):
         return None
