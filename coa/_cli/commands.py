@@ -157,20 +157,16 @@ def _sample(g: Given) -> Step:
     from coa.sample import step as sample
     from coa.sample.config import SampleConfig
 
-    config = g.profile.sampling or SampleConfig()
-    convert = g.profile.convert
-    if convert is not None:  # as the plan: the prompt the student was trained on, unless set here
-        config = config.model_copy(
-            update={
-                "prompt_style": config.prompt_style or convert.prompt_style,
-                "variants": convert.variants if config.variants is None else config.variants,
-            }
-        )
     round_ = g.options["round"]
     return sample.step(
-        config, eval_tools(g.profile), g.input("model"), g.input("tasks"), round_,
-        name=f"sample.r{round_}", encyclopedia=g.optional(ENCYCLOPEDIA),
-    )  # fmt: skip
+        g.profile.sampling or SampleConfig(),  # its prompts: the model's, from its lineage
+        eval_tools(g.profile),
+        g.input("model"),
+        g.input("tasks"),
+        round_,
+        name=f"sample.r{round_}",
+        encyclopedia=g.optional(ENCYCLOPEDIA),
+    )
 
 
 def _convert(g: Given) -> Step:
