@@ -38,6 +38,7 @@ from pydantic import (
     Field,
     ModelWrapValidatorHandler,
     PrivateAttr,
+    SerializationInfo,
     SerializerFunctionWrapHandler,
     model_serializer,
     model_validator,
@@ -467,10 +468,15 @@ class PipelineConfig(StrictModel):
         return config
 
     @model_serializer(mode="wrap")
-    def _names_written(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+    def _names_written(
+        self, handler: SerializerFunctionWrapHandler, info: SerializationInfo
+    ) -> dict[str, Any]:
         """The dump a profile would hold: a slot still equal to the declaration it named holds the
-        name again, and a slot left at its default is left out (a dump loads back to an equal config)."""
+        name again, and a slot left at its default is left out (a dump loads back to an equal config).
+        ``context={"resolved": True}``: every section as its stage sees it (names resolved)."""
         data: dict[str, Any] = handler(self)
+        if isinstance(info.context, Mapping) and info.context.get("resolved"):
+            return data
         for section, field in SLOTS:
             model, dumped = getattr(self, section), data.get(section)
             if model is None or not isinstance(dumped, dict) or field not in dumped:
@@ -512,7 +518,8 @@ class PipelineConfig(StrictModel):
 
     def fingerprint(self) -> str:
         """Stable hash of the resolved config."""
-        return hashlib.sha256(canonical_json(self.model_dump(mode="json")).encode()).hexdigest()
+        resolved = self.model_dump(mode="json", context={"resolved": True})
+        return hashlib.sha256(canonical_json(resolved).encode()).hexdigest()
 
 
 def load_pipeline_config(path: str | Path | None, overrides: Sequence[str] = ()) -> PipelineConfig:
