@@ -211,6 +211,7 @@ def _inline_endpoints(
         key = str(body.pop("name", None) or _free({**endpoints, **declare}, section))
         same = _same(endpoints, {**body, "name": key})
         if same is None:
+            key = key if key not in endpoints else _free({**endpoints, **declare}, key)  # another's
             declare[key] = body
         names.append(same or key)
     if long is None:
