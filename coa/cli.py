@@ -21,6 +21,7 @@ from __future__ import annotations
 from typing import Any
 
 import typer
+from rich.markup import escape
 
 from coa import io
 from coa._cli import export, inspect, models, run, score, stages, tools, view
@@ -36,7 +37,7 @@ class _OneLineErrors(stages.TopLevel):
         try:
             return super().invoke(ctx)
         except CoaError as e:
-            err.print(f"[bold red]error:[/] {describe(e)}", highlight=False, soft_wrap=True)
+            err.print(f"[bold red]error:[/] {escape(describe(e))}", highlight=False, soft_wrap=True)
             raise typer.Exit(e.exit_code) from None
         except OSError as e:
             # a full disk or a failing store outside a step (the runner maps both inside one)
@@ -54,7 +55,7 @@ class _OneLineErrors(stages.TopLevel):
                 )
             else:
                 raise
-            err.print(f"[bold red]error:[/] {describe(infra)}", highlight=False, soft_wrap=True)
+            err.print(f"[bold red]error:[/] {escape(describe(infra))}", highlight=False, soft_wrap=True)
             raise typer.Exit(infra.exit_code) from None
 
 

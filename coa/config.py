@@ -213,7 +213,9 @@ def _explain(error: ValidationError, model: type[BaseModel], origin: str) -> str
     lines = [f"{origin}: invalid configuration ({error.error_count()} problem(s)):"]
     for err in error.errors():
         loc = ".".join(str(p) for p in err["loc"])
-        if err["type"] == "extra_forbidden":
+        if not err["loc"] and err["type"] == "value_error":  # a whole-config check: its message says it all
+            lines.append(f"  - {err['msg'].removeprefix('Value error, ')}")
+        elif err["type"] == "extra_forbidden":
             hint = _suggest(model, err["loc"])
             lines.append(f"  - {loc}: unknown key{hint}")
         else:

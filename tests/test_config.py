@@ -119,8 +119,8 @@ def test_the_tools_no_longer_choose_an_encyclopedia_and_say_where_it_lives() -> 
     )
     for override in (
         "tools.web.encyclopedia_seed=5",
-        "evaluate.tools={encyclopedia_entities: 900}",
-        "collect.tools={encyclopedia_seed: 1}",
+        "tools.web={encyclopedia_entities: 900}",
+        "tools.code_only.encyclopedia_seed=1",
     ):
         with pytest.raises(ConfigError, match=moved):
             load_pipeline_config(demo, [override])
@@ -157,10 +157,11 @@ def test_an_endpoint_and_a_tool_set_declared_once_reach_every_section_that_names
     assert cfg.collect.llm.endpoints[1] == judge and cfg.collect.llm.judge == "judge"
     web = ToolsConfig(enabled=("web_search", "crawl_page"), search={"top_k": 4})  # type: ignore[arg-type]
     assert cfg.evaluate.tools == web and cfg.rl.tools == web
-    # the inline form is still accepted and is the same config (so the same keys)
-    written = {**profile, "rl": {**profile["rl"], "judge": {"endpoints": [{"name": "judge", **JUDGE}]}}}
-    inline = build_config(written, PipelineConfig)
-    assert inline.rl == cfg.rl
+    # a dump writes the names back, and loads back to an equal config (deployment parameters, copies)
+    dumped = cfg.model_dump(mode="json")
+    assert dumped["rl"]["judge"] == "judge" and dumped["evaluate"]["tools"] == "web"
+    assert dumped["collect"]["llm"]["endpoints"] == ["teacher", "judge"] and "tools" not in dumped["collect"]
+    assert build_config(dumped, PipelineConfig) == cfg
     # one edit of the declaration reaches every section naming it
     moved = build_config(apply_overrides(profile, ["endpoints.judge.model=judge-70b"]), PipelineConfig)
     assert moved.curate and moved.evaluate and moved.rl and moved.evaluate.endpoint and moved.rl.judge
@@ -182,14 +183,63 @@ def test_a_name_nothing_declares_is_refused_saying_what_is() -> None:
         build_config({"endpoints": {"judge": {**JUDGE, "name": "other"}}}, PipelineConfig)
 
 
-def test_an_override_beneath_a_named_slot_changes_that_section_only() -> None:
+def test_a_declaration_written_inline_is_refused_with_the_yaml_to_write_instead() -> None:
+    """A slot takes names only: an endpoint or a tool set written in a section is refused, the message
+    giving the declaration and the name to write (and the same as overrides), reusing an equal
+    declaration's name where there is one."""
+    inline_tools = {"tools": {"web": {}}, "rl": {"max_steps": 1, "tools": {"enabled": ["code"]}}}
+    with pytest.raises(ConfigError) as refused:
+        build_config(inline_tools, PipelineConfig)
+    assert (
+        "rl.tools: a tool set is declared once, under the profile's top-level `tools:`, and named where it "
+        "is used (inline is no longer read); write instead:\n  tools:\n    rl: {enabled: [code]}\n  rl:\n"
+        '    tools: rl\n(as overrides: "tools.rl={enabled: [code]}" rl.tools=rl)'
+    ) in str(refused.value)
+    with pytest.raises(
+        ConfigError, match=r"write instead:\n  rl:\n    tools: web\n\(as overrides: rl.tools=web\)"
+    ):
+        build_config({**inline_tools, "rl": {"tools": {}}}, PipelineConfig)  # equal to `web`: named
+    endpoint = {"name": "vllm", "base_url": "http://127.0.0.1:9/v1", "model": "m"}
+    with pytest.raises(ConfigError) as refused:
+        build_config({"evaluate": {"backend": "endpoint", "endpoint": endpoint}}, PipelineConfig)
+    assert (
+        "write instead:\n  endpoints:\n    vllm: {base_url: 'http://127.0.0.1:9/v1', model: m}\n"
+        "  evaluate:\n    endpoint: vllm\n"
+        "(as overrides: \"endpoints.vllm={base_url: 'http://127.0.0.1:9/v1', model: m}\" "
+        "evaluate.endpoint=vllm)"
+    ) in str(refused.value)
+    teacher = {"name": "teacher", **JUDGE}
+    long = {
+        "collect": {"llm": {"endpoints": ["judge", teacher], "budget_tokens": 5}},
+        "endpoints": {"judge": JUDGE},
+    }
+    with pytest.raises(
+        ConfigError, match=r"collect:\n    llm: \{endpoints: \[judge, teacher\], budget_tokens: 5\}"
+    ):
+        build_config(long, PipelineConfig)
+    with pytest.raises(ConfigError, match=r"rl.judge: an endpoint .*\n  endpoints:\n    rl: \{base_url"):
+        build_config({"rl": {"judge": {"endpoints": [JUDGE]}}}, PipelineConfig)  # no name: the section's
+
+
+def test_an_override_beneath_a_named_slot_is_refused_naming_the_declaration() -> None:
     """The demo names its tool sets (``collect.tools: web``, ``rl.tools: code_only``): an override
-    beneath one section's slot gives that section its own copy; one of the declaration reaches all."""
+    beneath a section's slot is refused, naming the declaration's own key; that override reaches every
+    section naming it."""
     demo = REPO / "configs" / "demo.yaml"
     base = load_pipeline_config(demo)
     assert base.collect and base.rl and base.collect.tools == base.tools["web"]
-    own = load_pipeline_config(demo, ["rl.tools.enabled=[web_search, code]", "collect.tools.search.top_k=2"])
-    assert own.rl and own.collect and own.rl.tools.enabled == ("web_search", "code")
-    assert own.collect.tools.search.top_k == 2 and own.tools == base.tools  # the declarations unchanged
+    named = (
+        r"override rl.tools.enabled: rl.tools names `code_only`, declared once under `tools:`: "
+        r"override it there \(tools.code_only.enabled: every section"
+    )
+    with pytest.raises(ConfigError, match=named):
+        load_pipeline_config(demo, ["rl.tools.enabled=[web_search, code]"])
     everywhere = load_pipeline_config(demo, ["tools.web.search.top_k=3"])
     assert everywhere.collect and everywhere.collect.tools.search.top_k == 3
+    nightly = REPO / "configs" / "nightly.yaml"
+    with pytest.raises(
+        ConfigError, match=r"collect.llm.endpoints.0 names `teacher`.*endpoints.teacher.model"
+    ):
+        load_pipeline_config(nightly, ["collect.llm.endpoints.0.model=other"])
+    moved = load_pipeline_config(nightly, ["endpoints.teacher.model=other"])
+    assert moved.collect and moved.collect.llm.endpoints[0].model == "other"

@@ -125,7 +125,7 @@ def test_evaluate_against_a_server_without_the_token_id_api(
         app,
         ["evaluate", "--model", str(tiny_model), "--tasks", tasks, "--limit", "1", "-c", CONFIG,
          "evaluate.backend=endpoint",
-         f"evaluate.endpoint={{name: vllm, base_url: '{no_token_server}', model: m}}"],
+         f"endpoints.vllm={{base_url: '{no_token_server}', model: m}}", "evaluate.endpoint=vllm"],
     )  # fmt: skip
     assert result.exit_code == 3, result.output
     line = one_line(result)

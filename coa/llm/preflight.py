@@ -30,8 +30,9 @@ class EndpointUnusable(InfraError, RuntimeError):
 async def check_endpoint(endpoint: EndpointConfig, *, what: str, fix: str, timeout_s: float = 5.0) -> None:
     """One request to ``endpoint`` (no retries, at most ``timeout_s``); raises :class:`EndpointUnusable`.
 
-    ``what`` names the endpoint's use (``teacher``), ``fix`` the setting to change
-    (``collect.llm.endpoints``)."""
+    ``what`` names the endpoint's use (``teacher``), ``fix`` the setting that names it
+    (``collect.llm.endpoints``); the message points at its declaration, ``endpoints.NAME``."""
+    fix = f"endpoints.{endpoint.name} (named by {fix})"
     probe = endpoint.model_copy(
         update={
             "max_retries": 0,

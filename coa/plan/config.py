@@ -16,23 +16,37 @@ before any section is validated)::
     collect: {llm: {endpoints: [teacher], budget_tokens: 200000000}, tools: web}
     rl: {judge: judge, tools: web}
 
-Every stage then sees the same config (and its step the same key) as with the declaration written
-inline, which a profile may still do. The places a name may stand are :data:`ENDPOINT_SLOTS`,
-:data:`LLM_SLOTS` and :data:`TOOL_SLOTS`; a name nothing declares is refused, saying what is.
+Every stage then sees the declaration itself (its stage config, and so its step's key, as if it
+were written there). The places a name stands are :data:`ENDPOINT_SLOTS`, :data:`LLM_SLOTS` and
+:data:`TOOL_SLOTS`: there a profile writes names only. A name nothing declares is refused, saying
+what is; a declaration written inline in a slot is refused with the YAML to write instead
+(:func:`migration`).
 """
 
 from __future__ import annotations
 
 import copy
 import hashlib
-from collections.abc import Collection, Mapping, Sequence
+import json
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
-from pydantic import BaseModel, Field, model_validator
+import yaml
+from pydantic import (
+    BaseModel,
+    Field,
+    ModelWrapValidatorHandler,
+    PrivateAttr,
+    SerializationInfo,
+    SerializerFunctionWrapHandler,
+    model_serializer,
+    model_validator,
+)
 
 from coa.collect.config import CollectConfig
 from coa.config import (
+    ConfigError,
     Overrides,
     StrictModel,
     apply_overrides,
@@ -72,7 +86,7 @@ else:
 # -- endpoints and tool sets declared once (`endpoints:`, `tools:`), named from the sections ---------
 
 ENDPOINT_SLOTS: tuple[tuple[str, str], ...] = (("evaluate", "endpoint"),)
-"""Fields holding one endpoint (:class:`~coa.llm.config.EndpointConfig`): a name stands for it."""
+"""Fields holding one endpoint (:class:`~coa.llm.config.EndpointConfig`): they take its name."""
 LLM_SLOTS: tuple[tuple[str, str], ...] = (
     ("collect", "llm"),
     ("curate", "judge"),
@@ -80,14 +94,28 @@ LLM_SLOTS: tuple[tuple[str, str], ...] = (
     ("rl", "judge"),
 )
 """Fields holding an :class:`~coa.llm.config.LLMConfig`: a name stands for an LLM config of that one
-endpoint, and in the long form each item of its ``endpoints`` list may be a name."""
+endpoint; in the long form (a budget, a cache, roles) its ``endpoints`` list holds names."""
 TOOL_SLOTS: tuple[tuple[str, str], ...] = (("collect", "tools"), ("evaluate", "tools"), ("rl", "tools"))
-"""Fields holding a :class:`~coa.tools.config.ToolsConfig`: a name stands for it."""
+"""Fields holding a :class:`~coa.tools.config.ToolsConfig`: they take its name."""
+SLOTS = ENDPOINT_SLOTS + LLM_SLOTS + TOOL_SLOTS
+
+NAMED_KEYS: dict[str, str] = {
+    **{f"{s}.{f}": "tools" for s, f in TOOL_SLOTS},
+    **{f"{s}.{f}": "endpoints" for s, f in ENDPOINT_SLOTS},
+    **{f"{s}.{f}.endpoints": "endpoints" for s, f in LLM_SLOTS},
+}
+"""Every dotted key of a profile that holds names, and the top-level declarations they name (the
+configuration reference shows these as names, not as the sections they stand for)."""
+
+Names = dict[tuple[str, str], "str | tuple[str, ...]"]
+"""The names a profile's slots held: a slot's name, or (an LLM slot's long form) its endpoints'."""
 
 
 def _plain(value: Any) -> Any:
-    """A declaration as the plain data a section is validated from (a model given in code, dumped)."""
-    return value.model_dump() if isinstance(value, BaseModel) else copy.deepcopy(value)
+    """Plain data (lists, not tuples) of a declaration or a section (a model given in code, dumped)."""
+    if isinstance(value, BaseModel):
+        value = value.model_dump(mode="json")
+    return json.loads(json.dumps(value, default=str))
 
 
 def _declared(data: Mapping[str, Any], what: str) -> dict[str, Any]:
@@ -115,46 +143,152 @@ def _lookup(declared: Mapping[str, Any], name: str, where: str, what: str) -> An
         have = ", ".join(sorted(declared)) or "none"
         raise ValueError(
             f"{where}: no {what} named {name!r} (declared under the profile's top-level `{what}:`: {have}); "
-            f"declare it there, or write it inline under {where}"
+            f"declare it there"
         )
     return copy.deepcopy(declared[name])
 
 
-def resolve_names(data: Any, only: Collection[tuple[str, str]] | None = None) -> Any:
-    """``data`` (a profile, before validation) with every name in a slot (of ``only``: those slots)
-    replaced by its declaration; a profile with no names comes back unchanged."""
+def _flow(value: Any) -> str:
+    """``value`` as one line of YAML (flow style), as a profile or an override would write it."""
+    if isinstance(value, str):
+        return value
+    return str(yaml.safe_dump(value, default_flow_style=True, sort_keys=False, width=10**6)).strip()
+
+
+def _free(declared: Mapping[str, Any], wanted: str) -> str:
+    """``wanted``, or ``wanted_2``, ``wanted_3``, … : the first name nothing declares."""
+    taken = set(declared)
+    return next(n for n in (wanted, *(f"{wanted}_{i}" for i in range(2, len(taken) + 3))) if n not in taken)
+
+
+def migration(what: str, declare: Mapping[str, Any], section: str, field: str, written: Any) -> str:
+    """How to write an inline declaration instead: the YAML that declares it once under ``what``
+    (nothing when an equal one is declared) and the section naming it, then the same as overrides."""
+    kind = "a tool set" if what == "tools" else "an endpoint (its key is its name)"
+    lines = [
+        f"{section}.{field}: {kind} is declared once, under the profile's top-level `{what}:`, and named "
+        f"where it is used (inline is no longer read); write instead:"
+    ]
+    if declare:
+        lines += [f"  {what}:"] + [f"    {name}: {_flow(body)}" for name, body in declare.items()]
+    lines += [f"  {section}:", f"    {field}: {_flow(written)}"]
+    sets = [f"{what}.{name}={_flow(body)}" for name, body in declare.items()]
+    sets.append(f"{section}.{field}={_flow(written)}")
+    sets = [f'"{one}"' if " " in one else one for one in sets]  # quoted for the shell
+    lines.append(f"(as overrides: {' '.join(sets)})")
+    return "\n".join(lines)
+
+
+def _same(declared: Mapping[str, Any], body: Any) -> str | None:
+    return next((name for name, known in declared.items() if known == body), None)
+
+
+def _inline_tools(tools: Mapping[str, Any], section: str, field: str, value: Any) -> ValueError:
+    body = _plain(value)
+    name = _same(tools, body)
+    if name is not None:
+        return ValueError(migration("tools", {}, section, field, name))
+    name = _free(tools, section)
+    return ValueError(migration("tools", {name: body}, section, field, name))
+
+
+def _inline_endpoints(
+    endpoints: Mapping[str, Any],
+    section: str,
+    field: str,
+    items: Sequence[Any],
+    long: Mapping[str, Any] | None,
+) -> ValueError:
+    """The refusal of endpoints written inline: one item (``evaluate.endpoint``) or an LLM config's
+    list (``long``: the rest of that LLM config, written back as it was)."""
+    declare: dict[str, Any] = {}
+    names: list[str] = []
+    for item in items:
+        if isinstance(item, str):
+            names.append(item)
+            continue
+        body = _plain(item)
+        key = str(body.pop("name", None) or _free({**endpoints, **declare}, section))
+        same = _same(endpoints, {**body, "name": key})
+        if same is None:
+            key = key if key not in endpoints else _free({**endpoints, **declare}, key)  # another's
+            declare[key] = body
+        names.append(same or key)
+    if long is None:
+        return ValueError(migration("endpoints", declare, section, field, names[0]))
+    return ValueError(migration("endpoints", declare, section, field, {**_plain(long), "endpoints": names}))
+
+
+def resolve_names(data: Any) -> tuple[Any, Names]:
+    """``data`` (a profile, before validation) with every name in a slot replaced by its declaration,
+    and the names found (so a dump writes them back). A declaration written inline in a slot is
+    refused with the YAML to write instead (:func:`migration`). A section given as a built stage
+    config (code, not a profile) is taken as it is."""
+    names: Names = {}
     if not isinstance(data, Mapping):
-        return data
+        return data, names
     endpoints, tools = _endpoints(data), _declared(data, "tools")
     out = dict(data)
     if "endpoints" in out:
         out["endpoints"] = endpoints
-    for section, field in ENDPOINT_SLOTS + LLM_SLOTS + TOOL_SLOTS:
-        if only is not None and (section, field) not in only:
-            continue
+    for section, field in SLOTS:
         body = out.get(section)
-        if not isinstance(body, Mapping) or field not in body:
+        if not isinstance(body, Mapping) or body.get(field) is None:
             continue
         value, where = body[field], f"{section}.{field}"
-        if (section, field) in TOOL_SLOTS and isinstance(value, str):
-            value = _lookup(tools, value, where, "tools")
-        elif (section, field) in ENDPOINT_SLOTS and isinstance(value, str):
-            value = _lookup(endpoints, value, where, "endpoints")
-        elif (section, field) in LLM_SLOTS and isinstance(value, str):
+        if (section, field) in TOOL_SLOTS:
+            if not isinstance(value, str):
+                raise _inline_tools(tools, section, field, value)
+            names[section, field], value = value, _lookup(tools, value, where, "tools")
+        elif (section, field) in ENDPOINT_SLOTS:
+            if not isinstance(value, str):
+                raise _inline_endpoints(endpoints, section, field, [value], None)
+            names[section, field], value = value, _lookup(endpoints, value, where, "endpoints")
+        elif isinstance(value, str):
+            names[section, field] = value
             value = {"endpoints": [_lookup(endpoints, value, where, "endpoints")]}
-        elif (section, field) in LLM_SLOTS and isinstance(value, Mapping):
-            items = value.get("endpoints") or ()
-            if any(isinstance(item, str) for item in items):
-                value = dict(value)
-                named = f"{where}.endpoints"
-                value["endpoints"] = [
-                    _lookup(endpoints, item, named, "endpoints") if isinstance(item, str) else item
-                    for item in items
-                ]
         else:
-            continue
+            long = _plain(value) if isinstance(value, BaseModel) else dict(value)
+            items = list(long.get("endpoints") or ())
+            if not all(isinstance(item, str) for item in items):
+                raise _inline_endpoints(endpoints, section, field, items, long)
+            if items:
+                names[section, field] = tuple(items)
+            value = {
+                **long,
+                "endpoints": [_lookup(endpoints, i, f"{where}.endpoints", "endpoints") for i in items],
+            }
         out[section] = {**body, field: value}
-    return out
+    return out, names
+
+
+def _beneath_a_name(data: Mapping[str, Any], key: str) -> str | None:
+    """Why an override ``key`` beneath a slot that names a declaration cannot be applied: the one
+    declaration is where it changes (or another one, named from that section)."""
+    for section, field in SLOTS:
+        slot = f"{section}.{field}"
+        body = data.get(section)
+        if not key.startswith(slot + ".") or not isinstance(body, Mapping):
+            continue
+        value, rest = body.get(field), key[len(slot) + 1 :]
+        if isinstance(value, str):
+            what = "tools" if (section, field) in TOOL_SLOTS else "endpoints"
+            there = f"{what}.{value}.{rest}" if (section, field) not in LLM_SLOTS else f"endpoints.{value}.…"
+            return (
+                f"{slot} names `{value}`, declared once under `{what}:`: override it there ({there}: every "
+                f"section naming it changes), or declare another under `{what}:` and name it from {slot}"
+            )
+        items = value.get("endpoints") if isinstance(value, Mapping) else None
+        head, _, tail = rest.partition(".")
+        if head == "endpoints" and items and tail[:1].isdigit():
+            index, _, leaf = tail.partition(".")
+            if int(index) < len(items) and isinstance(items[int(index)], str):
+                name = items[int(index)]
+                return (
+                    f"{slot}.endpoints.{index} names `{name}`, declared once under `endpoints:`: override "
+                    f"it there (endpoints.{name}.{leaf or '…'}: every section naming it changes)"
+                )
+    return None
 
 
 class DispatchConfig(StrictModel):
@@ -240,14 +374,14 @@ class PipelineConfig(StrictModel):
     endpoints: dict[str, EndpointConfig] = Field(
         default_factory=dict,
         description="The LLM endpoints of the run, each declared once under its name (its `name`: the key); "
-        "collect.llm, curate.judge, evaluate.judge, rl.judge and evaluate.endpoint name one instead of "
-        "repeating it (e.g. `rl.judge: judge`; in collect.llm: `endpoints: [teacher]`). Inline still works.",
+        "collect.llm, curate.judge, evaluate.judge, rl.judge and evaluate.endpoint name one, the only way "
+        "they take an endpoint (e.g. `rl.judge: judge`; in collect.llm: `endpoints: [teacher]`).",
     )
     tools: dict[str, ToolsConfig] = Field(
         default_factory=dict,
         description="Tool sets (tools, search providers and their servers, crawl and sandbox limits), each "
-        "declared once under a name; collect.tools, evaluate.tools and rl.tools name one (e.g. `rl.tools: "
-        "web`) instead of repeating it. Inline still works.",
+        "declared once under a name; collect.tools, evaluate.tools and rl.tools name one, the only way they "
+        "take a tool set (e.g. `rl.tools: web`; unset: the default tool set, evaluate's: collect's).",
     )
     synthetic: SyntheticConfig | None = Field(
         default=None, description="Built-in synthetic task families (train + held-out); null = none."
@@ -320,11 +454,53 @@ class PipelineConfig(StrictModel):
         "wandb, trackio; never part of an artifact's identity.",
     )
 
-    @model_validator(mode="before")
+    _names: Names = PrivateAttr(default_factory=dict)
+
+    @model_validator(mode="wrap")
     @classmethod
-    def _names_resolved(cls, data: Any) -> Any:
-        """Each endpoint or tool set a section names replaced by its declaration (the one place)."""
-        return resolve_names(data)
+    def _names_resolved(cls, data: Any, handler: ModelWrapValidatorHandler[PipelineConfig]) -> PipelineConfig:
+        """Each endpoint or tool set a section names replaced by its declaration (the one place); the
+        names kept, so a dump writes them back."""
+        if isinstance(data, cls):
+            return handler(data)
+        resolved, names = resolve_names(data)
+        config = handler(resolved)
+        config._names = names
+        return config
+
+    @model_serializer(mode="wrap")
+    def _names_written(
+        self, handler: SerializerFunctionWrapHandler, info: SerializationInfo
+    ) -> dict[str, Any]:
+        """The dump a profile would hold: a slot still equal to the declaration it named holds the
+        name again, and a slot left at its default is left out (a dump loads back to an equal config).
+        ``context={"resolved": True}``: every section as its stage sees it (names resolved)."""
+        data: dict[str, Any] = handler(self)
+        if isinstance(info.context, Mapping) and info.context.get("resolved"):
+            return data
+        for section, field in SLOTS:
+            model, dumped = getattr(self, section), data.get(section)
+            if model is None or not isinstance(dumped, dict) or field not in dumped:
+                continue
+            value, name = getattr(model, field), self._names.get((section, field))
+            if isinstance(name, tuple):
+                if [e.name for e in value.endpoints] == list(name) and all(
+                    e == self.endpoints.get(e.name) for e in value.endpoints
+                ):
+                    dumped[field] = {**dumped[field], "endpoints": list(name)}
+            elif name is not None and value == self._declaration(section, field, name):
+                dumped[field] = name
+            elif value == type(model).model_fields[field].get_default(call_default_factory=True):
+                del dumped[field]
+        return data
+
+    def _declaration(self, section: str, field: str, name: str) -> Any:
+        if (section, field) in TOOL_SLOTS:
+            return self.tools.get(name)
+        endpoint = self.endpoints.get(name)
+        if (section, field) in ENDPOINT_SLOTS or endpoint is None:
+            return endpoint
+        return type(getattr(getattr(self, section), field))(endpoints=(endpoint,))
 
     @model_validator(mode="after")
     def _rounds_valid(self) -> PipelineConfig:
@@ -343,22 +519,23 @@ class PipelineConfig(StrictModel):
 
     def fingerprint(self) -> str:
         """Stable hash of the resolved config."""
-        return hashlib.sha256(canonical_json(self.model_dump(mode="json")).encode()).hexdigest()
+        resolved = self.model_dump(mode="json", context={"resolved": True})
+        return hashlib.sha256(canonical_json(resolved).encode()).hexdigest()
 
 
 def load_pipeline_config(path: str | Path | None, overrides: Sequence[str] = ()) -> PipelineConfig:
     """A pipeline profile: code defaults → YAML (with ``inherit``) → dotted ``key=value`` overrides.
 
     An override beneath a slot that names a declaration (``rl.tools.enabled=[code]`` where the profile
-    says ``rl.tools: web``) gives that section its own copy of it with the change; the declaration and
-    the other sections naming it stay as they were (``tools.web.enabled=…`` changes them all)."""
+    says ``rl.tools: web``) is refused, naming the declaration's own key (``tools.web.enabled=…``,
+    which changes every section naming it); one beneath a slot left unset writes it inline, which is
+    refused with the YAML to write instead."""
     data = load_yaml_layers(path) if path is not None else {}
-    keys = [item.split("=", 1)[0].strip() for item in overrides]
-    slots = ENDPOINT_SLOTS + LLM_SLOTS + TOOL_SLOTS
-    beneath = {slot for slot in slots if any(key.startswith(".".join(slot) + ".") for key in keys)}
-    if beneath:
-        data = resolve_names(data, beneath)
-    config: PipelineConfig = build_config(
-        apply_overrides(data, overrides), PipelineConfig, origin=str(path) if path else "config"
-    )
+    origin = str(path) if path else "config"
+    for item in overrides:
+        key = item.split("=", 1)[0].strip()
+        why = _beneath_a_name(data, key)
+        if why is not None:
+            raise ConfigError(f"{origin}: override {key}: {why}")
+    config: PipelineConfig = build_config(apply_overrides(data, overrides), PipelineConfig, origin=origin)
     return config

@@ -159,11 +159,23 @@ def _default(field: Any) -> str:
     return repr(value) if isinstance(value, dict) else str(value)
 
 
+def _named() -> dict[str, str]:
+    """The keys that hold names of top-level declarations (``rl.tools: web``), and what they name:
+    leaves of the reference, not the sections they stand for (``coa.plan.config.NAMED_KEYS``)."""
+    from coa.plan.config import NAMED_KEYS
+
+    return NAMED_KEYS
+
+
 def _walk(model: Any, prefix: str, seen: tuple[Any, ...]) -> Iterator[tuple[str, Any, Any]]:
-    """(dotted key, field, model) for every field below ``model``; list items as ``key.N``."""
+    """(dotted key, field, model) for every field below ``model``; list items as ``key.N``; a key
+    that holds a declaration's name is a leaf."""
+    named = _named()
     for name, field in model.model_fields.items():
         key = f"{prefix}{name}"
         yield key, field, model
+        if key in named:
+            continue
         for sub in _models_in(field.annotation):
             if sub in seen:
                 continue
@@ -234,10 +246,21 @@ def config_page() -> str:
 
 def _row(key: str, field: Any, model: Any) -> str:
     description = field.description or _docstring_of(field) or ""
-    return (
-        f"| {_code(key)} | {_code(_type_name(field.annotation))} "
-        f"| {_code(_default(field))} | {_cell(description)} |"
-    )
+    kind, default = _type_name(field.annotation), _default(field)
+    named = _named()
+    what = named.get(key)
+    one = {"tools": "a tool set", "endpoints": "an endpoint"}
+    if what is not None:  # a name (or names) of what the profile declares under `what:`
+        many = key.endswith(".endpoints")
+        kind = f"list[name in {what}]" if many else f"name in {what}"
+        names = "the names of endpoints" if many else f"the name of {one[what]}"
+        description = f"{names.capitalize()} declared under the top-level `{what}:`. {description}"
+        if default == "(section)":
+            default = "the default" if what == "tools" else "none"
+    elif f"{key}.endpoints" in named:  # an LLM config: one endpoint's name, or the section
+        kind = f"name in endpoints | {kind}"
+        description = f"The name of an endpoint declared under `endpoints:`, or this section. {description}"
+    return f"| {_code(key)} | {_code(kind)} | {_code(default)} | {_cell(description)} |"
 
 
 def _docstring_of(field: Any) -> str:
@@ -310,11 +333,12 @@ def config_counts() -> dict[str, int]:
     from coa.plan import PipelineConfig
 
     walked = list(_walk(PipelineConfig, "", (PipelineConfig,)))
-    knobs = [key for key, field, _ in walked if not _models_in(field.annotation)]
+    named = _named()
+    knobs = [key for key, field, _ in walked if key in named or not _models_in(field.annotation)]
     classes = (
         {PipelineConfig}
         | {m for _, _, m in walked}
-        | {sub for _, field, _ in walked for sub in _models_in(field.annotation)}
+        | {sub for key, field, _ in walked if key not in named for sub in _models_in(field.annotation)}
     )
     declared: list[type[BaseModel]] = []
     for path in sorted([REPO / "coa" / "config.py", *(REPO / "coa").glob("*/config.py")]):

@@ -38,8 +38,10 @@ def test_site_builds_strict_with_generated_reference(tmp_path: Path) -> None:
     assert "sft.<wbr>learning_rate" in config
     for name in PipelineConfig.model_fields:
         assert f"<code>{name}</code>" in config or f"<code>{name}.<wbr>" in config, name
-    deep = "collect.<wbr>llm.<wbr>endpoints.<wbr>N.<wbr>api_key_env"  # a list item's field, 4 levels down
-    assert deep in config
+    assert "evaluate.<wbr>benchmarks.<wbr>N.<wbr>limit" in config  # a list item's field
+    assert "tools.<wbr>NAME.<wbr>search.<wbr>retrieve.<wbr>url" in config  # a mapping item's, 5 levels down
+    assert "endpoints.<wbr>NAME.<wbr>api_key_env" in config  # the endpoints, declared once
+    assert "collect.<wbr>llm.<wbr>endpoints.<wbr>N" not in config  # where they are named: names
     description = PipelineConfig.model_fields["dispatch"].description or ""
     assert description.split(";")[0].replace("'", "&#x27;") in config
     contracts = (site / "reference/contracts/index.html").read_text()
@@ -70,8 +72,15 @@ def test_a_broken_link_fails_the_strict_build(tmp_path: Path) -> None:
 
 STEP_NAMES = {"evaluate.after", "evaluate.after_rl", "evaluate.sft"}
 """Step names the pages mention that look like config keys (``evaluate`` steps of the plans)."""
-WRONG_ON_PURPOSE = {"tasks.sources.0.pth"}
-"""The misspelt key of the example of an unknown-key error (docs/usage.md)."""
+WRONG_ON_PURPOSE = {
+    "tasks.sources.0.pth",
+    "rl.tools.enabled",
+    "collect.tools.search.serper",
+    "evaluate.tools.wiki.retrieve",
+}
+"""The misspelt key of the example of an unknown-key error (docs/usage.md), the refused override
+beneath a named slot (docs/usage.md), and the keys a failed search check names, as the stage sees
+its tool set (docs/how-to/search-and-crawl.md)."""
 
 
 def test_every_config_key_the_pages_name_exists() -> None:
@@ -98,6 +107,9 @@ def test_every_config_key_the_pages_name_exists() -> None:
 
     walk(PipelineConfig, "")
     from coa.plan import load_pipeline_config, plan
+    from coa.plan.config import NAMED_KEYS
+
+    keys = {k: t for k, t in keys.items() if not any(k.startswith(n + ".") for n in NAMED_KEYS)}  # names
 
     rounds = load_pipeline_config(REPO / "configs" / "demo.yaml", ["rounds=3"])  # the round steps' names
     step_names = STEP_NAMES | {s.name for s in plan(rounds)}

@@ -28,7 +28,7 @@ def test_evaluate_imported_aime_and_livecodebench_with_four_samples(
     # imported math and code tasks bring no encyclopedia, so the evaluation's tools are code only
     limits = ["evaluate.max_turns=2", "evaluate.max_new_tokens=8", "evaluate.max_total_tokens=16",
               "evaluate.prompt_style=brief", "evaluate.batch_size=16",
-              "evaluate.tools.enabled=[code]"]  # fmt: skip
+              "tools.code.enabled=[code]", "evaluate.tools=code"]  # fmt: skip
     result = runner.invoke(
         app,
         [

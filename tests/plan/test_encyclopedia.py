@@ -117,7 +117,7 @@ def test_a_local_search_without_an_encyclopedia_says_where_it_comes_from() -> No
         [
             "synthetic=null",
             f"tasks.sources=[{{path: {REPO / 'configs/data/sample_tasks.jsonl'}, family: mhqa}}]",
-            "rl.tools.enabled=[web_search, code]",
+            "tools.code_only.enabled=[web_search, code]",  # the demo's rl.tools
             "rl.families=[mhqa]",
         ],
     )

@@ -132,11 +132,17 @@ def test_coa_score_on_an_afm_browsecomp_round_file_grades_with_simple_evals(
                    "status": "ok", "error": None, "raw": ""}  # fmt: skip
             fh.write(json.dumps(row) + "\n")
     profile = tmp_path / "judge.yaml"
-    endpoint = {"name": "judge", "base_url": server.url, "model": "judge-model", "max_retries": 1,
+    endpoint = {"base_url": server.url, "model": "judge-model", "max_retries": 1,
                 "backoff_base_s": 0.01, "backoff_max_s": 0.02, "timeout_s": 5}  # fmt: skip
-    judge = {"cache_root": str(tmp_path / "cache"), "endpoints": [endpoint]}
+    judge = {"cache_root": str(tmp_path / "cache"), "endpoints": ["judge"]}  # declared once, named here
     profile.write_text(
-        json.dumps({"inherit": str(repo / "configs" / "demo.yaml"), "evaluate": {"judge": judge}})
+        json.dumps(
+            {
+                "inherit": str(repo / "configs" / "demo.yaml"),
+                "endpoints": {"judge": endpoint},
+                "evaluate": {"judge": judge},
+            }
+        )
     )
     # the judge's replies, in order: plain, the "Correct: yes" (case), markdown, and a "no"
     for reply in ("correct: yes", "Correct: yes", "**correct:** yes", "correct: no"):
