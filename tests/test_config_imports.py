@@ -36,9 +36,10 @@ NEVER = (
     "vllm",
 )
 """Third-party packages that loading a profile must not import."""
-MAX_FIRST_PARTY = 63
+MAX_FIRST_PARTY = 64
 """At most this many modules of coa and schemas (configs, and the packages they sit in; 63 since
-schemas.document, the encyclopedia's contract, 2026-12-07)."""
+schemas.document, the encyclopedia's contract, 2026-12-07; 64 since coa.plan.names, the endpoints
+and tool sets a profile declares once, split out of coa.plan.config the same day)."""
 IMPLEMENTATION = (
     "core",
     "step",

@@ -161,8 +161,8 @@ def _default(field: Any) -> str:
 
 def _named() -> dict[str, str]:
     """The keys that hold names of top-level declarations (``rl.tools: web``), and what they name:
-    leaves of the reference, not the sections they stand for (``coa.plan.config.NAMED_KEYS``)."""
-    from coa.plan.config import NAMED_KEYS
+    leaves of the reference, not the sections they stand for (``coa.plan.names.NAMED_KEYS``)."""
+    from coa.plan.names import NAMED_KEYS
 
     return NAMED_KEYS
 

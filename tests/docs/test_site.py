@@ -107,7 +107,7 @@ def test_every_config_key_the_pages_name_exists() -> None:
 
     walk(PipelineConfig, "")
     from coa.plan import load_pipeline_config, plan
-    from coa.plan.config import NAMED_KEYS
+    from coa.plan.names import NAMED_KEYS
 
     keys = {k: t for k, t in keys.items() if not any(k.startswith(n + ".") for n in NAMED_KEYS)}  # names
 

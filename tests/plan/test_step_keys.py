@@ -73,7 +73,7 @@ def test_the_closure_of_sft_holds_the_trainer_format_and_contract_not_the_cli() 
     ("path", "old", "new"),
     [
         (
-            "coa/_cli/stages.py",
+            "coa/_cli/commands.py",
             'help="Keep the first N usable rows',
             'help="Keep the first N usable rows (typo fixed)',
         ),
