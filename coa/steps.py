@@ -247,6 +247,14 @@ class Step:
     def with_inputs(self, inputs: Mapping[str, StepInput | None]) -> Step:
         return dataclasses.replace(self, inputs=dict(inputs))
 
+    def output(self, table: str | None = None) -> Upstream:
+        """This step's output as a later step of its plan reads it: its model (no ``table``) or one of
+        the tables its stage writes. How a plan wires its steps: by the step, never by its name."""
+        if table is not None and table not in self.produces:
+            tables = ", ".join(self.produces)
+            raise ValueError(f"step {self.name} writes no table {table!r}; its tables: {tables}")
+        return Upstream(self.name, table)
+
 
 @dataclasses.dataclass(frozen=True)
 class StepResult:
