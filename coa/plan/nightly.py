@@ -45,8 +45,11 @@ from coa.errors import UserError
 from coa.nightly.step import NewTasksSummary, merge_step, new_tasks_step
 from coa.plan.choices import evaluation, later_rounds, rl_after_evaluation, start_model, task_steps
 from coa.plan.config import PipelineConfig, PromotionConfig
-from coa.plan.runner import Plan
+from coa.plan.runner import Plan, PlanRun, StepRunner
+from coa.registry.gate import Verdict
+from coa.registry.history import NightRow, NightSummaries
 from coa.registry.ledger import Night
+from coa.registry.promotion import Promoter, Promotion
 from coa.registry.step import gate_step
 from coa.settings import Settings
 from coa.steps import ModelInput, Step, StepInput, StepResult, TableInput
@@ -54,7 +57,7 @@ from coa.train import step as sft
 
 CANDIDATE_EVAL = "evaluate.candidate"
 CHAMPION_EVAL = "evaluate.champion"
-__all__ = ["NightlyPlan", "check_sections", "nightly_plan", "tonight"]
+__all__ = ["NightResult", "NightlyPlan", "check_sections", "nightly_plan", "run_night", "tonight"]
 
 
 def tonight() -> str:
@@ -158,3 +161,48 @@ def check_sections(config: PipelineConfig) -> None:
             f"nightly retraining needs the sections {', '.join(missing)} "
             "(held-out synthetic tasks are the benchmark the gate reads)"
         )
+
+
+@dataclasses.dataclass(frozen=True)
+class NightResult:
+    """What a night did: its plan's run, and the promotion (None when the night failed or stopped
+    before its gate); ``history``: the model name's rows, tonight's included (none on a failure)."""
+
+    night: str
+    plan: NightlyPlan
+    run: PlanRun
+    promotion: Promotion | None
+    history: tuple[NightRow, ...]
+
+
+def run_night(
+    plan: NightlyPlan, runner: StepRunner, promoter: Promoter, night: str, gated_against: str | None
+) -> NightResult:
+    """Run ``plan`` through ``runner`` (:class:`~coa.plan.runner.PlanRun`): once tonight's data is
+    merged the night goes on the ledger; with no new task it stops there (its history row says so);
+    else the gate's verdict is applied to the registry (``gated_against``: the champion's model URI
+    the candidate was gated against) and the night's history row written (:class:`Promoter`)."""
+    run = PlanRun(plan)
+
+    def after(step: Step, result: StepResult) -> str | None:
+        if step is plan.merged:  # tonight's data is committed: later nights build on it whatever follows
+            promoter.committed(night, run[plan.collected].ref.uri, run[plan.new_tasks].ref.uri)
+        return plan.stops_after(step, result)
+
+    run.run(runner, after=after)
+    if run.failure is not None:
+        return NightResult(night, plan, run, None, ())
+    if run.stopped is not None:
+        return NightResult(night, plan, run, None, promoter.stopped(night, run[plan.new_tasks].summary))
+    evaluations = {"candidate": run[plan.candidate_eval].ref.uri}
+    if (champion := run.get(plan.champion_eval)) is not None:
+        evaluations["champion"] = champion.ref.uri
+    summaries = NightSummaries(
+        run.summary(plan.new_tasks), collect=run.summary(plan.collected), curate=run.summary(plan.curated),
+        sft=run.summary(plan.sft), rl=run.summary(plan.rl),
+    )  # fmt: skip
+    verdict = Verdict.from_dict(run[plan.gate].summary)
+    promotion = promoter.promote(
+        night, run[plan.candidate].ref.uri, verdict, evaluations, gated_against, summaries
+    )
+    return NightResult(night, plan, run, promotion, promotion.history)

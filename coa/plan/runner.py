@@ -18,7 +18,7 @@ from __future__ import annotations
 import dataclasses
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from typing import overload
+from typing import Any, overload
 
 from coa import io
 from coa.errors import CoaError, describe
@@ -93,6 +93,11 @@ class PlanRun:
         """``step``'s result, None when it has none (not run, or no such step)."""
         return None if step is None else self.done.get(step.name)
 
+    def summary(self, step: Step | None) -> Mapping[str, Any]:
+        """``step``'s summary (empty when it has no result)."""
+        result = self.get(step)
+        return {} if result is None else result.summary
+
     def run(
         self, runner: StepRunner, only: Sequence[str] | None = None, after: After | None = None
     ) -> PlanRun:
@@ -115,8 +120,23 @@ class PlanRun:
 def upstream_of(step: Step, done: Mapping[str, StepResult]) -> dict[str, StepResult]:
     """The results of the steps ``step`` reads (its :class:`~coa.steps.Upstream` inputs), and only
     those: a Prefect task's run graph draws an edge from each."""
-    names = {value.step for value in step.inputs.values() if isinstance(value, Upstream)}
+    names = _reads(step)
     return {name: result for name, result in done.items() if name in names}
+
+
+def on_cpu(plan: Plan) -> Plan:
+    """The part of ``plan`` a CPU builds: the steps that run no model
+    (:attr:`coa.steps.Stage.runs_model`) and read only such steps, in plan order (``infra/run_plan.py
+    --cpu-steps`` builds them where the CPU is cheap, before a GPU machine runs the rest)."""
+    kept: dict[str, Step] = {}
+    for step in plan:
+        if not step.stage.runs_model and _reads(step) <= kept.keys():
+            kept[step.name] = step
+    return dataclasses.replace(plan, steps=tuple(kept.values()))
+
+
+def _reads(step: Step) -> set[str]:
+    return {value.step for value in step.inputs.values() if isinstance(value, Upstream)}
 
 
 def plain(store: io.Store | None = None, finish: Finish | None = None) -> StepRunner:
