@@ -248,8 +248,7 @@ class Step:
         return dataclasses.replace(self, inputs=dict(inputs))
 
     def output(self, table: str | None = None) -> Upstream:
-        """This step's output as a later step of its plan reads it: its model (no ``table``) or one of
-        the tables its stage writes. How a plan wires its steps: by the step, never by its name."""
+        """This step's model (no ``table``) or one of its tables, as a later step of its plan reads it."""
         if table is not None and table not in self.produces:
             tables = ", ".join(self.produces)
             raise ValueError(f"step {self.name} writes no table {table!r}; its tables: {tables}")
