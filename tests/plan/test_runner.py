@@ -49,7 +49,11 @@ def _plan() -> Plan:
     return Plan(steps=(a, b, c, d), report=c)
 
 
-def _recording(calls: list[tuple[str, bool, list[str]]], fail: str | None = None) -> StepRunner:
+Calls = list[tuple[str, bool, list[str]]]
+"""What the recording runner was asked: (step, run it, the results it got)."""
+
+
+def _recording(calls: Calls, fail: str | None = None) -> StepRunner:
     def run(step: Step, upstream: Mapping[str, StepResult], run_it: bool) -> StepResult | str:
         calls.append((step.name, run_it, sorted(upstream)))
         if step.name == fail:
@@ -64,7 +68,7 @@ def _recording(calls: list[tuple[str, bool, list[str]]], fail: str | None = None
 
 
 def test_a_plan_runs_in_order_each_step_getting_only_the_results_it_reads() -> None:
-    plan, calls = _plan(), []
+    plan, calls = _plan(), Calls()
     run = PlanRun(plan).run(_recording(calls))
     assert calls == [("a", True, []), ("b", True, ["a"]), ("c", True, ["b"]), ("d", True, ["a"])]
     assert list(run.done) == ["a", "b", "c", "d"] and run.failure is None and run.stopped is None
@@ -73,14 +77,14 @@ def test_a_plan_runs_in_order_each_step_getting_only_the_results_it_reads() -> N
 
 
 def test_only_runs_the_slice_and_only_reuses_what_it_reads() -> None:
-    calls: list[tuple[str, bool, list[str]]] = []
+    calls = Calls()
     run = PlanRun(_plan()).run(_recording(calls), only=["c"])
     assert calls == [("a", False, []), ("b", False, ["a"]), ("c", True, ["b"])]  # d is outside the slice
     assert run.get(_plan().steps[3]) is None
 
 
 def test_the_first_failure_stops_the_run_with_its_reason() -> None:
-    plan, calls = _plan(), []
+    plan, calls = _plan(), Calls()
     run = PlanRun(plan).run(_recording(calls, fail="b"))
     assert [c[0] for c in calls] == ["a", "b"] and list(run.done) == ["a"]
     assert run.failure is not None and run.failure.step is plan.steps[1]
@@ -88,7 +92,7 @@ def test_the_first_failure_stops_the_run_with_its_reason() -> None:
 
 
 def test_the_caller_may_stop_the_run_after_a_step() -> None:
-    plan, calls = _plan(), []
+    plan, calls = _plan(), Calls()
     run = PlanRun(plan).run(
         _recording(calls), after=lambda step, _: "enough" if step is plan.steps[1] else None
     )
