@@ -23,7 +23,7 @@ from coa import tracking
 from coa.plan import PromotionConfig, load_pipeline_config
 from coa.plan.nightly import nightly_plan, run_night, tonight
 from coa.registry.promotion import Promoter
-from coa.steps import ModelInput, warm_code_versions
+from coa.steps import ModelInput
 from tasks.dispatch import step_runner
 from tasks.fanout import executor
 from tasks.outcome import project_errors_fail
@@ -51,7 +51,6 @@ def nightly(
     champion = promoter.champion()  # the model URI tonight's candidate is gated against (None: none yet)
     earlier = promoter.earlier(night, promotion.previous_nights)
     plan = nightly_plan(cfg, ModelInput.parse(champion) if champion else None, earlier, promoter.settings)
-    warm_code_versions(plan)  # here, not in the task threads (coa.steps.warm_code_versions)
     get_run_logger().info("nightly %r, night %s: %s", cfg.run_name, night, " → ".join(s.name for s in plan))
     with executor(cfg.execution) as shards:  # engine ray: a Ray cluster for the night's shards
         done = run_night(plan, step_runner(cfg.dispatch, shards, scope), promoter, night, champion)

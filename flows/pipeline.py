@@ -26,7 +26,6 @@ from coa import tracking
 from coa.plan import load_pipeline_config, plan
 from coa.plan.run_result import RunResult
 from coa.plan.runner import PlanRun
-from coa.steps import warm_code_versions
 from tasks.dispatch import step_runner
 from tasks.fanout import executor
 from tasks.outcome import project_errors_fail
@@ -51,7 +50,6 @@ def pipeline(
     other project error ends the run Failed with its one-line reason."""
     cfg = load_pipeline_config(config_path, overrides or [])  # a bad profile: one line (project_errors_fail)
     steps, scope = plan(cfg), scope_of("pipeline", config_path)
-    warm_code_versions(steps)  # here, not in the task threads (coa.steps.warm_code_versions)
     get_run_logger().info("pipeline %r: %s", cfg.run_name, " → ".join(s.name for s in steps))
     with executor(cfg.execution) as shards, tracking.activate(cfg.tracking):  # shards on Ray; the tracker
         run = PlanRun(steps).run(step_runner(cfg.dispatch, shards, scope), only)

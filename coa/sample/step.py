@@ -48,12 +48,10 @@ def step(
         raise UserError(
             "sample: prompt_style and variants must be resolved (the plan takes them from `convert`)"
         )
-    return Step(
+    return STAGE.step(
+        config,
+        {"model": model, "tasks": tasks, ENCYCLOPEDIA: encyclopedia},
         name=name,
-        stage=STAGE,
-        artifact=config.name,
-        config=config,
-        inputs={"model": model, "tasks": tasks, ENCYCLOPEDIA: encyclopedia},
         identity={"round": round_, "tools": tools.model_dump(mode="json")},
         describe=f"the round-{round_} student's {config.samples} samples per training task",
     )
