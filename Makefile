@@ -56,7 +56,7 @@ demo: $(STAMP) sysdeps
 # The modules holding `slow` tests are scheduled first (tests/conftest.py), so the two workers end together.
 TEST_WORKERS ?= 2
 test: $(STAMP) sysdeps uideps pgdeps lint typecheck
-	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) -m "not serial"; parallel=$$?; \
+	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) -m "not serial" --durations=25; parallel=$$?; \
 	$(BIN)/python -m pytest -q -m serial; serial=$$?; \
 	test $$parallel = 0 && test $$serial = 0
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections import deque
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from coa import io
@@ -328,3 +328,41 @@ def write_html(graph: Graph, out: str) -> str:
     with fs.open(path, "wb") as fh:
         fh.write(pages.page(f"Lineage of {graph.nodes[graph.root].label}", body).encode())
     return out
+
+
+def nearest(
+    uri: str, match: Callable[[Node], bool], settings: Settings | None = None, max_nodes: int = 500
+) -> Node | None:
+    """The first artifact, breadth first from ``uri`` (itself included), that ``match`` accepts: the
+    nearest ancestor of that kind (a model's last conversion before a farther one); None when none
+    of the first ``max_nodes`` does. Reads only the lineage it walks, not the whole graph."""
+    seen: set[str] = set()
+    queue = deque([io.open_artifact(uri, settings).uri])
+    while queue and len(seen) < max_nodes:
+        current = queue.popleft()
+        if current in seen:
+            continue
+        seen.add(current)
+        lineage = io.read_lineage(current, settings)
+        node = _node(current, lineage)
+        if match(node):
+            return node
+        queue.extend(parent for _, parent, external in _inputs(lineage) if external is None)
+    return None
+
+
+CONVERT_STEP = "convert"
+"""The step whose lineage records the prompt format of the data it rendered (its config's
+``prompt_style`` and ``variants``)."""
+
+
+def trained_on(uri: str, settings: Settings | None = None) -> Node | None:
+    """The conversion nearest the model at ``uri`` in its lineage (``convert``, ``convert.r2``…): the
+    data it was last trained on (the tiny student built on it, an SFT round, RL from a model trained
+    on it, a registry champion all reach one); None when there is none."""
+
+    def is_conversion(node: Node) -> bool:
+        step = (node.step or "").split(".")[0]
+        return step == CONVERT_STEP and isinstance(node.config, dict) and "prompt_style" in node.config
+
+    return nearest(uri, is_conversion, settings)

@@ -122,8 +122,7 @@ def _imports(module: str) -> tuple[str, ...]:
         return ()
     package = module if path.name == "__init__.py" else module.rpartition(".")[0]
     found: set[str] = set()
-    code = compile(path.read_bytes(), str(path), "exec", dont_inherit=True)
-    for name, level, names in _import_statements(code):
+    for name, level, names in _statements(path.read_bytes(), str(path)):
         base = name
         if level:
             parts = package.split(".")
@@ -132,6 +131,13 @@ def _imports(module: str) -> tuple[str, ...]:
         found.add(base)
         found.update(f"{base}.{n}" for n in names if n != "*")  # `from coa import io`: a submodule
     return tuple(sorted(m for m in found if _module_file(m) is not None))
+
+
+@functools.cache
+def _statements(source: bytes, filename: str) -> tuple[tuple[str, int, tuple[str, ...]], ...]:
+    """The import statements of a file's ``source``, by its content: a file read again unchanged (the
+    keys recomputed after an edit elsewhere) is not compiled again."""
+    return tuple(_import_statements(compile(source, filename, "exec", dont_inherit=True)))
 
 
 def _parents(module: str) -> list[str]:
@@ -209,8 +215,13 @@ def code_text(source: bytes) -> bytes:
 
 @functools.cache
 def _file_hash(path: Path) -> str:
-    data = path.read_bytes()
-    return hashlib.sha256(code_text(data) if path.suffix == ".py" else data).hexdigest()
+    return _digest(path.read_bytes(), path.suffix == ".py")
+
+
+@functools.cache
+def _digest(data: bytes, python: bool) -> str:
+    """The SHA-256 of a file's code (:func:`code_text`) or data, by its content: tokenized once."""
+    return hashlib.sha256(code_text(data) if python else data).hexdigest()
 
 
 def closure_files(module: str, parents: bool = True) -> dict[str, str]:

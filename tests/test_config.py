@@ -1,6 +1,7 @@
 """Config layering, typo errors with paths, overrides, and every file in configs/ loading."""
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 from pydantic import ValidationError
@@ -117,11 +118,78 @@ def test_the_tools_no_longer_choose_an_encyclopedia_and_say_where_it_lives() -> 
         r"set synthetic\.encyclopedia_seed and synthetic\.encyclopedia_size"
     )
     for override in (
-        "collect.tools.encyclopedia_seed=5",
+        "tools.web.encyclopedia_seed=5",
         "evaluate.tools={encyclopedia_entities: 900}",
-        "rl.tools.encyclopedia_seed=1",
+        "collect.tools={encyclopedia_seed: 1}",
     ):
         with pytest.raises(ConfigError, match=moved):
             load_pipeline_config(demo, [override])
     # the encyclopedia's size is the synthetic section's alone: no second copy to keep equal
     assert load_pipeline_config(demo, ["synthetic.encyclopedia_size=1200"]).synthetic is not None
+
+
+JUDGE: dict[str, Any] = {"base_url": "http://127.0.0.1:9/v1", "model": "judge-7b", "max_concurrency": 2}
+
+
+def test_an_endpoint_and_a_tool_set_declared_once_reach_every_section_that_names_them() -> None:
+    """``endpoints:`` and ``tools:`` at the top of a profile, named from the sections: each section
+    gets the declaration itself (the same config as written inline, so the same step keys), and an
+    edit of the one declaration reaches every section that names it."""
+    from coa.llm.config import EndpointConfig, LLMConfig
+    from coa.tools.config import ToolsConfig
+
+    profile: dict[str, Any] = {
+        "endpoints": {"teacher": {"base_url_env": "COA_TEACHER_BASE_URL", "model": "big"}, "judge": JUDGE},
+        "tools": {"web": {"enabled": ["web_search", "crawl_page"], "search": {"top_k": 4}}},
+        "collect": {"backend": "endpoint", "llm": {"endpoints": ["teacher", "judge"], "judge": "judge"}},
+        "curate": {"judge": "judge"},
+        "evaluate": {"judge": "judge", "endpoint": "judge", "backend": "endpoint", "tools": "web"},
+        "rl": {"max_steps": 1, "judge": "judge", "judge_audit_set": "audit.jsonl", "tools": "web"},
+    }
+    cfg = build_config(profile, PipelineConfig)
+    judge = EndpointConfig(name="judge", **JUDGE)
+    assert cfg.endpoints["judge"] == judge
+    assert cfg.curate and cfg.evaluate and cfg.rl and cfg.collect  # for the type checker
+    for section in (cfg.curate.judge, cfg.evaluate.judge, cfg.rl.judge):
+        assert section == LLMConfig(endpoints=(judge,))
+    assert cfg.evaluate.endpoint == judge
+    assert [e.name for e in cfg.collect.llm.endpoints] == ["teacher", "judge"]
+    assert cfg.collect.llm.endpoints[1] == judge and cfg.collect.llm.judge == "judge"
+    web = ToolsConfig(enabled=("web_search", "crawl_page"), search={"top_k": 4})  # type: ignore[arg-type]
+    assert cfg.evaluate.tools == web and cfg.rl.tools == web
+    # the inline form is still accepted and is the same config (so the same keys)
+    written = {**profile, "rl": {**profile["rl"], "judge": {"endpoints": [{"name": "judge", **JUDGE}]}}}
+    inline = build_config(written, PipelineConfig)
+    assert inline.rl == cfg.rl
+    # one edit of the declaration reaches every section naming it
+    moved = build_config(apply_overrides(profile, ["endpoints.judge.model=judge-70b"]), PipelineConfig)
+    assert moved.curate and moved.evaluate and moved.rl and moved.evaluate.endpoint and moved.rl.judge
+    models = {moved.evaluate.endpoint.model, moved.rl.judge.endpoints[0].model}
+    assert models | {moved.collect.llm.endpoints[1].model} == {"judge-70b"}  # type: ignore[union-attr]
+
+
+def test_a_name_nothing_declares_is_refused_saying_what_is() -> None:
+    for section, where, what in (
+        ({"rl": {"max_steps": 1, "judge": "jugde"}}, "rl.judge", "endpoints"),
+        ({"evaluate": {"endpoint": "jugde"}}, "evaluate.endpoint", "endpoints"),
+        ({"collect": {"llm": {"endpoints": ["jugde"]}}}, r"collect.llm.endpoints", "endpoints"),
+        ({"evaluate": {"tools": "wbe"}}, "evaluate.tools", "tools"),
+    ):
+        with pytest.raises(ConfigError, match=rf"{where}: no {what} named '(jugde|wbe)' \(declared under the "
+                           rf"profile's top-level `{what}:`: (judge|web)\); declare it there"):  # fmt: skip
+            build_config({"endpoints": {"judge": JUDGE}, "tools": {"web": {}}, **section}, PipelineConfig)
+    with pytest.raises(ConfigError, match="endpoints.judge: its name is its key"):
+        build_config({"endpoints": {"judge": {**JUDGE, "name": "other"}}}, PipelineConfig)
+
+
+def test_an_override_beneath_a_named_slot_changes_that_section_only() -> None:
+    """The demo names its tool sets (``collect.tools: web``, ``rl.tools: code_only``): an override
+    beneath one section's slot gives that section its own copy; one of the declaration reaches all."""
+    demo = REPO / "configs" / "demo.yaml"
+    base = load_pipeline_config(demo)
+    assert base.collect and base.rl and base.collect.tools == base.tools["web"]
+    own = load_pipeline_config(demo, ["rl.tools.enabled=[web_search, code]", "collect.tools.search.top_k=2"])
+    assert own.rl and own.collect and own.rl.tools.enabled == ("web_search", "code")
+    assert own.collect.tools.search.top_k == 2 and own.tools == base.tools  # the declarations unchanged
+    everywhere = load_pipeline_config(demo, ["tools.web.search.top_k=3"])
+    assert everywhere.collect and everywhere.collect.tools.search.top_k == 3

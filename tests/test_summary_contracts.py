@@ -109,11 +109,7 @@ def built(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, StepRe
         assert cfg.convert is not None
         sampling = SampleConfig.model_validate(
             {"families": ["math"], "limit_per_family": 2, "samples": 2, "max_turns": 2, "max_new_tokens": 8}
-            | {
-                "max_total_tokens": 16,
-                "prompt_style": cfg.convert.prompt_style,
-                "variants": cfg.convert.variants,
-            }
+            | {"max_total_tokens": 16}  # its prompts: the sampled model's, from its lineage
         )
         steps = [*plan(cfg), tasksets.step(imported)]
         steps.append(
@@ -168,6 +164,18 @@ def test_a_summary_reads_back_to_what_its_step_stored(built: dict[str, StepResul
     assert built[step].summary == record  # the fresh result is the stored JSON, serialized once
     assert cls.from_dict(record).to_dict() == record, f"{cls.__name__} and the {step} step disagree"
     check(f"summaries/{cls.__name__}.json", shape(record))
+
+
+def test_evaluation_and_sampling_prompt_as_their_model_was_trained(built: dict[str, StepResult]) -> None:
+    """The prompt style is set once (``convert.prompt_style: brief`` in the demo): every evaluation and
+    the round's sampling read it from their model's lineage, back to the conversion."""
+    convert = io.read_lineage(built["convert"].ref)["config"]["config"]
+    assert convert["prompt_style"] == "brief"  # the demo's; the default is full
+    trained = {"prompt_style": "brief", "variants": convert["variants"], "from": built["convert"].ref.uri}
+    for name in ("evaluate.before", "evaluate.after", "evaluate.after_rl", "sample"):
+        lineage = io.read_lineage(built[name].ref)
+        assert lineage["prompts"] == trained, name
+        assert lineage["config"]["config"]["prompt_style"] is None  # no copy in the step's config (key)
 
 
 def test_the_curation_statistics_read_back_to_summary_json(built: dict[str, StepResult]) -> None:

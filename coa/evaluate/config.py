@@ -98,12 +98,16 @@ class EvalConfig(RolloutLimits):
     )
     temperature: float = Field(default=1.0, gt=0, description="Sampling temperature when samples > 1.")
     top_p: float = Field(default=1.0, gt=0, le=1, description="Nucleus sampling mass when samples > 1.")
-    prompt_style: PromptStyle = Field(
-        default="full",
-        description="System prompt style; must match the convert stage the model was trained on.",
+    prompt_style: PromptStyle | None = Field(
+        default=None,
+        description="System prompt style; null = the style of the conversion the model was trained on, "
+        "read from the model's lineage (a model with none, e.g. a hub base: full). Set: this style for "
+        "any model (an override).",
     )
-    variants: dict[str, str] = Field(
-        default_factory=dict, description="Family → CoA variant override (as in the convert stage)."
+    variants: dict[str, str] | None = Field(
+        default=None,
+        description="Family → CoA variant override; null = the model's conversion's (`convert.variants`, "
+        "from its lineage; none: each family's own variant).",
     )
     families: tuple[str, ...] | None = Field(
         default=None, description="Evaluate only these families; null = all."

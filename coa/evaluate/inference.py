@@ -16,6 +16,7 @@ from typing import Any
 from coa.evaluate.config import EvalConfig
 from coa.format import system_prompt
 from coa.format.from_run import variant_of
+from coa.format.prompts import DEFAULT_STYLE
 from coa.rollout import Episode, EpisodeSpec, Policy, RolloutConfig, rollout
 
 
@@ -40,7 +41,8 @@ def run_tasks(
     """``config.samples`` episodes per task row, task-major (row 0's samples first)."""
     specs = []
     for row in rows:
-        system, _ = system_prompt(variant_of(row["family"], config.variants), config.prompt_style)
+        variant = variant_of(row["family"], config.variants or {})
+        system, _ = system_prompt(variant, config.prompt_style or DEFAULT_STYLE)
         prompt_ids = policy.codec.chat_prompt_ids(system, row["question"])
         specs += [EpisodeSpec(row["task_id"], prompt_ids, k) for k in range(config.samples)]
     return rollout(specs, policy, toolbox, rollout_config(config), progress)

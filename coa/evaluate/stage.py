@@ -95,7 +95,8 @@ def evaluate_tasks(
     fingerprint = model_fingerprint(policy.name)
     out = []
     for row, episode, text, (prediction, verdict) in zip(task_rows, runs, texts, scores, strict=True):
-        valid, error = check_format(text, variant_of(row["family"], config.variants), episode.format_error)
+        variant = variant_of(row["family"], config.variants or {})
+        valid, error = check_format(text, variant, episode.format_error)
         leaked = config.leak_guard.flag_gold and row["family"] != "code"
         out.append(
             {

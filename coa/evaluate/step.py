@@ -35,6 +35,8 @@ from coa.evaluate.replay import LedgerToolBox
 from coa.evaluate.stage import EVAL_TABLE, METRICS_FILE, evaluate_tasks, open_generator, select_tasks
 from coa.evaluate.summary import EvalReportSummary, EvalSummary, TrainingReportSummary
 from coa.evaluate.training_report import ROUND_EVAL, ROUND_MODEL, write_training_report
+from coa.format.trained import of_conversion, prompt_format
+from coa.lineage import trained_on
 from coa.steps import Build, ModelInput, Stage, Step, StepInput, TableInput
 from coa.tools.build import build_toolbox, check_tools
 from coa.tools.collection import INPUT as ENCYCLOPEDIA
@@ -122,6 +124,11 @@ def _build(b: Build) -> None:
     config: EvalConfig = b.step.config
     tools = ToolsConfig.model_validate(b.step.identity["tools"])
     model = b.model("model")
+    found = trained_on(model.ref.uri, b.store.settings) if model.ref is not None else None
+    trained = of_conversion(found.uri, found.config) if found is not None else None
+    prompts = prompt_format(config.prompt_style, config.variants, trained)  # the model's, unless set
+    config = config.model_copy(update={"prompt_style": prompts.style, "variants": dict(prompts.variants)})
+    b.writer.extra_lineage["prompts"] = prompts.lineage()
     tasks, counts = task_plan(b, config)
     in_sets = task_counts(b, config)
     generator = open_generator(config, model.local_path())

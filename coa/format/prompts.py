@@ -19,6 +19,8 @@ from coa.format.grammar import VARIANTS
 
 PromptStyle = Literal["full", "brief"]
 PROMPT_STYLES: tuple[PromptStyle, ...] = ("full", "brief")
+DEFAULT_STYLE: PromptStyle = "full"
+"""The style of a model with no conversion in its lineage (:mod:`coa.format.trained`): the full rules."""
 
 
 @functools.cache

@@ -183,14 +183,7 @@ def later_rounds(
     assert config.curate is not None and config.convert is not None
     later = config.later_sft()
     assert later is not None
-    sampling = (config.sampling or SampleConfig()).model_copy(
-        update={
-            "prompt_style": (config.sampling and config.sampling.prompt_style) or config.convert.prompt_style,
-            "variants": config.convert.variants
-            if config.sampling is None or config.sampling.variants is None
-            else config.sampling.variants,
-        }
-    )
+    sampling = config.sampling or SampleConfig()  # its prompts: the model's, from its lineage
     rounds: list[Round] = []
     model = first
     for r in range(2, config.rounds + 1):

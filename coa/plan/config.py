@@ -3,29 +3,56 @@
 :func:`load_pipeline_config` reads a profile (code defaults → YAML with ``inherit`` → dotted
 overrides) into :class:`PipelineConfig`; the plans (:mod:`coa.plan.pipeline`, :mod:`coa.plan.nightly`)
 turn it into steps. A stage whose section is absent (``null``) has no step.
+
+Endpoints and tool sets are declared once at the top of a profile, keyed by name, and named from
+the sections that use them (:func:`resolve_names`, the one place they are put where they are named,
+before any section is validated)::
+
+    endpoints:
+      teacher: {base_url_env: COA_TEACHER_BASE_URL, model: Qwen/Qwen2.5-72B-Instruct}
+      judge: {base_url: "http://judge:8000/v1", model: Qwen/Qwen2.5-7B-Instruct}
+    tools:
+      web: {search: {provider: serper}}
+    collect: {llm: {endpoints: [teacher], budget_tokens: 200000000}, tools: web}
+    rl: {judge: judge, tools: web}
+
+Every stage then sees the same config (and its step the same key) as with the declaration written
+inline, which a profile may still do. The places a name may stand are :data:`ENDPOINT_SLOTS`,
+:data:`LLM_SLOTS` and :data:`TOOL_SLOTS`; a name nothing declares is refused, saying what is.
 """
 
 from __future__ import annotations
 
+import copy
 import hashlib
-from collections.abc import Sequence
+from collections.abc import Collection, Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
-from pydantic import Field, model_validator
+from pydantic import BaseModel, Field, model_validator
 
 from coa.collect.config import CollectConfig
-from coa.config import Overrides, StrictModel, canonical_json, load_config, overrides_of
+from coa.config import (
+    Overrides,
+    StrictModel,
+    apply_overrides,
+    build_config,
+    canonical_json,
+    load_yaml_layers,
+    overrides_of,
+)
 from coa.convert.config import ConvertConfig
 from coa.curate.config import CurateConfig
 from coa.evaluate.config import EvalConfig
 from coa.execution import ExecutionConfig
+from coa.llm.config import EndpointConfig
 from coa.model.config import StudentConfig
 from coa.registry.config import GateConfig
 from coa.rl.config import RLStageConfig
 from coa.sample.config import SampleConfig
 from coa.synthetic import SyntheticConfig
 from coa.tasksets.config import TasksConfig
+from coa.tools.config import ToolsConfig
 from coa.tracking.config import TrackingConfig
 from coa.train.config import SFTStageConfig
 
@@ -40,6 +67,94 @@ else:
     )
     """``round_sft``: the fields of :class:`~coa.train.config.SFTStageConfig`, each optional (one
     declaration of them: this model is made from it)."""
+
+
+# -- endpoints and tool sets declared once (`endpoints:`, `tools:`), named from the sections ---------
+
+ENDPOINT_SLOTS: tuple[tuple[str, str], ...] = (("evaluate", "endpoint"),)
+"""Fields holding one endpoint (:class:`~coa.llm.config.EndpointConfig`): a name stands for it."""
+LLM_SLOTS: tuple[tuple[str, str], ...] = (
+    ("collect", "llm"),
+    ("curate", "judge"),
+    ("evaluate", "judge"),
+    ("rl", "judge"),
+)
+"""Fields holding an :class:`~coa.llm.config.LLMConfig`: a name stands for an LLM config of that one
+endpoint, and in the long form each item of its ``endpoints`` list may be a name."""
+TOOL_SLOTS: tuple[tuple[str, str], ...] = (("collect", "tools"), ("evaluate", "tools"), ("rl", "tools"))
+"""Fields holding a :class:`~coa.tools.config.ToolsConfig`: a name stands for it."""
+
+
+def _plain(value: Any) -> Any:
+    """A declaration as the plain data a section is validated from (a model given in code, dumped)."""
+    return value.model_dump() if isinstance(value, BaseModel) else copy.deepcopy(value)
+
+
+def _declared(data: Mapping[str, Any], what: str) -> dict[str, Any]:
+    found = data.get(what)
+    if found is None:
+        return {}
+    if not isinstance(found, Mapping):
+        raise ValueError(f"`{what}` must map names to declarations (got {type(found).__name__})")
+    return {str(name): _plain(body) for name, body in found.items()}
+
+
+def _endpoints(data: Mapping[str, Any]) -> dict[str, Any]:
+    """The declared endpoints, each with its key as its ``name`` (the name caches and lineage use)."""
+    out = _declared(data, "endpoints")
+    for key, body in out.items():
+        if isinstance(body, dict) and body.setdefault("name", key) != key:
+            raise ValueError(
+                f"endpoints.{key}: its name is its key; remove `name: {body['name']}` or rename the key"
+            )
+    return out
+
+
+def _lookup(declared: Mapping[str, Any], name: str, where: str, what: str) -> Any:
+    if name not in declared:
+        have = ", ".join(sorted(declared)) or "none"
+        raise ValueError(
+            f"{where}: no {what} named {name!r} (declared under the profile's top-level `{what}:`: {have}); "
+            f"declare it there, or write it inline under {where}"
+        )
+    return copy.deepcopy(declared[name])
+
+
+def resolve_names(data: Any, only: Collection[tuple[str, str]] | None = None) -> Any:
+    """``data`` (a profile, before validation) with every name in a slot (of ``only``: those slots)
+    replaced by its declaration; a profile with no names comes back unchanged."""
+    if not isinstance(data, Mapping):
+        return data
+    endpoints, tools = _endpoints(data), _declared(data, "tools")
+    out = dict(data)
+    if "endpoints" in out:
+        out["endpoints"] = endpoints
+    for section, field in ENDPOINT_SLOTS + LLM_SLOTS + TOOL_SLOTS:
+        if only is not None and (section, field) not in only:
+            continue
+        body = out.get(section)
+        if not isinstance(body, Mapping) or field not in body:
+            continue
+        value, where = body[field], f"{section}.{field}"
+        if (section, field) in TOOL_SLOTS and isinstance(value, str):
+            value = _lookup(tools, value, where, "tools")
+        elif (section, field) in ENDPOINT_SLOTS and isinstance(value, str):
+            value = _lookup(endpoints, value, where, "endpoints")
+        elif (section, field) in LLM_SLOTS and isinstance(value, str):
+            value = {"endpoints": [_lookup(endpoints, value, where, "endpoints")]}
+        elif (section, field) in LLM_SLOTS and isinstance(value, Mapping):
+            items = value.get("endpoints") or ()
+            if any(isinstance(item, str) for item in items):
+                value = dict(value)
+                named = f"{where}.endpoints"
+                value["endpoints"] = [
+                    _lookup(endpoints, item, named, "endpoints") if isinstance(item, str) else item
+                    for item in items
+                ]
+        else:
+            continue
+        out[section] = {**body, field: value}
+    return out
 
 
 class DispatchConfig(StrictModel):
@@ -122,6 +237,18 @@ class PipelineConfig(StrictModel):
     """The whole pipeline run."""
 
     run_name: str = Field(default="coa", description="Human-readable name of this pipeline configuration.")
+    endpoints: dict[str, EndpointConfig] = Field(
+        default_factory=dict,
+        description="The LLM endpoints of the run, each declared once under its name (its `name`: the key); "
+        "collect.llm, curate.judge, evaluate.judge, rl.judge and evaluate.endpoint name one instead of "
+        "repeating it (e.g. `rl.judge: judge`; in collect.llm: `endpoints: [teacher]`). Inline still works.",
+    )
+    tools: dict[str, ToolsConfig] = Field(
+        default_factory=dict,
+        description="Tool sets (tools, search providers and their servers, crawl and sandbox limits), each "
+        "declared once under a name; collect.tools, evaluate.tools and rl.tools name one (e.g. `rl.tools: "
+        "web`) instead of repeating it. Inline still works.",
+    )
     synthetic: SyntheticConfig | None = Field(
         default=None, description="Built-in synthetic task families (train + held-out); null = none."
     )
@@ -193,14 +320,11 @@ class PipelineConfig(StrictModel):
         "wandb, trackio; never part of an artifact's identity.",
     )
 
-    @model_validator(mode="after")
-    def _prompts_match(self) -> PipelineConfig:
-        if self.evaluate and self.convert and self.evaluate.prompt_style != self.convert.prompt_style:
-            raise ValueError(
-                f"evaluate.prompt_style ({self.evaluate.prompt_style}) must equal convert.prompt_style "
-                f"({self.convert.prompt_style}): the model is evaluated with the prompts it was trained on"
-            )
-        return self
+    @model_validator(mode="before")
+    @classmethod
+    def _names_resolved(cls, data: Any) -> Any:
+        """Each endpoint or tool set a section names replaced by its declaration (the one place)."""
+        return resolve_names(data)
 
     @model_validator(mode="after")
     def _rounds_valid(self) -> PipelineConfig:
@@ -223,6 +347,18 @@ class PipelineConfig(StrictModel):
 
 
 def load_pipeline_config(path: str | Path | None, overrides: Sequence[str] = ()) -> PipelineConfig:
-    """A pipeline profile: code defaults → YAML (with ``inherit``) → dotted ``key=value`` overrides."""
-    config: PipelineConfig = load_config(path, overrides, model=PipelineConfig)
+    """A pipeline profile: code defaults → YAML (with ``inherit``) → dotted ``key=value`` overrides.
+
+    An override beneath a slot that names a declaration (``rl.tools.enabled=[code]`` where the profile
+    says ``rl.tools: web``) gives that section its own copy of it with the change; the declaration and
+    the other sections naming it stay as they were (``tools.web.enabled=…`` changes them all)."""
+    data = load_yaml_layers(path) if path is not None else {}
+    keys = [item.split("=", 1)[0].strip() for item in overrides]
+    slots = ENDPOINT_SLOTS + LLM_SLOTS + TOOL_SLOTS
+    beneath = {slot for slot in slots if any(key.startswith(".".join(slot) + ".") for key in keys)}
+    if beneath:
+        data = resolve_names(data, beneath)
+    config: PipelineConfig = build_config(
+        apply_overrides(data, overrides), PipelineConfig, origin=str(path) if path else "config"
+    )
     return config

@@ -36,10 +36,10 @@ class SampleConfig(RolloutLimits):
     )
     prompt_style: PromptStyle | None = Field(
         default=None,
-        description="System prompt style; null = the convert section's (the prompts the student was "
-        "trained on). The plan fills it in.",
+        description="System prompt style; null = the style of the conversion the sampled model was "
+        "trained on, read from its lineage (none: full). Set: this style (an override).",
     )
     variants: dict[str, str] | None = Field(
         default=None,
-        description="Family → CoA variant override; null = the convert section's. The plan fills it in.",
+        description="Family → CoA variant override; null = the model's conversion's (from its lineage).",
     )

@@ -19,6 +19,7 @@ from typing import Any
 
 from coa.format import check_format, system_prompt
 from coa.format.from_run import variant_of
+from coa.format.prompts import DEFAULT_STYLE
 from coa.rollout import EpisodeSpec, Policy, RolloutConfig, model_text, rollout
 from coa.sample.config import SampleConfig
 from coa.sample.summary import FamilySamples
@@ -64,7 +65,7 @@ def sample_tasks(
     prompts: list[tuple[dict[str, Any], str]] = []
     for row in rows:
         variant = variant_of(row["family"], variants)
-        system, _ = system_prompt(variant, config.prompt_style or "full")
+        system, _ = system_prompt(variant, config.prompt_style or DEFAULT_STYLE)
         ids = policy.codec.chat_prompt_ids(system, row["question"])
         specs += [EpisodeSpec(row["task_id"], ids, k) for k in range(config.samples)]
         prompts += [(row, variant)] * config.samples

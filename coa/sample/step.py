@@ -5,7 +5,10 @@ tools search locally, ``encyclopedia`` (the synthetic step's document.v1 table t
 The key hashes the config, the round, the tools, the task table, the encyclopedia and the model
 artifact, so a rerun reuses
 the committed samples. The lineage's ``sampled`` names the round and the model; curation reads it
-to label the student's rows (``teacher``: ``student-r<round>``). The tools are the student's
+to label the student's rows (``teacher``: ``student-r<round>``). The prompts are the ones the model
+was trained on: its conversion's style and variants, read from its lineage
+(:func:`coa.lineage.trained_on`, :func:`coa.format.trained.prompt_format`; ``sampling.prompt_style``
+and ``variants`` override them), recorded as the lineage's ``prompts``. The tools are the student's
 (:func:`coa.plan.choices.eval_tools`): the ones it is evaluated with.
 
 Sampling at a temperature is seeded (``seed``). With the ``hf`` backend under the engine's
@@ -21,6 +24,8 @@ from typing import Any
 
 import schemas
 from coa.errors import UserError
+from coa.format.trained import of_conversion, prompt_format
+from coa.lineage import trained_on
 from coa.sample.config import SampleConfig
 from coa.sample.core import counts, sample_tasks, select
 from coa.sample.summary import SampleSummary
@@ -44,10 +49,6 @@ def step(
 ) -> Step:
     """``config.samples`` attempts of ``model`` (the round ``round_`` model) at each task of ``tasks``;
     the local search serves ``encyclopedia`` (the synthetic step's table; None: no local search)."""
-    if config.prompt_style is None or config.variants is None:
-        raise UserError(
-            "sample: prompt_style and variants must be resolved (the plan takes them from `convert`)"
-        )
     return STAGE.step(
         config,
         {"model": model, "tasks": tasks, ENCYCLOPEDIA: encyclopedia},
@@ -76,6 +77,11 @@ def _build(b: Build) -> None:
     # sampling calls the evaluation's tools: a dead endpoint (or nothing to search locally) fails now
     check_tools(tools, "evaluate.tools", collection)
     model = b.model("model")
+    found = trained_on(model.ref.uri, b.store.settings) if model.ref is not None else None
+    trained = of_conversion(found.uri, found.config) if found is not None else None
+    prompts = prompt_format(config.prompt_style, config.variants, trained)  # the model's, unless set
+    config = config.model_copy(update={"prompt_style": prompts.style, "variants": dict(prompts.variants)})
+    b.writer.extra_lineage["prompts"] = prompts.lineage()
     rows = select(b.table("tasks").read().to_pylist(), config)
     if not rows:
         raise UserError(

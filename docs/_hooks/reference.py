@@ -287,3 +287,51 @@ def contracts_page() -> str:
 def _plain(docstring: str) -> str:
     """A module docstring as Markdown: reST double backticks become code spans."""
     return docstring.strip().replace("``", "`")
+
+
+def config_counts() -> dict[str, int]:
+    """The size of the configuration, as the issues count it (``python docs/_hooks/reference.py``):
+
+    * ``knobs``: the keys of :func:`config_keys` that hold a value, not a section (a list or mapping
+      of sections counts its item's keys once, as ``N`` / ``NAME``);
+    * ``classes``: the config models those keys walk through, :class:`~coa.plan.PipelineConfig`
+      included;
+    * ``declared_classes`` / ``declared_fields``: the pydantic models defined in ``coa/config.py``
+      and ``coa/*/config.py`` (reachable from a profile or not: a step's run configs too) and the
+      fields each declares itself (inherited ones counted where they are declared).
+    """
+    from pydantic import BaseModel
+
+    from coa.plan import PipelineConfig
+
+    walked = list(_walk(PipelineConfig, "", (PipelineConfig,)))
+    knobs = [key for key, field, _ in walked if not _models_in(field.annotation)]
+    classes = (
+        {PipelineConfig}
+        | {m for _, _, m in walked}
+        | {sub for _, field, _ in walked for sub in _models_in(field.annotation)}
+    )
+    declared: list[type[BaseModel]] = []
+    for path in sorted([REPO / "coa" / "config.py", *(REPO / "coa").glob("*/config.py")]):
+        name = ".".join(path.relative_to(REPO).with_suffix("").parts)
+        module = importlib.import_module(name)
+        for value in vars(module).values():
+            if (
+                isinstance(value, type)
+                and issubclass(value, BaseModel)
+                and value.__module__ == name
+                and value.__name__ in (getattr(module, "__all__", None) or vars(module))
+            ):
+                declared.append(value)
+    own = sum(len(cls.__annotations__.keys() & cls.model_fields.keys()) for cls in declared)
+    return {
+        "knobs": len(knobs),
+        "classes": len(classes),
+        "declared_classes": len(declared),
+        "declared_fields": own,
+    }
+
+
+if __name__ == "__main__":
+    for what, count in config_counts().items():
+        print(f"{what}: {count}")

@@ -61,6 +61,10 @@ class Reply:
     raw: str | None = None  # sent verbatim instead of JSON (malformed bodies)
     headers: dict[str, str] = dataclasses.field(default_factory=dict)
     delay: float = 0.0
+    batch: int = 0
+    """Hold each request until ``batch`` requests of its batch (arrivals ``k*batch`` to
+    ``(k+1)*batch - 1``) have arrived, at most 10 s: a client allowed ``batch`` at once then has
+    exactly that many in flight, however loaded the machine, and one allowed fewer is seen."""
 
 
 @dataclasses.dataclass
@@ -152,13 +156,21 @@ class FakeLLMServer:
             peer = f"{request.client.host}:{request.client.port}" if request.client else ""
             self.requests.append(Recorded(time.monotonic(), dict(request.headers), body, peer))
             reply = self.script.popleft() if self.script else self.default
+            arrival = len(self.requests) - 1
             self.in_flight += 1
             self.max_in_flight = max(self.max_in_flight, self.in_flight)
         try:
+            if reply.batch:
+                await self._hold(arrival // reply.batch * reply.batch + reply.batch)
             return await self._reply(reply, body)
         finally:
             with self._lock:
                 self.in_flight -= 1
+
+    async def _hold(self, arrivals: int) -> None:
+        deadline = time.monotonic() + 10.0
+        while len(self.requests) < arrivals and time.monotonic() < deadline:
+            await asyncio.sleep(0.01)
 
     @staticmethod
     async def _reply(reply: Reply, body: dict[str, Any]) -> Response:

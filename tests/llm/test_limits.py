@@ -22,7 +22,7 @@ from tests.llm.helpers import HI, endpoint, run
 
 
 def test_concurrency_limit_is_respected(fake: FakeLLMServer) -> None:
-    fake.default = Reply(delay=0.3)  # long enough that the three slots overlap on a loaded machine
+    fake.default = Reply(batch=3)  # each request waits for its batch of three: they overlap however loaded
 
     async def go() -> None:
         async with LLMClient(endpoint(fake, max_concurrency=3)) as client:

@@ -34,7 +34,7 @@ def test_two_rounds_add_the_round_steps_with_their_inputs() -> None:
     assert by["sample.r1"].inputs == {"model": Upstream("sft"), "tasks": train, "encyclopedia": encyclopedia}
     assert by["sample.r1"].identity["round"] == 1
     sampling = by["sample.r1"].config
-    assert (sampling.samples, sampling.prompt_style) == (3, "brief")  # style: the convert section's
+    assert (sampling.samples, sampling.prompt_style, sampling.variants) == (3, None, None)  # from the model
     raw, student = Upstream("collect", "trajectories"), Upstream("sample.r1", "rollouts")
     assert by["curate.r2"].inputs == {"raw": raw, "tasks": train, "student": student}
     assert by["curate.r2"].config == by["curate"].config
