@@ -1,5 +1,8 @@
 """Run a step on another work pool: its spec goes to ``flows/step.py:run_one_step`` by ``run_deployment``.
 
+:func:`step_runner` is the step runner the flows hand the plan runner: a step ``dispatch`` sends to
+the GPU pool goes through :func:`run_on_pool`, the others through the one Prefect task for steps.
+
 Called from a flow (the child flow run is linked as its subflow). The parent sends the step's
 :class:`~coa.plan.spec.StepSpec` (config, resolved inputs, code version, expected key and URI); the
 child rebuilds exactly that step, refuses it if it would compute another key, and commits the
