@@ -54,11 +54,17 @@ demo: $(STAMP) sysdeps
 # The suite on TEST_WORKERS pytest-xdist workers (each with one torch thread: tests/conftest.py), then the
 # `serial` tier alone (tests that time themselves or scan the machine's processes). Both always run.
 # The modules holding `slow` tests are scheduled first (tests/conftest.py), so the two workers end together.
+# mypy runs beside the parallel tier (a clean clone's cold run is ~155 CPU-s, and the tier leaves ~1/4 of
+# the cores idle while its tests wait on servers and workers); its report is printed after the tier, and
+# it has finished before the serial tier starts.
 TEST_WORKERS ?= 2
-test: $(STAMP) sysdeps uideps pgdeps lint typecheck
+test: $(STAMP) sysdeps uideps pgdeps lint
+	types_log=$$(mktemp); $(BIN)/mypy >"$$types_log" 2>&1 & types_pid=$$!; \
 	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) -m "not serial" --durations=25; parallel=$$?; \
+	wait $$types_pid; types=$$?; echo "--- mypy (make typecheck), run beside the tests:"; cat "$$types_log"; \
+	rm -f "$$types_log"; \
 	$(BIN)/python -m pytest -q -m serial; serial=$$?; \
-	test $$parallel = 0 && test $$serial = 0
+	test $$types = 0 && test $$parallel = 0 && test $$serial = 0
 
 # ZeRO-3 on two CPU ranks: the `[zero3]` cases that `make test` skips (its install has no DeepSpeed).
 # .venv-zero3 reads .venv's packages (a .pth) and adds the `deepspeed` extra's pin beside the pinned

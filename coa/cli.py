@@ -2,10 +2,11 @@
 
 This module is the entry point (``coa = "coa.cli:main"``) and the assembly of the command tree; the
 commands live in :mod:`coa._cli` by concern: :mod:`~coa._cli.run` (``coa run``),
-:mod:`~coa._cli.stages` (one stage at a time), :mod:`~coa._cli.inspect` (show, validate, lineage,
-format check), :mod:`~coa._cli.models` (the registry), :mod:`~coa._cli.tools` (one tool call),
-:mod:`~coa._cli.score` (prediction files), :mod:`~coa._cli.view` (the episode viewer), over the
-helpers of :mod:`~coa._cli.common`.
+:mod:`~coa._cli.stages` (one stage at a time: a command per stage, generated from the stage table
+with :mod:`~coa._cli.commands`), :mod:`~coa._cli.export` (converted data for other trainers),
+:mod:`~coa._cli.inspect` (show, validate, lineage, format check), :mod:`~coa._cli.models` (the
+registry), :mod:`~coa._cli.tools` (one tool call), :mod:`~coa._cli.score` (prediction files),
+:mod:`~coa._cli.view` (the episode viewer), over the helpers of :mod:`~coa._cli.common`.
 
 Every stage command builds the same :class:`~coa.steps.Step` the pipeline's plan builds and runs it
 through :func:`coa.steps.run_step`, so ``coa collect …`` and the flow give the same artifact for the
@@ -20,15 +21,14 @@ from __future__ import annotations
 from typing import Any
 
 import typer
-from typer.core import TyperGroup
 
 from coa import io
-from coa._cli import inspect, models, run, score, stages, tools, view
+from coa._cli import export, inspect, models, run, score, stages, tools, view
 from coa._cli.common import err
 from coa.errors import CoaError, describe
 
 
-class _OneLineErrors(TyperGroup):
+class _OneLineErrors(stages.TopLevel):
     """The top-level group: a project error (:class:`~coa.errors.CoaError`) from any command is one
     line on stderr and its exit code (2 input, 1 check failed, 3 infrastructure), never a traceback."""
 
@@ -62,14 +62,18 @@ app = typer.Typer(
     help="coa-pipeline: a factory for Chain-of-Agents agent models.", no_args_is_help=True, cls=_OneLineErrors
 )
 tasks_app = typer.Typer(
-    help="Task sets: import benchmark and training task files into task.v1.", no_args_is_help=True
+    help="Task sets: import benchmark and training task files into task.v1.",
+    no_args_is_help=True,
+    cls=stages.group("tasks"),
 )
 app.add_typer(tasks_app, name="tasks")
 tool_app = typer.Typer(
     help="Run one tool and print the observation the model would see.", no_args_is_help=True
 )
 app.add_typer(tool_app, name="tool")
-model_app = typer.Typer(help="Student models: build the tiny local student.", no_args_is_help=True)
+model_app = typer.Typer(
+    help="Student models: build the tiny local student.", no_args_is_help=True, cls=stages.group("model")
+)
 app.add_typer(model_app, name="model")
 format_app = typer.Typer(help="The Chain-of-Agents format: check trajectories against a grammar variant.")
 app.add_typer(format_app, name="format")
@@ -81,18 +85,12 @@ app.add_typer(models_app, name="models")
 
 # the commands, in the order `coa --help` lists them
 app.command(context_settings={"allow_extra_args": False})(run.run)
-tasks_app.command("import")(stages.tasks_import)
-tasks_app.command("synthetic")(stages.tasks_synthetic)
-app.command()(stages.collect)
-app.command()(stages.curate)
-app.command()(stages.convert)
-model_app.command("init")(stages.model_init)
-app.command()(stages.sft)
-app.command()(stages.rl)
-app.command()(stages.evaluate)
+# after `run`: the stage commands by today's names (coa collect, coa tasks synthetic…), generated
+# when called (coa._cli.stages.StageCommands), and `coa stage NAME` for every stage
+stage_app = typer.Typer(help=stages.STAGE_HELP, no_args_is_help=True, cls=stages.group(stages.STAGE_GROUP))
+app.add_typer(stage_app, name=stages.STAGE_GROUP)
 app.command("score")(score.score)
-app.command("eval-report")(stages.eval_report)
-app.command("export")(stages.export_cmd)
+app.command("export")(export.export_cmd)
 tool_app.command("code")(tools.tool_code)
 tool_app.command("search")(tools.tool_search)
 tool_app.command("crawl")(tools.tool_crawl)

@@ -71,10 +71,10 @@ _MADE_FROM = {
 """Artifact kind -> (the command that made it, the next command that takes it)."""
 
 
-def _model_input(value: str) -> Any:
+def _model_input(value: str, option: str = "--model") -> Any:
     """A ``--model`` value (a registry name already resolved) as a :class:`~coa.steps.ModelInput`,
     refused in one line when it names no model: a missing folder, an artifact of another kind, a hub
-    id that is not in the local cache while offline."""
+    id that is not in the local cache while offline (``option``: the option it was given by)."""
     import os
 
     from coa.steps import ModelInput
@@ -84,12 +84,12 @@ def _model_input(value: str) -> Any:
     if ref is not None:
         if ref.kind != "model":
             given = _KIND_NAMES.get(ref.kind, ref.kind)
-            raise UserError(f"--model {value} is a {given} artifact (kind {ref.kind}), not a model: {hint}")
+            raise UserError(f"{option} {value} is a {given} artifact (kind {ref.kind}), not a model: {hint}")
         return ModelInput(ref=ref)
     local = "://" in value or value.startswith(("/", ".", "~")) or os.path.exists(value)
     fs, path = io.filesystem(value) if "://" in value else (None, os.path.expanduser(value))
     if local and not (fs.exists(path) if fs is not None else os.path.isdir(path)):
-        raise UserError(f"--model {value}: no such model folder: {hint}")
+        raise UserError(f"{option} {value}: no such model folder: {hint}")
     if not local and os.environ.get("HF_HUB_OFFLINE", "").lower() in ("1", "true", "yes"):
         from huggingface_hub import snapshot_download
 
@@ -97,7 +97,7 @@ def _model_input(value: str) -> Any:
             snapshot_download(value, local_files_only=True)
         except Exception:  # noqa: BLE001 - any failure means: not usable offline
             raise UserError(
-                f"--model {value}: not a folder, and no hub model of that id is in the local cache "
+                f"{option} {value}: not a folder, and no hub model of that id is in the local cache "
                 f"(HF_HUB_OFFLINE is set): {hint}"
             ) from None
     elif not local:
@@ -136,24 +136,14 @@ def hub_unreachable(model_id: str | None, why: str) -> InfraError:
     )
 
 
-def _raw_table(uri: str) -> str:
-    """The table ``coa curate`` reads of ``--raw``: a collection's ``trajectories``, else an RL
-    artifact's ``rollouts``."""
-    try:
-        tables = io.open_artifact(uri).tables
-    except io.ArtifactError:
-        return "trajectories"  # _table reports the missing artifact
-    return "rollouts" if "trajectories" not in tables and "rollouts" in tables else "trajectories"
-
-
-def _model(value: str) -> Any:
-    """A model named on the command line: ``champion:NAME`` (resolved through the registry), a
-    committed model artifact URI, else a folder or hub id."""
+def _model(value: str, option: str = "--model") -> Any:
+    """A model named on the command line (by ``option``): ``champion:NAME`` (resolved through the
+    registry), a committed model artifact URI, else a folder or hub id."""
     if value.startswith(CHAMPION_PREFIX):
         from coa.registry.store import Registry
 
         value = Registry().resolve(value.removeprefix(CHAMPION_PREFIX))
-    return _model_input(value)
+    return _model_input(value, option)
 
 
 def _run(step: Any, label: str | None = None, execution: Any = None) -> Any:

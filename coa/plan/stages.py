@@ -32,6 +32,7 @@ from coa.nightly import step as nightly
 from coa.registry import step as gate
 from coa.rl import present as rl_present
 from coa.rl import step as rl
+from coa.sample import present as sample_present
 from coa.sample import step as sample
 from coa.steps import Present, Stage, StepResult
 from coa.synthetic import step as synthetic
@@ -73,6 +74,7 @@ PRESENTERS: Mapping[str, Present] = {
     student.STAGE.name: student_present.present,
     sft.STAGE.name: sft_present.present,
     rl.STAGE.name: rl_present.present,
+    sample.STAGE.name: sample_present.present,
     evaluate.STAGE.name: evaluate_present.present_eval,
     evaluate.PREDICTIONS.name: evaluate_present.present_eval,
     evaluate.EVAL_REPORT.name: evaluate_present.present_eval_report,

@@ -107,8 +107,9 @@ def sample_tasks(
 
 
 def counts(rows: Sequence[Mapping[str, Any]], family_of: Mapping[str, str]) -> dict[str, FamilySamples]:
-    """Per family (and ``all``): tasks, episodes, correct and format-valid shares, rows kept, and the
-    share of tasks solved at least once (pass@k)."""
+    """Per family (and ``all``): tasks, episodes, correct and format-valid shares, rows kept, the
+    share of tasks solved at least once (pass@k) and of tasks whose episodes all agree (all correct,
+    all wrong): with ``samples`` = RL's group size, what GRPO could learn from these tasks."""
     families: dict[str, list[Mapping[str, Any]]] = {}
     for row in rows:
         families.setdefault(family_of[row["task_id"]], []).append(row)
@@ -118,6 +119,9 @@ def counts(rows: Sequence[Mapping[str, Any]], family_of: Mapping[str, str]) -> d
         n = len(group)
         tasks = {r["task_id"] for r in group}
         solved = {r["task_id"] for r in group if r["correct"] and r["format_valid"]}
+        right: dict[str, list[bool]] = {}
+        for r in group:
+            right.setdefault(r["task_id"], []).append(bool(r["correct"]))
         out[family] = FamilySamples(
             tasks=len(tasks),
             episodes=n,
@@ -125,5 +129,7 @@ def counts(rows: Sequence[Mapping[str, Any]], family_of: Mapping[str, str]) -> d
             format_valid=sum(bool(r["format_valid"]) for r in group) / n if n else 0.0,
             kept=sum(bool(r["correct"] and r["format_valid"]) for r in group),
             tasks_solved=len(solved) / len(tasks) if tasks else 0.0,
+            all_correct=sum(all(v) for v in right.values()) / len(tasks) if tasks else 0.0,
+            all_wrong=sum(not any(v) for v in right.values()) / len(tasks) if tasks else 0.0,
         )
     return out

@@ -23,6 +23,18 @@ class FamilySamples(BaseModel):
     format_valid: float = Field(description="Share of episodes valid under their variant's grammar.")
     kept: int = Field(description="Episodes correct and format-valid: what curation may keep.")
     tasks_solved: float = Field(description="Share of tasks with at least one kept episode (pass@k).")
+    all_correct: float = Field(
+        default=0.0,
+        description="Share of tasks whose every episode is correct: a GRPO group of them has no advantage.",
+    )
+    all_wrong: float = Field(
+        default=0.0, description="Share of tasks with no correct episode: nothing for GRPO to reinforce."
+    )
+
+    @property
+    def mixed(self) -> float:
+        """Share of tasks solved sometimes: the groups GRPO learns from (at k = its group size)."""
+        return max(0.0, 1.0 - self.all_correct - self.all_wrong)
 
 
 class SampleSummary(StepSummary):

@@ -48,8 +48,13 @@ def on_files(files: Any, config: Any) -> Any:
 
 
 def _commands(group: Any, prefix: tuple[str, ...] = ()) -> Iterator[tuple[tuple[str, ...], Any]]:
-    for name in sorted(group.commands):
-        command = group.commands[name]
+    """Every command under ``group``, by name; as the group lists them (the stage commands are made
+    when asked for: ``coa._cli.stages.StageCommands``)."""
+    import typer
+
+    ctx = typer.Context(group, info_name=prefix[-1] if prefix else "coa")
+    for name in sorted(group.list_commands(ctx)):
+        command = group.get_command(ctx, name)
         path = (*prefix, name)
         yield path, command
         if hasattr(command, "commands"):

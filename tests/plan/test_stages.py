@@ -117,8 +117,11 @@ def test_only_the_plans_know_the_plans_and_the_registry_knows_none() -> None:
         if not p.is_relative_to(REPO / "coa" / "plan") and any(i.startswith("coa.plan") for i in _imports(p))
     }
     # the CLI (its command modules) loads profiles and asks the plans
-    # and prints what a stage presents (coa/_cli/facts.py: the stage table's presenters)
-    cli = {"coa/_cli/common.py", "coa/_cli/run.py", "coa/_cli/stages.py", "coa/_cli/facts.py"}
+    # and prints what a stage presents (coa/_cli/facts.py: the stage table's presenters); the stage
+    # commands are generated from the stage table (stages.py), read their inputs by the contracts the
+    # stages produce (given.py) and make their steps as the plans do (commands.py)
+    cli = {"coa/_cli/common.py", "coa/_cli/run.py", "coa/_cli/facts.py"}
+    cli |= {"coa/_cli/stages.py", "coa/_cli/given.py", "coa/_cli/commands.py"}
     assert users == cli, users
     registry = set().union(*(_imports(p) for p in (REPO / "coa" / "registry").rglob("*.py")))
     assert not {i for i in registry if i.startswith("coa.plan")}
