@@ -34,7 +34,11 @@ class TableInput:
 
 @dataclasses.dataclass(frozen=True)
 class Upstream:
-    """A reference, inside a plan, to the output of an earlier step (resolved when it has run)."""
+    """A reference, inside a plan, to the output of an earlier step (resolved when it has run).
+
+    A plan makes it from the producing step (:meth:`coa.steps.Step.output`), never from a name; the
+    name it holds is the step's, which is how the runner finds the step's result and a step spec names
+    the step on the wire."""
 
     step: str
     table: str | None = None

@@ -147,6 +147,16 @@ class Stage:
     """Whether its steps run the student (build, train, sample or evaluate it): a GPU machine's work;
     the other stages' steps run on any CPU (``infra/run_plan.py --cpu-steps``)."""
 
+    def step(
+        self, config: Any, inputs: Mapping[str, StepInput | None] | None = None, *, name: str | None = None,
+        artifact: str | None = None, identity: Mapping[str, Any] | None = None, describe: str | None = None,
+        options: Mapping[str, Any] | None = None,
+    ) -> Step:  # fmt: skip
+        """A step of this stage (its one constructor), named and described as the stage by default."""
+        artifact = config.name if artifact is None else artifact
+        return Step(name or self.name, self, artifact, config, dict(inputs or {}), dict(identity or {}),
+                    self.describe if describe is None else describe, dict(options or {}))  # fmt: skip
+
     def expects_for(self, roles: Iterable[str]) -> dict[str, str | tuple[str, ...]]:
         """The contract each of ``roles`` must have (roles without one are left out)."""
         out: dict[str, str | tuple[str, ...]] = {}
@@ -191,14 +201,6 @@ class Stage:
         return f"{self.name}.v{self.version}+src.{files_version(self.code_files())}"
 
 
-def warm_code_versions(steps: Iterable[Step]) -> None:
-    """Compute each step's code version now, on the calling thread (a flow's own), so that the task
-    threads that run the steps read it from the cache rather than each compile the same import
-    closure (about a second for the whole tree on 2 cores) while the others wait on the GIL."""
-    for step in steps:
-        step.stage.code_version()
-
-
 @dataclasses.dataclass(frozen=True)
 class Step:
     """A stage instance: a :class:`Stage`, a name, a frozen config, named inputs.
@@ -236,9 +238,6 @@ class Step:
         """Table → the data contract it is written under."""
         return self.stage.produces
 
-    def build(self, b: Build) -> None:
-        self.stage.build(b)
-
     def config_json(self) -> Any:
         if isinstance(self.config, BaseModel):
             return self.config.model_dump(mode="json")
@@ -246,6 +245,13 @@ class Step:
 
     def with_inputs(self, inputs: Mapping[str, StepInput | None]) -> Step:
         return dataclasses.replace(self, inputs=dict(inputs))
+
+    def output(self, table: str | None = None) -> Upstream:
+        """This step's model (no ``table``) or one of its tables, as a later step of its plan reads it."""
+        if table is not None and table not in self.produces:
+            tables = ", ".join(self.produces)
+            raise ValueError(f"step {self.name} writes no table {table!r}; its tables: {tables}")
+        return Upstream(self.name, table)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -416,7 +422,7 @@ def _build_and_commit(
         upstream = [u.uri for u in writer.upstream]
         with tracking.step_run(step.name, writer.uri, upstream, store.root) as tracker:
             with measure() as meter:
-                step.build(build)
+                step.stage.build(build)
             release_free_memory()  # the next step starts from what this one holds, not its high-water mark
             summary = build.summary_json()
             if tracker is not None:  # the lineage names the tracker run; the run gets the summary

@@ -1,11 +1,13 @@
 """Run a profile's plan in this process, without Prefect: for a GPU machine whose image lacks it.
 
 The lent H100/H200 image has torch, transformers and accelerate but no Prefect (and reaches no package
-registry), so ``coa run`` cannot start there. This runs the same plan (:func:`coa.plan.plan`) step by
-step with the function the pipeline's Prefect task calls (:func:`coa.steps.run_step`): every step is
-reused when its artifact is committed, else built and committed, so a run stopped at a time limit
-resumes where it stopped. It prints each step's wall time and, when the report step ran, the
-training report's comparison; ``--json`` writes the stage table and the comparison.
+registry), so ``coa run`` cannot start there. This runs the same plan (:func:`coa.plan.plan`) with
+the same plan runner as the flows (:class:`coa.plan.runner.PlanRun`), handed the plain step runner
+(:func:`coa.plan.runner.plain`: :func:`coa.steps.run_step`, which the pipeline's Prefect task calls
+too): every step is reused when its artifact is committed, else built and committed, so a run stopped
+at a time limit resumes where it stopped; a failed step stops the run (exit 1, its one-line reason).
+It prints each step's wall time and, when the report step ran, the training report's comparison;
+``--json`` writes the stage table and the comparison.
 
     python3 infra/run_plan.py -c configs/demo-gpu.yaml [key=value ...] [--until convert] [--json F]
     python3 infra/run_plan.py -c configs/demo-gpu.yaml --dry-run   # each step: reused or built, nothing run
@@ -28,16 +30,17 @@ import signal
 import sys
 import textwrap
 import time
+from collections.abc import Mapping
 from pathlib import Path
 
 from coa import io
 from coa.evaluate.training_report import format_comparison
-from coa.inputs import Upstream
 from coa.plan import plan
 from coa.plan.config import load_pipeline_config
 from coa.plan.preview import preview
 from coa.plan.run_result import run_result
-from coa.steps import Step, StepResult, run_step
+from coa.plan.runner import Plan, PlanRun, StepRunner, on_cpu, plain
+from coa.steps import Step, StepResult
 from coa.view.commit import commit_page
 
 
@@ -75,7 +78,7 @@ def main(argv: list[str] | None = None) -> int:
         if name and name not in names and not (option == "--expect-reused" and name == "cpu"):
             parser.error(f"{option} {name!r} is no step of this plan: {', '.join(names)}")
     if args.cpu_steps:
-        steps = cpu_steps(steps)
+        steps = on_cpu(steps)
         names = [step.name for step in steps]
     store = io.Store()
     print(f"plan {cfg.run_name!r} ({args.config}): {' -> '.join(names)}; store {store.root}", flush=True)
@@ -93,27 +96,19 @@ def main(argv: list[str] | None = None) -> int:
         for planned in preview(steps, store):
             print(f"{planned.name:28s} {planned.status}", flush=True)
         return 0
-    done: dict[str, StepResult] = {}
-    started = time.monotonic()
+    run, started = PlanRun(steps), time.monotonic()
+
+    def after(step: Step, result: StepResult) -> str | None:
+        if args.json:  # after every step: a run stopped at a time limit still leaves its table
+            args.json.write_text(run_result(cfg, steps, run.done).model_dump_json(indent=1))
+        return f"--until {step.name}" if step.name == args.until else None
+
     # `timeout` stops it with SIGTERM: the steps done so far are still reported (the finally below)
     signal.signal(signal.SIGTERM, _interrupted)
     try:
-        for step in steps:
-            began = time.monotonic()
-            print(f"--- {step.name} (at {began - started:.0f} s)", flush=True)
-            done[step.name] = result = run_step(
-                step, store, done, finish=None if args.no_pages else commit_page
-            )
-            how = "reused" if result.reused else "built"
-            print(f"--- {step.name}: {how} in {time.monotonic() - began:.1f} s: {result.ref.uri}", flush=True)
-            if headline := result.summary.get("headline"):  # an evaluation's accuracies, said as it ends:
-                print(textwrap.indent(headline, "    "), flush=True)  # a run cut short still reports them
-            if args.json:
-                args.json.write_text(run_result(cfg, steps, done).model_dump_json(indent=1))
-            if step.name == args.until:
-                break
+        run.run(said(plain(store, finish=None if args.no_pages else commit_page), started), after=after)
     finally:
-        outcome = run_result(cfg, steps, done)
+        outcome = run_result(cfg, steps, run.done)
         for row in outcome.stages:
             if row.status in ("built", "reused"):
                 wall = "" if row.wall_s is None else f"{row.wall_s:8.1f} s"
@@ -125,23 +120,35 @@ def main(argv: list[str] | None = None) -> int:
         print(f"total {time.monotonic() - started:.1f} s", flush=True)
         if args.json:
             args.json.write_text(outcome.model_dump_json(indent=1))
+    if run.failure is not None:
+        print(f"error: {run.failure.step.name}: {run.failure.reason}", file=sys.stderr, flush=True)
+        return 1
     return 0
 
 
-def cpu_steps(steps: list[Step]) -> list[Step]:
-    """The steps that run no model and read only steps that run none (in plan order)."""
-    kept: list[Step] = []
-    for step in steps:
-        upstream = {v.step for v in step.inputs.values() if isinstance(v, Upstream)}
-        if not step.stage.runs_model and upstream <= {s.name for s in kept}:
-            kept.append(step)
-    return kept
+def said(runner: StepRunner, started: float) -> StepRunner:
+    """``runner``, saying each step as it starts and ends (how, how long, where), and an evaluation's
+    headline as it ends: a run cut short (the GPU's device time) still reports them."""
+
+    def run(step: Step, upstream: Mapping[str, StepResult], run_it: bool) -> StepResult | str:
+        began = time.monotonic()
+        print(f"--- {step.name} (at {began - started:.0f} s)", flush=True)
+        result = runner(step, upstream, run_it)
+        if isinstance(result, str):
+            return result
+        how = "reused" if result.reused else "built"
+        print(f"--- {step.name}: {how} in {time.monotonic() - began:.1f} s: {result.ref.uri}", flush=True)
+        if headline := result.summary.get("headline"):
+            print(textwrap.indent(headline, "    "), flush=True)
+        return result
+
+    return run
 
 
-def not_in_store(steps: list[Step], store: io.Store, last: str) -> list[str]:
+def not_in_store(steps: Plan, store: io.Store, last: str) -> list[str]:
     """The steps up to ``last`` (included; ``cpu``: the CPU steps) that running the plan would build."""
     names = [step.name for step in steps]
-    upto = cpu_steps(steps) if last == "cpu" else steps[: names.index(last) + 1]
+    upto = on_cpu(steps) if last == "cpu" else steps[: names.index(last) + 1]
     return [planned.name for planned in preview(upto, store) if not planned.status.startswith("reuse")]
 
 

@@ -1,5 +1,8 @@
 """Run a step on another work pool: its spec goes to ``flows/step.py:run_one_step`` by ``run_deployment``.
 
+:func:`step_runner` is the step runner the flows hand the plan runner: a step ``dispatch`` sends to
+the GPU pool goes through :func:`run_on_pool`, the others through the one Prefect task for steps.
+
 Called from a flow (the child flow run is linked as its subflow). The parent sends the step's
 :class:`~coa.plan.spec.StepSpec` (config, resolved inputs, code version, expected key and URI); the
 child rebuilds exactly that step, refuses it if it would compute another key, and commits the
@@ -45,13 +48,37 @@ from prefect.utilities.engine import link_state_to_result
 
 from coa import io, tracking
 from coa.attempts import rerun_hint, resumes
-from coa.errors import InfraError, describe
+from coa.errors import CoaError, InfraError, describe
+from coa.execution import ShardExecutor
 from coa.heartbeat import Watch, drop, read_beat
 from coa.plan.config import DispatchConfig
+from coa.plan.runner import StepRunner
 from coa.plan.spec import spec_of
 from coa.resources import BuildResources
 from coa.steps import Step, StepResult, resolve
 from tasks.run_step import run_step_task
+
+
+def step_runner(dispatch: DispatchConfig, shards: ShardExecutor | None, scope: str = "") -> StepRunner:
+    """The step runner the flows hand the plan runner (:class:`coa.plan.runner.PlanRun`): a step
+    ``dispatch`` sends to the GPU pool crosses as a step spec (:func:`run_on_pool`); the others run in
+    the one Prefect task for steps, their shards on ``shards``. Either way the step gets only the
+    results it reads (so Prefect's run graph shows the plan's real edges); a step only reused
+    (``run_it`` False) never leaves the flow; a failure is its one-line reason."""
+
+    def run(step: Step, upstream: Mapping[str, StepResult], run_it: bool) -> StepResult | str:
+        if run_it and dispatch.dispatches(step.name):
+            try:
+                return run_on_pool(step, upstream, dispatch, scope)
+            except CoaError as e:
+                return describe(e)
+        state = run_step_task(step, dict(upstream), run_it, shards, scope, return_state=True)
+        if state.is_failed():
+            return state.message or "failed"
+        result: StepResult = state.result()
+        return result
+
+    return run
 
 
 def committed(uri: str, step: str, store: io.Store) -> StepResult | None:
@@ -70,7 +97,7 @@ def run_on_pool(
 ) -> StepResult | str:
     """Run ``step`` through ``dispatch.deployment``: its committed result, or the one line saying why not.
 
-    ``upstream``: the results of the steps it reads (:func:`flows.pipeline.upstream_of`). A child run
+    ``upstream``: the results of the steps it reads (:func:`coa.plan.runner.upstream_of`). A child run
     that crashed (its process died, or its heartbeats stopped: see the module doc) is sent again up to
     ``dispatch.crash_retries`` times: each retry resumes from the step's last complete checkpoint,
     which the warning names, read from disk."""

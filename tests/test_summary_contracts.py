@@ -31,9 +31,9 @@ from coa.curate.step import CurateSummary
 from coa.evaluate import step as evaluate
 from coa.evaluate.summary import EvalReportSummary, EvalSummary, TrainingReportSummary
 from coa.model.step import StudentSummary
+from coa.nightly.step import MergeSummary, NewTasksSummary, merge_step, new_tasks_step
 from coa.plan import load_pipeline_config
-from coa.plan.choices import ENCYCLOPEDIA, eval_tools
-from coa.plan.nightly import MergeSummary, NewTasksSummary, merge_step, new_tasks_step
+from coa.plan.choices import eval_tools
 from coa.plan.pipeline import plan
 from coa.registry.config import GateConfig
 from coa.registry.gate import Verdict
@@ -119,7 +119,7 @@ def built(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, StepRe
                 Upstream("sft"),
                 Upstream("synthetic", "train"),
                 1,
-                encyclopedia=ENCYCLOPEDIA,
+                encyclopedia=Upstream("synthetic", "encyclopedia"),
             )
         )
         steps += [

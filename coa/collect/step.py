@@ -68,14 +68,8 @@ def step(
 ) -> Step:
     """Collect ``config.samples_per_task`` teacher runs per task of ``tasks``; the local search serves
     ``encyclopedia`` (the synthetic step's ``document.v1`` table; None: no local search)."""
-    return Step(
-        name=name,
-        stage=STAGE,
-        artifact=config.name,
-        config=config.model_copy(update={"retry_failed": False}),  # the switch does not change this step
-        inputs={"tasks": tasks, ENCYCLOPEDIA: encyclopedia},
-        describe=STAGE.describe,
-    )
+    once = config.model_copy(update={"retry_failed": False})  # the switch does not change this step
+    return STAGE.step(once, {"tasks": tasks, ENCYCLOPEDIA: encyclopedia}, name=name, artifact=config.name)
 
 
 def _build(b: Build) -> None:
@@ -163,14 +157,9 @@ def retry_step(
 ) -> Step:
     """Re-run the runs of ``previous`` that ended in an error; keep every other run as it is (the
     local search serving ``encyclopedia``, as :func:`step`'s)."""
-    return Step(
-        name=name,
-        stage=RETRY,
-        artifact=config.name,
-        config=config.model_copy(update={"retry_failed": True}),
-        inputs={"previous": previous, "tasks": tasks, ENCYCLOPEDIA: encyclopedia},
-        describe=RETRY.describe,
-    )
+    retry = config.model_copy(update={"retry_failed": True})
+    inputs = {"previous": previous, "tasks": tasks, ENCYCLOPEDIA: encyclopedia}
+    return RETRY.step(retry, inputs, name=name, artifact=config.name)
 
 
 def _build_retry(b: Build) -> None:

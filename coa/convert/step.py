@@ -42,14 +42,7 @@ class ConvertSummary(StepSummary):
 
 def step(config: ConvertConfig, curated: StepInput, tasks: StepInput, name: str = "convert") -> Step:
     """Convert the curated runs (``trajectories`` of ``curated``) and the RL prompts of ``tasks``."""
-    return Step(
-        name=name,
-        stage=STAGE,
-        artifact=config.name,
-        config=config,
-        inputs={"curated": curated, "tasks": tasks},
-        describe=STAGE.describe,
-    )
+    return STAGE.step(config, {"curated": curated, "tasks": tasks}, name=name)
 
 
 def teacher_stats(curated: io.ArtifactRef) -> pl.DataFrame:

@@ -97,15 +97,8 @@ def step(
     inputs: dict[str, StepInput | None] = {"raw": raw, "tasks": tasks}
     if student is not None:  # only then, so a plan without rounds keeps its content key
         inputs["student"] = student
-    return Step(
-        name=name,
-        stage=STAGE,
-        artifact=config.name,
-        config=config,
-        inputs=inputs,
-        describe=STAGE.describe
-        + ("; the teacher's runs beside the student's correct samples" if student is not None else ""),
-    )
+    beside = "; the teacher's runs beside the student's correct samples" if student is not None else ""
+    return STAGE.step(config, inputs, name=name, describe=STAGE.describe + beside)
 
 
 def report_uri(ref: io.ArtifactRef) -> str:

@@ -69,10 +69,7 @@ def step(
             )
         inputs[BENCHMARK_INPUT.format(i)] = TableInput(ref, spec.table)
     identity: dict[str, Any] = {"tools": tools.model_dump(mode="json"), **identify(config)}
-    return Step(
-        name=name, stage=STAGE, artifact=config.name, config=config, inputs=inputs, identity=identity,
-        describe=STAGE.describe,
-    )  # fmt: skip
+    return STAGE.step(config, inputs, name=name, identity=identity)
 
 
 def identify(config: EvalConfig) -> dict[str, Any]:
@@ -220,10 +217,7 @@ def predictions_step(
     identity = {"predictions": files} | (
         {"judge_prompt": base.identity["judge_prompt"]} if "judge_prompt" in base.identity else {}
     )
-    return Step(
-        name=name, stage=PREDICTIONS, artifact=config.name, config=config, inputs=inputs, identity=identity,
-        describe=PREDICTIONS.describe,
-    )  # fmt: skip
+    return PREDICTIONS.step(config, inputs, name=name, identity=identity)
 
 
 def _build_predictions(b: Build) -> None:
@@ -287,14 +281,9 @@ def eval_report_step(
     (trajectory.v1) on the same ``tasks`` and a paired comparison with a ``baseline`` evaluation."""
     if teacher is not None and tasks is None:
         raise UserError("the teacher's runs need the task table they ran on (tasks)")
-    return Step(
-        name=name,
-        stage=EVAL_REPORT,
-        artifact=name,
-        config=EvalReportConfig(bootstrap_samples=bootstrap_samples),
-        inputs={"candidate": candidate, "teacher": teacher, "tasks": tasks, "baseline": baseline},
-        describe=EVAL_REPORT.describe,
-    )
+    inputs = {"candidate": candidate, "teacher": teacher, "tasks": tasks, "baseline": baseline}
+    config = EvalReportConfig(bootstrap_samples=bootstrap_samples)
+    return EVAL_REPORT.step(config, inputs, name=name, artifact=name)
 
 
 def _build_eval_report(b: Build) -> None:
@@ -369,14 +358,7 @@ def report_step(
         inputs |= {"after_rl": after_rl, "rl": rl}
     for r, (evaluation, model) in sorted((rounds or {}).items()):
         inputs |= {f"{ROUND_EVAL}{r}": evaluation, f"{ROUND_MODEL}{r}": model}
-    return Step(
-        name=name,
-        stage=REPORT,
-        artifact=run_name,
-        config=ReportConfig(run_name=run_name),
-        inputs=inputs,
-        describe=REPORT.describe,
-    )
+    return REPORT.step(ReportConfig(run_name=run_name), inputs, name=name, artifact=run_name)
 
 
 def _build_report(b: Build) -> None:

@@ -34,15 +34,9 @@ def step(config: StudentConfig, converted: StepInput, name: str = "student") -> 
     """Build the tiny student (``config.tiny``) with a tokenizer trained on ``converted``'s SFT texts."""
     if config.base is not None:
         raise ValueError(f"student.base is {config.base!r}: there is nothing to build")
-    return Step(
-        name=name,
-        stage=STAGE,
-        artifact=config.name,
-        config=config.tiny,
-        inputs={"data": converted},
-        describe=STAGE.describe
-        + (f", pretrained {config.tiny.pretrain_steps} steps on it" if config.tiny.pretrain_steps else ""),
-    )
+    steps = config.tiny.pretrain_steps
+    described = STAGE.describe + (f", pretrained {steps} steps on it" if steps else "")
+    return STAGE.step(config.tiny, {"data": converted}, name=name, artifact=config.name, describe=described)
 
 
 def _build(b: Build) -> None:

@@ -39,14 +39,7 @@ def new_tasks_step(tasks: StepInput, previous: Mapping[str, StepInput]) -> Step:
     ``trajectories``) holds."""
     inputs: dict[str, StepInput | None] = {"tasks": tasks}
     inputs.update(previous)
-    return Step(
-        name=NEW_TASKS,
-        stage=NEW_TASKS_STAGE,
-        artifact="new-tasks",
-        config=NewTasksConfig(),
-        inputs=inputs,
-        describe=NEW_TASKS_STAGE.describe,
-    )
+    return NEW_TASKS_STAGE.step(NewTasksConfig(), inputs, artifact="new-tasks")
 
 
 def _build_new_tasks(b: Build) -> None:
@@ -88,14 +81,7 @@ def merge_step(
     inputs: dict[str, StepInput | None] = {"raw": raw, "tasks": tasks}
     inputs.update({f"{role}.raw": value for role, value in previous.items()})
     inputs.update({f"{role}.tasks": value for role, value in previous_tasks.items()})
-    return Step(
-        name=MERGE,
-        stage=MERGE_STAGE,
-        artifact="nightly-merged",
-        config=MergeConfig(),
-        inputs=inputs,
-        describe=MERGE_STAGE.describe,
-    )
+    return MERGE_STAGE.step(MergeConfig(), inputs, artifact="nightly-merged")
 
 
 def _concat_unique(tables: list[pa.Table], key: str) -> pa.Table:

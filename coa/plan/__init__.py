@@ -7,6 +7,8 @@
 * :mod:`coa.plan.pipeline`: the pipeline plan (``coa run``, the ``pipeline`` flow);
 * :mod:`coa.plan.nightly`: the nightly plan (the ``nightly`` flow; its stages are :mod:`coa.nightly`,
   its ledger of nights :mod:`coa.registry.ledger`);
+* :mod:`coa.plan.runner`: a plan as a typed object (its steps and named outputs) and the one loop
+  that runs any plan, its step runner injected (the flows', ``infra/run_plan.py``'s);
 * :mod:`coa.plan.run_result`: what a run of a plan did, typed (the ``pipeline`` flow's result);
 * :mod:`coa.plan.stages`: the stage table (every :class:`~coa.steps.Stage`, by name), which every
   entry layer reads;

@@ -8,6 +8,8 @@ with the same sections build the same steps where they overlap.
 
 from __future__ import annotations
 
+import dataclasses
+
 from coa.collect import step as collect
 from coa.collect.config import CollectConfig
 from coa.convert import step as convert
@@ -26,48 +28,65 @@ from coa.tasksets import step as tasksets
 from coa.tools.config import ToolsConfig
 from coa.train import step as sft
 
-HELDOUT = Upstream("synthetic", "heldout")
-ENCYCLOPEDIA = Upstream("synthetic", synthetic.ENCYCLOPEDIA_TABLE)
-CONVERTED_SFT = Upstream("convert", "sft")
-RL_PROMPTS = Upstream("convert", "rl_prompts")
 SFT_EVAL = "evaluate.sft"
 """The evaluation of the model RL starts from, when the plan has none yet (``rl.families: auto``)."""
 
 
-def task_steps(config: PipelineConfig) -> tuple[list[Step], Upstream]:
-    """The task sources (synthetic families and/or imported task sets) and the table to train on:
-    the synthetic ``train`` split, else the imported tasks."""
-    steps: list[Step] = []
-    if config.synthetic is not None:
-        steps.append(synthetic.step(config.synthetic))
-    if config.tasks.sources:
-        steps.append(tasksets.step(config.tasks))
-    if not steps:
+@dataclasses.dataclass(frozen=True)
+class Sources:
+    """A plan's task sources (synthetic families and/or imported task sets) and what later steps read
+    of them, by reference to the step that writes it."""
+
+    synthetic: Step | None
+    imported: Step | None
+
+    @property
+    def steps(self) -> list[Step]:
+        return [s for s in (self.synthetic, self.imported) if s is not None]
+
+    @property
+    def train(self) -> Upstream:
+        """The table to train on: the synthetic ``train`` split, else the imported tasks."""
+        if self.synthetic is not None:
+            return self.synthetic.output("train")
+        assert self.imported is not None
+        return self.imported.output("tasks")
+
+    @property
+    def heldout(self) -> Upstream | None:
+        """The held-out synthetic tasks every evaluation reads (None without a ``synthetic`` section)."""
+        return self.synthetic.output("heldout") if self.synthetic is not None else None
+
+    @property
+    def encyclopedia(self) -> Upstream | None:
+        """What every local search of the plan serves: the synthetic step's ``encyclopedia`` table (the
+        documents the multi-hop tasks were drawn from), handed to collect, evaluate, sample and RL as
+        an input, so its content hash is in their keys; None without a ``synthetic`` section (a local
+        search then refuses to start, saying so)."""
+        return self.synthetic.output(synthetic.ENCYCLOPEDIA_TABLE) if self.synthetic is not None else None
+
+
+def task_steps(config: PipelineConfig) -> Sources:
+    """The task sources: synthetic families and/or imported task sets (at least one)."""
+    sources = Sources(
+        synthetic.step(config.synthetic) if config.synthetic is not None else None,
+        tasksets.step(config.tasks) if config.tasks.sources else None,
+    )
+    if not sources.steps:
         raise UserError("no tasks: configure `synthetic` or `tasks.sources` (see configs/demo.yaml)")
-    train = Upstream("synthetic", "train") if config.synthetic is not None else Upstream("tasks", "tasks")
-    return steps, train
-
-
-def encyclopedia(config: PipelineConfig) -> Upstream | None:
-    """What every local search of the plan serves: the synthetic step's ``encyclopedia`` table (the
-    documents the multi-hop tasks were drawn from), handed to collect, evaluate, sample and RL as an
-    input, so its content hash is in their keys; None without a ``synthetic`` section (a local
-    search then refuses to start, saying so)."""
-    return ENCYCLOPEDIA if config.synthetic is not None else None
+    return sources
 
 
 def collect_steps(
     config: CollectConfig, tasks: StepInput, documents: StepInput | None = None
 ) -> tuple[list[Step], Upstream]:
     """Teacher collection on ``tasks`` (and its retry of the failed runs when configured), its local
-    search serving ``documents`` (:func:`encyclopedia`), and the runs curation reads."""
-    steps = [collect.step(config, tasks, encyclopedia=documents)]
+    search serving ``documents`` (:attr:`Sources.encyclopedia`), and the runs curation reads."""
+    first = collect.step(config, tasks, encyclopedia=documents)
     if not config.retry_failed:
-        return steps, Upstream("collect", "trajectories")
-    steps.append(
-        collect.retry_step(config, Upstream("collect", "trajectories"), tasks, encyclopedia=documents)
-    )
-    return steps, Upstream("collect.retry", "trajectories")
+        return [first], first.output("trajectories")
+    retry = collect.retry_step(config, first.output("trajectories"), tasks, encyclopedia=documents)
+    return [first, retry], retry.output("trajectories")
 
 
 def start_model(
@@ -82,7 +101,8 @@ def start_model(
         return champion, []
     if config.base is not None:
         return ModelInput(external=config.base), []
-    return Upstream("student"), [student.step(config, data)]
+    built = student.step(config, data)
+    return built.output(), [built]
 
 
 def eval_tools(config: PipelineConfig) -> ToolsConfig:
@@ -92,31 +112,33 @@ def eval_tools(config: PipelineConfig) -> ToolsConfig:
     return config.collect.tools if config.collect is not None else ToolsConfig()
 
 
-def evaluation(config: PipelineConfig, model: StepInput, name: str) -> Step:
+def evaluation(config: PipelineConfig, sources: Sources, model: StepInput, name: str) -> Step:
     """``model`` on the held-out synthetic tasks (the ``evaluate`` section; the plan checked it is set)."""
-    if config.evaluate is None:
-        raise UserError(f"{name} needs an `evaluate` section")
-    return evaluate.step(
-        config.evaluate, eval_tools(config), HELDOUT, model, name=name, encyclopedia=encyclopedia(config)
-    )
+    if config.evaluate is None or sources.heldout is None:
+        raise UserError(f"{name} needs an `evaluate` section and held-out synthetic tasks")
+    tools, documents = eval_tools(config), sources.encyclopedia
+    return evaluate.step(config.evaluate, tools, sources.heldout, model, name=name, encyclopedia=documents)
 
 
-def rl_after_evaluation(config: PipelineConfig, start: StepInput, judged: StepInput | None) -> list[Step]:
-    """RL from ``start`` on the converted RL prompts.
+def rl_after_evaluation(
+    config: PipelineConfig, sources: Sources, prompts: StepInput, start: StepInput, judged: StepInput | None
+) -> tuple[list[Step], Step | None]:
+    """RL from ``start`` on the converted RL ``prompts``: its steps, and the RL step (None without an
+    ``rl`` section).
 
     With ``rl.families: auto`` RL picks its family from an evaluation of ``start`` on the held-out
     tasks: ``judged`` when the plan already evaluates ``start``, else ``evaluate.sft`` runs first
     (when there are held-out tasks and an ``evaluate`` section; without them :func:`coa.rl.step.step`
     says what to configure). Named families read no evaluation."""
     if config.rl is None:
-        return []
+        return [], None
     steps: list[Step] = []
     can_evaluate = config.evaluate is not None and config.synthetic is not None
     if config.rl.families == "auto" and judged is None and can_evaluate:
-        steps.append(evaluation(config, start, SFT_EVAL))
-        judged = Upstream(SFT_EVAL, "eval")
-    steps.append(rl.step(config.rl, start, RL_PROMPTS, evaluation=judged, encyclopedia=encyclopedia(config)))
-    return steps
+        steps.append(evaluation(config, sources, start, SFT_EVAL))
+        judged = steps[-1].output("eval")
+    steps.append(rl.step(config.rl, start, prompts, evaluation=judged, encyclopedia=sources.encyclopedia))
+    return steps, steps[-1]
 
 
 def round_model(r: int) -> str:
@@ -129,10 +151,26 @@ def round_evaluation(r: int) -> str:
     return "evaluate.after" if r == 1 else f"evaluate.after_r{r}"
 
 
+@dataclasses.dataclass(frozen=True)
+class Round:
+    """One self-improvement round (2..): its steps, the step of its model and its held-out evaluation
+    (None when the plan evaluates no round)."""
+
+    number: int
+    steps: tuple[Step, ...]
+    model: Step
+    evaluation: Step | None
+
+
 def later_rounds(
-    config: PipelineConfig, first: Upstream | None, raw: StepInput, train: StepInput, evaluated: bool
-) -> tuple[list[Step], Upstream | None]:
-    """Rounds 2..``config.rounds`` after the round-1 SFT model ``first``, and the last round's model.
+    config: PipelineConfig,
+    sources: Sources,
+    first: Step | None,
+    raw: StepInput,
+    train: StepInput,
+    evaluated: bool,
+) -> list[Round]:
+    """Rounds 2..``config.rounds`` after the round-1 SFT step ``first``; the last one's model goes on.
 
     Round r+1: the round-r model samples the training tasks ``train`` (``sample.r<r>``); curation
     keeps its verified-correct attempts beside the teacher's runs ``raw`` (``curate.r<r+1>``),
@@ -141,36 +179,24 @@ def later_rounds(
     held-out evaluation (``evaluate.after_r<r+1>``). No SFT (``first`` None) or one round: no steps.
     """
     if first is None or config.rounds == 1:
-        return [], first
+        return []
     assert config.curate is not None and config.convert is not None
     later = config.later_sft()
     assert later is not None
     sampling = config.sampling or SampleConfig()  # its prompts: the model's, from its lineage
-    steps: list[Step] = []
+    rounds: list[Round] = []
     model = first
     for r in range(2, config.rounds + 1):
-        samples = f"sample.r{r - 1}"
-        steps.append(
-            sample.step(
-                sampling,
-                eval_tools(config),
-                model,
-                train,
-                r - 1,
-                name=samples,
-                encyclopedia=encyclopedia(config),
-            )
+        samples = sample.step(
+            sampling, eval_tools(config), model.output(), train, r - 1, name=f"sample.r{r - 1}",
+            encyclopedia=sources.encyclopedia,
+        )  # fmt: skip
+        curated = curate.step(
+            config.curate, raw, train, name=f"curate.r{r}", student=samples.output("rollouts")
         )
-        steps.append(
-            curate.step(config.curate, raw, train, name=f"curate.r{r}", student=Upstream(samples, "rollouts"))
-        )
-        steps.append(
-            convert.step(
-                config.convert, Upstream(f"curate.r{r}", "trajectories"), train, name=f"convert.r{r}"
-            )
-        )
-        steps.append(sft.step(later, model, Upstream(f"convert.r{r}", "sft"), round_model(r)))
-        model = Upstream(round_model(r))
-        if evaluated:
-            steps.append(evaluation(config, model, round_evaluation(r)))
-    return steps, model
+        converted = convert.step(config.convert, curated.output("trajectories"), train, name=f"convert.r{r}")
+        model = sft.step(later, model.output(), converted.output("sft"), round_model(r))
+        judged = evaluation(config, sources, model.output(), round_evaluation(r)) if evaluated else None
+        steps = (samples, curated, converted, model) + ((judged,) if judged is not None else ())
+        rounds.append(Round(r, steps, model, judged))
+    return rounds

@@ -20,108 +20,93 @@ from coa.convert import step as convert
 from coa.curate import step as curate
 from coa.evaluate import step as evaluate
 from coa.plan.choices import (
-    CONVERTED_SFT,
-    HELDOUT,
+    Sources,
     collect_steps,
-    encyclopedia,
     evaluation,
     later_rounds,
     rl_after_evaluation,
-    round_evaluation,
-    round_model,
     start_model,
     task_steps,
 )
 from coa.plan.config import PipelineConfig
-from coa.steps import Step, Upstream
+from coa.plan.runner import Plan
+from coa.steps import Step, StepInput
 from coa.train import step as sft
 
 NOT_BUILT: dict[str, str] = {}
 """Stages of the design that have no step yet, reported by the flow instead of being faked."""
-CURATED = Upstream("curate", "trajectories")
-DATA_CHAIN = ("collect", "curate", "convert", "student")
-"""The sections training needs, in order: the plan stops at the first absent one."""
 
 
-def plan(config: PipelineConfig) -> list[Step]:
-    """The steps of a pipeline run, in order; each names its inputs by the steps they come from."""
-    steps = data_steps(config)
-    if all(getattr(config, section) is not None for section in DATA_CHAIN):
-        steps += training_steps(config)
-    return steps
-
-
-def data_steps(config: PipelineConfig) -> list[Step]:
-    """tasks → collect → curate → convert, up to the first stage whose section is absent."""
-    steps, train = task_steps(config)
+def plan(config: PipelineConfig) -> Plan:
+    """The steps of a pipeline run, in order, each wired to the steps it reads; the data chain stops
+    at the first absent section of collect, curate, convert, student (training needs them all)."""
+    sources = task_steps(config)
+    steps = sources.steps
     if config.collect is None:
-        return steps
-    collected, raw = collect_steps(config.collect, train, encyclopedia(config))
+        return Plan(steps=tuple(steps))
+    collected, raw = collect_steps(config.collect, sources.train, sources.encyclopedia)
     steps += collected
-    if config.curate is not None:
-        steps.append(curate.step(config.curate, raw, train))
-        if config.convert is not None:
-            steps.append(convert.step(config.convert, CURATED, train))
-    return steps
+    if config.curate is None:
+        return Plan(steps=tuple(steps))
+    curated = curate.step(config.curate, raw, sources.train)
+    steps.append(curated)
+    if config.convert is None:
+        return Plan(steps=tuple(steps), curated=curated)
+    converted = convert.step(config.convert, curated.output("trajectories"), sources.train)
+    steps.append(converted)
+    if config.student is None:
+        return Plan(steps=tuple(steps), curated=curated)
+    trained, report = training_steps(config, sources, raw, converted)
+    return Plan(steps=tuple(steps + trained), curated=curated, report=report)
 
 
-def training_steps(config: PipelineConfig) -> list[Step]:
+def training_steps(
+    config: PipelineConfig, sources: Sources, raw: StepInput, converted: Step
+) -> tuple[list[Step], Step | None]:
     """student → sft → (evaluations before/after) → later rounds → rl → (evaluation after RL,
-    teacher, report)."""
+    teacher, report): the steps, and the report step (None when nothing is evaluated)."""
     assert config.student is not None and config.collect is not None
-    base, steps = start_model(config.student, CONVERTED_SFT)
-    tuned = None
-    if config.sft is not None:
-        steps.append(sft.step(config.sft, base, CONVERTED_SFT))
-        tuned = Upstream("sft")
-    evaluated = config.evaluate is not None and config.synthetic is not None
-    if not evaluated:  # no held-out benchmark: train only
-        rounds, last = later_rounds(config, tuned, teacher_runs(config), train_tasks(config), evaluated=False)
-        return steps + rounds + rl_after_evaluation(config, last or base, None)
-    steps.append(evaluation(config, base, "evaluate.before"))
-    if tuned is not None:
-        steps.append(evaluation(config, tuned, "evaluate.after"))
-    rounds, last = later_rounds(config, tuned, teacher_runs(config), train_tasks(config), evaluated=True)
-    steps += rounds
-    judged = Upstream(round_evaluation(config.rounds) if last is not None else "evaluate.before", "eval")
-    steps += rl_after_evaluation(config, last or base, judged)
-    reinforced = Upstream("rl") if config.rl is not None else None
-    if reinforced is not None:
-        steps.append(evaluation(config, reinforced, "evaluate.after_rl"))
-    # the teacher, beside
-    steps.append(
-        collect.step(config.collect, HELDOUT, name="collect.heldout", encyclopedia=encyclopedia(config))
+    data, prompts = converted.output("sft"), converted.output("rl_prompts")
+    base, steps = start_model(config.student, data)
+    tuned = sft.step(config.sft, base, data) if config.sft is not None else None
+    steps += [tuned] if tuned is not None else []
+    if config.evaluate is None or sources.heldout is None:  # no held-out benchmark: train only
+        rounds = later_rounds(config, sources, tuned, raw, sources.train, evaluated=False)
+        last = rounds[-1].model if rounds else tuned
+        reinforce, _ = rl_after_evaluation(config, sources, prompts, last.output() if last else base, None)
+        return steps + [s for r in rounds for s in r.steps] + reinforce, None
+    before = evaluation(config, sources, base, "evaluate.before")
+    after = evaluation(config, sources, tuned.output(), "evaluate.after") if tuned is not None else None
+    rounds = later_rounds(config, sources, tuned, raw, sources.train, evaluated=True)
+    steps += [before, *([after] if after else []), *(s for r in rounds for s in r.steps)]
+    last, judged = (rounds[-1].model, rounds[-1].evaluation) if rounds else (tuned, after or before)
+    assert judged is not None
+    reinforce, reinforced = rl_after_evaluation(
+        config, sources, prompts, last.output() if last else base, judged.output("eval")
     )
-    steps.append(
-        evaluate.report_step(
-            config.run_name,
-            HELDOUT,
-            Upstream("evaluate.before", "eval"),
-            Upstream("evaluate.after", "eval") if tuned is not None else None,
-            tuned,
-            Upstream("collect.heldout", "trajectories"),
-            after_rl=Upstream("evaluate.after_rl", "eval") if reinforced is not None else None,
-            rl=reinforced,
-            rounds={
-                r: (Upstream(round_evaluation(r), "eval"), Upstream(round_model(r)))
-                for r in range(2, config.rounds + 1)
-            }
-            if tuned is not None
-            else None,
-        )
+    steps += reinforce
+    after_rl = evaluation(config, sources, reinforced.output(), "evaluate.after_rl") if reinforced else None
+    steps += [after_rl] if after_rl is not None else []
+    teacher = collect.step(
+        config.collect, sources.heldout, name="collect.heldout", encyclopedia=sources.encyclopedia
     )
-    return steps
+    report = evaluate.report_step(
+        config.run_name,
+        sources.heldout,
+        before.output("eval"),
+        after.output("eval") if after is not None else None,
+        tuned.output() if tuned is not None else None,
+        teacher.output("trajectories"),
+        after_rl=after_rl.output("eval") if after_rl is not None else None,
+        rl=reinforced.output() if reinforced is not None else None,
+        rounds={r.number: (_eval(r.evaluation), r.model.output()) for r in rounds} if tuned else None,
+    )
+    return [*steps, teacher, report], report
 
 
-def teacher_runs(config: PipelineConfig) -> Upstream:
-    """The teacher's raw runs curation reads (the retry's when configured)."""
-    assert config.collect is not None
-    return Upstream("collect.retry" if config.collect.retry_failed else "collect", "trajectories")
-
-
-def train_tasks(config: PipelineConfig) -> Upstream:
-    """The table the plan trains on: the synthetic ``train`` split, else the imported tasks."""
-    return Upstream("synthetic", "train") if config.synthetic is not None else Upstream("tasks", "tasks")
+def _eval(step: Step | None) -> StepInput:
+    assert step is not None  # an evaluated plan evaluates every round
+    return step.output("eval")
 
 
 def not_planned(config: PipelineConfig, steps: Sequence[Step]) -> dict[str, str]:

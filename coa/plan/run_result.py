@@ -1,6 +1,7 @@
 """What a run of a plan did, typed: the result the ``pipeline`` flow returns and ``coa run`` prints.
 
-:func:`run_result` reads the finished steps of a plan (``done``: step name → :class:`StepResult`)
+:func:`run_result` reads the finished steps of a plan (``done``: step name → :class:`StepResult`;
+the plan's named outputs say which step is the curation and which the training report)
 into a :class:`RunResult`: one :class:`StageRow` per step and per table it wrote, then one per
 stage the plan has no step for (and why); every step's artifact reference; and the paths and rows
 of the reports the steps declared in their typed summaries (curation's report, the training
@@ -19,6 +20,7 @@ from coa.evaluate.summary import StepChange
 from coa.io import ArtifactRef
 from coa.plan.config import PipelineConfig
 from coa.plan.pipeline import not_planned
+from coa.plan.runner import Plan
 from coa.steps import Step, StepResult
 
 
@@ -90,11 +92,11 @@ def stage_rows(
     return out
 
 
-def run_result(config: PipelineConfig, steps: Sequence[Step], done: Mapping[str, StepResult]) -> RunResult:
-    """The :class:`RunResult` of the finished steps ``done`` of the plan ``steps``."""
-    curated, trained = _summary(steps, done, "curate"), _summary(steps, done, "report")
+def run_result(config: PipelineConfig, plan: Plan, done: Mapping[str, StepResult]) -> RunResult:
+    """The :class:`RunResult` of the finished steps ``done`` of ``plan``."""
+    curated, trained = _summary(plan.curated, done), _summary(plan.report, done)
     return RunResult(
-        stages=tuple(stage_rows(config, steps, done)),
+        stages=tuple(stage_rows(config, plan, done)),
         refs={name: result.ref for name, result in done.items()},
         report=getattr(curated, "report", None),
         training_report=getattr(trained, "report", None),
@@ -103,9 +105,8 @@ def run_result(config: PipelineConfig, steps: Sequence[Step], done: Mapping[str,
     )
 
 
-def _summary(steps: Sequence[Step], done: Mapping[str, StepResult], name: str) -> Any:
-    """The typed summary of step ``name``, read through its stage (None when it did not run)."""
-    step = next((s for s in steps if s.name == name), None)
-    if step is None or name not in done or step.stage.summary is None:
+def _summary(step: Step | None, done: Mapping[str, StepResult]) -> Any:
+    """The typed summary of ``step``, read through its stage (None when it did not run)."""
+    if step is None or step.name not in done or step.stage.summary is None:
         return None
-    return step.stage.summary.from_dict(done[name].summary)
+    return step.stage.summary.from_dict(done[step.name].summary)

@@ -1,18 +1,19 @@
 """The nightly history of a model name: one row per night, read side by side.
 
-:func:`night_row` reads a night's own step summaries (tonight's new tasks, the collection, the
-curation, SFT, RL) and the gate's verdict (the candidate's and the champion's value of the gate's
-primary metric on its primary benchmark, each with the gate's bootstrap interval, and their paired
-delta) into a :class:`NightRow`; a night that stopped at "no new tasks" gets a row saying so
-(:func:`stopped_row`: the champion carried over); :class:`NightlyHistory` keeps one JSON file per night under
-``{root}/nightly-history/{model name}/{night}.json`` (a rerun of a night writes the same row again);
-:func:`plot` draws the champion's primary metric over the nights with its interval, beside each
-night's candidate. The nightly flow publishes the rows and the plot; ``coa models history NAME``
-prints the rows.
+:func:`night_row` reads a night's own step summaries (:class:`NightSummaries`: tonight's new tasks,
+the collection, the curation, SFT, RL) and the gate's verdict (the candidate's and the champion's
+value of the gate's primary metric on its primary benchmark, each with the gate's bootstrap
+interval, and their paired delta) into a :class:`NightRow`; a night that stopped at "no new tasks"
+gets a row saying so (:func:`stopped_row`: the champion carried over); :class:`NightlyHistory` keeps
+one JSON file per night under ``{root}/nightly-history/{model name}/{night}.json`` (a rerun of a
+night writes the same row again); :func:`plot` draws the champion's primary metric over the nights
+with its interval, beside each night's candidate. The nightly flow publishes the rows and the plot;
+``coa models history NAME`` prints the rows.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import posixpath
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -62,20 +63,25 @@ class NightRow(BaseModel):
     )
 
 
+@dataclasses.dataclass(frozen=True)
+class NightSummaries:
+    """The summaries of a night's steps a history row reads (empty: the step did not run)."""
+
+    new_tasks: Mapping[str, Any]
+    collect: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+    curate: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+    sft: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+    rl: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+
+
 def _estimate(value: Estimate | None) -> tuple[float | None, float | None, float | None]:
     return (None, None, None) if value is None else (value.value, value.low, value.high)
 
 
-def night_row(
-    night: str,
-    summaries: Mapping[str, Mapping[str, Any]],
-    verdict: Verdict,
-    new_tasks: str,
-) -> NightRow:
-    """The row of ``night`` from its steps' summaries (step name -> summary) and the gate's verdict
-    (its primary metric and intervals: :class:`~coa.registry.gate.PrimaryMetric`); ``new_tasks``:
-    the plan's step of tonight's new tasks."""
-    collect, curate = summaries.get("collect", {}), summaries.get("curate", {})
+def night_row(night: str, summaries: NightSummaries, verdict: Verdict) -> NightRow:
+    """The row of ``night`` from its steps' summaries and the gate's verdict (its primary metric and
+    intervals: :class:`~coa.registry.gate.PrimaryMetric`)."""
+    collect, curate = summaries.collect, summaries.curate
     tokens = None
     if "prompt_tokens" in collect:
         tokens = int(collect["prompt_tokens"]) + int(collect["completion_tokens"])
@@ -84,10 +90,9 @@ def night_row(
     champion = candidate if verdict.promote else _estimate(primary.champion if primary else None)
     delta = primary.delta if primary else None
     return NightRow(
-        night=night, tasks_new=summaries.get(new_tasks, {}).get("new"), runs_collected=collect.get("runs"),
+        night=night, tasks_new=summaries.new_tasks.get("new"), runs_collected=collect.get("runs"),
         runs_kept=curate.get("rows_kept"), teacher_tokens=tokens, teacher_cost_usd=collect.get("cost_usd"),
-        sft_steps=summaries.get("sft", {}).get("steps_run"),
-        rl_steps=summaries.get("rl", {}).get("steps_run"),
+        sft_steps=summaries.sft.get("steps_run"), rl_steps=summaries.rl.get("steps_run"),
         metric=f"{primary.metric} on {primary.benchmark}" if primary else None,
         confidence=primary.confidence if primary else None,
         candidate=candidate[0], candidate_low=candidate[1], candidate_high=candidate[2],
@@ -98,13 +103,12 @@ def night_row(
     )  # fmt: skip
 
 
-def stopped_row(night: str, summaries: Mapping[str, Mapping[str, Any]], new_tasks: str,
-                earlier: Sequence[NightRow]) -> NightRow:  # fmt: skip
-    """The row of a night that stopped at ``new_tasks`` with none new: nothing collected or trained,
-    the champion (the last earlier night's, if any) stays."""
+def stopped_row(night: str, new_tasks: Mapping[str, Any], earlier: Sequence[NightRow]) -> NightRow:
+    """The row of a night that stopped at its new tasks (``new_tasks``: that step's summary) with none
+    new: nothing collected or trained, the champion (the last earlier night's, if any) stays."""
     last = next((r for r in reversed(earlier) if r.night < night and r.champion is not None), None)
     return NightRow(
-        night=night, tasks_new=summaries.get(new_tasks, {}).get("new", 0), runs_collected=0, runs_kept=None,
+        night=night, tasks_new=new_tasks.get("new", 0), runs_collected=0, runs_kept=None,
         teacher_tokens=0, teacher_cost_usd=None, sft_steps=None, rl_steps=None,
         metric=last.metric if last else None, confidence=last.confidence if last else None,
         candidate=None, champion=last.champion if last else None,

@@ -18,14 +18,7 @@ VERDICT_FILE = "verdict.json"
 def gate_step(name: str, config: GateConfig, candidate: StepInput, champion: StepInput | None) -> Step:
     """The promotion gate's verdict on ``candidate`` (an eval.v1 table) against ``champion``;
     ``name``: the registry name the candidate competes for (the artifact's name)."""
-    return Step(
-        name=GATE,
-        stage=STAGE,
-        artifact=name,
-        config=config,
-        inputs={"candidate": candidate, "champion": champion},
-        describe=STAGE.describe,
-    )
+    return STAGE.step(config, {"candidate": candidate, "champion": champion}, artifact=name)
 
 
 def _build_gate(b: Build) -> None:

@@ -71,15 +71,8 @@ def step(
                 "families (rl.families: [math])"
             )
         inputs["evaluation"] = evaluation
-    return Step(
-        name=name,
-        stage=STAGE,
-        artifact=config.name,
-        config=config,
-        inputs=inputs,
-        describe=STAGE.describe,
-        options={"callbacks": tuple(callbacks)} if callbacks else {},
-    )
+    options = {"callbacks": tuple(callbacks)} if callbacks else {}
+    return STAGE.step(config, inputs, name=name, options=options)
 
 
 def copy_encyclopedia(

@@ -49,12 +49,10 @@ def step(
 ) -> Step:
     """``config.samples`` attempts of ``model`` (the round ``round_`` model) at each task of ``tasks``;
     the local search serves ``encyclopedia`` (the synthetic step's table; None: no local search)."""
-    return Step(
+    return STAGE.step(
+        config,
+        {"model": model, "tasks": tasks, ENCYCLOPEDIA: encyclopedia},
         name=name,
-        stage=STAGE,
-        artifact=config.name,
-        config=config,
-        inputs={"model": model, "tasks": tasks, ENCYCLOPEDIA: encyclopedia},
         identity={"round": round_, "tools": tools.model_dump(mode="json")},
         describe=f"the round-{round_} student's {config.samples} samples per training task",
     )

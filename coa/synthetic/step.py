@@ -26,7 +26,7 @@ class SyntheticSummary(StepSummary):
 def step(config: SyntheticConfig, name: str = "synthetic") -> Step:
     """Generate the train and held-out splits (disjoint questions) and the encyclopedia, keyed by the
     config alone."""
-    return Step(name=name, stage=STAGE, artifact="synthetic", config=config, describe=STAGE.describe)
+    return STAGE.step(config, name=name, artifact="synthetic")
 
 
 def _build(b: Build) -> None:

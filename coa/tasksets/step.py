@@ -45,14 +45,7 @@ def step(config: TasksConfig, name: str = "tasks") -> Step:
     """The import step of ``config.sources`` (their files are hashed now, for the key)."""
     if not config.sources:
         raise TaskImportError("tasks.sources is empty: add at least one task file (see configs/demo.yaml)")
-    return Step(
-        name=name,
-        stage=STAGE,
-        artifact=config.name,
-        config=config,
-        identity=identify(config),
-        describe=STAGE.describe,
-    )
+    return STAGE.step(config, name=name, identity=identify(config))
 
 
 def identify(config: TasksConfig) -> dict[str, list[str]]:

@@ -44,15 +44,8 @@ def step(
     ``callbacks`` (transformers ``TrainerCallback``s, e.g. progress logging) do not change the
     artifact's identity.
     """
-    return Step(
-        name=name,
-        stage=STAGE,
-        artifact=config.name,
-        config=config,
-        inputs={"base": base, "data": converted},
-        describe=STAGE.describe,
-        options={"callbacks": tuple(callbacks)} if callbacks else {},
-    )
+    options = {"callbacks": tuple(callbacks)} if callbacks else {}
+    return STAGE.step(config, {"base": base, "data": converted}, name=name, options=options)
 
 
 def _build(b: Build) -> None:

@@ -13,7 +13,6 @@ import pytest
 from coa import io
 from coa.errors import UserError
 from coa.plan import load_pipeline_config, plan
-from coa.plan.choices import ENCYCLOPEDIA
 from coa.plan.nightly import nightly_plan
 from coa.rl import step as rl
 from coa.rl.config import RLRunConfig, RLStageConfig
@@ -27,6 +26,7 @@ from coa.tools.search import local_url
 from .plan_keys import pinned, planned_keys
 
 REPO = Path(__file__).resolve().parents[2]
+ENCYCLOPEDIA = Upstream("synthetic", "encyclopedia")
 LOCAL_SEARCH_STAGES = {"collect", "collect.retry", "evaluate", "sample", "rl"}
 SEARCH = ToolsConfig(enabled=("web_search",), record="off")
 

@@ -121,14 +121,15 @@ def test_the_gpu_demo_profile_loads_and_plans_its_round(
 
 
 def test_a_night_runs_its_rounds_on_the_merged_data_before_rl() -> None:
-    from coa.plan.nightly import MERGE, MERGED_TASKS, nightly_plan
+    from coa.nightly.step import MERGE
+    from coa.plan.nightly import nightly_plan
 
     cfg = load_pipeline_config(REPO / "configs" / "nightly.yaml", ["rounds=2"])
     steps = {s.name: s for s in nightly_plan(cfg, None)}
     encyclopedia = Upstream("synthetic", "encyclopedia")
     assert steps["sample.r1"].inputs == {
         "model": Upstream("sft"),
-        "tasks": MERGED_TASKS,
+        "tasks": Upstream(MERGE, "tasks"),
         "encyclopedia": encyclopedia,
     }
     assert steps["curate.r2"].inputs["raw"] == Upstream(MERGE, "trajectories")

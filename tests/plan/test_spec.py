@@ -8,7 +8,7 @@ import pytest
 
 from coa import io
 from coa.errors import InfraError
-from coa.plan.nightly import new_tasks_step
+from coa.nightly.step import new_tasks_step
 from coa.plan.spec import SpecRefused, StepSpec, accept, spec_of
 from coa.registry.config import GateConfig
 from coa.registry.step import gate_step
