@@ -9,6 +9,7 @@ unreadable model folder exits 2 with one line.
 from __future__ import annotations
 
 import argparse
+import gc
 import os
 import signal
 import socket
@@ -119,6 +120,9 @@ def main(argv: list[str] | None = None) -> int:
     # these handlers and raises the signal again: they make that a clean exit 0 instead of a kill.
     signal.signal(signal.SIGTERM, lambda *_: None)
     signal.signal(signal.SIGINT, lambda *_: None)
+    # what is loaded now lives until exit: out of the collector's sight, so neither serving nor the
+    # interpreter's last collection at exit walks it (that walk took seconds over torch's objects)
+    gc.freeze()
     userver.run(sockets=[sock])
     return 0
 

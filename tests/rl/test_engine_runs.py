@@ -1,8 +1,12 @@
 """Every RL run after the first behaves like the first, against ``coa.serve`` in each engine's mode:
-two runs in a row on one server, a killed run resumed on the same server, a run resumed after the
+runs in a row on one server, a killed run resumed on the same server, a run resumed after the
 server restarted (its adapters and versions gone). coa.serve does what the engine does in each case:
 SGLang serves a pushed folder under its path, vLLM answers 404 for an adapter it does not hold, a
-killed run's adapters stay loaded (the kill here skips the run's clean-up, as SIGKILL would)."""
+killed run's adapters stay loaded (the kill here skips the run's clean-up, as SIGKILL would).
+
+A server start costs more than a run here (torch imported by each): each test runs its cases one
+after another on one server, where the state a finished run leaves is a fresh server's (a LoRA run
+leaves the base weights, name and version as they were; a resumed run unloads what it loaded)."""
 
 from __future__ import annotations
 
@@ -88,73 +92,12 @@ def served_ids(server: ServeProcess) -> list[str]:
     return [m["id"] for m in httpx.get(f"{server.url}/models", timeout=30).json()["data"]]
 
 
-@pytest.mark.parametrize("case", ["sglang"])  # vLLM LoRA: test_lora.py's sync and async runs share a server
-def test_two_runs_in_a_row_on_one_server(
-    case: str, servers: list[ServeProcess], tiny_model: Path, tmp_path: Path
-) -> None:
-    server = start(tiny_model, CASES[case][0])
-    servers.append(server)
-    for run in ("first", "second"):
-        assert_finished(run_rl(prompts_table(6), config(tiny_model, server, case), tmp_path / run))
-    # SGLang serves the second run's last folder by its path, as it served the first's when that ran
-    assert served_ids(server) == [str((tmp_path / "second" / "weight_sync" / f"v{PLAN - 1:06d}").resolve())]
+def version_route(protocol: str) -> str:
+    return "/model_info" if protocol == "sglang" else "/weight_info"
 
 
-@pytest.mark.slow  # two runs and a server each
-@pytest.mark.parametrize("case", ["sglang", "vllm-lora"])
-def test_a_killed_run_resumes_on_the_same_server(
-    case: str,
-    servers: list[ServeProcess],
-    tiny_model: Path,
-    tmp_path: Path,
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    server = start(tiny_model, CASES[case][0])
-    servers.append(server)
-    out, settings = tmp_path / "run", config(tiny_model, server, case)
-    killed_after_checkpoint_1(lambda **kw: run_rl(prompts_table(6), settings, out, **kw), monkeypatch)
-    if case == "vllm-lora":
-        assert served_ids(server) == ["student", "student-v0"]  # the killed run's adapter stays loaded
-    else:
-        assert served_ids(server)[0].startswith("/")  # SGLang serves the killed run's folder
-    assert_finished(run_rl(prompts_table(6), settings, out, resume=True), start_step=1)
-    if case == "vllm-lora":  # the leftover was replaced, then unloaded with the run's own
-        assert served_ids(server) == ["student"]
-
-
-@pytest.mark.slow  # two runs and two servers each
-@pytest.mark.parametrize("case", ["vllm-lora", "sglang"])
-def test_a_run_resumes_after_the_server_restarted(
-    case: str,
-    servers: list[ServeProcess],
-    tiny_model: Path,
-    tmp_path: Path,
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    """The engine restarted between the kill and the resume: it holds no adapter and its version is
-    ``default``; the run's folders on disk name versions it does not hold (unloading them would be
-    vLLM's 404): the resumed run finishes its plan on the new server."""
-    protocol = CASES[case][0]
-    first = start(tiny_model, protocol)
-    servers.append(first)
-    out = tmp_path / "run"
-    settings = config(tiny_model, first, case)
-    killed_after_checkpoint_1(lambda **kw: run_rl(prompts_table(6), settings, out, **kw), monkeypatch)
-    assert list((out / "weight_sync").glob("v*"))  # the killed run's folders
-    first.stop()
-    second = start(tiny_model, protocol)
-    servers.append(second)
-    version_route = "/model_info" if protocol == "sglang" else "/weight_info"
-    assert httpx.get(f"{second.root}{version_route}").json()["weight_version"] == "default"
-    resumed = run_rl(prompts_table(6), config(tiny_model, second, case), out, resume=True)
-    assert_finished(resumed, start_step=1)
-    expected = "default" if case == "vllm-lora" else str(PLAN - 1)  # LoRA pushes leave the base's version
-    assert httpx.get(f"{second.root}{version_route}").json()["weight_version"] == expected
-    assert not list((out / "weight_sync").glob("v*"))  # the resumed run removed every folder
-
-
-def test_a_lora_run_on_sglang(
-    servers: list[ServeProcess], tiny_model: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+def a_lora_run_on_sglang(
+    server: ServeProcess, tiny_model: Path, out: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """``rl.lora`` against SGLang: each version's adapter loaded by SGLang's ``/load_lora_adapter``
     under its own name, every request naming it as ``student:<adapter>`` (SGLang's ``model``
@@ -162,9 +105,6 @@ def test_a_lora_run_on_sglang(
     adapters at its end."""
     from transformers import TrainerCallback
 
-    server = start(tiny_model, "sglang")
-    servers.append(server)
-    sent = spy_bodies(monkeypatch)
     served: dict[int, list[float]] = {}
 
     class Probe(TrainerCallback):  # type: ignore[misc]
@@ -172,10 +112,69 @@ def test_a_lora_run_on_sglang(
             version = state.global_step - 1
             served[version] = served_logprobs(server, f"student:student-v{version}", FIXED)
 
-    settings = config(tiny_model, server, "sglang-lora")
-    result = run_rl(prompts_table(6), settings, tmp_path / "run", callbacks=[Probe()])
+    with monkeypatch.context() as patched:
+        sent = spy_bodies(patched)
+        result = run_rl(prompts_table(6), config(tiny_model, server, "sglang-lora"), out, callbacks=[Probe()])
     assert_finished(result)
     assert sent and all(model == f"student:student-v{version}" for model, version in sent)
-    step1 = logprobs_of(with_adapter(tiny_model, tmp_path / "run" / CHECKPOINTS_DIR / "checkpoint-1"), FIXED)
+    step1 = logprobs_of(with_adapter(tiny_model, out / CHECKPOINTS_DIR / "checkpoint-1"), FIXED)
     assert sorted(served) == [0, 1] and close(served[1], step1) and not close(served[0], served[1])
     assert served_ids(server) == ["student"]  # unloaded; SGLang still serves the base by its name
+    # as a fresh server: the base's weights (LoRA pushes leave them), name and version
+    assert httpx.get(f"{server.root}/model_info").json()["weight_version"] == "default"
+
+
+def test_runs_in_a_row_on_one_sglang_server(
+    servers: list[ServeProcess], tiny_model: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A LoRA run, then two full-weight runs in a row, on one SGLang server."""
+    server = start(tiny_model, "sglang")
+    servers.append(server)
+    a_lora_run_on_sglang(server, tiny_model, tmp_path / "lora", monkeypatch)
+    for run in ("first", "second"):
+        assert_finished(run_rl(prompts_table(6), config(tiny_model, server, "sglang"), tmp_path / run))
+    # SGLang serves the second run's last folder by its path, as it served the first's when that ran
+    assert served_ids(server) == [str((tmp_path / "second" / "weight_sync" / f"v{PLAN - 1:06d}").resolve())]
+
+
+@pytest.mark.slow  # four runs and two servers each
+@pytest.mark.parametrize("case", ["sglang", "vllm-lora"])
+def test_a_killed_run_resumes_on_the_same_server_and_after_the_server_restarted(
+    case: str,
+    servers: list[ServeProcess],
+    tiny_model: Path,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A killed run resumed on the same server; then another killed run, the engine restarted between
+    the kill and the resume: it holds no adapter and its version is ``default``; the run's folders on
+    disk name versions it does not hold (unloading them would be vLLM's 404): the resumed run
+    finishes its plan on the new server."""
+    protocol = CASES[case][0]
+    first = start(tiny_model, protocol)
+    servers.append(first)
+
+    # a killed run resumes on the same server
+    out, settings = tmp_path / "same", config(tiny_model, first, case)
+    killed_after_checkpoint_1(lambda **kw: run_rl(prompts_table(6), settings, out, **kw), monkeypatch)
+    if case == "vllm-lora":
+        assert served_ids(first) == ["student", "student-v0"]  # the killed run's adapter stays loaded
+    else:  # SGLang serves the killed run's folder
+        assert served_ids(first) == [str((out / "weight_sync" / "v000000").resolve())]
+    assert_finished(run_rl(prompts_table(6), settings, out, resume=True), start_step=1)
+    if case == "vllm-lora":  # the leftover was replaced, then unloaded with the run's own
+        assert served_ids(first) == ["student"]
+
+    # a killed run resumes after the server restarted
+    out = tmp_path / "restarted"
+    killed_after_checkpoint_1(lambda **kw: run_rl(prompts_table(6), settings, out, **kw), monkeypatch)
+    assert list((out / "weight_sync").glob("v*"))  # the killed run's folders
+    first.stop()
+    second = start(tiny_model, protocol)
+    servers.append(second)
+    assert httpx.get(f"{second.root}{version_route(protocol)}").json()["weight_version"] == "default"
+    resumed = run_rl(prompts_table(6), config(tiny_model, second, case), out, resume=True)
+    assert_finished(resumed, start_step=1)
+    expected = "default" if case == "vllm-lora" else str(PLAN - 1)  # LoRA pushes leave the base's version
+    assert httpx.get(f"{second.root}{version_route(protocol)}").json()["weight_version"] == expected
+    assert not list((out / "weight_sync").glob("v*"))  # the resumed run removed every folder
