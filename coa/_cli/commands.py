@@ -263,7 +263,6 @@ def _report(g: Given) -> Step:
 def _nights(g: Given, option: str, contract: str) -> dict[str, Any]:
     """``night0``, ``night1``… → the tables given by the repeated ``option`` (earlier nights' data)."""
     from coa._cli.given import read_table
-    from coa._cli.stages import command_names
 
     uris = g.options[option] or ()
     flag = f"--{option.replace('_', '-')}"
@@ -450,3 +449,13 @@ ALIASES: tuple[tuple[str, Command], ...] = (
     ("eval-report", COMMANDS["eval-report"]),
 )
 """Today's command names (``coa collect``…), kept: the same commands as ``coa stage NAME``."""
+
+
+def command_names() -> dict[str, str]:
+    """Stage name → the command a user types for it: its first kept name, else ``coa stage NAME``."""
+    from coa.plan.stages import STAGES  # the stage table, loaded when a command runs
+
+    names = {name: f"coa stage {name}" for name in STAGES}
+    for path, command in reversed(ALIASES):
+        names[command.stage] = f"coa {path}"
+    return names

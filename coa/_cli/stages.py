@@ -26,7 +26,7 @@ from typing import Annotated, Any
 import typer
 from typer.core import TyperGroup
 
-from coa._cli.commands import ALIASES, COMMANDS, Command, Extra
+from coa._cli.commands import ALIASES, COMMANDS, Command, Extra, command_names
 from coa._cli.common import _run
 from coa._cli.given import Given, made_by, read_input
 from coa.inputs import TableInput, accepted_contracts
@@ -41,14 +41,6 @@ def _stages() -> Mapping[str, Stage]:
     from coa.plan.stages import STAGES
 
     return STAGES
-
-
-def command_names() -> dict[str, str]:
-    """Stage name → the command a user types for it: its first kept name, else ``coa stage NAME``."""
-    names = {name: f"coa stage {name}" for name in _stages()}
-    for path, command in reversed(ALIASES):
-        names[command.stage] = f"coa {path}"
-    return names
 
 
 def offered(stage: Stage, command: Command) -> dict[str, Contract]:
