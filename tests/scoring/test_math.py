@@ -232,7 +232,9 @@ def test_worker_threads_get_correct_answers_and_timeouts() -> None:
 
     def run(case: tuple[str, str, bool]) -> tuple[bool, str]:
         assert threading.current_thread() is not threading.main_thread()
-        verdict = check_math(case[0], case[1], timeout_s=1.0)
+        # the pathological case against a 1 s bound; the others with room for a loaded machine (a
+        # symbolic comparison has taken over 1 s there beside the rest of the suite)
+        verdict = check_math(case[0], case[1], timeout_s=1.0 if case[0] is PATHOLOGICAL else 10.0)
         return verdict.equal, verdict.reason
 
     math_equal(cases[0][0], cases[0][1])  # warm math-verify's parsers: a cold first parse can take >1 s
